@@ -1,0 +1,133 @@
+package idempotency
+
+import (
+	"container/list"
+	"hash/maphash"
+	"sync"
+)
+
+// Cache keeps done entries in-process (screen.local_cache). A done record
+// never changes, so a cached entry is never stale; only an operator's
+// delete removes a record, and the admin API calls Delete on every replica
+// it can reach (and the Redis screen broadcasts it).
+//
+// It is a byte-bounded LRU split into shards so that concurrent repeats do
+// not all queue on one mutex.
+type Cache struct {
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+}
+
+const cacheShards = 16
+
+type cacheShard struct {
+	mu    sync.Mutex
+	max   int
+	used  int
+	items map[Ref]*list.Element
+	lru   list.List // front = most recent
+}
+
+type cacheItem struct {
+	ref  Ref
+	ent  *Entry
+	size int
+}
+
+// NewCache returns a cache holding about maxBytes of entries; nil when
+// maxBytes <= 0 (off).
+func NewCache(maxBytes int) *Cache {
+	if maxBytes <= 0 {
+		return nil
+	}
+	c := &Cache{seed: maphash.MakeSeed()}
+	per := maxBytes / cacheShards
+	for i := range c.shards {
+		c.shards[i].max = per
+		c.shards[i].items = make(map[Ref]*list.Element)
+	}
+	return c
+}
+
+func (c *Cache) shard(ref Ref) *cacheShard {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(ref.Route)
+	h.WriteByte(0)
+	h.WriteString(ref.Key)
+	return &c.shards[h.Sum64()%cacheShards]
+}
+
+// Get returns the cached entry for ref.
+func (c *Cache) Get(ref Ref) (*Entry, bool) {
+	s := c.shard(ref)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.items[ref]
+	if !ok {
+		return nil, false
+	}
+	s.lru.MoveToFront(el)
+	return el.Value.(*cacheItem).ent, true
+}
+
+// Put caches a complete entry (its body present or omitted by design).
+// Entries larger than a shard's budget are not cached.
+func (c *Cache) Put(ref Ref, ent *Entry) {
+	if !ent.BodyCached && !ent.BodyOmitted {
+		return
+	}
+	size := entrySize(ref, ent)
+	s := c.shard(ref)
+	if size > s.max {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.items[ref]; ok {
+		s.lru.MoveToFront(el)
+		return
+	}
+	s.items[ref] = s.lru.PushFront(&cacheItem{ref: ref, ent: ent, size: size})
+	s.used += size
+	for s.used > s.max {
+		oldest := s.lru.Back()
+		it := oldest.Value.(*cacheItem)
+		s.lru.Remove(oldest)
+		delete(s.items, it.ref)
+		s.used -= it.size
+	}
+}
+
+// Delete drops ref from the cache.
+func (c *Cache) Delete(ref Ref) {
+	s := c.shard(ref)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.items[ref]; ok {
+		s.used -= el.Value.(*cacheItem).size
+		s.lru.Remove(el)
+		delete(s.items, ref)
+	}
+}
+
+// Len is the number of cached entries.
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.items)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// entrySize approximates the memory an entry holds.
+func entrySize(ref Ref, e *Entry) int {
+	n := 160 + len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
+	for k, v := range e.Headers {
+		n += len(k) + len(v) + 32
+	}
+	return n
+}

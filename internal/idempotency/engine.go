@@ -1,0 +1,593 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// FailMode says what to do when a dependency cannot be reached.
+type FailMode int
+
+// Failure policies (SPEC §3 store.on_unavailable and screen.on_unavailable).
+const (
+	// FailReject answers 503 + Retry-After and forwards nothing.
+	FailReject FailMode = iota
+	// FailPass forwards without deduplication (outcome passthrough).
+	FailPass
+	// FailStore (screen only) makes the claim in the ledger instead.
+	FailStore
+)
+
+// ForwardFunc sends the delivery upstream once and returns its complete
+// answer, or a transport error that Options.Classify understands. The state
+// machine calls it at most once per delivery.
+type ForwardFunc func(ctx context.Context) (*Upstream, error)
+
+// Delivery is what the state machine needs to know about one request.
+type Delivery struct {
+	Ref
+	// Fingerprint is the digest of what the delivery means; nil = none.
+	Fingerprint []byte
+	// Source is the sender (routes[].source), for duplicate statistics.
+	Source string
+}
+
+// Hooks receive events that are not outcomes, for metrics. Nil fields are
+// ignored.
+type Hooks struct {
+	// Takeover: a claim whose owner died was taken over after its lease.
+	Takeover func(route string)
+	// CommitFailure: the upstream answered finally but the ledger commit
+	// failed; the provider got the upstream's answer.
+	CommitFailure func(route string)
+	// DependencyError: a call to the screen or ledger failed to reach it.
+	DependencyError func(dependency, op string)
+	// HeldChanged: a key became held on route (delta +1); operators resolve
+	// (delta -1) through the admin API, which calls it too.
+	HeldChanged func(route string, delta int)
+}
+
+// Options configure an Engine. Zero values take the defaults named.
+type Options struct {
+	// Screen is the fast claim store. Nil means screen "none": every claim
+	// is a pending row in the ledger.
+	Screen Screen
+	// Ledger is the durable source of truth. Required.
+	Ledger Ledger
+	// Lease is the lifetime of an in-flight claim (screen.lease; 30s).
+	Lease time.Duration
+	// TTL is the lifetime of a done screen entry (screen.ttl; 24h).
+	TTL time.Duration
+	// ScreenUnavailable is screen.on_unavailable (FailStore by default:
+	// FailStore is the zero value only if set explicitly; see New).
+	ScreenUnavailable FailMode
+	// LedgerUnavailable is store.on_unavailable (FailReject or FailPass).
+	LedgerUnavailable FailMode
+	// Classify maps a ForwardFunc error to the status the provider gets
+	// (502 or 504) and whether the effect upstream is unknown (the request
+	// was sent, no answer came). Nil: 502, not ambiguous.
+	Classify func(error) (status int, ambiguous bool)
+	// Cache keeps done entries in-process (screen.local_cache); nil = off.
+	Cache *Cache
+	// OpTimeout bounds the commit and release that follow a forward; they
+	// run even when the provider has gone away (5s).
+	OpTimeout time.Duration
+	// RetryAfter is the Retry-After of conflict, held and unavailable
+	// answers (1s).
+	RetryAfter time.Duration
+	// Now is the clock for ledger leases and expiry (time.Now).
+	Now func() time.Time
+	// Tracer makes the claim, confirm, forward, commit and release spans
+	// (no-op by default).
+	Tracer trace.Tracer
+	Hooks  Hooks
+	// Logger receives failures, with keys but never bodies (slog.Default).
+	Logger *slog.Logger
+}
+
+// Engine runs the state machine of SPEC §1 for every route. It is safe for
+// concurrent use.
+type Engine struct {
+	o Options
+}
+
+// New returns an engine. Options.Ledger is required.
+func New(o Options) (*Engine, error) {
+	if o.Ledger == nil {
+		return nil, errors.New("idempotency: a ledger is required")
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.TTL <= 0 {
+		o.TTL = 24 * time.Hour
+	}
+	if o.Classify == nil {
+		o.Classify = func(error) (int, bool) { return http.StatusBadGateway, false }
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 5 * time.Second
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("hookstamp")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Engine{o: o}, nil
+}
+
+// via says which store holds a claim.
+type via int
+
+const (
+	viaScreen via = iota + 1
+	viaLedger
+	viaNone // fail-open: no claim is held
+)
+
+// Handle decides what happens to one delivery, calling fwd at most once.
+//
+// The order of operations is the contract of SPEC §1: claim in the screen,
+// confirm in the ledger, forward, then commit the record in one transaction
+// before the provider is answered, or release the claim so that the
+// provider's retry is forwarded again.
+func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
+	if c := e.o.Cache; c != nil {
+		if ent, ok := c.Get(d.Ref); ok {
+			return e.done(ctx, p, d, fwd, ent)
+		}
+	}
+	req := ClaimRequest{Ref: d.Ref, Owner: newOwner(), Fingerprint: d.Fingerprint,
+		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source}
+	var deadline time.Time
+	for attempt := 0; ; attempt++ {
+		c, v, stop := e.claim(ctx, p, req, fwd)
+		if stop != nil {
+			return *stop
+		}
+		switch c.Status {
+		case Acquired, TakenOver:
+			return e.forward(ctx, p, d, fwd, req.Owner, v, c.Status == TakenOver)
+		case Done:
+			return e.done(ctx, p, d, fwd, c.Entry)
+		case Held:
+			if p.Shadow {
+				return e.shadow(ctx, fwd)
+			}
+			return Result{Outcome: HeldKey, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter,
+				Detail: "this event's first delivery got no answer from the upstream; it is held until an operator resolves it"}
+		case InFlight:
+			if p.Shadow {
+				return e.shadow(ctx, fwd)
+			}
+			if !sameFingerprint(c.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+				return e.mismatch(nil)
+			}
+			if p.RejectInflight {
+				return e.conflict("a delivery of this event is in flight")
+			}
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.WaitTimeout)
+			}
+			if !e.wait(ctx, v, d.Ref, c.Owner, deadline, attempt) {
+				return e.conflict("a delivery of this event is still in flight")
+			}
+		default:
+			return e.unavailable(fmt.Errorf("claim %q: unexpected status %v", d.Key, c.Status))
+		}
+	}
+}
+
+// claim takes the key or learns what holds it: first in the screen, then,
+// when the screen granted it, confirmed in the ledger (the screen forgets:
+// TTL, eviction, restarts, FLUSHALL). A non-nil *Result ends the delivery.
+func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd ForwardFunc) (Claim, via, *Result) {
+	if e.o.Screen == nil {
+		return e.ledgerClaim(ctx, req, fwd)
+	}
+	sctx, span := e.o.Tracer.Start(ctx, "hookstamp.claim")
+	c, err := e.o.Screen.Claim(sctx, req)
+	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))
+	if err != nil {
+		e.depError("screen", "claim", err)
+		switch e.o.ScreenUnavailable {
+		case FailStore:
+			return e.ledgerClaim(ctx, req, fwd)
+		case FailPass:
+			r := e.passthrough(ctx, p, req, fwd, err)
+			return Claim{}, viaNone, &r
+		default:
+			r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
+			return Claim{}, viaNone, &r
+		}
+	}
+	if c.Status != Acquired && c.Status != TakenOver {
+		return c, viaScreen, nil
+	}
+	if c.Status == TakenOver {
+		e.hook(e.o.Hooks.Takeover, req.Route)
+	}
+
+	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.confirm")
+	rec, err := e.o.Ledger.Lookup(cctx, req.Ref)
+	if errors.Is(err, ErrNotFound) {
+		err = nil
+	}
+	endSpan(span, err)
+	switch {
+	case err != nil:
+		e.depError("ledger", "lookup", err)
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		if e.o.LedgerUnavailable == FailPass {
+			r := e.passthrough(ctx, p, req, fwd, err)
+			return Claim{}, viaNone, &r
+		}
+		r := e.unavailable(fmt.Errorf("confirm %q: %w", req.Key, err))
+		return Claim{}, viaNone, &r
+	case rec == nil:
+		return c, viaScreen, nil
+	}
+	switch rec.State {
+	case StateDone:
+		ent := EntryOf(rec)
+		e.complete(ctx, req.Ref, req.Owner, ent) // refill the screen
+		return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, nil
+	case StateHeld:
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, nil
+	}
+	// A pending row: a replica claimed in the ledger while it could not
+	// reach the screen. Its claim stands while its lease lives.
+	if rec.LeaseUntil.After(e.o.Now()) {
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		return Claim{Status: InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}, viaLedger, nil
+	}
+	if c.Status != TakenOver {
+		e.hook(e.o.Hooks.Takeover, req.Route)
+	}
+	return Claim{Status: TakenOver}, viaScreen, nil
+}
+
+// ledgerClaim makes the claim a pending ledger row (screen "none", or the
+// screen is unreachable and screen.on_unavailable is store).
+func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardFunc) (Claim, via, *Result) {
+	lctx, span := e.o.Tracer.Start(ctx, "hookstamp.claim", trace.WithAttributes(attribute.String("hookstamp.claim_store", "ledger")))
+	c, err := e.o.Ledger.Claim(lctx, req, e.o.Now())
+	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))
+	if err != nil {
+		e.depError("ledger", "claim", err)
+		if e.o.LedgerUnavailable == FailPass {
+			r := e.forwardUnclaimed(ctx, Passthrough, fwd)
+			return Claim{}, viaNone, &r
+		}
+		r := e.unavailable(fmt.Errorf("ledger claim %q: %w", req.Key, err))
+		return Claim{}, viaNone, &r
+	}
+	if c.Status == TakenOver {
+		e.hook(e.o.Hooks.Takeover, req.Route)
+	}
+	return c, viaLedger, nil
+}
+
+// passthrough is the fail-open path: a dependency is down and the policy
+// says forward anyway. The ledger is still asked first when it answers, so
+// that a recorded delivery is replayed rather than forwarded twice.
+func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, fwd ForwardFunc, cause error) Result {
+	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil && rec.State == StateDone {
+		return e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec))
+	}
+	e.o.Logger.WarnContext(ctx, "forwarding without deduplication: dependency unavailable",
+		"route", req.Route, "key", req.Key, "err", cause)
+	return e.forward(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, req.Owner, viaNone, false)
+}
+
+// wait holds an in-flight repeat until the holder may have finished, or
+// the deadline passes (false).
+func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, deadline time.Time, attempt int) bool {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var err error
+	if v == viaScreen {
+		err = e.o.Screen.Wait(wctx, ref, owner)
+	}
+	if v != viaScreen || (err != nil && wctx.Err() == nil) {
+		// Ledger claims have no notifications, and a failing screen must
+		// not be spun on: back off, then claim again.
+		backoff := min(10*time.Millisecond<<min(attempt, 5), 250*time.Millisecond)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-wctx.Done():
+			t.Stop()
+		}
+	}
+	return ctx.Err() == nil && time.Now().Before(deadline)
+}
+
+// forward sends the delivery for the claim's owner and settles the claim:
+// commit when final, release otherwise.
+func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, owner string, v via, takenOver bool) Result {
+	up, ferr := e.call(ctx, fwd)
+	// Settle even if the provider has gone away: a claim left behind would
+	// stall the retry until its lease expires.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	defer cancel()
+	outcome := Forwarded
+	if v == viaNone {
+		outcome = Passthrough
+	}
+	if ferr != nil {
+		status, ambiguous := e.o.Classify(ferr)
+		if ambiguous && p.HoldAmbiguous && ctx.Err() == nil && v != viaNone {
+			if r, ok := e.hold(sctx, p, d, owner, v, status, ferr); ok {
+				return r
+			}
+		}
+		e.release(sctx, v, d.Ref, owner)
+		if v == viaNone {
+			return Result{Outcome: Passthrough, Status: status, Detail: "the upstream did not answer", Err: ferr, TakenOver: takenOver}
+		}
+		return Result{Outcome: Released, Status: status, Detail: "the upstream did not answer; the delivery was not recorded and its retry will be forwarded", Err: ferr, TakenOver: takenOver}
+	}
+	if !p.Final(up.Status) {
+		e.release(sctx, v, d.Ref, owner)
+		if v == viaNone {
+			return Result{Outcome: Passthrough, Upstream: up, TakenOver: takenOver}
+		}
+		return Result{Outcome: Released, Upstream: up, TakenOver: takenOver}
+	}
+
+	now := e.o.Now()
+	rec := &Record{Ref: d.Ref, State: StateDone, Fingerprint: d.Fingerprint, Response: p.recordResponse(up),
+		Source: d.Source, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(p.Retention)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	ent := EntryOf(rec)
+	cctx, span := e.o.Tracer.Start(sctx, "hookstamp.commit")
+	err := e.o.Ledger.Commit(cctx, rec, owner, now)
+	endSpan(span, err)
+	switch {
+	case err == nil:
+		if v == viaScreen {
+			e.complete(sctx, d.Ref, owner, ent)
+		}
+		if c := e.o.Cache; c != nil {
+			c.Put(d.Ref, ent)
+		}
+	case errors.Is(err, ErrNotOwner):
+		// Another delivery was recorded first: this one was the second copy
+		// after a lease takeover (same Idempotency-Key upstream). The record
+		// that won stays; this provider still gets what its upstream said.
+		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
+			"route", d.Route, "key", d.Key)
+		if v == viaScreen {
+			e.release(sctx, v, d.Ref, owner)
+		}
+	default:
+		e.depError("ledger", "commit", err)
+		e.hook(e.o.Hooks.CommitFailure, d.Route)
+		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
+			"route", d.Route, "key", d.Key, "err", err)
+		if v == viaScreen {
+			e.complete(sctx, d.Ref, owner, ent)
+		}
+	}
+	return Result{Outcome: outcome, Upstream: up, TakenOver: takenOver}
+}
+
+// hold records an ambiguous result as held (record.ambiguous: hold).
+func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, v via, status int, cause error) (Result, bool) {
+	now := e.o.Now()
+	rec := &Record{Ref: d.Ref, State: StateHeld, Fingerprint: d.Fingerprint, Source: d.Source,
+		CreatedAt: now, ExpiresAt: now.Add(p.Retention)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.commit", trace.WithAttributes(attribute.String("hookstamp.state", "held")))
+	err := e.o.Ledger.Commit(cctx, rec, owner, now)
+	endSpan(span, err)
+	if err != nil {
+		e.depError("ledger", "commit", err)
+		e.o.Logger.ErrorContext(ctx, "could not hold an ambiguous delivery; releasing it",
+			"route", d.Route, "key", d.Key, "err", err)
+		return Result{}, false
+	}
+	if v == viaScreen {
+		// Repeats confirm in the ledger and find the hold there.
+		e.release(ctx, v, d.Ref, owner)
+	}
+	e.hookDelta(e.o.Hooks.HeldChanged, d.Route, 1)
+	e.o.Logger.WarnContext(ctx, "key held after an ambiguous upstream result; resolve it through the admin API",
+		"route", d.Route, "key", d.Key, "err", cause)
+	return Result{Outcome: HeldKey, Status: status, Err: cause,
+		Detail: "the upstream gave no answer; the event is held until an operator resolves it"}, true
+}
+
+// done answers a delivery whose record exists: replay it, or reject a
+// different delivery reusing the key, or forward anyway in shadow mode.
+func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) Result {
+	if p.Shadow {
+		return e.shadow(ctx, fwd)
+	}
+	if !sameFingerprint(ent.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+		r := e.mismatch(ent)
+		return r
+	}
+	resp := ent.Response
+	if !ent.BodyCached && !ent.BodyOmitted {
+		rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				e.depError("ledger", "lookup", err)
+			}
+			return e.unavailable(fmt.Errorf("replay body of %q: %w", d.Key, err))
+		}
+		resp = rec.Response
+		if c := e.o.Cache; c != nil {
+			c.Put(d.Ref, EntryOf(rec))
+		}
+	}
+	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}
+}
+
+// shadow forwards a repeat that enforce mode would have intercepted.
+func (e *Engine) shadow(ctx context.Context, fwd ForwardFunc) Result {
+	return e.forwardUnclaimed(ctx, Shadowed, fwd)
+}
+
+// forwardUnclaimed forwards without holding a claim and without recording.
+func (e *Engine) forwardUnclaimed(ctx context.Context, o Outcome, fwd ForwardFunc) Result {
+	up, err := e.call(ctx, fwd)
+	if err != nil {
+		status, _ := e.o.Classify(err)
+		return Result{Outcome: o, Status: status, Detail: "the upstream did not answer", Err: err}
+	}
+	return Result{Outcome: o, Upstream: up}
+}
+
+// call runs the ForwardFunc inside the forward span.
+func (e *Engine) call(ctx context.Context, fwd ForwardFunc) (*Upstream, error) {
+	fctx, span := e.o.Tracer.Start(ctx, "hookstamp.forward", trace.WithSpanKind(trace.SpanKindClient))
+	up, err := fwd(fctx)
+	if err == nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", up.Status))
+	}
+	endSpan(span, err)
+	return up, err
+}
+
+func (e *Engine) mismatch(ent *Entry) Result {
+	r := Result{Outcome: Mismatch, Status: http.StatusUnprocessableEntity,
+		Detail: "this idempotency key was already used for a delivery with different content"}
+	if ent != nil {
+		r.OriginalTraceID, r.OriginalSpanID = ent.TraceID, ent.SpanID
+	}
+	return r
+}
+
+func (e *Engine) conflict(detail string) Result {
+	return Result{Outcome: Conflict, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter, Detail: detail}
+}
+
+func (e *Engine) unavailable(err error) Result {
+	return Result{Outcome: Unavailable, Status: http.StatusServiceUnavailable, RetryAfter: e.o.RetryAfter,
+		Detail: "the idempotency store is unavailable; nothing was forwarded, retry later", Err: err}
+}
+
+// release drops a claim so that the next delivery is forwarded. Losing
+// ownership in between is fine: someone else settles the key.
+func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
+	var err error
+	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
+	switch v {
+	case viaScreen:
+		err = e.o.Screen.Release(rctx, ref, owner)
+	case viaLedger:
+		err = e.o.Ledger.Release(rctx, ref, owner)
+	}
+	if errors.Is(err, ErrNotOwner) {
+		err = nil
+	}
+	endSpan(span, err)
+	if err != nil {
+		dep := "screen"
+		if v == viaLedger {
+			dep = "ledger"
+		}
+		e.depError(dep, "release", err)
+		e.o.Logger.WarnContext(ctx, "release failed; the claim expires with its lease",
+			"route", ref.Route, "key", ref.Key, "err", err)
+	}
+}
+
+// complete marks the screen entry done; a failure only costs a ledger
+// lookup on the next repeat.
+func (e *Engine) complete(ctx context.Context, ref Ref, owner string, ent *Entry) {
+	if e.o.Screen == nil {
+		return
+	}
+	if err := e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL); err != nil {
+		e.depError("screen", "complete", err)
+	}
+}
+
+// Forget removes a key from the in-process cache and the screen; the admin
+// API calls it after deleting the ledger row.
+func (e *Engine) Forget(ctx context.Context, ref Ref) error {
+	if c := e.o.Cache; c != nil {
+		c.Delete(ref)
+	}
+	if e.o.Screen == nil {
+		return nil
+	}
+	if err := e.o.Screen.Forget(ctx, ref); err != nil {
+		return fmt.Errorf("forget %q in screen: %w", ref.Key, err)
+	}
+	return nil
+}
+
+func (e *Engine) depError(dep, op string, err error) {
+	if e.o.Hooks.DependencyError != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotOwner) {
+		e.o.Hooks.DependencyError(dep, op)
+	}
+}
+
+func (e *Engine) hook(f func(string), route string) {
+	if f != nil {
+		f(route)
+	}
+}
+
+func (e *Engine) hookDelta(f func(string, int), route string, d int) {
+	if f != nil {
+		f(route, d)
+	}
+}
+
+// EntryOf is the screen entry of a done record.
+func EntryOf(rec *Record) *Entry {
+	return &Entry{Response: rec.Response, BodyCached: true, Fingerprint: rec.Fingerprint,
+		TraceID: rec.TraceID, SpanID: rec.SpanID}
+}
+
+// sameFingerprint treats a missing fingerprint (mode none) as a match.
+func sameFingerprint(a, b []byte) bool {
+	return a == nil || b == nil || bytes.Equal(a, b)
+}
+
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func endSpan(span trace.Span, err error, attrs ...attribute.KeyValue) {
+	if len(attrs) > 0 && span.IsRecording() {
+		span.SetAttributes(attrs...)
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}

@@ -1,0 +1,123 @@
+package ingress
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Response headers hookstamp sets itself.
+const (
+	HeaderOutcome     = "Hookstamp-Outcome"
+	HeaderReplayed    = "Idempotent-Replayed"
+	HeaderBodyOmitted = "Hookstamp-Body-Omitted"
+)
+
+// answer is the one place where a Result becomes an HTTP answer: the
+// upstream's own answer, a byte-exact replay, or a problem document.
+func answer(c *fiber.Ctx, res *idempotency.Result) error {
+	c.Set(HeaderOutcome, string(res.Outcome))
+	switch {
+	case res.Replay != nil:
+		return writeReplay(c, res.Replay)
+	case res.Upstream != nil:
+		return writeUpstream(c, res.Upstream)
+	}
+	status := res.Status
+	if status == 0 {
+		status = http.StatusBadGateway
+	}
+	return writeProblem(c, status, res.Outcome, res.Detail, res.RetryAfter)
+}
+
+// writeReplay sends exactly the recorded status, kept headers and body.
+func writeReplay(c *fiber.Ctx, r *idempotency.Response) error {
+	h := &c.Response().Header
+	h.SetNoDefaultContentType(true)
+	for name, v := range r.Headers {
+		h.Set(name, v)
+	}
+	h.Set(HeaderReplayed, "true")
+	if r.BodyOmitted {
+		h.Set(HeaderBodyOmitted, "true")
+	}
+	c.Status(r.Status)
+	return c.Send(r.Body)
+}
+
+// writeUpstream passes the upstream's answer on. Hop-by-hop headers were
+// removed by the forwarder; framing headers are fasthttp's to set.
+func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
+	h := &c.Response().Header
+	h.SetNoDefaultContentType(true)
+	for name, vals := range up.Header {
+		switch name {
+		case "Content-Length", "Transfer-Encoding", "Connection", HeaderOutcome, HeaderReplayed, HeaderBodyOmitted:
+			continue
+		}
+		for i, v := range vals {
+			if i == 0 {
+				h.Set(name, v)
+			} else {
+				h.Add(name, v)
+			}
+		}
+	}
+	c.Status(up.Status)
+	return c.Send(up.Body)
+}
+
+// Problem is an RFC 9457 problem document with hookstamp's outcome member.
+type Problem struct {
+	Type    string `json:"type"`
+	Title   string `json:"title"`
+	Status  int    `json:"status"`
+	Detail  string `json:"detail"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// writeProblem answers with a problem document. Detail is hookstamp's own
+// text: it never contains request bytes, so nothing a client sent can reach
+// a header or be reflected.
+func writeProblem(c *fiber.Ctx, status int, outcome idempotency.Outcome, detail string, retryAfter time.Duration) error {
+	if retryAfter > 0 {
+		secs := int((retryAfter + time.Second - 1) / time.Second)
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
+	}
+	if outcome != "" {
+		c.Set(HeaderOutcome, string(outcome))
+	}
+	if detail == "" {
+		detail = http.StatusText(status)
+	}
+	b, _ := json.Marshal(Problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
+		Detail: detail, Outcome: string(outcome)})
+	c.Set(fiber.HeaderContentType, "application/problem+json")
+	c.Status(status)
+	return c.Send(b)
+}
+
+// safeDetail makes an error message fit for a problem detail: printable
+// ASCII only, bounded. Verification and extraction errors are hookstamp's
+// own words, but this guarantees no request byte is echoed raw.
+func safeDetail(s string) string {
+	const max = 200
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= max {
+			break
+		}
+		if r >= 0x20 && r < 0x7f {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,326 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/hookstamp/hookstamp/internal/extract"
+	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Engine is the state machine, as the ingress uses it.
+type Engine interface {
+	Handle(ctx context.Context, p *idempotency.Policy, d idempotency.Delivery, fwd idempotency.ForwardFunc) idempotency.Result
+}
+
+// Forwarder sends one request upstream.
+type Forwarder interface {
+	Do(ctx context.Context, r *forward.Request) (*forward.Response, error)
+}
+
+// Event describes one finished request on a route, for metrics and logs.
+type Event struct {
+	Route    string
+	Method   string
+	Key      string // empty when no key was extracted
+	Source   string
+	Result   *idempotency.Result
+	Duration time.Duration
+}
+
+// Options configure a Server.
+type Options struct {
+	Routes    []*Route
+	Engine    Engine
+	Forwarder Forwarder
+	// BodyLimit is server.body_limit in bytes (larger: 413 too_large).
+	BodyLimit    int
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
+	// Middleware runs before the gateway handler (e.g. the OTel server span).
+	Middleware []fiber.Handler
+	// Observe is called once per finished route request (nil = none).
+	Observe func(ctx context.Context, ev *Event)
+	Logger  *slog.Logger
+}
+
+// Server is the webhook-facing HTTP server.
+type Server struct {
+	o      Options
+	app    *fiber.App
+	router *router
+
+	// abandon is cancelled when shutdown gives up waiting: forwards still
+	// in flight are cut and their claims released.
+	abandon  context.Context
+	cancel   context.CancelFunc
+	inflight sync.WaitGroup
+	bufs     sync.Pool
+}
+
+// New builds the server; call Serve to start it.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{o: o, router: newRouter(o.Routes)}
+	s.abandon, s.cancel = context.WithCancel(context.Background())
+	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	s.app = fiber.New(fiber.Config{
+		BodyLimit:             o.BodyLimit,
+		ReadTimeout:           o.ReadTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		IdleTimeout:           2 * time.Minute,
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		// Keys and bodies are copied out where they outlive the handler.
+		Immutable: false,
+	})
+	for _, m := range o.Middleware {
+		s.app.Use(m)
+	}
+	s.app.All("/*", s.handle)
+	return s
+}
+
+// App exposes the Fiber app (tests use app.Test).
+func (s *Server) App() *fiber.App { return s.app }
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.app.Listener(ln)
+}
+
+// Shutdown stops accepting, waits for in-flight deliveries until ctx is
+// done, then abandons the rest: their forwards are cut and their claims
+// released (SPEC §6) before Shutdown returns.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.app.Shutdown() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		s.cancel()
+		err = ctx.Err()
+	}
+	// Handlers that were cut settle their claims within OpTimeout.
+	waited := make(chan struct{})
+	go func() { s.inflight.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		s.o.Logger.Error("shutdown: deliveries still settling after abandon; their claims expire with their lease")
+	}
+	s.cancel()
+	return err
+}
+
+func (s *Server) handle(c *fiber.Ctx) error {
+	start := time.Now()
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+
+	route, rest := s.router.match(c.Path())
+	if route == nil {
+		return writeProblem(c, http.StatusNotFound, "", "no route is configured for this path", 0)
+	}
+	ctx, cancel := context.WithCancel(c.UserContext())
+	defer cancel()
+	stop := context.AfterFunc(s.abandon, cancel)
+	defer stop()
+
+	ev := Event{Route: route.Name, Method: c.Method()}
+	res := s.decide(ctx, c, route, rest, &ev)
+	ev.Result = &res
+	ev.Duration = time.Since(start)
+	if s.o.Observe != nil {
+		s.o.Observe(ctx, &ev)
+	}
+	return answer(c, &res)
+}
+
+// decide runs the checks of SPEC §1 in order — method, signature, key,
+// fingerprint — and hands the delivery to the state machine.
+func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest string, ev *Event) idempotency.Result {
+	fwd := func(ctx context.Context) (*idempotency.Upstream, error) {
+		return s.forward(ctx, c, route, rest, ev.Key)
+	}
+	if !route.dedups(c.Method()) {
+		return s.unclaimed(ctx, fwd)
+	}
+	req := newFastRequest(c)
+	if route.Verifier != nil {
+		if err := route.Verifier.Verify(req); err != nil {
+			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
+				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
+		}
+	}
+	ev.Source = s.source(c, route)
+
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	key, err := route.Extractor.Key(req, (*bp)[:0])
+	if err != nil && !errors.Is(err, extract.ErrKeyTooLong) {
+		// A body the key sources cannot parse: say so rather than "no key".
+		if route.KeyRequired {
+			return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest,
+				Detail: "no idempotency key could be extracted: " + safeDetail(err.Error()), Err: err}
+		}
+		return s.unclaimed(ctx, fwd)
+	}
+	if err == nil && len(key) == 0 {
+		if route.KeyRequired {
+			return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest,
+				Detail: "no idempotency key found in the configured sources"}
+		}
+		return s.unclaimed(ctx, fwd)
+	}
+	if err == nil {
+		err = extract.ValidateKey(key, route.MaxKeyLength)
+	}
+	if err != nil {
+		return idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
+			Detail: "invalid idempotency key: " + safeDetail(err.Error()), Err: err}
+	}
+	*bp = key[:0]
+	ev.Key = string(key)
+	d := idempotency.Delivery{
+		Ref:    idempotency.Ref{Route: route.Name, Key: ev.Key},
+		Source: ev.Source,
+	}
+	if route.Fingerprinter != nil {
+		d.Fingerprint = route.Fingerprinter.Fingerprint(req)
+	}
+	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
+}
+
+// unclaimed forwards without deduplication (outcome passthrough).
+func (s *Server) unclaimed(ctx context.Context, fwd idempotency.ForwardFunc) idempotency.Result {
+	up, err := fwd(ctx)
+	if err != nil {
+		return idempotency.Result{Outcome: idempotency.Passthrough, Status: forward.StatusFor(err),
+			Detail: "the upstream did not answer", Err: err}
+	}
+	return idempotency.Result{Outcome: idempotency.Passthrough, Upstream: up}
+}
+
+// forward copies the request out of fasthttp's buffers (the transport may
+// still hold the body after a timeout) and sends it upstream.
+func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
+	fr := c.Request()
+	hdr := make(http.Header, 16)
+	fr.Header.VisitAll(func(k, v []byte) {
+		name := string(k)
+		switch name {
+		case "Host", "Content-Length":
+			return
+		}
+		hdr[name] = append(hdr[name], string(v))
+	})
+	proto := "http"
+	if c.Protocol() == "https" {
+		proto = "https"
+	}
+	req := &forward.Request{
+		Method:    c.Method(),
+		URL:       forward.JoinURL(route.UpstreamURL, rest, string(fr.URI().QueryString())),
+		Header:    hdr,
+		Body:      append([]byte(nil), fr.Body()...),
+		ClientIP:  s.clientIP(c),
+		Proto:     proto,
+		Host:      string(fr.Host()),
+		KeyHeader: route.KeyHeader,
+		Key:       key,
+		Timeout:   route.UpstreamTimeout,
+	}
+	resp, err := s.o.Forwarder.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
+}
+
+// clientIP is the peer address, or — when the peer is a trusted proxy —
+// the right-most X-Forwarded-For entry that is not a trusted proxy.
+func (s *Server) clientIP(c *fiber.Ctx) string {
+	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
+	if !ok {
+		return ""
+	}
+	peer = peer.Unmap()
+	if !s.trusted(peer) {
+		return peer.String()
+	}
+	xff := string(c.Request().Header.Peek(fiber.HeaderXForwardedFor))
+	parts := strings.Split(xff, ",")
+	for i := len(parts) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
+		if err != nil {
+			break
+		}
+		a = a.Unmap()
+		if !s.trusted(a) {
+			return a.String()
+		}
+	}
+	return peer.String()
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.o.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// source identifies the sender for the top-duplicate-sources statistics.
+// A header value is attacker-controlled: it is bounded and made printable.
+func (s *Server) source(c *fiber.Ctx, route *Route) string {
+	if route.SourceHeader == "" {
+		return s.clientIP(c)
+	}
+	v := c.Request().Header.Peek(route.SourceHeader)
+	if len(v) == 0 {
+		return "unknown"
+	}
+	return safeDetail(string(v[:min(len(v), 128)]))
+}
+
+// errorHandler answers Fiber's own errors (body too large, bad requests)
+// as problem documents with the route's outcome where one applies.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	status := http.StatusInternalServerError
+	if errors.As(err, &fe) {
+		status = fe.Code
+	}
+	route, _ := s.router.match(c.Path())
+	var outcome idempotency.Outcome
+	detail := http.StatusText(status)
+	if status == http.StatusRequestEntityTooLarge {
+		detail = "the request body is larger than the gateway's body limit"
+		if route != nil {
+			outcome = idempotency.TooLarge
+		}
+	}
+	if route != nil && s.o.Observe != nil && outcome != "" {
+		res := idempotency.Result{Outcome: outcome, Status: status}
+		s.o.Observe(c.UserContext(), &Event{Route: route.Name, Method: c.Method(), Result: &res})
+	}
+	return writeProblem(c, status, outcome, detail, 0)
+}
