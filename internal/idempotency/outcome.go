@@ -47,6 +47,10 @@ type Upstream struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// BodyOmitted: the body was larger than the gateway reads; the answer
+	// and the record carry status and headers only. The upstream did
+	// answer, so the delivery is settled like any other.
+	BodyOmitted bool
 }
 
 // Result is what the state machine decided for one delivery. The ingress

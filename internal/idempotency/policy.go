@@ -68,7 +68,7 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 			r.Headers[name] = joinValues(vals)
 		}
 	}
-	if p.MaxBody > 0 && len(up.Body) > p.MaxBody {
+	if up.BodyOmitted || p.MaxBody > 0 && len(up.Body) > p.MaxBody {
 		r.BodyOmitted = true
 	} else {
 		r.Body = up.Body

@@ -69,6 +69,9 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 			}
 		}
 	}
+	if up.BodyOmitted {
+		h.Set(HeaderBodyOmitted, "true")
+	}
 	c.Status(up.Status)
 	return c.Send(up.Body)
 }

@@ -24,12 +24,18 @@ type fastRequest struct {
 
 func newFastRequest(c *fiber.Ctx) fastRequest { return fastRequest{req: c.Request()} }
 
+// present is a non-nil empty value: a header or parameter that is there
+// but empty, which fingerprints tell apart from one that is absent.
+var present = []byte{}
+
 func (f fastRequest) Header(name string) []byte {
-	v := f.req.Header.Peek(name)
-	if v == nil {
-		return nil
+	if v := f.req.Header.Peek(name); len(v) > 0 {
+		return v
 	}
-	return v
+	if len(f.req.Header.PeekAll(name)) > 0 {
+		return present
+	}
+	return nil
 }
 
 func (f fastRequest) HeaderValues(name string) [][]byte {
@@ -37,7 +43,14 @@ func (f fastRequest) HeaderValues(name string) [][]byte {
 }
 
 func (f fastRequest) Query(name string) []byte {
-	return f.req.URI().QueryArgs().Peek(name)
+	args := f.req.URI().QueryArgs()
+	if v := args.Peek(name); len(v) > 0 {
+		return v
+	}
+	if args.Has(name) {
+		return present
+	}
+	return nil
 }
 
 // Body is the raw body as received: never decompressed, because signatures

@@ -11,11 +11,12 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // Verifier checks a delivery's signature before anything is claimed.
 type Verifier interface {
-	Verify(r Request) error
+	Verify(r verify.Request) error
 }
 
 // Route is one configured webhook endpoint, ready to serve. main builds it

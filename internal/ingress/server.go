@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 
-	route, rest := s.router.match(c.Path())
+	route, rest := s.router.match(string(c.Request().URI().Path()))
 	if route == nil {
 		return writeProblem(c, http.StatusNotFound, "", "no route is configured for this path", 0)
 	}
@@ -173,27 +174,20 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
 	key, err := route.Extractor.Key(req, (*bp)[:0])
-	if err != nil && !errors.Is(err, extract.ErrKeyTooLong) {
-		// A body the key sources cannot parse: say so rather than "no key".
-		if route.KeyRequired {
-			return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest,
-				Detail: "no idempotency key could be extracted: " + safeDetail(err.Error()), Err: err}
-		}
-		return s.unclaimed(ctx, fwd)
-	}
-	if err == nil && len(key) == 0 {
-		if route.KeyRequired {
-			return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest,
-				Detail: "no idempotency key found in the configured sources"}
-		}
-		return s.unclaimed(ctx, fwd)
-	}
-	if err == nil {
-		err = extract.ValidateKey(key, route.MaxKeyLength)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, extract.ErrInvalidKey):
 		return idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
 			Detail: "invalid idempotency key: " + safeDetail(err.Error()), Err: err}
+	case err != nil || len(key) == 0:
+		// No key. A body the JSON sources could not parse says why.
+		if !route.KeyRequired {
+			return s.unclaimed(ctx, fwd)
+		}
+		detail := "no idempotency key found in the configured sources"
+		if errors.Is(err, extract.ErrMalformedBody) {
+			detail = "no idempotency key found: the body is not valid JSON"
+		}
+		return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest, Detail: detail, Err: err}
 	}
 	*bp = key[:0]
 	ev.Key = string(key)
@@ -236,7 +230,7 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	}
 	req := &forward.Request{
 		Method:    c.Method(),
-		URL:       forward.JoinURL(route.UpstreamURL, rest, string(fr.URI().QueryString())),
+		URL:       forward.JoinURL(route.UpstreamURL, (&url.URL{Path: rest}).EscapedPath(), string(fr.URI().QueryString())),
 		Header:    hdr,
 		Body:      append([]byte(nil), fr.Body()...),
 		ClientIP:  s.clientIP(c),
@@ -247,6 +241,11 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		Timeout:   route.UpstreamTimeout,
 	}
 	resp, err := s.o.Forwarder.Do(ctx, req)
+	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
+		// The upstream answered: settle the delivery on its status (never
+		// release a processed event because its answer was big).
+		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +308,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		status = fe.Code
 	}
-	route, _ := s.router.match(c.Path())
+	route, _ := s.router.match(string(c.Request().URI().Path()))
 	var outcome idempotency.Outcome
 	detail := http.StatusText(status)
 	if status == http.StatusRequestEntityTooLarge {

@@ -1,0 +1,156 @@
+// Command gateway runs hookstamp, the webhook idempotency gateway.
+//
+//	gateway [serve] [-config FILE] [-demo-upstream ADDR]
+//	gateway check   [-config FILE]
+//	gateway migrate [-config FILE]
+//	gateway version
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/demo"
+	"github.com/hookstamp/hookstamp/internal/gateway"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+)
+
+// version is set at build time (-ldflags "-X main.version=…").
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("gateway "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", defaultConfigPath(environ), "configuration file (HOOKSTAMP_CONFIG)")
+	var demoAddr *string
+	if cmd == "serve" {
+		demoAddr = fs.String("demo-upstream", "", "also serve a demo upstream that logs what it receives on this address (for trying hookstamp out)")
+	}
+	switch cmd {
+	case "serve", "check", "migrate":
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+	case "version":
+		fmt.Fprintln(stdout, "hookstamp", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "gateway: unknown command %q\n", cmd)
+		usage(stderr)
+		return 2
+	}
+
+	cfg, err := config.Load(*path, environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway: invalid configuration %s:\n%v\n", *path, err)
+		return 1
+	}
+	switch cmd {
+	case "check":
+		out, err := cfg.YAML()
+		if err != nil {
+			fmt.Fprintf(stderr, "gateway check: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "# %s: valid. Effective configuration, secrets redacted:\n%s", *path, out)
+		return 0
+	case "migrate":
+		if err := migrate(cfg); err != nil {
+			fmt.Fprintf(stderr, "gateway migrate: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "ledger schema is up to date")
+		return 0
+	}
+
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log, *demoAddr); err != nil {
+		log.Error("gateway stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr string) error {
+	if demoAddr != "" {
+		ln, err := net.Listen("tcp", demoAddr)
+		if err != nil {
+			return fmt.Errorf("demo upstream: %w", err)
+		}
+		up := demo.New(log.With("component", "demo-upstream"))
+		go func() { _ = up.Serve(ln) }()
+		defer up.Close()
+		log.Info("demo upstream listening", "addr", ln.Addr().String())
+	}
+	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: log, Version: version})
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}
+
+func migrate(cfg *config.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: cfg.Store.Driver, DSN: cfg.Store.DSN, MaxOpenConns: 2})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return l.Migrate(ctx)
+}
+
+func defaultConfigPath(environ []string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "HOOKSTAMP_CONFIG="); ok && v != "" {
+			return v
+		}
+	}
+	return "config.yaml"
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Telemetry.Log.Level)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Telemetry.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  gateway [serve] [-config FILE] [-demo-upstream ADDR]   serve (config defaults to ./config.yaml or $HOOKSTAMP_CONFIG)
+  gateway check   [-config FILE]   validate and print the effective configuration, secrets redacted
+  gateway migrate [-config FILE]   create or upgrade the ledger schema and exit
+  gateway version                  print the version
+`)
+}
+
+

@@ -1,0 +1,397 @@
+// Package config is hookstamp's configuration: one Config struct whose every
+// field documents its default, a loader (Load, LoadFromBytes) built on koanf
+// that layers defaults, the YAML file, HOOKSTAMP_* environment overrides,
+// ${NAME} interpolation and provider presets, and a validator that reports
+// every problem with its key path (SPEC §3).
+//
+// The loader works on the raw key/value tree before decoding it, so it knows
+// what the user actually wrote: a preset fills only what a route leaves unset,
+// and an explicit empty string (key_header: "") is not confused with an absent
+// key.
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of one gateway process.
+type Config struct {
+	Server    Server    `koanf:"server" yaml:"server"`
+	Admin     Admin     `koanf:"admin" yaml:"admin"`
+	Store     Store     `koanf:"store" yaml:"store"`
+	Screen    Screen    `koanf:"screen" yaml:"screen"`
+	Telemetry Telemetry `koanf:"telemetry" yaml:"telemetry"`
+	// Routes are the deduplicated endpoints; at least one is required.
+	Routes []Route `koanf:"routes" yaml:"routes"`
+}
+
+// Server is the public listener that providers deliver to.
+type Server struct {
+	// Listen is the host:port to listen on. Default ":8080".
+	Listen string `koanf:"listen" yaml:"listen"`
+	// BodyLimit is the largest request body accepted; larger ones get 413
+	// (outcome too_large). Default 1MiB.
+	BodyLimit Size `koanf:"body_limit" yaml:"body_limit"`
+	// ReadTimeout bounds reading one request. Default 10s.
+	ReadTimeout time.Duration `koanf:"read_timeout" yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response. Default 60s.
+	WriteTimeout time.Duration `koanf:"write_timeout" yaml:"write_timeout"`
+	// ShutdownTimeout is how long in-flight deliveries may drain after
+	// SIGTERM. Default 15s.
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout" yaml:"shutdown_timeout"`
+	// TrustedProxies are CIDRs (or single IPs) whose X-Forwarded-For is
+	// believed. Default none.
+	TrustedProxies []string `koanf:"trusted_proxies" yaml:"trusted_proxies"`
+}
+
+// Admin is the operator listener: health, metrics and the admin API.
+type Admin struct {
+	// Listen is the host:port of the admin listener; "" turns it off.
+	// Default "127.0.0.1:9090".
+	Listen string `koanf:"listen" yaml:"listen"`
+	// Token is the bearer token for /admin/*; empty turns /admin/* off.
+	// Default "".
+	Token string `koanf:"token" yaml:"token"`
+}
+
+// Store is the durable ledger (GORM).
+type Store struct {
+	// Driver is StoreSQLite or StorePostgres. Default "sqlite".
+	Driver string `koanf:"driver" yaml:"driver"`
+	// DSN is the SQLite file or the PostgreSQL URL/keyword string.
+	// Default "data/hookstamp.db".
+	DSN string `koanf:"dsn" yaml:"dsn"`
+	// MaxOpenConns caps the connection pool. Default 16.
+	MaxOpenConns int `koanf:"max_open_conns" yaml:"max_open_conns"`
+	// AutoMigrate creates or upgrades the schema at start-up. Default true.
+	AutoMigrate bool `koanf:"auto_migrate" yaml:"auto_migrate"`
+	// SweepInterval is how often expired rows are deleted. Default 1m.
+	SweepInterval time.Duration `koanf:"sweep_interval" yaml:"sweep_interval"`
+	// OnUnavailable is StoreUnavailableReject (503, fail closed) or
+	// StoreUnavailablePass (forward without dedup). Default "reject".
+	OnUnavailable string `koanf:"on_unavailable" yaml:"on_unavailable"`
+}
+
+// Screen is the fast, forgetful claim layer in front of the ledger.
+type Screen struct {
+	// Driver is ScreenMemory (one process only), ScreenRedis or ScreenNone
+	// (claims are made in the ledger). Default "memory".
+	Driver string `koanf:"driver" yaml:"driver"`
+	// Redis is used when Driver is "redis".
+	Redis Redis `koanf:"redis" yaml:"redis"`
+	// Prefix starts every screen key. Default "hookstamp:".
+	Prefix string `koanf:"prefix" yaml:"prefix"`
+	// Lease is the lifetime of an in-flight claim (screen or ledger); it must
+	// be longer than every route's upstream.timeout. Default 30s.
+	Lease time.Duration `koanf:"lease" yaml:"lease"`
+	// TTL is the lifetime of a done entry in the screen. Default 24h.
+	TTL time.Duration `koanf:"ttl" yaml:"ttl"`
+	// MaxCachedBody is the largest response body kept in the screen; larger
+	// responses are replayed from the ledger. Default 64KiB.
+	MaxCachedBody Size `koanf:"max_cached_body" yaml:"max_cached_body"`
+	// LocalCache is the in-process cache of done records; 0 turns it off.
+	// Default 32MiB.
+	LocalCache Size `koanf:"local_cache" yaml:"local_cache"`
+	// OnUnavailable is ScreenUnavailableStore (claim in the ledger),
+	// ScreenUnavailableReject (503) or ScreenUnavailablePass (forward without
+	// dedup). Default "store".
+	OnUnavailable string `koanf:"on_unavailable" yaml:"on_unavailable"`
+}
+
+// Redis is the connection to the Redis screen.
+type Redis struct {
+	// Addrs are host:port addresses; several mean Redis Cluster.
+	// Default ["127.0.0.1:6379"].
+	Addrs []string `koanf:"addrs" yaml:"addrs"`
+	// Username for Redis ACLs. Default "".
+	Username string `koanf:"username" yaml:"username"`
+	// Password for Redis AUTH. Default "".
+	Password string `koanf:"password" yaml:"password"`
+	// DB is the database number; must be 0 with Cluster. Default 0.
+	DB int `koanf:"db" yaml:"db"`
+	// TLS turns on TLS to Redis. Default false.
+	TLS bool `koanf:"tls" yaml:"tls"`
+}
+
+// Telemetry configures traces, metrics and logs.
+type Telemetry struct {
+	// ServiceName is the OpenTelemetry service.name. Default "hookstamp".
+	ServiceName string  `koanf:"service_name" yaml:"service_name"`
+	Traces      Traces  `koanf:"traces" yaml:"traces"`
+	Metrics     Metrics `koanf:"metrics" yaml:"metrics"`
+	Log         Log     `koanf:"log" yaml:"log"`
+}
+
+// Traces configures the trace exporter.
+type Traces struct {
+	// Exporter is ExporterNone, ExporterStdout or ExporterOTLP (configured by
+	// the standard OTEL_EXPORTER_OTLP_* variables). Default "none".
+	Exporter string `koanf:"exporter" yaml:"exporter"`
+	// SampleRatio is the fraction of traces sampled, in [0, 1]. Default 1.0.
+	SampleRatio float64 `koanf:"sample_ratio" yaml:"sample_ratio"`
+}
+
+// Metrics configures metric export.
+type Metrics struct {
+	// Prometheus serves /metrics on the admin listener. Default true.
+	Prometheus bool `koanf:"prometheus" yaml:"prometheus"`
+}
+
+// Log configures the structured logger.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `koanf:"level" yaml:"level"`
+	// Format is json or text. Default "json".
+	Format string `koanf:"format" yaml:"format"`
+}
+
+// Route is one deduplicated endpoint.
+type Route struct {
+	// Name namespaces the keys of this route: [a-z0-9_-]{1,64}, unique.
+	// Required.
+	Name string `koanf:"name" yaml:"name"`
+	// Path is matched exactly, or as a prefix when it ends in "/*". It starts
+	// with "/". Required.
+	Path string `koanf:"path" yaml:"path"`
+	// Methods are the deduplicated methods; other methods pass through.
+	// Default ["POST"].
+	Methods []string `koanf:"methods" yaml:"methods"`
+	// Mode is ModeEnforce or ModeShadow (forward everything, count would-be
+	// duplicates). Default "enforce".
+	Mode string `koanf:"mode" yaml:"mode"`
+	// Preset names a provider preset (see Presets) that fills key,
+	// fingerprint, verify.scheme and retention where the route leaves them
+	// unset. Default "" (none).
+	Preset   string   `koanf:"preset" yaml:"preset,omitempty"`
+	Upstream Upstream `koanf:"upstream" yaml:"upstream"`
+	Key      Key      `koanf:"key" yaml:"key"`
+	// Fingerprint says what a delivery means, to tell retries from key reuse.
+	Fingerprint Fingerprint `koanf:"fingerprint" yaml:"fingerprint"`
+	// Verify checks the provider's signature before anything is claimed.
+	Verify Verify `koanf:"verify" yaml:"verify"`
+	// Inflight is InflightWait (hold a repeat until the first finishes) or
+	// InflightReject (409 at once). Default "wait".
+	Inflight string `koanf:"inflight" yaml:"inflight"`
+	// WaitTimeout bounds how long a repeat waits for the first delivery.
+	// Default 10s.
+	WaitTimeout time.Duration `koanf:"wait_timeout" yaml:"wait_timeout"`
+	Record      Record        `koanf:"record" yaml:"record"`
+	// Retention is the ledger row lifetime. Default 720h, or the preset's.
+	Retention time.Duration `koanf:"retention" yaml:"retention"`
+	// Source names the sender for "top duplicate sources": "ip" or
+	// "header:NAME". Default "ip".
+	Source string `koanf:"source" yaml:"source"`
+}
+
+// Upstream is where a route forwards to.
+type Upstream struct {
+	// URL is the absolute http(s) URL forwarded to; a "/*" route appends the
+	// rest of the path. Required.
+	URL string `koanf:"url" yaml:"url"`
+	// Timeout bounds one forward. Default 10s.
+	Timeout time.Duration `koanf:"timeout" yaml:"timeout"`
+	// KeyHeader is the request header that carries the key upstream; ""
+	// sends none. Default "Idempotency-Key".
+	KeyHeader string `koanf:"key_header" yaml:"key_header"`
+}
+
+// Key says where a delivery's idempotency key comes from.
+type Key struct {
+	// Sources are tried in order; the first non-empty value wins. Default
+	// none (a preset fills them); required when Required is true.
+	Sources []KeySource `koanf:"sources" yaml:"sources"`
+	// Required: a delivery without a key gets 400 (missing_key); false lets
+	// it pass through. Default true.
+	Required bool `koanf:"required" yaml:"required"`
+	// MaxLength is the longest key accepted, in bytes. Default 255.
+	MaxLength int `koanf:"max_length" yaml:"max_length"`
+}
+
+// KeySource is one place a key may come from. In YAML it is a one-entry
+// mapping such as `header: X-Event-Id` or `json: data.object.id`.
+type KeySource struct {
+	// Kind is SourceHeader, SourceJSON, SourceForm, SourceQuery,
+	// SourceTemplate or SourceBodyHash.
+	Kind string `koanf:"kind"`
+	// Arg is the header name, GJSON path, form field, query parameter,
+	// template (see ParseTemplate) or digest algorithm ("sha256").
+	Arg string `koanf:"arg"`
+}
+
+// MarshalYAML writes the source back in its one-entry mapping form.
+func (s KeySource) MarshalYAML() (any, error) {
+	return map[string]string{s.Kind: s.Arg}, nil
+}
+
+// Fingerprint says which part of a delivery identifies its meaning.
+type Fingerprint struct {
+	// Mode is FingerprintBody, FingerprintFields or FingerprintNone.
+	// Default "body".
+	Mode string `koanf:"mode" yaml:"mode"`
+	// Fields are "json:PATH", "form:NAME", "header:NAME" or "query:NAME"
+	// entries; required with mode fields, not allowed otherwise. Default none.
+	Fields []string `koanf:"fields" yaml:"fields"`
+	// OnMismatch is OnMismatchReject (422) or OnMismatchReplay. Default
+	// "reject".
+	OnMismatch string `koanf:"on_mismatch" yaml:"on_mismatch"`
+}
+
+// Verify configures signature verification. An empty Scheme verifies nothing.
+type Verify struct {
+	// Scheme is one of the Scheme* constants, or "" for none. Default "".
+	Scheme string `koanf:"scheme" yaml:"scheme"`
+	// Secrets are the HMAC secrets; several allow rotation. Default none.
+	Secrets []string `koanf:"secrets" yaml:"secrets"`
+	// PublicKey is the provider's RSA public key (PEM) for alipay and
+	// wechatpay. Default "".
+	PublicKey string `koanf:"public_key" yaml:"public_key"`
+	// URL is the signed notification URL (square). Default "".
+	URL string `koanf:"url" yaml:"url"`
+	// Tolerance is the accepted clock skew for schemes with a signed
+	// timestamp. Default 5m.
+	Tolerance time.Duration `koanf:"tolerance" yaml:"tolerance"`
+	// Header carries the signature (scheme hmac only). Default "".
+	Header string `koanf:"header" yaml:"header"`
+	// Algorithm is sha1, sha256 or sha512 (scheme hmac only). Default
+	// "sha256".
+	Algorithm string `koanf:"algorithm" yaml:"algorithm"`
+	// Encoding is hex or base64 (scheme hmac only). Default "hex".
+	Encoding string `koanf:"encoding" yaml:"encoding"`
+	// Prefix precedes the signature in the header, e.g. "sha256=" (scheme
+	// hmac only). Default "".
+	Prefix string `koanf:"prefix" yaml:"prefix"`
+}
+
+// Record says which upstream answers are final and what is kept of them.
+type Record struct {
+	// Statuses are the final statuses: classes "1xx".."4xx" or single codes
+	// such as "200". 408, 425, 429 and 5xx are never final (a class matches
+	// none of them; naming one is an error). Default ["2xx", "4xx"].
+	Statuses []string `koanf:"statuses" yaml:"statuses"`
+	// Headers are the response headers kept for replay; Set-Cookie is not
+	// allowed. Default ["Content-Type"].
+	Headers []string `koanf:"headers" yaml:"headers"`
+	// MaxBody is the largest response body recorded; larger ones are
+	// recorded without body. Default 1MiB.
+	MaxBody Size `koanf:"max_body" yaml:"max_body"`
+	// Ambiguous is AmbiguousRelease or AmbiguousHold: what happens when the
+	// upstream gave no answer after the request was sent. Default "release".
+	Ambiguous string `koanf:"ambiguous" yaml:"ambiguous"`
+}
+
+// IsFinal reports whether status is final for this record policy. It never
+// reports 408, 425, 429 or 5xx as final. It assumes validated statuses.
+func (r Record) IsFinal(status int) bool {
+	if neverFinal(status) {
+		return false
+	}
+	for _, s := range r.Statuses {
+		if matchStatus(s, status) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsPrefix reports whether the route matches a path prefix ("/hooks/*").
+func (r Route) IsPrefix() bool { return strings.HasSuffix(r.Path, "/*") }
+
+// PathPrefix is the path without its trailing "*" for a prefix route
+// ("/hooks/*" → "/hooks/"), and the path itself for an exact route.
+func (r Route) PathPrefix() string {
+	if r.IsPrefix() {
+		return strings.TrimSuffix(r.Path, "*")
+	}
+	return r.Path
+}
+
+// MatchPath reports whether a request path belongs to the route: equal to
+// Path for an exact route, starting with PathPrefix for a prefix route (so
+// "/hooks/*" matches "/hooks/a" and "/hooks/", not "/hooks").
+func (r Route) MatchPath(p string) bool {
+	if r.IsPrefix() {
+		return strings.HasPrefix(p, r.PathPrefix())
+	}
+	return p == r.Path
+}
+
+// HasMethod reports whether method is deduplicated on this route.
+func (r Route) HasMethod(method string) bool {
+	for _, m := range r.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// SourceHeader is the header named by Source "header:NAME", or "" when the
+// source is the client IP.
+func (r Route) SourceHeader() string {
+	name, ok := strings.CutPrefix(r.Source, "header:")
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// Enumerated values. They are plain strings so the struct reads like the YAML.
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+
+	SourceHeader   = "header"
+	SourceJSON     = "json"
+	SourceForm     = "form"
+	SourceQuery    = "query"
+	SourceTemplate = "template"
+	SourceBodyHash = "body_hash"
+
+	FingerprintBody   = "body"
+	FingerprintFields = "fields"
+	FingerprintNone   = "none"
+
+	OnMismatchReject = "reject"
+	OnMismatchReplay = "replay"
+
+	InflightWait   = "wait"
+	InflightReject = "reject"
+
+	AmbiguousRelease = "release"
+	AmbiguousHold    = "hold"
+
+	StoreSQLite   = "sqlite"
+	StorePostgres = "postgres"
+
+	StoreUnavailableReject = "reject"
+	StoreUnavailablePass   = "pass"
+
+	ScreenMemory = "memory"
+	ScreenRedis  = "redis"
+	ScreenNone   = "none"
+
+	ScreenUnavailableStore  = "store"
+	ScreenUnavailableReject = "reject"
+	ScreenUnavailablePass   = "pass"
+
+	ExporterNone   = "none"
+	ExporterStdout = "stdout"
+	ExporterOTLP   = "otlp"
+
+	SchemeStandardWebhooks = "standard-webhooks"
+	SchemeStripe           = "stripe"
+	SchemeGitHub           = "github"
+	SchemeShopify          = "shopify"
+	SchemeSlack            = "slack"
+	SchemeSquare           = "square"
+	SchemePaddle           = "paddle"
+	SchemeRazorpay         = "razorpay"
+	SchemeTwitch           = "twitch"
+	SchemeAlipay           = "alipay"
+	SchemeWeChatPay        = "wechatpay"
+	SchemeHMAC             = "hmac"
+)
+
+// RedactedValue replaces every non-empty secret in Redacted and YAML.
+const RedactedValue = "[redacted]"

@@ -1,0 +1,354 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/maps"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix starts every environment variable that overrides a file value.
+const EnvPrefix = "HOOKSTAMP_"
+
+// Load reads the YAML file at path and returns the effective, validated
+// configuration; see LoadFromBytes for the layers. environ is the process
+// environment in os.Environ form (passed in so tests need not touch the real
+// one).
+func Load(path string, environ []string) (*Config, error) {
+	data, err := file.Provider(path).ReadBytes()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := LoadFromBytes(data, environ)
+	var problems Errors
+	if err != nil && !errors.As(err, &problems) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, err
+}
+
+// LoadFromBytes builds the configuration from YAML text, in layers:
+//
+//  1. the defaults (Default, and DefaultRoute under every route);
+//  2. the YAML document;
+//  3. HOOKSTAMP_* environment variables: HOOKSTAMP_STORE__DSN sets store.dsn
+//     (double underscore = one level down, names are case-insensitive). Only
+//     keys outside routes can be set this way: scalars, and the string lists
+//     server.trusted_proxies and screen.redis.addrs as comma-separated text.
+//     A HOOKSTAMP_ variable that names no such key is ignored, so
+//     HOOKSTAMP_ADMIN_TOKEN or HOOKSTAMP_CONFIG can serve other purposes;
+//  4. ${NAME} and ${NAME:-default} in string values, from environ; an unset
+//     NAME without default is an error (":-" also applies to an empty NAME);
+//  5. each route's preset, under the keys the route sets itself;
+//  6. type checks (unknown keys, bad durations and sizes) and Validate.
+//
+// A key written with no value (`lease:`) counts as unset. On any problem the
+// error is an Errors listing all of them, each with its key path; the
+// returned Config is then nil.
+func LoadFromBytes(data []byte, environ []string) (*Config, error) {
+	doc, err := yaml.Parser().Unmarshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse YAML: %w", err)
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	maps.IntfaceKeysToStrings(doc)
+	dropNulls(doc)
+
+	k := koanf.New(".")
+	defaults := toRaw(reflect.ValueOf(Default())).(map[string]any)
+	if err := k.Load(confmap.Provider(defaults, ""), nil); err != nil {
+		return nil, fmt.Errorf("load defaults: %w", err)
+	}
+	if err := k.Load(confmap.Provider(doc, ""), nil); err != nil {
+		return nil, fmt.Errorf("load YAML: %w", err)
+	}
+	envKeys := envKeys()
+	fromEnv := map[string]string{} // key path → variable that set it
+	envProvider := env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, value string) (string, any) {
+			key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__", ".")
+			t, ok := envKeys[key]
+			if !ok {
+				return "", nil // names no configuration key: not ours
+			}
+			fromEnv[key] = name
+			if t.Kind() == reflect.Slice {
+				return key, splitList(value)
+			}
+			return key, value
+		},
+	})
+	if err := k.Load(envProvider, nil); err != nil {
+		return nil, fmt.Errorf("load environment: %w", err)
+	}
+
+	raw := k.Raw()
+	var phases [3]Errors
+	interpolate(raw, "", lookupIn(environ), &phases[0])
+	applyRouteDefaults(raw)
+	sc := schema{errs: &phases[1], routeDefault: toRaw(reflect.ValueOf(DefaultRoute()))}
+	norm := sc.value("", reflect.TypeOf(Config{}), raw, defaults)
+
+	var c Config
+	if err := decode(norm, &c); err != nil {
+		// The schema pass normalised every value, so this is a bug here.
+		return nil, fmt.Errorf("decode configuration: %w", err)
+	}
+	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
+		return nil, err
+	}
+
+	problems := mergePhases(phases[:])
+	for _, p := range problems {
+		if name := envSource(fromEnv, p.Path); name != "" {
+			p.Msg += " (set by " + name + ")"
+		}
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	return &c, nil
+}
+
+// decode turns the normalised tree into c through koanf and mapstructure.
+func decode(tree any, c *Config) error {
+	m, ok := tree.(map[string]any)
+	if !ok {
+		return fmt.Errorf("configuration is %T, not a mapping", tree)
+	}
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
+		return err
+	}
+	return k.UnmarshalWithConf("", c, koanf.UnmarshalConf{
+		Tag: "koanf",
+		DecoderConfig: &mapstructure.DecoderConfig{
+			ErrorUnused: true, // the schema pass already reported unknown keys
+		},
+	})
+}
+
+// mergePhases keeps every problem of the first phase, and problems of later
+// phases only when no earlier problem covers their path: a bad value that
+// was reported and replaced must not be reported again as, say, "required".
+func mergePhases(phases []Errors) Errors {
+	var out Errors
+	for _, phase := range phases {
+		seen := len(out)
+		for _, e := range phase {
+			covered := false
+			for _, prev := range out[:seen] {
+				if covers(prev.Path, e.Path) {
+					covered = true
+					break
+				}
+			}
+			if !covered {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+func covers(parent, p string) bool {
+	return parent == p || parent == "" ||
+		strings.HasPrefix(p, parent+".") || strings.HasPrefix(p, parent+"[")
+}
+
+// envSource names the variable that set path (or the list containing it).
+func envSource(fromEnv map[string]string, path string) string {
+	for key, name := range fromEnv {
+		if covers(key, path) {
+			return name
+		}
+	}
+	return ""
+}
+
+// envKeys maps every key that an environment variable may set to its type:
+// the leaves outside routes.
+func envKeys() map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := koanfName(f)
+			if name == "" || (prefix == "" && name == "routes") {
+				continue
+			}
+			switch {
+			case f.Type.Kind() == reflect.Struct:
+				walk(join(prefix, name), f.Type)
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() != reflect.String:
+				// Lists of structures cannot be written as one variable.
+			default:
+				out[join(prefix, name)] = f.Type
+			}
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	return out
+}
+
+// splitList reads a comma-separated environment value as a list.
+func splitList(s string) []any {
+	out := []any{}
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// dropNulls removes keys written without a value, so they count as unset.
+func dropNulls(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if val == nil {
+				delete(x, k)
+				continue
+			}
+			dropNulls(val)
+		}
+	case []any:
+		for _, e := range x {
+			dropNulls(e)
+		}
+	}
+}
+
+// applyRouteDefaults replaces every route with DefaultRoute, overlaid with
+// its preset's fragment, overlaid with what the route itself says. Lists are
+// replaced, never merged: sources [header: X] means exactly that.
+func applyRouteDefaults(raw map[string]any) {
+	routes, ok := raw["routes"].([]any)
+	if !ok {
+		return // the schema pass reports it
+	}
+	for i, r := range routes {
+		own, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		merged := toRaw(reflect.ValueOf(DefaultRoute())).(map[string]any)
+		if name, ok := own["preset"].(string); ok {
+			if p, ok := LookupPreset(name); ok {
+				maps.Merge(p.rawFragment(own), merged)
+			}
+		}
+		maps.Merge(maps.Copy(own), merged)
+		routes[i] = merged
+	}
+}
+
+// lookupIn makes a variable lookup over an os.Environ-style list; the last
+// definition wins, as in a shell.
+func lookupIn(environ []string) func(string) (string, bool) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(name string) (string, bool) {
+		v, ok := m[name]
+		return v, ok
+	}
+}
+
+// interpolate replaces ${NAME} and ${NAME:-default} in every string of the
+// tree, in place.
+func interpolate(v any, path string, lookup func(string) (string, bool), errs *Errors) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			x[k] = interpolate(x[k], join(path, k), lookup, errs)
+		}
+	case []any:
+		for i := range x {
+			x[i] = interpolate(x[i], index(path, i), lookup, errs)
+		}
+	case string:
+		s, err := expand(x, lookup)
+		if err != nil {
+			errs.add(path, "%v", err)
+			return x
+		}
+		return s
+	}
+	return v
+}
+
+// expand substitutes the variable references of one string. Substituted
+// text is not scanned again.
+func expand(s string, lookup func(string) (string, bool)) (string, error) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	var b strings.Builder
+	for {
+		start := strings.Index(s, "${")
+		if start < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:start])
+		end := strings.IndexByte(s[start:], '}')
+		if end < 0 {
+			return "", fmt.Errorf("unterminated %q (want ${NAME} or ${NAME:-default})", s[start:])
+		}
+		ref := s[start : start+end+1]
+		name, def, hasDef := strings.Cut(ref[2:len(ref)-1], ":-")
+		if !validEnvName(name) {
+			return "", fmt.Errorf("bad variable reference %q (want ${NAME} or ${NAME:-default})", ref)
+		}
+		val, ok := lookup(name)
+		switch {
+		case hasDef && (!ok || val == ""):
+			val = def
+		case !ok:
+			return "", fmt.Errorf("environment variable %s is not set (write ${%s:-} to default to empty)", name, name)
+		}
+		b.WriteString(val)
+		s = s[start+end+1:]
+	}
+}
+
+func validEnvName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"sort"
+	"time"
+)
+
+// Preset is a provider's conventions (SPEC §3 "Presets", PROVIDERS.md): where
+// the stable delivery identity is, what the delivery means, how it is signed
+// and how long the provider keeps retrying. A route naming the preset gets
+// these values wherever it leaves the key unset.
+type Preset struct {
+	// Name is the value of routes[].preset.
+	Name string
+	// Key becomes key.sources.
+	Key []KeySource
+	// Fingerprint gives fingerprint.mode and fingerprint.fields; both are
+	// applied only when the route sets neither. OnMismatch is not part of a
+	// preset.
+	Fingerprint Fingerprint
+	// Scheme becomes verify.scheme; "" means no built-in verification.
+	Scheme string
+	// Retention becomes retention: the provider's whole retry window plus at
+	// least a day of margin, and never under 72h.
+	Retention time.Duration
+	// RetryWindow is the provider's documented retry window, for the README.
+	RetryWindow string
+}
+
+const day = 24 * time.Hour
+
+// adyenKey is the Adyen notification item identity: pspReference, eventCode
+// and success of the first (and, for webhooks, only) item.
+const adyenKey = "{json:notificationItems.0.NotificationRequestItem.pspReference}:" +
+	"{json:notificationItems.0.NotificationRequestItem.eventCode}:" +
+	"{json:notificationItems.0.NotificationRequestItem.success}"
+
+// presetTable is in SPEC order. Retentions: window + ≥ 1 day, min 72h.
+var presetTable = []Preset{
+	{Name: "standard-webhooks", Key: src(SourceHeader, "webhook-id"), Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
+	{Name: "stripe", Key: src(SourceJSON, "id"), Scheme: SchemeStripe, Retention: 4 * day, RetryWindow: "3 days"},
+	// GitHub never retries on its own; deliveries can be redelivered by hand
+	// for 3 days.
+	{Name: "github", Key: src(SourceHeader, "X-GitHub-Delivery"), Scheme: SchemeGitHub, Retention: 4 * day, RetryWindow: "manual redelivery, 3 days"},
+	{Name: "shopify", Key: src(SourceHeader, "X-Shopify-Webhook-Id"), Scheme: SchemeShopify, Retention: 3 * day, RetryWindow: "4 h"},
+	{Name: "slack", Key: src(SourceJSON, "event_id"), Scheme: SchemeSlack, Retention: 3 * day, RetryWindow: "3 retries, minutes"},
+	// Alipay resends change notify_time and sign, so the body cannot be the
+	// fingerprint: the business fields are.
+	{Name: "alipay", Key: src(SourceForm, "notify_id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{
+		"form:out_trade_no", "form:trade_no", "form:trade_status", "form:total_amount",
+	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h"},
+	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, Retention: 3 * day, RetryWindow: "~24 h"},
+	// PayPal signs with certificates fetched at run time: verify upstream.
+	{Name: "paypal", Key: src(SourceJSON, "id"), Retention: 4 * day, RetryWindow: "3 days"},
+	{Name: "square", Key: src(SourceJSON, "event_id"), Scheme: SchemeSquare, Retention: 3 * day, RetryWindow: "24 h"},
+	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days"},
+	{Name: "razorpay", Key: src(SourceHeader, "X-Razorpay-Event-Id"), Scheme: SchemeRazorpay, Retention: 3 * day, RetryWindow: "24 h"},
+	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Retention: 3 * day, RetryWindow: "short, undocumented"},
+	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
+	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days"},
+}
+
+func src(kind, arg string) []KeySource { return []KeySource{{Kind: kind, Arg: arg}} }
+
+// Presets returns the preset table in SPEC order. The result is a fresh copy:
+// changing it changes nothing.
+func Presets() []Preset {
+	out := make([]Preset, len(presetTable))
+	for i, p := range presetTable {
+		out[i] = p.clone()
+	}
+	return out
+}
+
+// LookupPreset returns the preset called name.
+func LookupPreset(name string) (Preset, bool) {
+	for _, p := range presetTable {
+		if p.Name == name {
+			return p.clone(), true
+		}
+	}
+	return Preset{}, false
+}
+
+// PresetNames returns the preset names, sorted.
+func PresetNames() []string {
+	names := make([]string, len(presetTable))
+	for i, p := range presetTable {
+		names[i] = p.Name
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (p Preset) clone() Preset {
+	p.Key = append([]KeySource(nil), p.Key...)
+	p.Fingerprint.Fields = append([]string(nil), p.Fingerprint.Fields...)
+	if len(p.Fingerprint.Fields) == 0 {
+		p.Fingerprint.Fields = nil
+	}
+	if p.Fingerprint.Mode == "" {
+		p.Fingerprint.Mode = FingerprintBody
+	}
+	return p
+}
+
+// rawFragment is the preset as a raw configuration tree to lay under the
+// route's own keys. The fingerprint is left out when the route sets its mode
+// or fields: mixing the preset's fields with the route's mode would make a
+// combination nobody wrote.
+func (p Preset) rawFragment(route map[string]any) map[string]any {
+	p = p.clone()
+	sources := make([]any, len(p.Key))
+	for i, s := range p.Key {
+		sources[i] = map[string]any{s.Kind: s.Arg}
+	}
+	frag := map[string]any{
+		"key":       map[string]any{"sources": sources},
+		"verify":    map[string]any{"scheme": p.Scheme},
+		"retention": p.Retention,
+	}
+	fp, _ := route["fingerprint"].(map[string]any)
+	_, hasMode := fp["mode"]
+	_, hasFields := fp["fields"]
+	if !hasMode && !hasFields {
+		f := map[string]any{"mode": p.Fingerprint.Mode}
+		if len(p.Fingerprint.Fields) > 0 {
+			fields := make([]any, len(p.Fingerprint.Fields))
+			for i, s := range p.Fingerprint.Fields {
+				fields[i] = s
+			}
+			f["fields"] = fields
+		}
+		frag["fingerprint"] = f
+	}
+	return frag
+}

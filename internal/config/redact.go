@@ -1,0 +1,93 @@
+package config
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Redacted returns a deep copy of c with every secret replaced by
+// RedactedValue: verify.secrets, admin.token, screen.redis.password, and the
+// passwords inside store.dsn and upstream URLs. An empty secret stays empty,
+// so an unset one is visible as such.
+func (c *Config) Redacted() *Config {
+	r := c.clone()
+	r.Admin.Token = redact(r.Admin.Token)
+	r.Screen.Redis.Password = redact(r.Screen.Redis.Password)
+	r.Store.DSN = RedactDSN(r.Store.DSN)
+	for i := range r.Routes {
+		rt := &r.Routes[i]
+		for j := range rt.Verify.Secrets {
+			rt.Verify.Secrets[j] = redact(rt.Verify.Secrets[j])
+		}
+		rt.Upstream.URL = RedactDSN(rt.Upstream.URL)
+	}
+	return r
+}
+
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return RedactedValue
+}
+
+// dsnPassword finds password values in keyword/value DSNs
+// ("host=db password='p w' dbname=x") and URL query strings (&password=…).
+var dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+
+// RedactDSN replaces the password of a connection string (URL userinfo,
+// password= keyword or query parameter) with RedactedValue; other text is
+// kept so the operator still sees where it points. It edits the text rather
+// than going through url.URL, which would percent-encode the marker.
+func RedactDSN(dsn string) string {
+	out := dsn
+	if i := strings.Index(out, "://"); i >= 0 {
+		rest := out[i+3:]
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+			if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 && colon+1 < at {
+				rest = rest[:colon+1] + RedactedValue + rest[at:]
+			}
+		}
+		out = out[:i+3] + rest
+	}
+	return dsnPassword.ReplaceAllStringFunc(out, func(m string) string {
+		sub := dsnPassword.FindStringSubmatch(m)
+		if sub[2] == "" || sub[2] == "''" {
+			return m
+		}
+		return sub[1] + RedactedValue
+	})
+}
+
+// clone deep-copies the configuration (every slice).
+func (c *Config) clone() *Config {
+	r := *c
+	r.Server.TrustedProxies = cloneStrings(c.Server.TrustedProxies)
+	r.Screen.Redis.Addrs = cloneStrings(c.Screen.Redis.Addrs)
+	if c.Routes != nil {
+		r.Routes = make([]Route, len(c.Routes))
+		for i, rt := range c.Routes {
+			rt.Methods = cloneStrings(rt.Methods)
+			if rt.Key.Sources != nil {
+				rt.Key.Sources = append([]KeySource(nil), rt.Key.Sources...)
+			}
+			rt.Fingerprint.Fields = cloneStrings(rt.Fingerprint.Fields)
+			rt.Verify.Secrets = cloneStrings(rt.Verify.Secrets)
+			rt.Record.Statuses = cloneStrings(rt.Record.Statuses)
+			rt.Record.Headers = cloneStrings(rt.Record.Headers)
+			r.Routes[i] = rt
+		}
+	}
+	return &r
+}
+
+func cloneStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s...)
+}

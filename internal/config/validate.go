@@ -1,0 +1,501 @@
+package config
+
+import (
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var routeNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// schemes are the verify.scheme values, in SPEC order.
+var schemes = []string{
+	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify, SchemeSlack, SchemeSquare,
+	SchemePaddle, SchemeRazorpay, SchemeTwitch, SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+}
+
+// rsaSchemes sign with the provider's RSA key; every other scheme is an HMAC
+// with shared secrets.
+func rsaScheme(s string) bool { return s == SchemeAlipay || s == SchemeWeChatPay }
+
+// Validate reports every problem of the configuration, each as a FieldError
+// with its key path, together in an Errors; nil when there is none. It never
+// changes a value.
+func (c *Config) Validate() error {
+	var errs Errors
+	c.validateServer(&errs)
+	c.validateAdmin(&errs)
+	c.validateStore(&errs)
+	c.validateScreen(&errs)
+	c.validateTelemetry(&errs)
+	c.validateRoutes(&errs)
+	return errs.err()
+}
+
+func (c *Config) validateServer(errs *Errors) {
+	s := c.Server
+	if s.Listen == "" {
+		errs.add("server.listen", "required (host:port, e.g. \":8080\")")
+	} else if err := checkHostPort(s.Listen); err != nil {
+		errs.add("server.listen", "%v", err)
+	}
+	positiveSize(errs, "server.body_limit", s.BodyLimit)
+	positive(errs, "server.read_timeout", s.ReadTimeout)
+	positive(errs, "server.write_timeout", s.WriteTimeout)
+	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
+	for i, p := range s.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err == nil {
+			continue
+		}
+		if _, err := netip.ParseAddr(p); err != nil {
+			errs.add(index("server.trusted_proxies", i), "%q is neither a CIDR (10.0.0.0/8) nor an IP address", p)
+		}
+	}
+}
+
+func (c *Config) validateAdmin(errs *Errors) {
+	a := c.Admin
+	if a.Listen == "" {
+		return
+	}
+	if err := checkHostPort(a.Listen); err != nil {
+		errs.add("admin.listen", "%v (or \"\" to turn the admin listener off)", err)
+	} else if a.Listen == c.Server.Listen {
+		errs.add("admin.listen", "%q is also server.listen: the two listeners need different addresses", a.Listen)
+	}
+}
+
+func (c *Config) validateStore(errs *Errors) {
+	s := c.Store
+	oneOf(errs, "store.driver", s.Driver, StoreSQLite, StorePostgres)
+	if s.DSN == "" {
+		errs.add("store.dsn", "required (a file for sqlite, a URL for postgres)")
+	}
+	if s.MaxOpenConns <= 0 {
+		errs.add("store.max_open_conns", "must be at least 1, got %d", s.MaxOpenConns)
+	}
+	positive(errs, "store.sweep_interval", s.SweepInterval)
+	oneOf(errs, "store.on_unavailable", s.OnUnavailable, StoreUnavailableReject, StoreUnavailablePass)
+}
+
+func (c *Config) validateScreen(errs *Errors) {
+	s := c.Screen
+	oneOf(errs, "screen.driver", s.Driver, ScreenMemory, ScreenRedis, ScreenNone)
+	if s.Driver == ScreenRedis {
+		if len(s.Redis.Addrs) == 0 {
+			errs.add("screen.redis.addrs", "at least one host:port is required with driver redis")
+		}
+		for i, a := range s.Redis.Addrs {
+			if err := checkHostPort(a); err != nil {
+				errs.add(index("screen.redis.addrs", i), "%v", err)
+			}
+		}
+	}
+	if s.Redis.DB < 0 {
+		errs.add("screen.redis.db", "must not be negative, got %d", s.Redis.DB)
+	} else if s.Redis.DB != 0 && len(s.Redis.Addrs) > 1 {
+		errs.add("screen.redis.db", "must be 0 with several addrs (Redis Cluster has only database 0), got %d", s.Redis.DB)
+	}
+	positive(errs, "screen.lease", s.Lease)
+	positive(errs, "screen.ttl", s.TTL)
+	nonNegativeSize(errs, "screen.max_cached_body", s.MaxCachedBody)
+	nonNegativeSize(errs, "screen.local_cache", s.LocalCache)
+	oneOf(errs, "screen.on_unavailable", s.OnUnavailable, ScreenUnavailableStore, ScreenUnavailableReject, ScreenUnavailablePass)
+}
+
+func (c *Config) validateTelemetry(errs *Errors) {
+	t := c.Telemetry
+	if t.ServiceName == "" {
+		errs.add("telemetry.service_name", "required")
+	}
+	oneOf(errs, "telemetry.traces.exporter", t.Traces.Exporter, ExporterNone, ExporterStdout, ExporterOTLP)
+	if r := t.Traces.SampleRatio; math.IsNaN(r) || r < 0 || r > 1 {
+		errs.add("telemetry.traces.sample_ratio", "must be between 0 and 1, got %v", r)
+	}
+	oneOf(errs, "telemetry.log.level", t.Log.Level, "debug", "info", "warn", "error")
+	oneOf(errs, "telemetry.log.format", t.Log.Format, "json", "text")
+}
+
+func (c *Config) validateRoutes(errs *Errors) {
+	if len(c.Routes) == 0 {
+		errs.add("routes", "at least one route is required")
+		return
+	}
+	names := map[string]int{}
+	for i, r := range c.Routes {
+		p := index("routes", i)
+		if first, dup := names[r.Name]; dup && r.Name != "" {
+			errs.add(join(p, "name"), "%q is already the name of routes[%d]", r.Name, first)
+		} else {
+			names[r.Name] = i
+		}
+		for j := 0; j < i; j++ {
+			if m := overlap(c.Routes[j], r); m != "" {
+				errs.add(join(p, "path"), "%s %s is already routed by routes[%d] (%q)", m, r.Path, j, c.Routes[j].Name)
+				break
+			}
+		}
+		c.validateRoute(errs, p, r)
+	}
+}
+
+// overlap returns a method that two routes on the same path both claim.
+func overlap(a, b Route) string {
+	if a.Path != b.Path || a.Path == "" {
+		return ""
+	}
+	for _, m := range b.Methods {
+		if a.HasMethod(m) {
+			return m
+		}
+	}
+	return ""
+}
+
+func (c *Config) validateRoute(errs *Errors, p string, r Route) {
+	switch {
+	case r.Name == "":
+		errs.add(join(p, "name"), "required")
+	case !routeNameRE.MatchString(r.Name):
+		errs.add(join(p, "name"), "%q is not a valid route name (want 1 to 64 of a-z, 0-9, _ and -)", r.Name)
+	}
+	if err := checkRoutePath(r.Path); err != nil {
+		errs.add(join(p, "path"), "%v", err)
+	}
+	if len(r.Methods) == 0 {
+		errs.add(join(p, "methods"), "at least one method is required (other methods pass through)")
+	}
+	seen := map[string]bool{}
+	for i, m := range r.Methods {
+		switch {
+		case !isToken(m):
+			errs.add(index(join(p, "methods"), i), "%q is not a valid HTTP method", m)
+		case strings.ToUpper(m) != m:
+			errs.add(index(join(p, "methods"), i), "%q must be upper case (methods are case-sensitive; a %q request would never match)", m, strings.ToUpper(m))
+		case seen[m]:
+			errs.add(index(join(p, "methods"), i), "%q is listed twice", m)
+		}
+		seen[m] = true
+	}
+	oneOf(errs, join(p, "mode"), r.Mode, ModeEnforce, ModeShadow)
+	if r.Preset != "" {
+		if _, ok := LookupPreset(r.Preset); !ok {
+			errs.add(join(p, "preset"), "unknown preset %q (want %s)", r.Preset, orList(PresetNames()))
+		}
+	}
+	c.validateUpstream(errs, join(p, "upstream"), r.Upstream)
+	validateKey(errs, join(p, "key"), r.Key)
+	validateFingerprint(errs, join(p, "fingerprint"), r.Fingerprint)
+	validateVerify(errs, join(p, "verify"), r.Verify)
+	oneOf(errs, join(p, "inflight"), r.Inflight, InflightWait, InflightReject)
+	if r.WaitTimeout < 0 || (r.Inflight == InflightWait && r.WaitTimeout == 0) {
+		errs.add(join(p, "wait_timeout"), "must be greater than 0 with inflight wait, got %s", r.WaitTimeout)
+	}
+	validateRecord(errs, join(p, "record"), r.Record)
+	positive(errs, join(p, "retention"), r.Retention)
+	if r.Source != "ip" {
+		name, ok := strings.CutPrefix(r.Source, "header:")
+		if !ok || !isToken(name) {
+			errs.add(join(p, "source"), "bad source %q (want \"ip\" or \"header:NAME\")", r.Source)
+		}
+	}
+}
+
+func checkRoutePath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("required (e.g. /webhooks/stripe, or /hooks/* for a prefix)")
+	case path[0] != '/':
+		return fmt.Errorf("%q must start with \"/\"", path)
+	case strings.ContainsAny(path, "?#"):
+		return fmt.Errorf("%q: a route path has no query or fragment", path)
+	case strings.Contains(path, "*") && (strings.Count(path, "*") > 1 || !strings.HasSuffix(path, "/*")):
+		return fmt.Errorf("%q: \"*\" is only allowed as a final \"/*\" (prefix route)", path)
+	}
+	for _, c := range path {
+		if c <= ' ' || c == 0x7f {
+			return fmt.Errorf("%q contains a space or control character", path)
+		}
+	}
+	for _, seg := range strings.Split(path[1:], "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%q contains a %q segment (requests are matched on the cleaned path)", path, seg)
+		}
+	}
+	if strings.Contains(path, "//") {
+		return fmt.Errorf("%q contains an empty segment \"//\"", path)
+	}
+	return nil
+}
+
+func (c *Config) validateUpstream(errs *Errors, p string, u Upstream) {
+	if err := checkHTTPURL(u.URL); err != nil {
+		errs.add(join(p, "url"), "%v", err)
+	}
+	switch {
+	case u.Timeout <= 0:
+		errs.add(join(p, "timeout"), "must be greater than 0, got %s", u.Timeout)
+	case c.Screen.Lease > 0 && u.Timeout >= c.Screen.Lease:
+		errs.add(join(p, "timeout"), "%s is not shorter than screen.lease (%s): a claim would expire while its delivery is still being forwarded, letting a retry through", u.Timeout, c.Screen.Lease)
+	}
+	if u.KeyHeader != "" && !isToken(u.KeyHeader) {
+		errs.add(join(p, "key_header"), "%q is not a valid header name (\"\" sends none)", u.KeyHeader)
+	}
+}
+
+func checkHTTPURL(s string) error {
+	if s == "" {
+		return errors.New("required (an absolute http:// or https:// URL)")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("bad URL: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute http:// or https:// URL", u.Redacted())
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("%q has a fragment, which is never sent", u.Redacted())
+	}
+	return nil
+}
+
+func validateKey(errs *Errors, p string, k Key) {
+	if k.Required && len(k.Sources) == 0 {
+		errs.add(join(p, "sources"), "at least one source is required when key.required is true (or name a preset)")
+	}
+	for i, s := range k.Sources {
+		sp := index(join(p, "sources"), i)
+		switch s.Kind {
+		case SourceHeader:
+			if !isToken(s.Arg) {
+				errs.add(sp, "header %q is not a valid header name", s.Arg)
+			}
+		case SourceJSON, SourceForm, SourceQuery:
+			if strings.TrimSpace(s.Arg) == "" {
+				errs.add(sp, "%s source needs a %s", s.Kind, map[string]string{SourceJSON: "GJSON path", SourceForm: "field name", SourceQuery: "parameter name"}[s.Kind])
+			}
+		case SourceTemplate:
+			if _, err := ParseTemplate(s.Arg); err != nil {
+				errs.add(sp, "%v", err)
+			}
+		case SourceBodyHash:
+			if s.Arg != "sha256" {
+				errs.add(sp, "body_hash %q is not supported (want sha256)", s.Arg)
+			}
+		default:
+			errs.add(sp, "unknown source %q (want header, json, form, query, template or body_hash)", s.Kind)
+		}
+	}
+	if k.MaxLength <= 0 {
+		errs.add(join(p, "max_length"), "must be at least 1, got %d", k.MaxLength)
+	}
+}
+
+func validateFingerprint(errs *Errors, p string, f Fingerprint) {
+	oneOf(errs, join(p, "mode"), f.Mode, FingerprintBody, FingerprintFields, FingerprintNone)
+	switch {
+	case f.Mode == FingerprintFields && len(f.Fields) == 0:
+		errs.add(join(p, "fields"), "at least one field is required with mode fields")
+	case f.Mode != FingerprintFields && len(f.Fields) > 0:
+		errs.add(join(p, "fields"), "fields are only used with mode fields (mode is %q)", f.Mode)
+	}
+	for i, field := range f.Fields {
+		kind, arg, _ := strings.Cut(field, ":")
+		ok := strings.TrimSpace(arg) != ""
+		switch kind {
+		case "json", "form", "query":
+		case "header":
+			ok = ok && isToken(arg)
+		default:
+			ok = false
+		}
+		if !ok {
+			errs.add(index(join(p, "fields"), i), "bad field %q (want json:PATH, form:NAME, header:NAME or query:NAME)", field)
+		}
+	}
+	oneOf(errs, join(p, "on_mismatch"), f.OnMismatch, OnMismatchReject, OnMismatchReplay)
+}
+
+func validateVerify(errs *Errors, p string, v Verify) {
+	nonEmpty := 0
+	for _, s := range v.Secrets {
+		if s != "" {
+			nonEmpty++
+		}
+	}
+	switch {
+	case v.Scheme == "":
+		if nonEmpty > 0 {
+			errs.add(join(p, "scheme"), "secrets are set but no scheme is: nothing would be verified")
+		}
+	case !contains(schemes, v.Scheme):
+		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(schemes))
+	case rsaScheme(v.Scheme):
+		if strings.TrimSpace(v.PublicKey) == "" {
+			errs.add(join(p, "public_key"), "required with scheme %s (the provider's RSA public key, PEM)", v.Scheme)
+		} else if _, err := ParseRSAPublicKey(v.PublicKey); err != nil {
+			errs.add(join(p, "public_key"), "%v", err)
+		}
+	default:
+		if nonEmpty == 0 {
+			errs.add(join(p, "secrets"), "scheme %s needs at least one non-empty secret", v.Scheme)
+		}
+	}
+	if v.Scheme == SchemeStandardWebhooks {
+		for i, s := range v.Secrets {
+			if s == "" {
+				continue
+			}
+			// Never echo the secret itself.
+			if _, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_")); err != nil {
+				errs.add(index(join(p, "secrets"), i), "not a Standard Webhooks secret (want whsec_ followed by base64)")
+			}
+		}
+	}
+	if v.Scheme == SchemeSquare {
+		if err := checkHTTPURL(v.URL); err != nil {
+			errs.add(join(p, "url"), "scheme square signs the notification URL: %v", err)
+		}
+	}
+	if v.Scheme == SchemeHMAC {
+		if v.Header == "" {
+			errs.add(join(p, "header"), "required with scheme hmac (the header carrying the signature)")
+		} else if !isToken(v.Header) {
+			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
+		}
+	}
+	oneOf(errs, join(p, "algorithm"), v.Algorithm, "sha1", "sha256", "sha512")
+	oneOf(errs, join(p, "encoding"), v.Encoding, "hex", "base64")
+	positive(errs, join(p, "tolerance"), v.Tolerance)
+}
+
+func validateRecord(errs *Errors, p string, r Record) {
+	if len(r.Statuses) == 0 {
+		errs.add(join(p, "statuses"), "at least one final status is required: otherwise nothing is ever recorded")
+	}
+	for i, s := range r.Statuses {
+		if _, err := ParseStatus(s); err != nil {
+			errs.add(index(join(p, "statuses"), i), "%v", err)
+		}
+	}
+	for i, h := range r.Headers {
+		switch {
+		case !isToken(h):
+			errs.add(index(join(p, "headers"), i), "%q is not a valid header name", h)
+		case strings.EqualFold(h, "Set-Cookie"):
+			errs.add(index(join(p, "headers"), i), "%s must not be recorded: a replay would hand one client's cookies to whoever repeats the key", h)
+		}
+	}
+	nonNegativeSize(errs, join(p, "max_body"), r.MaxBody)
+	oneOf(errs, join(p, "ambiguous"), r.Ambiguous, AmbiguousRelease, AmbiguousHold)
+}
+
+// ParseRSAPublicKey reads a provider's RSA public key: a PEM "PUBLIC KEY"
+// (PKIX), "RSA PUBLIC KEY" (PKCS #1) or "CERTIFICATE" block, or the bare
+// base64 PKIX key that the Alipay console shows.
+func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {
+	var (
+		pub any
+		err error
+	)
+	if block, _ := pem.Decode([]byte(strings.TrimSpace(s))); block != nil {
+		switch block.Type {
+		case "PUBLIC KEY":
+			pub, err = x509.ParsePKIXPublicKey(block.Bytes)
+		case "RSA PUBLIC KEY":
+			pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
+		case "CERTIFICATE":
+			var cert *x509.Certificate
+			if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+				pub = cert.PublicKey
+			}
+		default:
+			return nil, fmt.Errorf("PEM block %q is not a public key or certificate", block.Type)
+		}
+	} else {
+		der, derr := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
+		if derr != nil {
+			return nil, errors.New("not a PEM public key (-----BEGIN PUBLIC KEY-----) nor base64")
+		}
+		if pub, err = x509.ParsePKIXPublicKey(der); err != nil {
+			pub, err = x509.ParsePKCS1PublicKey(der)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bad public key: %v", err)
+	}
+	key, ok := pub.(*rsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("public key is %T, want RSA", pub)
+	}
+	return key, nil
+}
+
+func checkHostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	return nil
+}
+
+func oneOf(errs *Errors, path, v string, allowed ...string) {
+	if contains(allowed, v) {
+		return
+	}
+	if v == "" {
+		errs.add(path, "required (want %s)", orList(allowed))
+		return
+	}
+	errs.add(path, "unknown value %q (want %s)", v, orList(allowed))
+}
+
+func positive(errs *Errors, path string, d time.Duration) {
+	if d <= 0 {
+		errs.add(path, "must be greater than 0, got %s", d)
+	}
+}
+
+func positiveSize(errs *Errors, path string, s Size) {
+	if s <= 0 {
+		errs.add(path, "must be greater than 0, got %s", s)
+	}
+}
+
+func nonNegativeSize(errs *Errors, path string, s Size) {
+	if s < 0 {
+		errs.add(path, "must not be negative, got %s", s)
+	}
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// orList writes "a, b or c".
+func orList(items []string) string {
+	if len(items) <= 1 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}

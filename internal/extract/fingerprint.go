@@ -1,0 +1,180 @@
+package extract
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Fingerprint modes, as spelled in fingerprint.mode.
+const (
+	FingerprintBody   = "body"   // SHA-256 of the raw body
+	FingerprintFields = "fields" // SHA-256 of the configured fields
+	FingerprintNone   = "none"   // no fingerprint: key reuse is not detected
+)
+
+// fieldsDomain starts the hashed encoding of fields mode, so that a fields
+// fingerprint can never equal a body fingerprint by construction.
+const fieldsDomain = "hookstamp fingerprint fields v1\n"
+
+// Value tags of the fields encoding.
+const (
+	tagAbsent = 0 // field absent: no length, no value follows
+	tagText   = 1 // header, query or form value, or a JSON string's unescaped value
+	tagJSON   = 2 // JSON literal text of a number, true, false, null, object or array
+)
+
+// Fingerprinter digests what a delivery means, so that a key reused for a
+// different delivery is told from a retry. It is safe for concurrent use.
+type Fingerprinter struct {
+	mode   string
+	fields []field
+}
+
+type field struct {
+	ref
+	spec string // "json:amount", as configured: part of the encoding
+}
+
+// NewFingerprinter compiles fingerprint settings. mode is body, fields or
+// none; fields are "KIND:NAME" with KIND json, form, header or query, and
+// must be given with mode fields and only then. Errors name the offending
+// field as "fields[i]: …".
+func NewFingerprinter(mode string, fields []string) (*Fingerprinter, error) {
+	switch mode {
+	case FingerprintBody, FingerprintNone:
+		if len(fields) > 0 {
+			return nil, fmt.Errorf("fields are only used with mode %q, not %q", FingerprintFields, mode)
+		}
+		return &Fingerprinter{mode: mode}, nil
+	case FingerprintFields:
+	default:
+		return nil, fmt.Errorf("unknown fingerprint mode %q (want body, fields or none)", mode)
+	}
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("mode %q needs at least one field", FingerprintFields)
+	}
+	f := &Fingerprinter{mode: mode, fields: make([]field, len(fields))}
+	seen := make(map[string]int, len(fields))
+	for i, spec := range fields {
+		fl, err := parseField(spec)
+		if err != nil {
+			return nil, fmt.Errorf("fields[%d]: %w", i, err)
+		}
+		if j, dup := seen[spec]; dup {
+			return nil, fmt.Errorf("fields[%d]: %q is already fields[%d]", i, spec, j)
+		}
+		seen[spec] = i
+		f.fields[i] = fl
+	}
+	return f, nil
+}
+
+func parseField(spec string) (field, error) {
+	name, arg, ok := strings.Cut(spec, ":")
+	var k kind
+	switch name {
+	case KindJSON:
+		k = kindJSON
+	case KindForm:
+		k = kindForm
+	case KindHeader:
+		k = kindHeader
+	case KindQuery:
+		k = kindQuery
+	}
+	if !ok || k == kindLiteral {
+		return field{}, fmt.Errorf("%q: want KIND:NAME with KIND json, form, header or query", spec)
+	}
+	if err := checkName(k, arg); err != nil {
+		return field{}, fmt.Errorf("%q: %w", spec, err)
+	}
+	return field{ref: ref{kind: k, arg: arg}, spec: spec}, nil
+}
+
+// Mode returns the fingerprint mode.
+func (f *Fingerprinter) Mode() string { return f.mode }
+
+// Fingerprint returns the delivery's 32-byte SHA-256 fingerprint, or nil in
+// mode none.
+//
+// In mode body it is the digest of the raw body. In mode fields it is the
+// digest of an unambiguous encoding of the fields in their configured order:
+// each field's spec and its value, length-prefixed, with an absent field
+// encoded differently from an empty one and a JSON string differently from
+// the same text as a JSON number. Fields the delivery's format does not
+// carry (json of a non-JSON body, form of a non-form body) are absent.
+func (f *Fingerprinter) Fingerprint(r Request) []byte {
+	switch f.mode {
+	case FingerprintBody:
+		sum := sha256.Sum256(r.Body())
+		return sum[:]
+	case FingerprintFields:
+		var stack [512]byte // enough for typical fields: no allocation
+		sum := sha256.Sum256(f.appendFields(stack[:0], r))
+		return sum[:]
+	}
+	return nil
+}
+
+// appendFields appends the fields encoding to dst.
+func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
+	l := lookup{r: r}
+	dst = append(dst, fieldsDomain...)
+	for _, fl := range f.fields {
+		dst = appendChunk(dst, fl.spec)
+		switch fl.kind {
+		case kindHeader:
+			dst = appendText(dst, r.Header(fl.arg))
+		case kindQuery:
+			dst = appendText(dst, r.Query(fl.arg))
+		case kindForm:
+			raw, ok := []byte(nil), false
+			if isFormMediaType(r.ContentType()) {
+				raw, ok = formValue(r.Body(), fl.arg)
+			}
+			if !ok {
+				dst = append(dst, tagAbsent)
+				break
+			}
+			// The length prefix is the unescaped length: each %XX is one byte.
+			dst = append(dst, tagText)
+			dst = binary.BigEndian.AppendUint64(dst, uint64(len(raw)-2*bytes.Count(raw, []byte{'%'})))
+			dst, _ = appendUnescaped(dst, raw, len(dst)+len(raw))
+		case kindJSON:
+			var res gjson.Result
+			if body, ok := l.jsonBody(); ok {
+				res = gjson.Get(body, fl.arg)
+			}
+			switch {
+			case res.Type == gjson.String:
+				dst = append(dst, tagText)
+				dst = appendChunk(dst, res.Str)
+			case res.Exists():
+				dst = append(dst, tagJSON)
+				dst = appendChunk(dst, res.Raw)
+			default:
+				dst = append(dst, tagAbsent)
+			}
+		}
+	}
+	return dst
+}
+
+// appendText appends a header or query value: absent when nil.
+func appendText(dst, v []byte) []byte {
+	if v == nil {
+		return append(dst, tagAbsent)
+	}
+	return appendChunk(append(dst, tagText), v)
+}
+
+// appendChunk appends a length-prefixed byte string.
+func appendChunk[T string | []byte](dst []byte, b T) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(b)))
+	return append(dst, b...)
+}

@@ -1,0 +1,434 @@
+package extract
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FuzzParseTemplate checks that ParseTemplate never panics, and that a
+// template it accepts is well-formed: String() gives back exactly the input,
+// parsing that again gives the same parts, literals are non-empty and
+// brace-free, placeholders have a known kind, and header, json, form and
+// query placeholders have a non-empty, brace-free name; at least one of them
+// reads the request.
+func FuzzParseTemplate(f *testing.F) {
+	for _, s := range []string{
+		"{json:order_id}-{json:event}-{json:seq}",
+		"{route}:{method}:{header:X-Id}",
+		"{form:a}{query:b}",
+		"{json:a", "a}", "{}", "{json:{a}}", "{route:x}", "{jsn:a}", "fixed", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tpl, err := ParseTemplate(s)
+		if err != nil {
+			if tpl != nil || !strings.HasPrefix(err.Error(), "template ") {
+				t.Fatalf("ParseTemplate(%q) = %v, %v", s, tpl, err)
+			}
+			return
+		}
+		if got := tpl.String(); got != s {
+			t.Fatalf("ParseTemplate(%q).String() = %q", s, got)
+		}
+		again, err := ParseTemplate(tpl.String())
+		if err != nil || !reflect.DeepEqual(again.parts, tpl.parts) {
+			t.Fatalf("re-parsing %q: %v, parts %v, want %v", s, err, again, tpl.parts)
+		}
+		fromRequest := false
+		for i, p := range tpl.parts {
+			switch p.kind {
+			case kindLiteral:
+				if p.arg == "" || strings.ContainsAny(p.arg, "{}") {
+					t.Fatalf("%q: bad literal %q", s, p.arg)
+				}
+				if i > 0 && tpl.parts[i-1].kind == kindLiteral {
+					t.Fatalf("%q: two literals in a row", s)
+				}
+			case kindRoute, kindMethod:
+				if p.arg != "" {
+					t.Fatalf("%q: %s has name %q", s, p.kind, p.arg)
+				}
+			case kindHeader, kindJSON, kindForm, kindQuery:
+				fromRequest = true
+				if p.arg == "" || strings.ContainsAny(p.arg, "{}") || strings.TrimSpace(p.arg) != p.arg {
+					t.Fatalf("%q: %s has bad name %q", s, p.kind, p.arg)
+				}
+			default:
+				t.Fatalf("%q: part of kind %d", s, p.kind)
+			}
+		}
+		if !fromRequest {
+			t.Fatalf("%q: accepted without a request placeholder", s)
+		}
+	})
+}
+
+// fuzzConfigs are the key configurations FuzzExtractKey picks from.
+var fuzzConfigs = [][]Source{
+	{{KindJSON, "id"}},
+	{{KindJSON, "a.b"}},
+	{{KindJSON, "items.0.id"}},
+	{{KindForm, "k"}},
+	{{KindTemplate, "{json:a}-{form:k}-{header:X-Id}"}},
+	{{KindTemplate, "{json:id}:{json:a.b}"}},
+	{{KindHeader, "X-Id"}, {KindJSON, "id"}, {KindForm, "k"}, {KindQuery, "q"}},
+}
+
+const fuzzMaxLen = 64
+
+// FuzzExtractKey checks Extractor.Key against a slow reference built on the
+// standard library (encoding/json for JSON, net/url.ParseQuery for forms,
+// unicode.IsControl for key characters): for every request, Key never
+// panics and returns exactly the reference's key, or no key, or the
+// reference's error (ErrMalformedBody when a JSON source met an invalid body
+// that claims to be JSON; ErrKeyTooLong with the key cut at the limit;
+// ErrKeyNotUTF8; ErrKeyControl). Only one corner is checked loosely: a JSON
+// string with raw invalid UTF-8 must give ErrKeyNotUTF8 or ErrKeyTooLong,
+// since encoding/json would have replaced the bytes.
+func FuzzExtractKey(f *testing.F) {
+	f.Add(uint8(0), []byte(`{"id":"evt_1"}`), "application/json", "", "")
+	f.Add(uint8(0), []byte(`{"id":12.50}`), "application/json", "", "")
+	f.Add(uint8(0), []byte(`{"id":"a\u0000b"}`), "application/json", "", "")
+	f.Add(uint8(0), []byte(`{"id":"x"`), "application/json", "", "")
+	f.Add(uint8(1), []byte(`{"a":{"b":true}}`), "text/plain", "", "")
+	f.Add(uint8(2), []byte(`{"items":[{"id":"i0"},{"id":"i1"}]}`), "", "", "")
+	f.Add(uint8(3), []byte("k=a%20b&k=c"), "application/x-www-form-urlencoded", "", "")
+	f.Add(uint8(4), []byte(`{"a":"1"}`), "application/json", "h", "")
+	f.Add(uint8(5), []byte(`{"id":"x","a":{"b":"y"}}`), "application/json", "", "")
+	f.Add(uint8(6), []byte(`{"id":""}`), "application/json", "", "q1")
+	f.Add(uint8(6), []byte(``), "", "\r\n", "q\xff")
+	f.Fuzz(func(t *testing.T, which uint8, body []byte, contentType, hdr, q string) {
+		sources := fuzzConfigs[int(which)%len(fuzzConfigs)]
+		e, err := NewExtractor("r", sources, fuzzMaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := MapRequest{
+			HTTPMethod: "POST",
+			Headers:    map[string]string{"Content-Type": contentType, "X-Id": hdr},
+			QueryArgs:  map[string]string{"q": q},
+			RawBody:    body,
+		}
+		got, gotErr := e.Key(r, nil)
+
+		want, loose, malformed := refKey(t, sources, r)
+		switch {
+		case want == nil && malformed:
+			if got != nil || gotErr != ErrMalformedBody {
+				t.Fatalf("Key() = %q, %v; want nil, ErrMalformedBody", got, gotErr)
+			}
+		case want == nil:
+			if got != nil || gotErr != nil {
+				t.Fatalf("Key() = %q, %v; want nil, nil", got, gotErr)
+			}
+		case loose:
+			if gotErr != ErrKeyNotUTF8 && gotErr != ErrKeyTooLong {
+				t.Fatalf("Key() = %q, %v; want ErrKeyNotUTF8 or ErrKeyTooLong (reference %q)", got, gotErr, want)
+			}
+		case len(want) > fuzzMaxLen:
+			if gotErr != ErrKeyTooLong || !bytes.Equal(got, want[:fuzzMaxLen]) {
+				t.Fatalf("Key() = %q, %v; want %q, ErrKeyTooLong", got, gotErr, want[:fuzzMaxLen])
+			}
+		default:
+			if wantErr := refValidate(want); gotErr != wantErr || !bytes.Equal(got, want) {
+				t.Fatalf("Key() = %q, %v; want %q, %v", got, gotErr, want, wantErr)
+			}
+		}
+	})
+}
+
+// refKey is the reference for FuzzExtractKey: the first non-empty value of
+// sources; loose reports a JSON string with raw invalid UTF-8 in it;
+// malformed reports that a JSON source met a body that claims to be JSON and
+// is not.
+func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, malformed bool) {
+	validBody := refValidJSON(r.RawBody)
+	claimsJSON := len(r.RawBody) > 0 && !validBody && isJSONMediaType(r.ContentType())
+	value := func(k, name string) ([]byte, bool) {
+		switch k {
+		case KindHeader:
+			return []byte(r.Headers[name]), false
+		case KindQuery:
+			return []byte(r.QueryArgs[name]), false
+		case KindForm:
+			return refForm(r, name), false
+		case KindJSON:
+			if !validBody {
+				malformed = malformed || claimsJSON
+				return nil, false
+			}
+			return refJSONPath(t, r.RawBody, strings.Split(name, "."))
+		}
+		t.Fatalf("reference: kind %q", k)
+		return nil, false
+	}
+	for _, s := range sources {
+		if s.Kind != KindTemplate {
+			if v, bad := value(s.Kind, s.Arg); len(v) > 0 {
+				return v, bad, malformed
+			}
+			continue
+		}
+		// The fuzz templates are "{kind:name}" parts joined by literals
+		// made of '-' and ':'.
+		var out []byte
+		anyBad := false
+		rest := s.Arg
+		for rest != "" {
+			if rest[0] != '{' {
+				out = append(out, rest[0])
+				rest = rest[1:]
+				continue
+			}
+			end := strings.IndexByte(rest, '}')
+			k, name, _ := strings.Cut(rest[1:end], ":")
+			rest = rest[end+1:]
+			v, bad := value(k, name)
+			if len(v) == 0 {
+				out = nil
+				break
+			}
+			anyBad = anyBad || bad
+			out = append(out, v...)
+		}
+		if out != nil {
+			return out, anyBad, malformed
+		}
+	}
+	return nil, false, malformed
+}
+
+// refValidJSON: encoding/json's validity, and nesting within MaxJSONDepth
+// counted from the decoder's tokens.
+func refValidJSON(b []byte) bool {
+	if len(b) == 0 || !json.Valid(b) {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return true
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if depth++; depth > MaxJSONDepth {
+				return false
+			}
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+}
+
+// refJSONPath follows plain object keys (the first of duplicates, as gjson
+// does) and array indexes; loose reports raw invalid UTF-8 in the string
+// found.
+func refJSONPath(t *testing.T, raw []byte, path []string) (v []byte, loose bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(path) == 0 {
+		switch raw[0] {
+		case '"':
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatalf("reference: %v", err)
+			}
+			return []byte(s), !utf8.Valid(raw)
+		case 't', 'f', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			return raw, false
+		}
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, _ := dec.Token()
+	switch tok {
+	case json.Delim('{'):
+		for dec.More() {
+			k, _ := dec.Token()
+			var m json.RawMessage
+			if err := dec.Decode(&m); err != nil {
+				t.Fatalf("reference: %v", err)
+			}
+			if k == path[0] {
+				return refJSONPath(t, m, path[1:])
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			var m json.RawMessage
+			if err := dec.Decode(&m); err != nil {
+				t.Fatalf("reference: %v", err)
+			}
+			if path[0] == strconv.Itoa(i) {
+				return refJSONPath(t, m, path[1:])
+			}
+		}
+	}
+	return nil, false
+}
+
+// refForm: net/url.ParseQuery over the first MaxFormFields pairs of a form
+// body.
+func refForm(r MapRequest, name string) []byte {
+	ct, _, _ := strings.Cut(r.Headers["Content-Type"], ";")
+	if !strings.EqualFold(strings.TrimSpace(ct), "application/x-www-form-urlencoded") {
+		return nil
+	}
+	body := string(r.RawBody)
+	if n := strings.Count(body, "&"); n >= MaxFormFields {
+		parts := strings.SplitN(body, "&", MaxFormFields+1)
+		body = strings.Join(parts[:MaxFormFields], "&")
+	}
+	vals, _ := url.ParseQuery(body)
+	if v := vals[name]; len(v) > 0 {
+		return []byte(v[0])
+	}
+	return nil
+}
+
+// refValidate: the key rules written with the unicode package.
+func refValidate(key []byte) error {
+	switch {
+	case len(key) == 0:
+		return ErrKeyEmpty
+	case !utf8.Valid(key):
+		return ErrKeyNotUTF8
+	}
+	for _, r := range string(key) {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ErrKeyControl
+		}
+	}
+	return nil
+}
+
+// FuzzFormField checks the allocation-free form scanner against
+// net/url.ParseQuery: for any body of at most MaxFormFields pairs (whether
+// or not ParseQuery reports an error for some pair) and any name, the
+// scanner finds the field exactly when ParseQuery has it, with ParseQuery's
+// first value; and decoding with a limit gives a prefix of the full value,
+// reporting tooLong exactly when the value is longer than the limit.
+func FuzzFormField(f *testing.F) {
+	f.Add("a=1&b=2", "b", uint16(10))
+	f.Add("k=a%20b+c&k=second", "k", uint16(3))
+	f.Add("k=%zz&k=ok", "k", uint16(10))
+	f.Add("k=a;b&k=c", "k", uint16(10))
+	f.Add("notify%5Fid=x&&k", "notify_id", uint16(0))
+	f.Add("%=&=%41", "", uint16(1))
+	f.Add("a+b=c", "a b", uint16(5))
+	f.Fuzz(func(t *testing.T, body, name string, limit uint16) {
+		if strings.Count(body, "&") >= MaxFormFields {
+			return
+		}
+		vals, _ := url.ParseQuery(body)
+		want, wantOK := vals[name]
+		raw, ok := formValue([]byte(body), name)
+		if ok != wantOK {
+			t.Fatalf("formValue(%q, %q) found = %v, ParseQuery found = %v", body, name, ok, wantOK)
+		}
+		if !ok {
+			return
+		}
+		got, st := appendUnescaped(nil, raw, len(raw))
+		if string(got) != want[0] || (st == absent) != (want[0] == "") || st == tooLong {
+			t.Fatalf("formValue(%q, %q) = %q (%d), ParseQuery = %q", body, name, got, st, want[0])
+		}
+		dst := []byte("prefix")
+		cut, st := appendUnescaped(dst, raw, len(dst)+int(limit))
+		full := want[0]
+		if !strings.HasPrefix(full, string(cut[len(dst):])) || !bytes.HasPrefix(cut, dst) {
+			t.Fatalf("appendUnescaped(%q, limit %d) = %q, not a prefix of %q", raw, limit, cut, full)
+		}
+		if (st == tooLong) != (len(full) > int(limit)) || (st == found) != (full != "" && len(full) <= int(limit)) {
+			t.Fatalf("appendUnescaped(%q, limit %d) status %d, value %d bytes", raw, limit, st, len(full))
+		}
+		if st != tooLong && len(cut) != len(dst)+len(full) {
+			t.Fatalf("appendUnescaped(%q, limit %d) = %q, want all of %q", raw, limit, cut, full)
+		}
+	})
+}
+
+// FuzzValidateKey checks ValidateKey against refValidate: an accepted key is
+// non-empty, within maxLen bytes (when maxLen > 0), valid UTF-8 and free of
+// control characters (unicode.IsControl, U+2028, U+2029); a rejected one
+// gets the error for the first rule it breaks, in that order.
+func FuzzValidateKey(f *testing.F) {
+	f.Add([]byte("evt_1"), 255)
+	f.Add([]byte("a\r\nb"), 255)
+	f.Add([]byte("a\u0085b"), 255)
+	f.Add([]byte("a\xffb"), 255)
+	f.Add([]byte("\u2028"), 0)
+	f.Add([]byte("long key"), 3)
+	f.Add([]byte(""), 1)
+	f.Fuzz(func(t *testing.T, key []byte, maxLen int) {
+		want := refValidate(key)
+		if want != ErrKeyEmpty && maxLen > 0 && len(key) > maxLen {
+			want = ErrKeyTooLong
+		}
+		if got := ValidateKey(key, maxLen); got != want {
+			t.Fatalf("ValidateKey(%q, %d) = %v, want %v", key, maxLen, got, want)
+		}
+	})
+}
+
+// FuzzValidJSON checks the body check JSON sources rely on against
+// encoding/json: validJSON accepts a body exactly when json.Valid does and it
+// nests at most MaxJSONDepth deep, and never panics or overflows the stack.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{"id":"x"}`, `[1,2.5e3,-0,true,null]`, `{"a":`, `"\ud800"`, `01`, `1.`, "\"\x01\"", `{"a":1,}`, strings.Repeat("[", 2000)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), refValidJSON(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, want %v", b, got, want)
+		}
+	})
+}
+
+// FuzzFingerprintFields checks that the fields encoding is unambiguous: two
+// form bodies encode identically exactly when every configured field has the
+// same presence and value in both (as net/url.ParseQuery reads them).
+func FuzzFingerprintFields(f *testing.F) {
+	f.Add("a=1&b=2", "a=1&b=2")
+	f.Add("a=12&b=3", "a=1&b=23")
+	f.Add("a=&b=1", "b=1")
+	f.Add("a=1&b=", "a=&b=1")
+	f.Add("a=x+y", "a=x%20y&c=1")
+	fp, err := NewFingerprinter(FingerprintFields, []string{"form:a", "form:b", "form:a b"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if strings.Count(a, "&") >= MaxFormFields || strings.Count(b, "&") >= MaxFormFields {
+			return
+		}
+		encode := func(body string) []byte {
+			return fp.appendFields(nil, MapRequest{
+				Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+				RawBody: []byte(body),
+			})
+		}
+		va, _ := url.ParseQuery(a)
+		vb, _ := url.ParseQuery(b)
+		same := true
+		for _, name := range []string{"a", "b", "a b"} {
+			xa, oka := va[name]
+			xb, okb := vb[name]
+			if oka != okb || (oka && xa[0] != xb[0]) {
+				same = false
+			}
+		}
+		if got := bytes.Equal(encode(a), encode(b)); got != same {
+			t.Fatalf("encodings of %q and %q: equal = %v, want %v", a, b, got, same)
+		}
+	})
+}

@@ -1,0 +1,359 @@
+package extract
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// MaxJSONDepth is the deepest nesting of objects and arrays a JSON body may
+// have for JSON sources to read it. Webhook payloads nest a handful of
+// levels; the limit keeps the (recursive) validator's stack small whatever
+// the body.
+const MaxJSONDepth = 1000
+
+// MaxFormFields is the number of form pairs looked at when searching for a
+// field, the same limit net/url applies to a whole query.
+const MaxFormFields = 10000
+
+// kind is what one key source, template placeholder or fingerprint field
+// reads.
+type kind uint8
+
+const (
+	kindLiteral kind = iota // template text between placeholders
+	kindHeader
+	kindJSON
+	kindForm
+	kindQuery
+	kindRoute
+	kindMethod
+	kindBodyHash
+	kindTemplate
+)
+
+// kindNames are the configuration spellings, indexed by kind.
+var kindNames = [...]string{
+	kindHeader:   KindHeader,
+	kindJSON:     KindJSON,
+	kindForm:     KindForm,
+	kindQuery:    KindQuery,
+	kindRoute:    "route",
+	kindMethod:   "method",
+	kindBodyHash: KindBodyHash,
+	kindTemplate: KindTemplate,
+}
+
+func (k kind) String() string { return kindNames[k] }
+
+// ref is one compiled value reference: a kind and its argument (header
+// name, GJSON path, form or query name; the text of a literal).
+type ref struct {
+	kind kind
+	arg  string
+}
+
+// jsonState is what a lookup learnt about the body as JSON.
+type jsonState uint8
+
+const (
+	jsonUnknown   jsonState = iota // not looked at yet
+	jsonOK                         // valid JSON, in lookup.body
+	jsonAbsent                     // empty, or not JSON and not claiming to be
+	jsonMalformed                  // claims to be JSON (Content-Type) but is not
+)
+
+// lookup resolves references against one request. It lives on the caller's
+// stack for one Key or Fingerprint call and validates the body at most once.
+type lookup struct {
+	r     Request
+	route string
+	json  jsonState
+	body  string // the body, when json == jsonOK; aliases Request.Body()
+}
+
+// jsonBody returns the body as a string view when it is valid JSON.
+func (l *lookup) jsonBody() (string, bool) {
+	if l.json == jsonUnknown {
+		b := l.r.Body()
+		switch {
+		case len(b) == 0:
+			l.json = jsonAbsent
+		case validJSON(b):
+			l.json, l.body = jsonOK, str(b)
+		case isJSONMediaType(l.r.ContentType()):
+			l.json = jsonMalformed
+		default:
+			l.json = jsonAbsent
+		}
+	}
+	return l.body, l.json == jsonOK
+}
+
+// status is the result of resolving one reference into a key being built.
+type status uint8
+
+const (
+	found   status = iota // appended, non-empty
+	absent                // absent or empty: nothing appended
+	tooLong               // the key would pass its limit: appended up to it
+)
+
+// appendValue appends the value ref names to dst, which may grow to at most
+// limit bytes. On absent dst is returned unchanged; on tooLong it holds the
+// key truncated at limit.
+func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
+	switch rf.kind {
+	case kindLiteral:
+		return put(dst, rf.arg, limit)
+	case kindHeader:
+		return put(dst, l.r.Header(rf.arg), limit)
+	case kindQuery:
+		return put(dst, l.r.Query(rf.arg), limit)
+	case kindRoute:
+		return put(dst, l.route, limit)
+	case kindMethod:
+		return put(dst, l.r.Method(), limit)
+	case kindJSON:
+		body, ok := l.jsonBody()
+		if !ok {
+			return dst, absent
+		}
+		return appendJSON(dst, gjson.Get(body, rf.arg), limit)
+	case kindForm:
+		if !isFormMediaType(l.r.ContentType()) {
+			return dst, absent
+		}
+		v, ok := formValue(l.r.Body(), rf.arg)
+		if !ok {
+			return dst, absent
+		}
+		return appendUnescaped(dst, v, limit)
+	case kindBodyHash:
+		body := l.r.Body()
+		if len(body) == 0 {
+			return dst, absent
+		}
+		sum := sha256.Sum256(body)
+		var hx [2 * sha256.Size]byte
+		hex.Encode(hx[:], sum[:])
+		return put(dst, hx[:], limit)
+	}
+	return dst, absent
+}
+
+// put appends v to dst unless it is empty, truncating at limit.
+func put[T string | []byte](dst []byte, v T, limit int) ([]byte, status) {
+	if len(v) == 0 {
+		return dst, absent
+	}
+	if room := limit - len(dst); len(v) > room {
+		return append(dst, v[:max(room, 0)]...), tooLong
+	}
+	return append(dst, v...), found
+}
+
+// appendJSON appends the key text of a JSON value: a string's unescaped
+// value, a number's literal, "true" or "false". Null, objects, arrays and
+// absent values yield nothing.
+func appendJSON(dst []byte, res gjson.Result, limit int) ([]byte, status) {
+	switch res.Type {
+	case gjson.String:
+		return put(dst, res.Str, limit)
+	case gjson.Number, gjson.True, gjson.False:
+		return put(dst, res.Raw, limit)
+	}
+	return dst, absent
+}
+
+// validJSON reports whether b is one valid JSON value nested at most
+// MaxJSONDepth deep. The depth pass runs first because gjson's validator
+// recurses once per level.
+func validJSON(b []byte) bool {
+	return withinDepth(b, MaxJSONDepth) && gjson.ValidBytes(b)
+}
+
+// withinDepth reports whether the brackets outside strings of b never nest
+// deeper than max. It does not validate anything else.
+func withinDepth(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			// Skip the string; an unterminated one ends the scan.
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			if depth++; depth > max {
+				return false
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return true
+}
+
+// mediaType returns the media type of a Content-Type value: the part before
+// any parameter, without surrounding spaces.
+func mediaType(ct []byte) []byte {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return bytes.TrimSpace(ct)
+}
+
+// isJSONMediaType reports application/json and structured-syntax +json
+// types (application/cloudevents+json, application/problem+json, …).
+func isJSONMediaType(ct []byte) bool {
+	mt := str(mediaType(ct))
+	if strings.EqualFold(mt, "application/json") {
+		return true
+	}
+	return len(mt) > len("+json") && strings.EqualFold(mt[len(mt)-len("+json"):], "+json") && strings.IndexByte(mt, '/') > 0
+}
+
+func isFormMediaType(ct []byte) bool {
+	return strings.EqualFold(str(mediaType(ct)), "application/x-www-form-urlencoded")
+}
+
+// formValue returns the still-escaped value of the first pair named name in
+// an application/x-www-form-urlencoded body, skipping the pairs that
+// net/url.ParseQuery rejects (a ';' in the pair, a malformed %-escape in its
+// name or value), and looking at no more than MaxFormFields pairs. It never
+// allocates.
+func formValue(body []byte, name string) ([]byte, bool) {
+	for n := 0; len(body) > 0 && n < MaxFormFields; n++ {
+		pair := body
+		if i := bytes.IndexByte(body, '&'); i >= 0 {
+			pair, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if len(pair) == 0 || bytes.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := bytes.Cut(pair, []byte{'='})
+		if !validEscapes(k) || !validEscapes(v) || !unescapedEqual(k, name) {
+			continue
+		}
+		return v, true
+	}
+	return nil, false
+}
+
+// validEscapes reports whether every '%' in s starts a %XX escape.
+func validEscapes(s []byte) bool {
+	for i := bytes.IndexByte(s, '%'); i >= 0; {
+		if i+2 >= len(s) || !ishex(s[i+1]) || !ishex(s[i+2]) {
+			return false
+		}
+		j := bytes.IndexByte(s[i+3:], '%')
+		if j < 0 {
+			return true
+		}
+		i += 3 + j
+	}
+	return true
+}
+
+// unescapedEqual reports whether the query-unescaped s equals name; s has
+// valid escapes.
+func unescapedEqual(s []byte, name string) bool {
+	j := 0
+	for i := 0; i < len(s); j++ {
+		if j >= len(name) {
+			return false
+		}
+		c := s[i]
+		switch c {
+		case '%':
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 3
+		case '+':
+			c = ' '
+			i++
+		default:
+			i++
+		}
+		if c != name[j] {
+			return false
+		}
+	}
+	return j == len(name)
+}
+
+// appendUnescaped appends the query-unescaped s (with valid escapes) to dst,
+// stopping at limit.
+func appendUnescaped(dst []byte, s []byte, limit int) ([]byte, status) {
+	if len(s) == 0 {
+		return dst, absent
+	}
+	for i := 0; i < len(s); {
+		if len(dst) >= limit {
+			return dst, tooLong
+		}
+		c := s[i]
+		switch c {
+		case '%':
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 3
+		case '+':
+			c = ' '
+			i++
+		default:
+			// Copy the run of plain bytes at once.
+			n := i + 1
+			for n < len(s) && s[n] != '%' && s[n] != '+' {
+				n++
+			}
+			if room := limit - len(dst); n-i > room {
+				return append(dst, s[i:i+room]...), tooLong
+			}
+			dst = append(dst, s[i:n]...)
+			i = n
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return dst, found
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of a header
+// name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
+			return false
+		}
+	}
+	return true
+}

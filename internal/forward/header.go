@@ -1,0 +1,78 @@
+package forward
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// hopByHop are the headers that concern one connection, not the message
+// (RFC 9110 §7.6.1): never forwarded, in either direction. Headers named in
+// Connection are hop-by-hop too.
+var hopByHop = []string{
+	"Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Proxy-Connection", // non-standard, sent by old clients
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// forwarding are the client-sent headers describing earlier hops. The
+// gateway sets X-Forwarded-* itself; a client must not be able to spoof them,
+// nor contradict them with Forwarded (RFC 7239).
+var forwarding = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"}
+
+// removeHopByHop deletes the hop-by-hop headers of h, in place.
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		delete(h, name)
+	}
+}
+
+// outgoingHeader builds the upstream request's header from r, leaving
+// r.Header untouched: canonical names, hop-by-hop and forwarding headers
+// removed, X-Forwarded-* and the key header set.
+func outgoingHeader(r *Request) http.Header {
+	h := make(http.Header, len(r.Header)+4)
+	for name, values := range r.Header {
+		name = textproto.CanonicalMIMEHeaderKey(name)
+		if prev, ok := h[name]; ok { // the same name spelled twice by the caller
+			h[name] = append(prev[:len(prev):len(prev)], values...)
+			continue
+		}
+		h[name] = values // shared with the caller, never modified in place
+	}
+	removeHopByHop(h)
+	for _, name := range forwarding {
+		delete(h, name)
+	}
+	setIf(h, "X-Forwarded-For", r.ClientIP)
+	setIf(h, "X-Forwarded-Proto", r.Proto)
+	setIf(h, "X-Forwarded-Host", r.Host)
+	if r.KeyHeader != "" && r.Key != "" {
+		h.Set(r.KeyHeader, r.Key)
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		// An empty value keeps net/http from adding its own User-Agent: the
+		// upstream sees what the provider sent.
+		h["User-Agent"] = []string{""}
+	}
+	return h
+}
+
+func setIf(h http.Header, name, value string) {
+	if value != "" {
+		h[name] = []string{value}
+	}
+}

@@ -1,0 +1,303 @@
+// Package gateway wires hookstamp together: configuration → ledger →
+// screen → state machine → forwarder → HTTP server, and takes it apart in
+// reverse order. cmd/gateway runs it; end-to-end tests start it on ":0"
+// with temporary databases.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+)
+
+// Options are what the configuration file does not say.
+type Options struct {
+	// Logger receives the gateway's logs (slog.Default when nil).
+	Logger *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Version is reported by telemetry.
+	Version string
+}
+
+// Gateway is one running hookstamp process.
+type Gateway struct {
+	cfg *config.Config
+	log *slog.Logger
+	now func() time.Time
+
+	ledger  *sqlledger.Ledger
+	screen  idempotency.Screen
+	closers []func() error // screens and others, closed in reverse order
+	engine  *idempotency.Engine
+	fwd     *forward.Forwarder
+	server  *ingress.Server
+
+	ln       net.Listener
+	serveErr chan error
+	stop     context.CancelFunc // stops background loops (sweeper)
+	bg       sync.WaitGroup
+}
+
+// New builds every component from cfg; nothing listens until Start.
+func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err error) {
+	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	defer func() {
+		if err != nil {
+			g.closeAll()
+		}
+	}()
+
+	g.ledger, err = sqlledger.Open(ctx, sqlledger.Options{
+		Driver:       cfg.Store.Driver,
+		DSN:          cfg.Store.DSN,
+		MaxOpenConns: cfg.Store.MaxOpenConns,
+		Logger:       g.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if cfg.Store.AutoMigrate {
+		if err := g.ledger.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrate ledger: %w", err)
+		}
+	}
+
+	switch cfg.Screen.Driver {
+	case "memory":
+		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody)})
+		g.screen = s
+		g.closers = append(g.closers, func() error { s.Close(); return nil })
+	case "redis":
+		s, err := redisscreen.New(redisscreen.Options{
+			Addrs:         cfg.Screen.Redis.Addrs,
+			Username:      cfg.Screen.Redis.Username,
+			Password:      cfg.Screen.Redis.Password,
+			DB:            cfg.Screen.Redis.DB,
+			TLS:           cfg.Screen.Redis.TLS,
+			Prefix:        cfg.Screen.Prefix,
+			MaxCachedBody: int(cfg.Screen.MaxCachedBody),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open redis screen: %w", err)
+		}
+		g.screen = s
+		g.closers = append(g.closers, s.Close)
+	case "none":
+		// Claims are pending rows in the ledger.
+	default:
+		return nil, fmt.Errorf("screen.driver %q: unknown", cfg.Screen.Driver)
+	}
+
+	g.fwd = forward.New(forward.Options{})
+	g.closers = append(g.closers, func() error { g.fwd.Close(); return nil })
+
+	eo := idempotency.Options{
+		Screen:            g.screen,
+		Ledger:            g.ledger,
+		Lease:             cfg.Screen.Lease,
+		TTL:               cfg.Screen.TTL,
+		ScreenUnavailable: failMode(cfg.Screen.OnUnavailable),
+		LedgerUnavailable: failMode(cfg.Store.OnUnavailable),
+		Classify: func(err error) (int, bool) {
+			return forward.StatusFor(err), forward.Ambiguous(err)
+		},
+		Cache:  idempotency.NewCache(int(cfg.Screen.LocalCache)),
+		Now:    g.now,
+		Logger: g.log,
+	}
+	if g.screen == nil {
+		// Screen "none" is the seed's design: every delivery confirmed in
+		// the ledger. An in-process cache would hide that; it stays on only
+		// when configured.
+		eo.Screen = nil
+	}
+	g.engine, err = idempotency.New(eo)
+	if err != nil {
+		return nil, err
+	}
+
+	routes, err := buildRoutes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var trusted []netip.Prefix
+	for _, c := range cfg.Server.TrustedProxies {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("server.trusted_proxies: %w", err)
+		}
+		trusted = append(trusted, p)
+	}
+	g.server = ingress.New(ingress.Options{
+		Routes:         routes,
+		Engine:         g.engine,
+		Forwarder:      g.fwd,
+		BodyLimit:      int(cfg.Server.BodyLimit),
+		ReadTimeout:    cfg.Server.ReadTimeout,
+		WriteTimeout:   cfg.Server.WriteTimeout,
+		TrustedProxies: trusted,
+		Observe:        g.observe,
+		Logger:         g.log,
+	})
+	return g, nil
+}
+
+func failMode(s string) idempotency.FailMode {
+	switch s {
+	case "pass":
+		return idempotency.FailPass
+	case "store":
+		return idempotency.FailStore
+	}
+	return idempotency.FailReject
+}
+
+// Start listens on server.listen and serves in the background.
+func (g *Gateway) Start() error {
+	ln, err := net.Listen("tcp", g.cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", g.cfg.Server.Listen, err)
+	}
+	g.ln = ln
+	g.serveErr = make(chan error, 1)
+	go func() { g.serveErr <- g.server.Serve(ln) }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	g.stop = cancel
+	if g.cfg.Store.SweepInterval > 0 {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.sweep(ctx) }()
+	}
+	g.log.Info("hookstamp serving", "addr", ln.Addr().String(), "routes", len(g.cfg.Routes),
+		"store", g.cfg.Store.Driver, "screen", g.cfg.Screen.Driver)
+	return nil
+}
+
+// Addr is the address the webhook listener is bound to.
+func (g *Gateway) Addr() string {
+	if g.ln == nil {
+		return ""
+	}
+	return g.ln.Addr().String()
+}
+
+// URL is the base URL of the webhook listener.
+func (g *Gateway) URL() string { return "http://" + g.Addr() }
+
+// Ledger exposes the ledger (tests and the admin API read it).
+func (g *Gateway) Ledger() *sqlledger.Ledger { return g.ledger }
+
+// Run serves until ctx is done, then shuts down within
+// server.shutdown_timeout.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.Start(); err != nil {
+		g.closeAll()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-g.serveErr:
+		g.closeAll()
+		return fmt.Errorf("serve: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.Server.ShutdownTimeout)
+	defer cancel()
+	return g.Shutdown(sctx)
+}
+
+// Shutdown drains in-flight deliveries until ctx is done, releases the
+// claims of those it abandons, then closes everything in reverse order.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	err := g.server.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		g.log.Warn("shutdown timeout: abandoned in-flight deliveries; their claims were released")
+		err = nil
+	}
+	g.closeAll()
+	return err
+}
+
+func (g *Gateway) closeAll() {
+	if g.stop != nil {
+		g.stop()
+	}
+	g.bg.Wait()
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		if err := g.closers[i](); err != nil {
+			g.log.Warn("close", "err", err)
+		}
+	}
+	g.closers = nil
+	if g.ledger != nil {
+		if err := g.ledger.Close(); err != nil {
+			g.log.Warn("close ledger", "err", err)
+		}
+		g.ledger = nil
+	}
+}
+
+// sweep deletes expired ledger rows in bounded batches.
+func (g *Gateway) sweep(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Store.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := g.ledger.SweepAll(ctx, g.now(), 1000)
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("sweep expired records", "err", err)
+		} else if n > 0 {
+			g.log.Debug("swept expired records", "rows", n)
+		}
+	}
+}
+
+// observe logs the non-routine outcomes (SPEC §7): keys, never bodies.
+func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
+	o := ev.Result.Outcome
+	if o == idempotency.Forwarded || o == idempotency.Replayed {
+		return
+	}
+	level := slog.LevelInfo
+	switch o {
+	case idempotency.Unavailable, idempotency.HeldKey:
+		level = slog.LevelWarn
+	}
+	attrs := []any{"route", ev.Route, "outcome", string(o), "method", ev.Method, "source", ev.Source}
+	if ev.Key != "" {
+		attrs = append(attrs, "key", ev.Key)
+	}
+	if ev.Result.Status != 0 {
+		attrs = append(attrs, "status", ev.Result.Status)
+	} else if ev.Result.Upstream != nil {
+		attrs = append(attrs, "status", ev.Result.Upstream.Status)
+	}
+	if ev.Result.Err != nil {
+		attrs = append(attrs, "err", ev.Result.Err.Error())
+	}
+	g.log.Log(ctx, level, "delivery", attrs...)
+}
+

@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/extract"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/verify"
+)
+
+// buildRoutes turns validated route configuration into ready-to-serve
+// routes: compiled extractors, fingerprinters, verifiers and policies.
+func buildRoutes(cfg *config.Config) ([]*ingress.Route, error) {
+	routes := make([]*ingress.Route, 0, len(cfg.Routes))
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		r, err := buildRoute(rc)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d] (%s): %w", i, rc.Name, err)
+		}
+		routes = append(routes, r)
+	}
+	return routes, nil
+}
+
+func buildRoute(rc *config.Route) (*ingress.Route, error) {
+	sources := make([]extract.Source, len(rc.Key.Sources))
+	for i, s := range rc.Key.Sources {
+		sources[i] = extract.Source{Kind: s.Kind, Arg: s.Arg}
+	}
+	ex, err := extract.NewExtractor(rc.Name, sources, rc.Key.MaxLength)
+	if err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	fp, err := extract.NewFingerprinter(rc.Fingerprint.Mode, rc.Fingerprint.Fields)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	final, err := config.ParseStatuses(rc.Record.Statuses)
+	if err != nil {
+		return nil, fmt.Errorf("record.statuses: %w", err)
+	}
+	keep := make([]string, 0, len(rc.Record.Headers))
+	for _, h := range rc.Record.Headers {
+		keep = append(keep, http.CanonicalHeaderKey(h))
+	}
+	r := &ingress.Route{
+		Name:    rc.Name,
+		Path:    rc.Path,
+		Methods: rc.Methods,
+		Policy: &idempotency.Policy{
+			Route:            rc.Name,
+			Shadow:           rc.Mode == config.ModeShadow,
+			RejectInflight:   rc.Inflight == config.InflightReject,
+			WaitTimeout:      rc.WaitTimeout,
+			ReplayOnMismatch: rc.Fingerprint.OnMismatch == config.OnMismatchReplay,
+			Final:            func(s int) bool { return !idempotency.NeverFinal(s) && final(s) },
+			KeepHeaders:      keep,
+			MaxBody:          int(rc.Record.MaxBody),
+			HoldAmbiguous:    rc.Record.Ambiguous == config.AmbiguousHold,
+			Retention:        rc.Retention,
+		},
+		Extractor:       ex,
+		Fingerprinter:   fp,
+		KeyRequired:     rc.Key.Required,
+		MaxKeyLength:    rc.Key.MaxLength,
+		UpstreamURL:     rc.Upstream.URL,
+		UpstreamTimeout: rc.Upstream.Timeout,
+		KeyHeader:       rc.Upstream.KeyHeader,
+		SourceHeader:    rc.SourceHeader(),
+	}
+	if rc.IsPrefix() {
+		r.Path, r.Prefix = rc.PathPrefix(), true
+	}
+	if rc.Fingerprint.Mode == config.FingerprintNone {
+		r.Fingerprinter = nil
+	}
+	if rc.Verify.Scheme != "" {
+		v, err := verify.New(verify.Options{
+			Scheme:    rc.Verify.Scheme,
+			Secrets:   nonEmpty(rc.Verify.Secrets),
+			PublicKey: rc.Verify.PublicKey,
+			URL:       rc.Verify.URL,
+			Tolerance: rc.Verify.Tolerance,
+			Header:    rc.Verify.Header,
+			Algorithm: rc.Verify.Algorithm,
+			Encoding:  rc.Verify.Encoding,
+			Prefix:    rc.Verify.Prefix,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		r.Verifier = v
+	}
+	return r, nil
+}
+
+func nonEmpty(ss []string) []string {
+	out := ss[:0:0]
+	for _, s := range ss {
+		if strings.TrimSpace(s) != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
