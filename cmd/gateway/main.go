@@ -152,5 +152,3 @@ func usage(w io.Writer) {
   gateway version                  print the version
 `)
 }
-
-

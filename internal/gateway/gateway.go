@@ -300,4 +300,3 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 	}
 	g.log.Log(ctx, level, "delivery", attrs...)
 }
-
