@@ -1,0 +1,202 @@
+package sqlledger
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	gosqlite "github.com/glebarez/go-sqlite"
+)
+
+// This file holds everything that differs between SQLite and PostgreSQL:
+// how connections are opened and pooled, the bounded sweep statement, the
+// lock that serialises migrations, and which driver errors mean "the
+// database cannot be reached". The statements in records.go and admin.go are
+// the same for both (ON CONFLICT ... DO UPDATE ... WHERE is supported by
+// PostgreSQL ≥ 9.5 and SQLite ≥ 3.24).
+//
+// Times are always bound in UTC, truncated to the microsecond (PostgreSQL's
+// timestamptz precision). The SQLite driver (glebarez/go-sqlite) stores
+// them as text in one fixed format ("2006-01-02 15:04:05.999999999-07:00");
+// in UTC that text sorts in time order, which is what makes
+// `lease_until < ?` and `expires_at < ?` correct on SQLite
+// (TestLeaseComparisonsAreExact).
+
+type dialect struct {
+	name string
+	// sweepSQL deletes at most N expired rows; arguments: now, N, now.
+	sweepSQL string
+	// migrateLockSQL is run first in the migration transaction so that
+	// replicas starting together do not race on CREATE TABLE; "" = none.
+	migrateLockSQL string
+	// unavailable reports whether a driver-specific error means the
+	// database could not be reached or did not answer in time.
+	unavailable func(error) bool
+}
+
+var sqliteDialect = dialect{
+	name: DriverSQLite,
+	// rowid exists because the table is not WITHOUT ROWID; the writer is one
+	// connection, so the statement is atomic and short.
+	sweepSQL: `DELETE FROM hookstamp_records WHERE rowid IN (` +
+		`SELECT rowid FROM hookstamp_records WHERE expires_at < ? LIMIT ?) AND expires_at < ?`,
+	// The migration transaction starts with BEGIN IMMEDIATE (_txlock), which
+	// already takes SQLite's write lock.
+	migrateLockSQL: "",
+	unavailable:    sqliteUnavailable,
+}
+
+var postgresDialect = dialect{
+	name: DriverPostgres,
+	// SKIP LOCKED: rows that a concurrent commit or claim is writing are left
+	// for the next batch instead of waiting on them.
+	sweepSQL: `DELETE FROM hookstamp_records WHERE (route, "key") IN (` +
+		`SELECT route, "key" FROM hookstamp_records WHERE expires_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) AND expires_at < ?`,
+	// A transaction-scoped advisory lock, per schema: released at COMMIT or
+	// ROLLBACK, even when the migrating process dies.
+	migrateLockSQL: "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.hookstamp_records'))",
+	unavailable:    postgresUnavailable,
+}
+
+// sqlitePools opens SQLite as one writer connection (every write is
+// serialised in-process, so concurrent deliveries never meet SQLITE_BUSY)
+// and a pool of read-only connections (WAL lets readers run beside the
+// writer). An in-memory database exists per connection, so it gets the
+// writer only.
+func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) {
+	path, file, query, memory := splitSQLiteDSN(o.DSN)
+	if !memory {
+		if dir := filepath.Dir(file); dir != "." && dir != "" {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, nil, fmt.Errorf("create directory for %s: %w", file, err)
+			}
+		}
+	}
+	busy := "busy_timeout(" + strconv.FormatInt(o.OpTimeout.Milliseconds(), 10) + ")"
+	// Ours come first so that pragmas in the user's DSN win.
+	writerQ := url.Values{"_pragma": {busy, "journal_mode(WAL)", "synchronous(FULL)"}, "_txlock": {"immediate"}}
+	w, err = gorm.Open(sqlite.Open(joinSQLiteDSN(path, writerQ, query)), cfg())
+	if err != nil {
+		return nil, nil, err
+	}
+	wdb, err := w.DB()
+	if err != nil {
+		return nil, nil, err
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	if memory {
+		return w, w, nil
+	}
+	readerQ := url.Values{"_pragma": {busy, "query_only(1)"}}
+	r, err = gorm.Open(sqlite.Open(joinSQLiteDSN(path, readerQ, query)), cfg())
+	if err != nil {
+		_ = wdb.Close()
+		return nil, nil, err
+	}
+	rdb, err := r.DB()
+	if err != nil {
+		_ = wdb.Close()
+		return nil, nil, err
+	}
+	rdb.SetMaxOpenConns(o.MaxOpenConns)
+	rdb.SetMaxIdleConns(o.MaxOpenConns)
+	rdb.SetConnMaxIdleTime(5 * time.Minute)
+	return w, r, nil
+}
+
+// splitSQLiteDSN separates "path?query" (or "file:path?query") into the
+// path as SQLite opens it, the file on disk, and the query, and tells whether
+// the database lives in memory.
+func splitSQLiteDSN(dsn string) (path, file, query string, memory bool) {
+	path, query, _ = strings.Cut(dsn, "?")
+	q, _ := url.ParseQuery(query)
+	file = strings.TrimPrefix(path, "file:")
+	if strings.HasPrefix(file, "///") { // file:///abs/path
+		file = file[2:]
+	}
+	memory = file == ":memory:" || file == "" || q.Get("mode") == "memory"
+	return path, file, query, memory
+}
+
+func joinSQLiteDSN(path string, ours url.Values, theirs string) string {
+	q := ours.Encode()
+	if theirs != "" {
+		q += "&" + theirs
+	}
+	return path + "?" + q
+}
+
+// postgresPool opens PostgreSQL through pgx. pgx caches prepared statements
+// per connection by SQL text (QueryExecModeCacheStatement), so the ledger's
+// fixed statements are parsed and planned once per connection without GORM's
+// PrepareStmt layer.
+func postgresPool(o Options, cfg func() *gorm.Config) (*gorm.DB, error) {
+	c := cfg()
+	// Open must not need the database: the gateway starts, reports not
+	// ready, and answers 503 until PostgreSQL is back.
+	c.DisableAutomaticPing = true
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: o.DSN}), c)
+	if err != nil {
+		return nil, err
+	}
+	sdb, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sdb.SetMaxOpenConns(o.MaxOpenConns)
+	sdb.SetMaxIdleConns(o.MaxOpenConns)
+	sdb.SetConnMaxIdleTime(5 * time.Minute)
+	sdb.SetConnMaxLifetime(time.Hour)
+	return db, nil
+}
+
+// sqliteUnavailable: the file is locked past busy_timeout, cannot be opened
+// or written (I/O error, disk full, read-only), or the call was interrupted
+// by the operation's deadline.
+func sqliteUnavailable(err error) bool {
+	var se *gosqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff { // primary result code
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOMEM,
+		sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_PROTOCOL:
+		return true
+	}
+	return false
+}
+
+// postgresUnavailable: pgx could not connect, lost the connection, timed
+// out, or the server refused work for reasons that pass (SQLSTATE classes
+// 08 connection exception, 53 insufficient resources, 57 operator
+// intervention such as admin shutdown or statement timeout, 58 system error,
+// 40 transaction rollback such as a deadlock or serialization failure).
+func postgresUnavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
+		switch pe.Code[:2] {
+		case "08", "53", "57", "58", "40":
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,226 @@
+// Package sqlledger is hookstamp's durable ledger: the hookstamp_records
+// table in SQLite (embedded, pure Go) or PostgreSQL, through GORM.
+//
+// Every state change is one conditional SQL statement (INSERT ... ON
+// CONFLICT), so exactly-once holds across replicas without explicit
+// transactions or row locks held across round trips. Every call is bounded by
+// Options.OpTimeout, and failures to reach the database are wrapped with
+// idempotency.ErrUnavailable so that the state machine can apply
+// store.on_unavailable.
+package sqlledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Drivers accepted in Options.Driver.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// TableName is the ledger table (SPEC §5).
+const TableName = "hookstamp_records"
+
+// Defaults applied by Open to zero Options fields.
+const (
+	DefaultMaxOpenConns = 16
+	DefaultOpTimeout    = 5 * time.Second
+	// DefaultSweepBatch is used by Sweep and SweepAll when batch <= 0.
+	DefaultSweepBatch = 1000
+	// DefaultHeldLimit is used by Held when limit <= 0.
+	DefaultHeldLimit = 1000
+)
+
+// Options configure Open.
+type Options struct {
+	// Driver is DriverSQLite or DriverPostgres.
+	Driver string
+	// DSN is a file path for SQLite ("data/hookstamp.db", parent directories
+	// are created; "file:" URIs and ":memory:" work too) or a PostgreSQL URL
+	// or key=value string.
+	DSN string
+	// MaxOpenConns caps the PostgreSQL pool, or SQLite's read-only pool
+	// (SQLite writes go through a single connection). Default 16.
+	MaxOpenConns int
+	// OpTimeout bounds every ledger call, so that a hung database fails a
+	// delivery with ErrUnavailable instead of hanging it. It is also SQLite's
+	// busy_timeout. Default 5s.
+	OpTimeout time.Duration
+	// Logger receives slow statements (over 200ms, at warn level, without
+	// argument values: they hold keys and bodies) and GORM's own messages.
+	// Errors are returned, not logged. nil = silent.
+	Logger *slog.Logger
+	// Plugins are installed on every GORM handle the ledger opens (SQLite
+	// has two: writer and readers), e.g. OpenTelemetry tracing. A plugin must
+	// not record argument values: they carry keys, headers and bodies
+	// (gorm.io/plugin/opentelemetry/tracing: WithoutQueryVariables).
+	Plugins []gorm.Plugin
+	// Now is the clock for timestamps the caller does not pass (Resolve's
+	// completed_at). nil = time.Now.
+	Now func() time.Time
+}
+
+// Ledger is the GORM ledger. It is safe for concurrent use.
+type Ledger struct {
+	// w takes every write; r takes reads. They are the same handle on
+	// PostgreSQL and on in-memory SQLite.
+	w, r      *gorm.DB
+	d         dialect
+	opTimeout time.Duration
+	now       func() time.Time
+	closed    atomic.Bool
+}
+
+var _ idempotency.Ledger = (*Ledger)(nil)
+
+// errClosed is returned (wrapped in ErrUnavailable) after Close.
+var errClosed = errors.New("ledger closed")
+
+// Open opens the ledger. It does not create the table (see Migrate). SQLite
+// files are opened (and created) at once; PostgreSQL is not contacted until
+// the first call, so a gateway can start while its database is down and
+// report itself not ready (Ping). ctx is reserved: Open does no network I/O.
+func Open(ctx context.Context, o Options) (*Ledger, error) {
+	if o.MaxOpenConns <= 0 {
+		o.MaxOpenConns = DefaultMaxOpenConns
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = DefaultOpTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.DSN == "" {
+		return nil, errors.New("sqlledger: empty DSN")
+	}
+	cfg := func() *gorm.Config {
+		return &gorm.Config{
+			Logger:                 newGormLogger(o.Logger),
+			SkipDefaultTransaction: true,
+		}
+	}
+	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now}
+	var err error
+	switch o.Driver {
+	case DriverSQLite:
+		l.d = sqliteDialect
+		l.w, l.r, err = sqlitePools(o, cfg)
+	case DriverPostgres:
+		l.d = postgresDialect
+		l.w, err = postgresPool(o, cfg)
+		l.r = l.w
+	default:
+		return nil, fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
+	}
+	if err != nil {
+		return nil, l.fail(fmt.Sprintf("open %s", o.Driver), err)
+	}
+	for _, p := range o.Plugins {
+		for _, db := range l.handles() {
+			if err := db.Use(p); err != nil {
+				_ = l.Close()
+				return nil, fmt.Errorf("sqlledger: plugin %s: %w", p.Name(), err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// handles returns the distinct GORM handles.
+func (l *Ledger) handles() []*gorm.DB {
+	if l.r == l.w {
+		return []*gorm.DB{l.w}
+	}
+	return []*gorm.DB{l.w, l.r}
+}
+
+// Driver returns the driver name the ledger was opened with.
+func (l *Ledger) Driver() string { return l.d.name }
+
+// Migrate creates or upgrades the hookstamp_records table and its indexes.
+// It is idempotent, and safe to run from several replicas at once (they are
+// serialised by a lock). Reaching the database is bounded by OpTimeout; the
+// migration itself only by ctx, since building an index on a large table
+// can take longer than any delivery would wait.
+func (l *Ledger) Migrate(ctx context.Context) error {
+	if err := l.Ping(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	err := l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if l.d.migrateLockSQL != "" {
+			if err := tx.Exec(l.d.migrateLockSQL).Error; err != nil {
+				return err
+			}
+		}
+		return tx.AutoMigrate(&recordRow{})
+	})
+	if err != nil {
+		return l.fail("migrate", err)
+	}
+	return nil
+}
+
+// Ping checks that the database answers within OpTimeout.
+func (l *Ledger) Ping(ctx context.Context) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	for _, db := range l.handles() {
+		sdb, err := db.DB()
+		if err != nil {
+			return l.fail("ping", err)
+		}
+		if err := sdb.PingContext(ctx); err != nil {
+			return l.fail("ping", err)
+		}
+	}
+	return nil
+}
+
+// Close closes the connection pools. Calls after Close fail with
+// ErrUnavailable.
+func (l *Ledger) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, db := range l.handles() {
+		if db == nil {
+			continue
+		}
+		if sdb, err := db.DB(); err == nil {
+			errs = append(errs, sdb.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// op bounds one ledger call by OpTimeout.
+func (l *Ledger) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.opTimeout)
+}
+
+// check fails fast after Close.
+func (l *Ledger) check() error {
+	if l.closed.Load() {
+		return fmt.Errorf("%w: %w", idempotency.ErrUnavailable, errClosed)
+	}
+	return nil
+}
+
+// ref formats a record identity for error messages.
+func ref(r idempotency.Ref) string {
+	return fmt.Sprintf("%q %q", r.Route, r.Key)
+}

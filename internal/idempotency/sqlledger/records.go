@@ -1,0 +1,326 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// recordRow is the hookstamp_records schema (SPEC §5), for AutoMigrate only:
+// statements are written out below so that each state change is one
+// conditional statement.
+//
+// body_omitted is a column of its own because a NULL body would be
+// ambiguous (empty response, or too large to record). The partial index
+// idx_hookstamp_records_held covers only held rows, which are rare: listing
+// and counting them per route stays cheap without taxing every write.
+type recordRow struct {
+	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held'"`
+	Key         string     `gorm:"column:key;type:text;primaryKey"`
+	State       string     `gorm:"column:state;type:text;not null"`
+	Owner       *string    `gorm:"column:owner;type:text"`
+	LeaseUntil  *time.Time `gorm:"column:lease_until"`
+	Fingerprint []byte     `gorm:"column:fingerprint"`
+	Status      int        `gorm:"column:status;not null"`
+	Headers     string     `gorm:"column:headers;type:text;not null"`
+	Body        []byte     `gorm:"column:body"`
+	BodyOmitted bool       `gorm:"column:body_omitted;not null"`
+	TraceID     string     `gorm:"column:trace_id;type:text;not null"`
+	SpanID      string     `gorm:"column:span_id;type:text;not null"`
+	Source      string     `gorm:"column:source;type:text;not null"`
+	CreatedAt   time.Time  `gorm:"column:created_at;not null;autoCreateTime:false;index:idx_hookstamp_records_held,priority:2"`
+	CompletedAt *time.Time `gorm:"column:completed_at"`
+	ExpiresAt   time.Time  `gorm:"column:expires_at;not null;index:idx_hookstamp_records_expires_at"`
+}
+
+// TableName implements GORM's tabler.
+func (recordRow) TableName() string { return TableName }
+
+const selectColumns = `SELECT route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, ` +
+	`trace_id, span_id, source, created_at, completed_at, expires_at FROM hookstamp_records `
+
+const lookupSQL = selectColumns + `WHERE route = ? AND "key" = ?`
+
+// claimInsertSQL makes a pending row unless the key has one.
+const claimInsertSQL = `INSERT INTO hookstamp_records ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
+	`VALUES (?, ?, 'pending', ?, ?, ?, 0, '{}', NULL, false, '', '', ?, ?, NULL, ?) ` +
+	`ON CONFLICT (route, "key") DO NOTHING`
+
+// takeoverSQL moves an expired pending row to a new owner; compare-and-swap
+// on the previous owner (owner tokens are unique per delivery), so of two
+// replicas taking over the same row only one wins.
+const takeoverSQL = `UPDATE hookstamp_records SET owner = ?, lease_until = ?, fingerprint = ?, source = ?, expires_at = ? ` +
+	`WHERE route = ? AND "key" = ? AND state = 'pending' AND owner = ? AND lease_until < ?`
+
+// commitSQL writes a done or held row: inserted when the key has no row,
+// or replacing a pending row owned by the caller or whose lease expired. A
+// done or held row matches neither, so it never changes (0 rows affected).
+// created_at stays the row's creation time.
+const commitSQL = `INSERT INTO hookstamp_records ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
+	`VALUES (?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
+	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
+	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
+	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
+	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR hookstamp_records.lease_until < ?)`
+
+const releaseSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'pending' AND owner = ?`
+
+// maxClaimAttempts bounds Claim's retries when the row changes between its
+// statements (deleted, or taken over by another replica).
+const maxClaimAttempts = 5
+
+// Lookup returns the record for ref, or ErrNotFound. An expired row is
+// returned until the sweeper deletes it.
+func (l *Ledger) Lookup(ctx context.Context, r idempotency.Ref) (*idempotency.Record, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
+	}
+	rec, err := l.lookup(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
+	}
+	return rec, nil
+}
+
+// lookup returns the row for r, ErrNotFound, or an already classified error.
+func (l *Ledger) lookup(ctx context.Context, r idempotency.Ref) (*idempotency.Record, error) {
+	rows, err := l.r.WithContext(ctx).Raw(lookupSQL, r.Route, r.Key).Rows()
+	if err != nil {
+		return nil, l.fail("select", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, l.fail("select", err)
+		}
+		return nil, idempotency.ErrNotFound
+	}
+	rec, err := scanRecord(rows)
+	if err != nil {
+		return nil, l.fail("scan", err)
+	}
+	return rec, nil
+}
+
+// Claim makes a pending row for req.Owner with a lease, takes over a pending
+// row whose lease expired before now, or reports what holds the key.
+func (l *Ledger) Claim(ctx context.Context, req idempotency.ClaimRequest, now time.Time) (idempotency.Claim, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
+	}
+	c, err := l.claim(ctx, req, dbTime(now))
+	if err != nil {
+		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
+	}
+	return c, nil
+}
+
+func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now time.Time) (idempotency.Claim, error) {
+	lease, expires := dbTime(now.Add(req.Lease)), dbTime(now.Add(req.Retention))
+	fp := nullBytes(req.Fingerprint)
+	for range maxClaimAttempts {
+		res := l.w.WithContext(ctx).Exec(claimInsertSQL, req.Route, req.Key, req.Owner, lease, fp, req.Source, now, expires)
+		if res.Error != nil {
+			return idempotency.Claim{}, l.fail("insert", res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return idempotency.Claim{Status: idempotency.Acquired}, nil
+		}
+		rec, err := l.lookup(ctx, req.Ref)
+		if errors.Is(err, idempotency.ErrNotFound) {
+			continue // released or swept since the insert: try again
+		}
+		if err != nil {
+			return idempotency.Claim{}, err
+		}
+		switch rec.State {
+		case idempotency.StateDone:
+			return idempotency.Claim{Status: idempotency.Done, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
+		case idempotency.StateHeld:
+			return idempotency.Claim{Status: idempotency.Held, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
+		}
+		if !rec.LeaseUntil.Before(now) {
+			return idempotency.Claim{Status: idempotency.InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}, nil
+		}
+		res = l.w.WithContext(ctx).Exec(takeoverSQL, req.Owner, lease, fp, req.Source, expires,
+			req.Route, req.Key, rec.Owner, now)
+		if res.Error != nil {
+			return idempotency.Claim{}, l.fail("take over", res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return idempotency.Claim{Status: idempotency.TakenOver}, nil
+		}
+		// Another replica took it over, committed or released it: look again.
+	}
+	return idempotency.Claim{}, fmt.Errorf("row kept changing after %d attempts", maxClaimAttempts)
+}
+
+// Commit writes rec as done (or held, when rec.State is StateHeld) in one
+// statement, setting completed_at to now. It succeeds when the key has no
+// row (the screen held the claim), or a pending row owned by owner or whose
+// lease expired before now; otherwise it returns ErrNotOwner and changes
+// nothing. rec.ExpiresAt is required; a zero rec.CreatedAt means now.
+func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
+	}
+	if rec.ExpiresAt.IsZero() {
+		return fmt.Errorf("commit %s: record has no ExpiresAt", ref(rec.Ref))
+	}
+	state := idempotency.StateDone
+	if rec.State == idempotency.StateHeld {
+		state = idempotency.StateHeld
+	}
+	headers, err := encodeHeaders(rec.Headers)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
+	}
+	now = dbTime(now)
+	created := now
+	if !rec.CreatedAt.IsZero() {
+		created = dbTime(rec.CreatedAt)
+	}
+	body := nullBytes(rec.Body)
+	if rec.BodyOmitted {
+		body = nil
+	}
+	res := l.w.WithContext(ctx).Exec(commitSQL,
+		rec.Route, rec.Key, string(state), nullBytes(rec.Fingerprint), rec.Status, headers, body, rec.BodyOmitted,
+		rec.TraceID, rec.SpanID, rec.Source, created, now, dbTime(rec.ExpiresAt),
+		owner, now)
+	if res.Error != nil {
+		return l.fail(fmt.Sprintf("commit %s", ref(rec.Ref)), res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("commit %s: %w", ref(rec.Ref), idempotency.ErrNotOwner)
+	}
+	return nil
+}
+
+// Release deletes the pending row owned by owner. ErrNotOwner when there is
+// no such row: taken over, already settled (done or held), or gone.
+func (l *Ledger) Release(ctx context.Context, r idempotency.Ref, owner string) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("release %s: %w", ref(r), err)
+	}
+	res := l.w.WithContext(ctx).Exec(releaseSQL, r.Route, r.Key, owner)
+	if res.Error != nil {
+		return l.fail(fmt.Sprintf("release %s", ref(r)), res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("release %s: %w", ref(r), idempotency.ErrNotOwner)
+	}
+	return nil
+}
+
+// scanRecord reads one row in selectColumns order.
+func scanRecord(rows *sql.Rows) (*idempotency.Record, error) {
+	var (
+		rec              idempotency.Record
+		state, headers   string
+		owner            sql.NullString
+		lease, completed sql.NullTime
+		fp, body         []byte
+		status           int64
+		omitted          bool
+		created, expires time.Time
+	)
+	err := rows.Scan(&rec.Route, &rec.Key, &state, &owner, &lease, &fp, &status, &headers, &body, &omitted,
+		&rec.TraceID, &rec.SpanID, &rec.Source, &created, &completed, &expires)
+	if err != nil {
+		return nil, err
+	}
+	rec.State = idempotency.State(state)
+	rec.Owner = owner.String
+	if lease.Valid {
+		rec.LeaseUntil = lease.Time.UTC()
+	}
+	rec.Fingerprint = nonEmpty(fp)
+	rec.Status = int(status)
+	if rec.Headers, err = decodeHeaders(headers); err != nil {
+		return nil, err
+	}
+	rec.Body = nonEmpty(body)
+	rec.BodyOmitted = omitted
+	rec.CreatedAt = created.UTC()
+	if completed.Valid {
+		rec.CompletedAt = completed.Time.UTC()
+	}
+	rec.ExpiresAt = expires.UTC()
+	return &rec, nil
+}
+
+// entryOf is what a Claim reports for a done or held row: the full
+// response, since the ledger always has the body.
+func entryOf(rec *idempotency.Record) *idempotency.Entry {
+	return &idempotency.Entry{
+		Response:    rec.Response,
+		BodyCached:  true,
+		Fingerprint: rec.Fingerprint,
+		TraceID:     rec.TraceID,
+		SpanID:      rec.SpanID,
+	}
+}
+
+// encodeHeaders stores kept headers as a JSON object (keys sorted, so equal
+// maps give equal text).
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeHeaders returns nil for an empty object.
+func decodeHeaders(s string) (map[string]string, error) {
+	if s == "" || s == "{}" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return h, nil
+}
+
+// dbTime is how every time is bound: UTC (SQLite compares times as text),
+// at PostgreSQL's microsecond precision, without a monotonic reading.
+func dbTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// nullBytes binds empty bytes as NULL (drivers differ on empty blobs).
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// nonEmpty reads NULL and empty bytes alike as nil.
+func nonEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
