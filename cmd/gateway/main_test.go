@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCLI(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "hookstamp ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+func TestCheckShippedConfig(t *testing.T) {
+	code, out, errOut := runCLI(t, nil, "check", "-config", "../../config.yaml")
+	if code != 0 {
+		t.Fatalf("check config.yaml: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "name: demo") {
+		t.Fatalf("effective configuration not printed:\n%s", out)
+	}
+}
+
+func TestCheckRedactsSecretsAndListsEveryError(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, `
+admin: {token: "${ADMIN_TOKEN}"}
+store: {driver: postgres, dsn: "postgres://app:hunter2@db:5432/hooks"}
+routes:
+  - name: stripe
+    path: /webhooks/stripe
+    preset: stripe
+    upstream: {url: "http://127.0.0.1:9000/stripe"}
+    verify: {secrets: ["${STRIPE_SECRET}"]}
+`)
+	env := []string{"ADMIN_TOKEN=t0ps3cret-admin", "STRIPE_SECRET=whsec_s3cr3t"}
+	code, out, errOut := runCLI(t, env, "check", "-config", good)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, secret := range []string{"t0ps3cret-admin", "whsec_s3cr3t", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("check printed secret %q:\n%s", secret, out)
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, `
+server: {body_limit: lots}
+routes:
+  - name: Bad Name
+    path: /a
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{jsn: id}]}
+`)
+	code, _, errOut = runCLI(t, nil, "check", "-config", bad)
+	if code != 1 {
+		t.Fatalf("bad config: exit %d, want 1", code)
+	}
+	for _, path := range []string{"server.body_limit", "routes[0].name", "routes[0].key.sources[0]"} {
+		if !strings.Contains(errOut, path) {
+			t.Fatalf("error output lacks %s:\n%s", path, errOut)
+		}
+	}
+}
+
+func TestMigrateCreatesSchema(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	db := filepath.Join(dir, "sub", "ledger.db")
+	writeFile(t, cfg, `
+store: {dsn: "`+db+`", auto_migrate: false}
+routes:
+  - name: demo
+    path: /d
+    upstream: {url: "http://127.0.0.1:9000/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`)
+	if code, _, errOut := runCLI(t, nil, "migrate", "-config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Fatalf("ledger file not created: %v", err)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	if code, _, _ := runCLI(t, nil, "frobnicate"); code != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
