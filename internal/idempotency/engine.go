@@ -141,8 +141,15 @@ type via int
 const (
 	viaScreen via = iota + 1
 	viaLedger
+	// viaScreenNoLedger: the screen claim holds but the ledger cannot be
+	// reached and store.on_unavailable is pass. The screen still stops
+	// concurrent repeats; the outcome is passthrough.
+	viaScreenNoLedger
 	viaNone // fail-open: no claim is held
 )
+
+// screen reports whether the claim lives in the screen.
+func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger }
 
 // Handle decides what happens to one delivery, calling fwd at most once.
 //
@@ -236,11 +243,12 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 	switch {
 	case err != nil:
 		e.depError("ledger", "lookup", err)
-		e.release(ctx, viaScreen, req.Ref, req.Owner)
 		if e.o.LedgerUnavailable == FailPass {
-			r := e.passthrough(ctx, p, req, fwd, err)
-			return Claim{}, viaNone, &r
+			e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
+				"route", req.Route, "key", req.Key, "err", err)
+			return c, viaScreenNoLedger, nil
 		}
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
 		r := e.unavailable(fmt.Errorf("confirm %q: %w", req.Key, err))
 		return Claim{}, viaNone, &r
 	case rec == nil:
@@ -332,7 +340,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
 	outcome := Forwarded
-	if v == viaNone {
+	if v == viaNone || v == viaScreenNoLedger {
 		outcome = Passthrough
 	}
 	if ferr != nil {
@@ -343,14 +351,14 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 			}
 		}
 		e.release(sctx, v, d.Ref, owner)
-		if v == viaNone {
+		if outcome == Passthrough {
 			return Result{Outcome: Passthrough, Status: status, Detail: "the upstream did not answer", Err: ferr, TakenOver: takenOver}
 		}
 		return Result{Outcome: Released, Status: status, Detail: "the upstream did not answer; the delivery was not recorded and its retry will be forwarded", Err: ferr, TakenOver: takenOver}
 	}
 	if !p.Final(up.Status) {
 		e.release(sctx, v, d.Ref, owner)
-		if v == viaNone {
+		if outcome == Passthrough {
 			return Result{Outcome: Passthrough, Upstream: up, TakenOver: takenOver}
 		}
 		return Result{Outcome: Released, Upstream: up, TakenOver: takenOver}
@@ -368,7 +376,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	endSpan(span, err)
 	switch {
 	case err == nil:
-		if v == viaScreen {
+		if v.screen() {
 			e.complete(sctx, d.Ref, owner, ent)
 		}
 		if c := e.o.Cache; c != nil {
@@ -380,7 +388,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		// that won stays; this provider still gets what its upstream said.
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
-		if v == viaScreen {
+		if v.screen() {
 			e.release(sctx, v, d.Ref, owner)
 		}
 	default:
@@ -388,7 +396,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
-		if v == viaScreen {
+		if v.screen() {
 			e.complete(sctx, d.Ref, owner, ent)
 		}
 	}
@@ -412,7 +420,7 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 			"route", d.Route, "key", d.Key, "err", err)
 		return Result{}, false
 	}
-	if v == viaScreen {
+	if v.screen() {
 		// Repeats confirm in the ledger and find the hold there.
 		e.release(ctx, v, d.Ref, owner)
 	}
@@ -500,7 +508,7 @@ func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	var err error
 	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
 	switch v {
-	case viaScreen:
+	case viaScreen, viaScreenNoLedger:
 		err = e.o.Screen.Release(rctx, ref, owner)
 	case viaLedger:
 		err = e.o.Ledger.Release(rctx, ref, owner)

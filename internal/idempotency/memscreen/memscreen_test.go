@@ -1,0 +1,220 @@
+package memscreen_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func open(t *testing.T) idempotency.Screen {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: idempotencytest.ScreenMaxCachedBody})
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	idempotencytest.RunScreen(t, open)
+}
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newFake(t *testing.T, sweep time.Duration) (*memscreen.Screen, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{now: time.Date(2026, 6, 12, 0, 0, 0, 0, time.UTC)}
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64, Now: clk.Now, SweepInterval: sweep})
+	t.Cleanup(s.Close)
+	return s, clk
+}
+
+func claim(t *testing.T, s *memscreen.Screen, key, owner string, lease time.Duration) idempotency.ClaimStatus {
+	t.Helper()
+	c, err := s.Claim(context.Background(), idempotency.ClaimRequest{
+		Ref: idempotency.Ref{Route: "r", Key: key}, Owner: owner, Lease: lease,
+	})
+	if err != nil {
+		t.Fatalf("Claim(%q, %q): %v", key, owner, err)
+	}
+	return c.Status
+}
+
+func TestLeaseWithInjectedClock(t *testing.T) {
+	cases := []struct {
+		name    string
+		advance time.Duration
+		want    idempotency.ClaimStatus
+	}{
+		{"just before the lease ends", 30*time.Second - time.Nanosecond, idempotency.InFlight},
+		{"when the lease ends", 30 * time.Second, idempotency.TakenOver},
+		{"long after the lease", 24 * time.Hour, idempotency.TakenOver},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, clk := newFake(t, time.Hour)
+			if got := claim(t, s, "k", "a", 30*time.Second); got != idempotency.Acquired {
+				t.Fatalf("first claim = %v", got)
+			}
+			clk.Add(c.advance)
+			if got := claim(t, s, "k", "b", 30*time.Second); got != c.want {
+				t.Fatalf("claim after %v = %v, want %v", c.advance, got, c.want)
+			}
+		})
+	}
+}
+
+func TestDoneExpiresWithTTL(t *testing.T) {
+	s, clk := newFake(t, time.Hour)
+	ref := idempotency.Ref{Route: "r", Key: "k"}
+	e := &idempotency.Entry{Response: idempotency.Response{Status: 200}}
+	if err := s.Complete(context.Background(), ref, "a", e, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute - time.Nanosecond)
+	if got := claim(t, s, "k", "b", time.Second); got != idempotency.Done {
+		t.Fatalf("claim before ttl = %v, want done", got)
+	}
+	clk.Add(time.Nanosecond)
+	if got := claim(t, s, "k", "b", time.Second); got != idempotency.Acquired {
+		t.Fatalf("claim after ttl = %v, want acquired", got)
+	}
+}
+
+func TestJanitorReclaimsExpiredEntries(t *testing.T) {
+	s, clk := newFake(t, 5*time.Millisecond)
+	for i := range 100 {
+		claim(t, s, fmt.Sprintf("flight-%d", i), "a", time.Second)
+		ref := idempotency.Ref{Route: "r", Key: fmt.Sprintf("done-%d", i)}
+		if err := s.Complete(context.Background(), ref, "a", &idempotency.Entry{}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 200 {
+		t.Fatalf("Len = %d, want 200", n)
+	}
+	// In-flight entries outlive their lease by one lease (takeover
+	// window); done entries live for their ttl.
+	clk.Add(2 * time.Second)
+	waitLen(t, s, 100)
+	clk.Add(time.Minute)
+	waitLen(t, s, 0)
+}
+
+func waitLen(t *testing.T, s *memscreen.Screen, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("Len = %d after 5s, want %d", s.Len(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	s, _ := newFake(t, time.Hour)
+	ref := idempotency.Ref{Route: "r", Key: "k"}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"zero lease", func() error {
+			_, err := s.Claim(context.Background(), idempotency.ClaimRequest{Ref: ref, Owner: "a"})
+			return err
+		}},
+		{"zero ttl", func() error { return s.Complete(context.Background(), ref, "a", &idempotency.Entry{}, 0) }},
+		{"nil entry", func() error { return s.Complete(context.Background(), ref, "a", nil, time.Minute) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.call(); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	s := memscreen.New(memscreen.Options{})
+	s.Close()
+	s.Close()
+}
+
+func BenchmarkClaim(b *testing.B) {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
+	defer s.Close()
+	ctx := context.Background()
+	b.Run("acquire", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_, err := s.Claim(ctx, idempotency.ClaimRequest{
+				Ref: idempotency.Ref{Route: "r", Key: fmt.Sprintf("acq-%d", i)}, Owner: "a", Lease: time.Second,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("done-hit", func(b *testing.B) {
+		ref := idempotency.Ref{Route: "r", Key: "done"}
+		e := &idempotency.Entry{Response: idempotency.Response{
+			Status: 200, Headers: map[string]string{"Content-Type": "application/json"}, Body: make([]byte, 512),
+		}}
+		if err := s.Complete(ctx, ref, "a", e, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		req := idempotency.ClaimRequest{Ref: ref, Owner: "b", Lease: time.Second}
+		b.ReportAllocs()
+		for b.Loop() {
+			if c, err := s.Claim(ctx, req); err != nil || c.Status != idempotency.Done {
+				b.Fatal(c.Status, err)
+			}
+		}
+	})
+}
+
+// BenchmarkClaimParallel is why the map is sharded: claims of distinct
+// keys from many goroutines.
+func BenchmarkClaimParallel(b *testing.B) {
+	s := memscreen.New(memscreen.Options{})
+	defer s.Close()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, err := s.Claim(context.Background(), idempotency.ClaimRequest{
+				Ref: idempotency.Ref{Route: "r", Key: fmt.Sprint(n.Add(1))}, Owner: "a", Lease: time.Second,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

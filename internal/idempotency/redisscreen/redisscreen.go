@@ -1,0 +1,331 @@
+// Package redisscreen is the shared idempotency.Screen on Redis
+// (screen.driver: redis): claims made by any gateway replica are seen by
+// all. One address is a single node; several are a Redis Cluster.
+//
+// Each entry is one hash under {prefix}{route}:{key} (SPEC §5), changed
+// only by Lua scripts, so every operation is atomic and one round trip
+// (scripts.go). Waiting repeats learn of changes from one shared pub/sub
+// subscription per Screen on {prefix}events, with a backed-off poll as a
+// safety net for lost messages (wait.go).
+//
+// Every call is bounded by Options.OpTimeout, and every failure to get an
+// answer from Redis (network, timeout, pool exhausted, cluster down, a
+// corrupt entry) wraps idempotency.ErrUnavailable, so that the state
+// machine applies screen.on_unavailable instead of hanging the delivery.
+// go-redis reconnects on its own when Redis comes back.
+package redisscreen
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Options configure a Screen. Zero values take the defaults named.
+type Options struct {
+	// Addrs are host:port addresses (screen.redis.addrs): one is a single
+	// node, several are the seed nodes of a Redis Cluster. New needs at
+	// least one; NewWithClient ignores them.
+	Addrs    []string
+	Username string
+	Password string
+	// DB is the database of a single node; a Cluster has only 0.
+	DB int
+	// TLS dials with TLS 1.2 or later, verifying the server against the
+	// system roots; TLSConfig, when set, is used instead.
+	TLS       bool
+	TLSConfig *tls.Config
+	// Prefix starts every key and the events channel (screen.prefix).
+	Prefix string
+	// MaxCachedBody is the largest response body, in bytes, a done entry
+	// keeps (screen.max_cached_body). A larger one is dropped and the entry
+	// keeps status and headers only (BodyCached false). Zero keeps no body
+	// except the empty one.
+	MaxCachedBody int
+	// OpTimeout bounds every call to Redis, dialling included; 1s by
+	// default. A hung Redis costs a delivery at most this much before
+	// screen.on_unavailable applies.
+	OpTimeout time.Duration
+	// PoolSize is the connection pool size per node; go-redis's default
+	// (10 per CPU) when zero.
+	PoolSize int
+	// WaitPollMin and WaitPollMax bound the poll of Wait, which starts at
+	// WaitPollMin and doubles up to WaitPollMax. With the subscription it
+	// is only a safety net for lost messages: 500ms and 2s by default.
+	// With PollOnly it is how waiters learn: 50ms and 1s by default.
+	WaitPollMin time.Duration
+	WaitPollMax time.Duration
+	// PollOnly turns the pub/sub subscription off, for Redis proxies
+	// without pub/sub: Wait then learns of changes by polling only, which
+	// costs up to WaitPollMax of latency per waiting repeat.
+	PollOnly bool
+}
+
+// Screen is an idempotency.Screen on Redis. Its methods are safe for
+// concurrent use.
+type Screen struct {
+	client    redis.UniversalClient
+	ownClient bool
+	prefix    string
+	channel   string
+	maxBody   int
+	opTimeout time.Duration
+	pollMin   time.Duration
+	pollMax   time.Duration
+
+	hub       *hub
+	closeOnce sync.Once
+	closeErr  error
+
+	// helds counts Wait's state checks (after their answer), for tests
+	// and the measurement in BenchmarkWaitWake.
+	helds atomic.Int64
+}
+
+var _ idempotency.Screen = (*Screen)(nil)
+
+// New connects to Redis as o says. It does not fail when Redis is down
+// (it waits at most OpTimeout for the subscription): calls fail with
+// ErrUnavailable until Redis answers (check with Ping).
+func New(o Options) (*Screen, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("redisscreen: no address")
+	}
+	if len(o.Addrs) > 1 && o.DB != 0 {
+		return nil, fmt.Errorf("redisscreen: db %d: a Redis Cluster has database 0 only", o.DB)
+	}
+	timeout := opTimeout(o)
+	uo := &redis.UniversalOptions{
+		Addrs:                 o.Addrs,
+		Username:              o.Username,
+		Password:              o.Password,
+		DB:                    o.DB,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              o.PoolSize,
+		TLSConfig:             o.TLSConfig,
+	}
+	if o.TLS && uo.TLSConfig == nil {
+		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	s := newScreen(redis.NewUniversalClient(uo), o)
+	s.ownClient = true
+	return s, nil
+}
+
+// NewWithClient uses a client the caller made and keeps owning: Close
+// leaves it open. The client's own timeouts should not exceed
+// o.OpTimeout, which bounds every call anyway.
+func NewWithClient(c redis.UniversalClient, o Options) *Screen {
+	return newScreen(c, o)
+}
+
+func opTimeout(o Options) time.Duration {
+	if o.OpTimeout > 0 {
+		return o.OpTimeout
+	}
+	return time.Second
+}
+
+func newScreen(c redis.UniversalClient, o Options) *Screen {
+	s := &Screen{
+		client:    c,
+		prefix:    o.Prefix,
+		channel:   o.Prefix + "events",
+		maxBody:   o.MaxCachedBody,
+		opTimeout: opTimeout(o),
+		pollMin:   o.WaitPollMin,
+		pollMax:   o.WaitPollMax,
+	}
+	defMin, defMax := 500*time.Millisecond, 2*time.Second
+	if o.PollOnly {
+		defMin, defMax = 50*time.Millisecond, time.Second
+	}
+	if s.pollMin <= 0 {
+		s.pollMin = defMin
+	}
+	if s.pollMax <= 0 {
+		s.pollMax = defMax
+	}
+	s.pollMax = max(s.pollMax, s.pollMin)
+	if !o.PollOnly {
+		s.hub = startHub(c, s.channel, s.opTimeout)
+	}
+	return s
+}
+
+// Client is the Redis client, e.g. for redisotel instrumentation.
+func (s *Screen) Client() redis.UniversalClient { return s.client }
+
+// Close ends the subscription and, unless the client came from
+// NewWithClient, closes the client. Close is idempotent.
+func (s *Screen) Close() error {
+	s.closeOnce.Do(func() {
+		if s.hub != nil {
+			s.hub.close()
+		}
+		if s.ownClient {
+			s.closeErr = s.client.Close()
+		}
+	})
+	return s.closeErr
+}
+
+// Ping checks that Redis answers, every master of a Cluster, for /readyz.
+func (s *Screen) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	var err error
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	} else {
+		err = s.client.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisscreen: ping: %w: %w", idempotency.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (s *Screen) key(ref idempotency.Ref) string {
+	return s.prefix + ref.Route + ":" + ref.Key
+}
+
+// fail wraps a Redis error: the screen gave no answer.
+func fail(op string, ref idempotency.Ref, err error) error {
+	return fmt.Errorf("redisscreen: %s %s %q: %w: %w", op, ref.Route, ref.Key, idempotency.ErrUnavailable, err)
+}
+
+// Claim takes the key for req.Owner or reports what holds it, in one
+// script run.
+func (s *Screen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
+	if req.Lease <= 0 {
+		return idempotency.Claim{}, fmt.Errorf("redisscreen: claim %s %q: lease %v is not positive", req.Route, req.Key, req.Lease)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	res, err := claimScript.Run(ctx, s.client, []string{s.key(req.Ref)},
+		s.channel, req.Owner, req.Fingerprint, millis(req.Lease)).Slice()
+	if err != nil {
+		return idempotency.Claim{}, fail("claim", req.Ref, err)
+	}
+	c, err := parseClaim(res)
+	if err != nil {
+		return idempotency.Claim{}, fail("claim", req.Ref, err)
+	}
+	return c, nil
+}
+
+func parseClaim(res []any) (idempotency.Claim, error) {
+	if len(res) == 0 {
+		return idempotency.Claim{}, fmt.Errorf("%w: empty claim reply", errCorrupt)
+	}
+	status, _ := res[0].(int64)
+	switch {
+	case status == 1 && len(res) == 1:
+		return idempotency.Claim{Status: idempotency.Acquired}, nil
+	case status == 2 && len(res) == 1:
+		return idempotency.Claim{Status: idempotency.TakenOver}, nil
+	case status == 3 && len(res) == 4:
+		owner, _ := res[1].(string)
+		return idempotency.Claim{Status: idempotency.InFlight, Owner: owner, Fingerprint: bytesOf(res[2])}, nil
+	case status == 4 && len(res) == 3:
+		blob, _ := res[2].(string)
+		e, err := decodeEntry(blob)
+		if err != nil {
+			return idempotency.Claim{}, err
+		}
+		e.Fingerprint = bytesOf(res[1])
+		return idempotency.Claim{Status: idempotency.Done, Fingerprint: bytesOf(res[1]), Entry: e}, nil
+	}
+	return idempotency.Claim{}, fmt.Errorf("%w: claim reply %v", errCorrupt, res)
+}
+
+// bytesOf is a bulk string reply as bytes; "" and nil are nil.
+func bytesOf(v any) []byte {
+	if s, _ := v.(string); s != "" {
+		return []byte(s)
+	}
+	return nil
+}
+
+// Complete records e as done for ttl, whoever holds the key, unless a done
+// entry is there already. BodyCached in the stored entry is decided by
+// MaxCachedBody, not taken from e.
+func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e *idempotency.Entry, ttl time.Duration) error {
+	if e == nil {
+		return fmt.Errorf("redisscreen: complete %s %q: nil entry", ref.Route, ref.Key)
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("redisscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
+	}
+	blob := encodeEntry(make([]byte, 0, encodedSize(e)), e, len(e.Body) <= s.maxBody)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	err := completeScript.Run(ctx, s.client, []string{s.key(ref)},
+		s.channel, millis(ttl), e.Fingerprint, blob).Err()
+	if err != nil {
+		return fail("complete", ref, err)
+	}
+	return nil
+}
+
+// Release drops owner's in-flight entry; ErrNotOwner when the key is not
+// in flight for owner.
+func (s *Screen) Release(ctx context.Context, ref idempotency.Ref, owner string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	n, err := releaseScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel, owner).Int64()
+	if err != nil {
+		return fail("release", ref, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisscreen: release %s %q: %w", ref.Route, ref.Key, idempotency.ErrNotOwner)
+	}
+	return nil
+}
+
+// Forget deletes whatever the screen holds for ref.
+func (s *Screen) Forget(ctx context.Context, ref idempotency.Ref) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	if err := forgetScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel).Err(); err != nil {
+		return fail("forget", ref, err)
+	}
+	return nil
+}
+
+// held returns how long owner's live claim on key has left, or 0 when
+// owner holds none.
+func (s *Screen) held(ctx context.Context, ref idempotency.Ref, key, owner string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	ms, err := heldScript.Run(ctx, s.client, []string{key}, owner).Int64()
+	s.helds.Add(1)
+	if err != nil {
+		return 0, fail("wait", ref, err)
+	}
+	if ms <= 0 {
+		return 0, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// millis is d in whole milliseconds for PEXPIRE, at least 1.
+func millis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}

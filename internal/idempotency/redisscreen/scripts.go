@@ -1,0 +1,103 @@
+package redisscreen
+
+import "github.com/redis/go-redis/v9"
+
+// Every entry is ONE Redis hash under {prefix}{route}:{key} (SPEC §5), so
+// each script touches one key and works on Redis Cluster whatever slot the
+// key hashes to. Fields:
+//
+//	s  state: "f" in flight, "d" done
+//	o  owner token (in flight)
+//	u  lease deadline, ms since the epoch by the Redis server's clock (in flight)
+//	f  fingerprint, "" for none
+//	e  the encoded response (done; see codec.go)
+//
+// Lease deadlines are taken from redis.call('TIME') so that every gateway
+// replica agrees on them whatever its own clock says. An in-flight key
+// expires (PEXPIRE) two leases after the claim: between the deadline and
+// that expiry a claim finds the dead owner's entry and reports TakenOver;
+// after it the key is gone and a claim is a plain Acquired (the ledger
+// confirm step still finds any recorded delivery).
+//
+// Scripts that change an entry publish its Redis key on the events channel
+// (ARGV[1] of each script) so that Wait wakes without polling. PUBLISH in a
+// script is fine on Cluster: non-sharded messages reach every node.
+
+// claimScript: ARGV = channel, owner, fingerprint, lease ms.
+// Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
+// in flight, {4, fingerprint, entry} done.
+var claimScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 'o', 'u', 'f', 'e')
+local status = 1
+if v[1] == 'd' then
+  return {4, v[4], v[5]}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if v[1] == 'f' then
+  if v[2] == ARGV[2] then
+    -- the owner again: a retry after a lost reply
+    return {1}
+  end
+  local left = tonumber(v[3]) - now
+  if left > 0 then
+    return {3, v[2], v[4], left}
+  end
+  status = 2
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+end
+local lease = tonumber(ARGV[4])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'f', 'o', ARGV[2], 'u', string.format('%.0f', now + lease), 'f', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], 2 * lease)
+return {status}
+`)
+
+// completeScript: ARGV = channel, ttl ms, fingerprint, entry.
+// Returns 1 when written, 0 when a done entry was kept.
+var completeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 's') == 'd' then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'd', 'f', ARGV[3], 'e', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
+return 1
+`)
+
+// releaseScript: ARGV = channel, owner. Returns 1 when released, 0 when
+// the key is not in flight for owner.
+var releaseScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 'o')
+if v[1] ~= 'f' or v[2] ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
+return 1
+`)
+
+// forgetScript: ARGV = channel. Returns the number of keys deleted.
+var forgetScript = redis.NewScript(`
+local n = redis.call('DEL', KEYS[1])
+if n > 0 then
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+end
+return n
+`)
+
+// heldScript: ARGV = owner. Returns the ms left of owner's live claim, or
+// -1 when owner holds none.
+var heldScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 'o', 'u')
+if v[1] ~= 'f' or v[2] ~= ARGV[1] then
+  return -1
+end
+local t = redis.call('TIME')
+local left = tonumber(v[3]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if left <= 0 then
+  return -1
+end
+return left
+`)
