@@ -14,8 +14,9 @@ import (
 // It is a byte-bounded LRU split into shards so that concurrent repeats do
 // not all queue on one mutex.
 type Cache struct {
-	seed   maphash.Seed
-	shards [cacheShards]cacheShard
+	seed    maphash.Seed
+	maxBody int
+	shards  [cacheShards]cacheShard
 }
 
 const cacheShards = 16
@@ -34,13 +35,14 @@ type cacheItem struct {
 	size int
 }
 
-// NewCache returns a cache holding about maxBytes of entries; nil when
-// maxBytes <= 0 (off).
-func NewCache(maxBytes int) *Cache {
+// NewCache returns a cache holding about maxBytes of entries whose bodies
+// are at most maxBody bytes (screen.max_cached_body: larger responses are
+// replayed from the ledger); nil when maxBytes <= 0 (off).
+func NewCache(maxBytes, maxBody int) *Cache {
 	if maxBytes <= 0 {
 		return nil
 	}
-	c := &Cache{seed: maphash.MakeSeed()}
+	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody}
 	per := maxBytes / cacheShards
 	for i := range c.shards {
 		c.shards[i].max = per
@@ -74,7 +76,7 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 // Put caches a complete entry (its body present or omitted by design).
 // Entries larger than a shard's budget are not cached.
 func (c *Cache) Put(ref Ref, ent *Entry) {
-	if !ent.BodyCached && !ent.BodyOmitted {
+	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody {
 		return
 	}
 	size := entrySize(ref, ent)

@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// Shadow mode forwards every repeat and counts it as shadowed; the records
+// it made are used from the first enforced delivery on.
+func TestShadowModeThenEnforce(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	shadow := startGateway(t, gwConfig(t, up.URL, db, "    mode: shadow", ""))
+	first := send(t, shadow, "/hooks", `{"id":"evt_s"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	for i := 0; i < 2; i++ {
+		r := send(t, shadow, "/hooks", `{"id":"evt_s"}`)
+		wantOutcome(t, r, 200, "shadowed")
+		if r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("shadowed repeat marked as replayed")
+		}
+	}
+	// A key reused with another body is forwarded too in shadow mode.
+	wantOutcome(t, send(t, shadow, "/hooks", `{"id":"evt_s","other":1}`), 200, "shadowed")
+	if n := up.count("evt_s"); n != 4 {
+		t.Fatalf("shadow mode: upstream received %d, want 4 (every delivery)", n)
+	}
+	rec := lookup(t, shadow, "hooks", "evt_s")
+	if !bytes.Equal(rec.Body, first.body) {
+		t.Fatalf("the record is the first delivery's answer: got %s", rec.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shadow.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	enforce := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	r := send(t, enforce, "/hooks", `{"id":"evt_s"}`)
+	wantOutcome(t, r, 200, "replayed")
+	sameReply(t, first, r)
+	if n := up.count("evt_s"); n != 4 {
+		t.Fatalf("enforce after shadow forwarded again (%d)", n)
+	}
+}
+
+// record.ambiguous: hold keeps a key whose upstream gave no answer; every
+// repeat gets 409 held, also after a restart.
+func TestHoldOnAmbiguousTimeout(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		time.Sleep(time.Second)
+		fmt.Fprint(w, "late")
+	})
+	db := dbPath(t)
+	hold := func() *Gateway {
+		cfg := gwConfig(t, up.URL, db, "    record:\n      ambiguous: hold", "")
+		cfg.Routes[0].Upstream.Timeout = 200 * time.Millisecond
+		return startGateway(t, cfg)
+	}
+	g := hold()
+	r := send(t, g, "/hooks", `{"id":"evt_h"}`)
+	wantOutcome(t, r, 504, "held")
+	for i := 0; i < 2; i++ {
+		r := send(t, g, "/hooks", `{"id":"evt_h"}`)
+		wantOutcome(t, r, 409, "held")
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("held repeat without Retry-After")
+		}
+	}
+	if rec := lookup(t, g, "hooks", "evt_h"); rec.State != idempotency.StateHeld {
+		t.Fatalf("ledger state %q, want held", rec.State)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g2 := hold()
+	wantOutcome(t, send(t, g2, "/hooks", `{"id":"evt_h"}`), 409, "held")
+	if n := up.count("evt_h"); n != 1 {
+		t.Fatalf("held key forwarded %d times, want 1", n)
+	}
+}
+
+// With the default (release), the same timeout releases the key and the
+// retry is forwarded: hold mode must not change that.
+func TestReleaseModeUnchangedByHold(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			time.Sleep(time.Second)
+		}
+		fmt.Fprint(w, "ok")
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Routes[0].Upstream.Timeout = 200 * time.Millisecond
+	g := startGateway(t, cfg)
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_rel"}`), 504, "released")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_rel"}`), 200, "forwarded")
+}
+
+// A refused connection sent nothing: never held, even in hold mode.
+func TestHoldNeverHoldsWhatWasNotSent(t *testing.T) {
+	up := newUpstream(t)
+	url := up.URL
+	up.Close()
+	g := startGateway(t, gwConfig(t, url, dbPath(t), "    record:\n      ambiguous: hold", ""))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_refused"}`), 502, "released")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_refused"}`), 502, "released")
+}
+
+// Two replicas sharing Redis and PostgreSQL agree on a held key.
+func TestHoldAcrossReplicas(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		time.Sleep(time.Second)
+	})
+	dsn := testenv.Postgres(t)
+	addr, prefix := testenv.RedisPrefix(t)
+	top := fmt.Sprintf("screen:\n  driver: redis\n  prefix: %q\n  redis:\n    addrs: [%q]\n", prefix, addr)
+	replica := func() *Gateway {
+		cfg := gwConfig(t, up.URL, "unused", "    record:\n      ambiguous: hold", top)
+		cfg.Store.Driver, cfg.Store.DSN = "postgres", dsn
+		cfg.Routes[0].Upstream.Timeout = 200 * time.Millisecond
+		return startGateway(t, cfg)
+	}
+	a, b := replica(), replica()
+	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_hr"}`), 504, "held")
+	wantOutcome(t, send(t, b, "/hooks", `{"id":"evt_hr"}`), 409, "held")
+	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_hr"}`), 409, "held")
+	if n := up.count("evt_hr"); n != 1 {
+		t.Fatalf("held key forwarded %d times across replicas", n)
+	}
+}
+
+// Dedup protection never depends on response size.
+func TestLargeResponses(t *testing.T) {
+	big := bytes.Repeat([]byte("z"), 2<<20)
+	mid := bytes.Repeat([]byte("m"), 100<<10)
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if r.Header.Get("Idempotency-Key") == "evt_big" {
+			_, _ = w.Write(big)
+			return
+		}
+		_, _ = w.Write(mid)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), "    record:\n      max_body: 1MiB", `screen:
+  driver: memory
+  max_cached_body: 64KiB
+  local_cache: 0`)
+	g := startGateway(t, cfg)
+
+	first := send(t, g, "/hooks", `{"id":"evt_big"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	if !bytes.Equal(first.body, big) {
+		t.Fatalf("first answer carries %d bytes, want the upstream's 2 MiB", len(first.body))
+	}
+	r := send(t, g, "/hooks", `{"id":"evt_big"}`)
+	wantOutcome(t, r, 200, "replayed")
+	if len(r.body) != 0 || r.header.Get("Hookstamp-Body-Omitted") != "true" ||
+		r.header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("oversized replay: %d bytes, headers %v", len(r.body), r.header)
+	}
+	if rec := lookup(t, g, "hooks", "evt_big"); !rec.BodyOmitted || len(rec.Body) != 0 {
+		t.Fatalf("ledger row for the oversized answer: omitted=%v body=%d", rec.BodyOmitted, len(rec.Body))
+	}
+
+	// 100 KiB: over the screen's max_cached_body, replayed from the ledger.
+	m1 := send(t, g, "/hooks", `{"id":"evt_mid"}`)
+	m2 := send(t, g, "/hooks", `{"id":"evt_mid"}`)
+	wantOutcome(t, m2, 200, "replayed")
+	if !bytes.Equal(m2.body, mid) || !bytes.Equal(m1.body, m2.body) {
+		t.Fatalf("100 KiB replay differs (%d bytes)", len(m2.body))
+	}
+	if up.count("evt_big") != 1 || up.count("evt_mid") != 1 {
+		t.Fatalf("large responses weakened dedup: big %d, mid %d", up.count("evt_big"), up.count("evt_mid"))
+	}
+}
+
+func TestSetCookieNeverReplayed(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Set-Cookie", "session=abc")
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "ok")
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	send(t, g, "/hooks", `{"id":"evt_cookie"}`)
+	r := send(t, g, "/hooks", `{"id":"evt_cookie"}`)
+	wantOutcome(t, r, 200, "replayed")
+	if r.header.Get("Set-Cookie") != "" {
+		t.Fatalf("replay set a cookie")
+	}
+	if !strings.Contains(strings.Join(r.header.Values("Content-Type"), ""), "text/plain") {
+		t.Fatalf("replay lost its Content-Type")
+	}
+}

@@ -1,0 +1,81 @@
+package idempotency
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestCacheKeepsWithinBudget(t *testing.T) {
+	c := NewCache(16*4096, 1024)
+	body := []byte(strings.Repeat("b", 512))
+	for i := 0; i < 10000; i++ {
+		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+	}
+	used := 0
+	for i := range c.shards {
+		if c.shards[i].used > c.shards[i].max {
+			t.Fatalf("shard %d holds %d bytes over its budget %d", i, c.shards[i].used, c.shards[i].max)
+		}
+		used += c.shards[i].used
+	}
+	if n := c.Len(); n == 0 || n > 16*4096/512 {
+		t.Fatalf("cache holds %d entries (%d bytes)", n, used)
+	}
+	// The most recent entry survives; the first was evicted.
+	if _, ok := c.Get(Ref{Route: "r", Key: "9999"}); !ok {
+		t.Fatalf("most recent entry evicted")
+	}
+	if _, ok := c.Get(Ref{Route: "r", Key: "0"}); ok {
+		t.Fatalf("oldest entry kept beyond the budget")
+	}
+}
+
+func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
+	c := NewCache(1<<20, 1024)
+	cases := []struct {
+		name string
+		ent  *Entry
+		want bool
+	}{
+		{"small body", &Entry{Response: Response{Body: []byte("ok")}, BodyCached: true}, true},
+		{"body over max_cached_body", &Entry{Response: Response{Body: make([]byte, 2048)}, BodyCached: true}, false},
+		{"body not cached by the screen", &Entry{Response: Response{Status: 200}}, false},
+		{"body omitted by record.max_body", &Entry{Response: Response{Status: 200, BodyOmitted: true}}, true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := Ref{Route: "r", Key: fmt.Sprint(i)}
+			c.Put(ref, tc.ent)
+			if _, ok := c.Get(ref); ok != tc.want {
+				t.Fatalf("cached = %v, want %v", ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestCacheDelete(t *testing.T) {
+	c := NewCache(1<<20, 1024)
+	ref := Ref{Route: "r", Key: "k"}
+	c.Put(ref, &Entry{Response: Response{Body: []byte("x")}, BodyCached: true})
+	c.Delete(ref)
+	if _, ok := c.Get(ref); ok {
+		t.Fatalf("deleted entry still served")
+	}
+	if NewCache(0, 1) != nil {
+		t.Fatalf("local_cache: 0 must turn the cache off")
+	}
+}
+
+func TestNeverFinal(t *testing.T) {
+	for _, s := range []int{408, 425, 429, 500, 502, 503, 504, 599} {
+		if !NeverFinal(s) || DefaultFinal(s) {
+			t.Errorf("status %d must never be final", s)
+		}
+	}
+	for _, s := range []int{200, 201, 204, 400, 404, 409, 422} {
+		if NeverFinal(s) || !DefaultFinal(s) {
+			t.Errorf("status %d should be final by default", s)
+		}
+	}
+}
