@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// SIGTERM: a delivery in flight when shutdown starts is finished and
+// recorded within shutdown_timeout.
+func TestShutdownDrainsInFlightDelivery(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		time.Sleep(500 * time.Millisecond)
+		fmt.Fprint(w, "done")
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	got := make(chan reply, 1)
+	go func() { got <- send(t, g, "/hooks", `{"id":"evt_drain"}`) }()
+	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.server.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	r := <-got
+	wantOutcome(t, r, 200, "forwarded")
+	rec := lookup(t, g, "hooks", "evt_drain")
+	if rec.State != idempotency.StateDone || string(rec.Body) != "done" {
+		t.Fatalf("drained delivery not recorded: %+v", rec)
+	}
+	g.closeAll()
+}
+
+// SIGTERM past shutdown_timeout: the abandoned delivery's forward is cut and
+// its claim released, so the provider's retry is forwarded at once instead of
+// waiting for the lease.
+func TestShutdownReleasesAbandonedClaims(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		fmt.Fprint(w, "second")
+	})
+	db := dbPath(t)
+	cfg := gwConfig(t, up.URL, db, "", "screen:\n  driver: none\n  lease: 30s\n  local_cache: 0")
+	cfg.Routes[0].Upstream.Timeout = 20 * time.Second
+	g := startGateway(t, cfg)
+	got := make(chan reply, 1)
+	go func() { got <- send(t, g, "/hooks", `{"id":"evt_abandon"}`) }()
+	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_abandon"}
+	if rec, err := g.Ledger().Lookup(context.Background(), ref); err != nil || rec.State != idempotency.StatePending {
+		t.Fatalf("in-flight delivery has no pending claim: %+v %v", rec, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := g.server.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown: %v, want the deadline to pass", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v after abandoning", d)
+	}
+	if _, err := g.Ledger().Lookup(context.Background(), ref); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("abandoned claim still in the ledger: %v", err)
+	}
+	<-got // the provider got an answer (or a cut connection); either way nothing is recorded
+	g.closeAll()
+
+	g2 := startGateway(t, gwConfig(t, up.URL, db, "", "screen:\n  driver: none\n  lease: 30s\n  local_cache: 0"))
+	start = time.Now()
+	wantOutcome(t, send(t, g2, "/hooks", `{"id":"evt_abandon"}`), 200, "forwarded")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("retry waited %v: the abandoned claim was not released", d)
+	}
+	if n := up.count("evt_abandon"); n != 2 {
+		t.Fatalf("upstream received %d, want 2 (abandoned + retry)", n)
+	}
+}
