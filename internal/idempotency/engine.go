@@ -180,8 +180,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
 			}
-			return Result{Outcome: HeldKey, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter,
-				Detail: "this event's first delivery got no answer from the upstream; it is held until an operator resolves it"}
+			return e.held()
 		case InFlight:
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
@@ -300,8 +299,15 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 // says forward anyway. The ledger is still asked first when it answers, so
 // that a recorded delivery is replayed rather than forwarded twice.
 func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, fwd ForwardFunc, cause error) Result {
-	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil && rec.State == StateDone {
-		return e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec))
+	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil {
+		switch rec.State {
+		case StateDone:
+			return e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec))
+		case StateHeld:
+			if !p.Shadow {
+				return e.held()
+			}
+		}
 	}
 	e.o.Logger.WarnContext(ctx, "forwarding without deduplication: dependency unavailable",
 		"route", req.Route, "key", req.Key, "err", cause)
@@ -491,6 +497,11 @@ func (e *Engine) mismatch(ent *Entry) Result {
 		r.OriginalTraceID, r.OriginalSpanID = ent.TraceID, ent.SpanID
 	}
 	return r
+}
+
+func (e *Engine) held() Result {
+	return Result{Outcome: HeldKey, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter,
+		Detail: "this event's first delivery got no answer from the upstream; it is held until an operator resolves it"}
 }
 
 func (e *Engine) conflict(detail string) Result {
