@@ -3,6 +3,7 @@ package sqlledger_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,5 +68,39 @@ func BenchmarkLookup(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkCommitParallel is many deliveries committing at once (64
+// goroutines), with group commit on (the default) and off: what a burst of
+// unique deliveries costs the ledger.
+func BenchmarkCommitParallel(b *testing.B) {
+	for _, d := range drivers {
+		for _, mode := range []struct {
+			name  string
+			batch int
+		}{{"group", 0}, {"single", 1}} {
+			b.Run(d.name+"/"+mode.name, func(b *testing.B) {
+				o := d.options(b)
+				o.CommitBatch = mode.batch
+				o.MaxOpenConns = 16
+				l := openLedger(b, o)
+				ctx := context.Background()
+				var n atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(32)
+				b.RunParallel(func(pb *testing.PB) {
+					rec := doneRecord(ref(""), t0, t0.Add(time.Hour))
+					rec.Body = make([]byte, 512)
+					for pb.Next() {
+						rec.Key = "evt_" + strconv.FormatInt(n.Add(1), 10)
+						if err := l.Commit(ctx, rec, "owner", t0); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
 	}
 }

@@ -68,7 +68,20 @@ type Options struct {
 	// Now is the clock for timestamps the caller does not pass (Resolve's
 	// completed_at). nil = time.Now.
 	Now func() time.Time
+	// CommitBatch is the most commits group-committed in one transaction
+	// (DefaultCommitBatch); 1 turns group commit off.
+	CommitBatch int
+	// CommitWorkers is how many batches may commit at once: 1 for SQLite
+	// (one writer), DefaultPostgresCommitWorkers for PostgreSQL.
+	CommitWorkers int
 }
+
+// Group commit defaults: batches form only under concurrency, so these
+// cost a lone delivery nothing.
+const (
+	DefaultCommitBatch           = 64
+	DefaultPostgresCommitWorkers = 4
+)
 
 // Ledger is the GORM ledger. It is safe for concurrent use.
 type Ledger struct {
@@ -79,6 +92,7 @@ type Ledger struct {
 	opTimeout time.Duration
 	now       func() time.Time
 	closed    atomic.Bool
+	batch     *committer // nil: group commit off
 }
 
 var _ idempotency.Ledger = (*Ledger)(nil)
@@ -124,6 +138,18 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	}
 	if err != nil {
 		return nil, l.fail(fmt.Sprintf("open %s", o.Driver), err)
+	}
+	if o.CommitBatch == 0 {
+		o.CommitBatch = DefaultCommitBatch
+	}
+	if o.CommitWorkers <= 0 {
+		o.CommitWorkers = 1
+		if o.Driver == DriverPostgres {
+			o.CommitWorkers = DefaultPostgresCommitWorkers
+		}
+	}
+	if o.CommitBatch > 1 {
+		l.batch = newCommitter(l, o.CommitWorkers, o.CommitBatch)
 	}
 	for _, p := range o.Plugins {
 		for _, db := range l.handles() {
@@ -194,6 +220,9 @@ func (l *Ledger) Ping(ctx context.Context) error {
 func (l *Ledger) Close() error {
 	if l.closed.Swap(true) {
 		return nil
+	}
+	if l.batch != nil {
+		l.batch.close()
 	}
 	var errs []error
 	for _, db := range l.handles() {

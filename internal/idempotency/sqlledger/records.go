@@ -198,15 +198,23 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if rec.BodyOmitted {
 		body = nil
 	}
-	res := l.w.WithContext(ctx).Exec(commitSQL,
-		rec.Route, rec.Key, string(state), nullBytes(rec.Fingerprint), rec.Status, headers, body, rec.BodyOmitted,
+	args := []any{rec.Route, rec.Key, string(state), nullBytes(rec.Fingerprint), rec.Status, headers, body, rec.BodyOmitted,
 		rec.TraceID, rec.SpanID, rec.Source, created, now, dbTime(rec.ExpiresAt),
-		owner, now)
+		owner, now}
+	if l.batch != nil {
+		return l.batch.submit(ctx, &commitJob{ref: rec.Ref, args: args})
+	}
+	return l.execCommit(ctx, rec.Ref, args)
+}
+
+// execCommit runs one commit statement on its own.
+func (l *Ledger) execCommit(ctx context.Context, r idempotency.Ref, args []any) error {
+	res := l.w.WithContext(ctx).Exec(commitSQL, args...)
 	if res.Error != nil {
-		return l.fail(fmt.Sprintf("commit %s", ref(rec.Ref)), res.Error)
+		return l.fail(fmt.Sprintf("commit %s", ref(r)), res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return fmt.Errorf("commit %s: %w", ref(rec.Ref), idempotency.ErrNotOwner)
+		return fmt.Errorf("commit %s: %w", ref(r), idempotency.ErrNotOwner)
 	}
 	return nil
 }
