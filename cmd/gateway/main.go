@@ -23,6 +23,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/demo"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
 // version is set at build time (-ldflags "-X main.version=…").
@@ -84,7 +85,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log := newLogger(cfg, stderr)
+	log := telemetry.NewLogger(cfg.Telemetry.Log, stderr)
+	telemetry.LogErrors(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, *demoAddr); err != nil {
@@ -130,18 +132,6 @@ func defaultConfigPath(environ []string) string {
 		}
 	}
 	return "config.yaml"
-}
-
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.Telemetry.Log.Level)); err != nil {
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Telemetry.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 func usage(w io.Writer) {

@@ -71,7 +71,8 @@ func (c *Config) validateAdmin(errs *Errors) {
 	}
 	if err := checkHostPort(a.Listen); err != nil {
 		errs.add("admin.listen", "%v (or \"\" to turn the admin listener off)", err)
-	} else if a.Listen == c.Server.Listen {
+	} else if a.Listen == c.Server.Listen && !strings.HasSuffix(a.Listen, ":0") {
+		// ":0" asks the kernel for a free port: two of them never collide.
 		errs.add("admin.listen", "%q is also server.listen: the two listeners need different addresses", a.Listen)
 	}
 }

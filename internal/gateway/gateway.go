@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
+
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -21,6 +23,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
 // Options are what the configuration file does not say.
@@ -31,6 +34,9 @@ type Options struct {
 	Now func() time.Time
 	// Version is reported by telemetry.
 	Version string
+	// Telemetry replaces parts of the configured telemetry (tests: an
+	// in-memory span exporter).
+	Telemetry telemetry.Overrides
 }
 
 // Gateway is one running hookstamp process.
@@ -39,12 +45,14 @@ type Gateway struct {
 	log *slog.Logger
 	now func() time.Time
 
+	tel     *telemetry.Telemetry
 	ledger  *sqlledger.Ledger
 	screen  idempotency.Screen
 	closers []func() error // screens and others, closed in reverse order
 	engine  *idempotency.Engine
 	fwd     *forward.Forwarder
 	server  *ingress.Server
+	admin   adminParts // admin.go: admin listener, stats, cache invalidation
 
 	ln       net.Listener
 	serveErr chan error
@@ -67,11 +75,19 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		}
 	}()
 
+	// Telemetry first: the ledger and screen get its instrumentations.
+	g.log = telemetry.WithTraceContext(g.log)
+	g.tel, err = telemetry.SetupWith(ctx, cfg.Telemetry, o.Version, g.log, o.Telemetry)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+
 	g.ledger, err = sqlledger.Open(ctx, sqlledger.Options{
 		Driver:       cfg.Store.Driver,
 		DSN:          cfg.Store.DSN,
 		MaxOpenConns: cfg.Store.MaxOpenConns,
 		Logger:       g.log,
+		Plugins:      g.tel.GormPlugins(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
@@ -102,13 +118,16 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		}
 		g.screen = s
 		g.closers = append(g.closers, s.Close)
+		if err := g.tel.InstrumentRedis(s.Client()); err != nil {
+			return nil, fmt.Errorf("trace redis screen: %w", err)
+		}
 	case "none":
 		// Claims are pending rows in the ledger.
 	default:
 		return nil, fmt.Errorf("screen.driver %q: unknown", cfg.Screen.Driver)
 	}
 
-	g.fwd = forward.New(forward.Options{})
+	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
 	g.closers = append(g.closers, func() error { g.fwd.Close(); return nil })
 
 	eo := idempotency.Options{
@@ -121,9 +140,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},
-		Cache:  idempotency.NewCache(int(cfg.Screen.LocalCache)),
+		Cache:  idempotency.NewCache(int(cfg.Screen.LocalCache), int(cfg.Screen.MaxCachedBody), 0),
 		Now:    g.now,
 		Logger: g.log,
+		Tracer: g.tel.Tracer(),
+		Hooks:  g.tel.Hooks(),
 	}
 	if g.screen == nil {
 		// Screen "none" is the seed's design: every delivery confirmed in
@@ -140,6 +161,10 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if err != nil {
 		return nil, err
 	}
+	g.initMetrics()
+	if err := g.initAdmin(eo.Cache); err != nil {
+		return nil, err
+	}
 	var trusted []netip.Prefix
 	for _, c := range cfg.Server.TrustedProxies {
 		p, err := netip.ParsePrefix(c)
@@ -149,17 +174,35 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		trusted = append(trusted, p)
 	}
 	g.server = ingress.New(ingress.Options{
-		Routes:         routes,
-		Engine:         g.engine,
-		Forwarder:      g.fwd,
-		BodyLimit:      int(cfg.Server.BodyLimit),
-		ReadTimeout:    cfg.Server.ReadTimeout,
-		WriteTimeout:   cfg.Server.WriteTimeout,
-		TrustedProxies: trusted,
-		Observe:        g.observe,
-		Logger:         g.log,
+		Routes:          routes,
+		Engine:          g.engine,
+		Forwarder:       g.fwd,
+		BodyLimit:       int(cfg.Server.BodyLimit),
+		ReadTimeout:     cfg.Server.ReadTimeout,
+		WriteTimeout:    cfg.Server.WriteTimeout,
+		TrustedProxies:  trusted,
+		Middleware:      []fiber.Handler{g.tel.Middleware()},
+		Observe:         g.observe,
+		ObserveUpstream: g.tel.ObserveUpstream,
+		Logger:          g.log,
 	})
 	return g, nil
+}
+
+// initMetrics creates the metric series of every route at zero and makes
+// hookstamp_held_keys count the ledger's held rows at each scrape (right
+// after a restart, and across replicas).
+func (g *Gateway) initMetrics() {
+	names := make([]string, len(g.cfg.Routes))
+	for i, r := range g.cfg.Routes {
+		names[i] = r.Name
+	}
+	deps := []string{"ledger"}
+	if g.screen != nil {
+		deps = append(deps, "screen")
+	}
+	g.tel.Init(names, deps...)
+	g.tel.CountHeldWith(g.ledger.CountHeldByRoute)
 }
 
 func failMode(s string) idempotency.FailMode {
@@ -174,6 +217,9 @@ func failMode(s string) idempotency.FailMode {
 
 // Start listens on server.listen and serves in the background.
 func (g *Gateway) Start() error {
+	if err := g.startAdmin(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", g.cfg.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", g.cfg.Server.Listen, err)
@@ -206,6 +252,10 @@ func (g *Gateway) URL() string { return "http://" + g.Addr() }
 
 // Ledger exposes the ledger (tests and the admin API read it).
 func (g *Gateway) Ledger() *sqlledger.Ledger { return g.ledger }
+
+// Telemetry exposes the telemetry: its MetricsHandler serves /metrics, and
+// AddHeld follows operators' resolutions of held keys.
+func (g *Gateway) Telemetry() *telemetry.Telemetry { return g.tel }
 
 // Run serves until ctx is done, then shuts down within
 // server.shutdown_timeout.
@@ -254,6 +304,14 @@ func (g *Gateway) closeAll() {
 		}
 		g.ledger = nil
 	}
+	if g.tel != nil {
+		// Last, so that the spans of everything closed above are flushed.
+		ctx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		defer cancel()
+		if err := g.tel.Shutdown(ctx); err != nil {
+			g.log.Warn("flush telemetry", "err", err)
+		}
+	}
 }
 
 // sweep deletes expired ledger rows in bounded batches.
@@ -275,8 +333,11 @@ func (g *Gateway) sweep(ctx context.Context) {
 	}
 }
 
-// observe logs the non-routine outcomes (SPEC §7): keys, never bodies.
+// observe counts every finished request in the metrics and logs the
+// non-routine outcomes (SPEC §7): keys, never bodies.
 func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
+	g.tel.Observe(ctx, ev)
+	g.recordStats(ctx, ev)
 	o := ev.Result.Outcome
 	if o == idempotency.Forwarded || o == idempotency.Replayed {
 		return

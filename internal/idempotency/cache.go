@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"hash/maphash"
 	"sync"
+	"time"
 )
 
 // Cache keeps done entries in-process (screen.local_cache). A done record
@@ -11,15 +12,25 @@ import (
 // delete removes a record, and the admin API calls Delete on every replica
 // it can reach (and the Redis screen broadcasts it).
 //
+// An entry also has a maximum age: a replica that missed a delete (its
+// pub/sub subscription was down, or there is no shared screen to carry the
+// message) stops replaying the deleted record when its copy expires.
+//
 // It is a byte-bounded LRU split into shards so that concurrent repeats do
 // not all queue on one mutex.
 type Cache struct {
 	seed    maphash.Seed
 	maxBody int
+	maxAge  time.Duration
+	now     func() time.Time
 	shards  [cacheShards]cacheShard
 }
 
 const cacheShards = 16
+
+// DefaultCacheMaxAge bounds how long a replica that missed an operator's
+// delete can go on replaying the deleted record.
+const DefaultCacheMaxAge = 5 * time.Minute
 
 type cacheShard struct {
 	mu    sync.Mutex
@@ -30,19 +41,24 @@ type cacheShard struct {
 }
 
 type cacheItem struct {
-	ref  Ref
-	ent  *Entry
-	size int
+	ref     Ref
+	ent     *Entry
+	size    int
+	expires time.Time
 }
 
 // NewCache returns a cache holding about maxBytes of entries whose bodies
 // are at most maxBody bytes (screen.max_cached_body: larger responses are
-// replayed from the ledger); nil when maxBytes <= 0 (off).
-func NewCache(maxBytes, maxBody int) *Cache {
+// replayed from the ledger), each for at most maxAge (DefaultCacheMaxAge
+// when 0); nil when maxBytes <= 0 (off).
+func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 	if maxBytes <= 0 {
 		return nil
 	}
-	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody}
+	if maxAge <= 0 {
+		maxAge = DefaultCacheMaxAge
+	}
+	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody, maxAge: maxAge, now: time.Now}
 	per := maxBytes / cacheShards
 	for i := range c.shards {
 		c.shards[i].max = per
@@ -69,8 +85,13 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 	if !ok {
 		return nil, false
 	}
+	it := el.Value.(*cacheItem)
+	if c.now().After(it.expires) {
+		s.remove(el)
+		return nil, false
+	}
 	s.lru.MoveToFront(el)
-	return el.Value.(*cacheItem).ent, true
+	return it.ent, true
 }
 
 // Put caches a complete entry (its body present or omitted by design).
@@ -90,15 +111,18 @@ func (c *Cache) Put(ref Ref, ent *Entry) {
 		s.lru.MoveToFront(el)
 		return
 	}
-	s.items[ref] = s.lru.PushFront(&cacheItem{ref: ref, ent: ent, size: size})
+	s.items[ref] = s.lru.PushFront(&cacheItem{ref: ref, ent: ent, size: size, expires: c.now().Add(c.maxAge)})
 	s.used += size
 	for s.used > s.max {
-		oldest := s.lru.Back()
-		it := oldest.Value.(*cacheItem)
-		s.lru.Remove(oldest)
-		delete(s.items, it.ref)
-		s.used -= it.size
+		s.remove(s.lru.Back())
 	}
+}
+
+func (s *cacheShard) remove(el *list.Element) {
+	it := el.Value.(*cacheItem)
+	s.lru.Remove(el)
+	delete(s.items, it.ref)
+	s.used -= it.size
 }
 
 // Delete drops ref from the cache.
@@ -107,9 +131,20 @@ func (c *Cache) Delete(ref Ref) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el, ok := s.items[ref]; ok {
-		s.used -= el.Value.(*cacheItem).size
-		s.lru.Remove(el)
-		delete(s.items, ref)
+		s.remove(el)
+	}
+}
+
+// Clear drops every entry: after an outage of the channel that carries
+// deletes, nothing cached before it can be trusted to be current.
+func (c *Cache) Clear() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.items)
+		s.lru.Init()
+		s.used = 0
+		s.mu.Unlock()
 	}
 }
 

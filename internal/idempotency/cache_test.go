@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCacheKeepsWithinBudget(t *testing.T) {
-	c := NewCache(16*4096, 1024)
+	c := NewCache(16*4096, 1024, 0)
 	body := []byte(strings.Repeat("b", 512))
 	for i := 0; i < 10000; i++ {
 		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
@@ -32,7 +33,7 @@ func TestCacheKeepsWithinBudget(t *testing.T) {
 }
 
 func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
-	c := NewCache(1<<20, 1024)
+	c := NewCache(1<<20, 1024, 0)
 	cases := []struct {
 		name string
 		ent  *Entry
@@ -55,14 +56,14 @@ func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
 }
 
 func TestCacheDelete(t *testing.T) {
-	c := NewCache(1<<20, 1024)
+	c := NewCache(1<<20, 1024, 0)
 	ref := Ref{Route: "r", Key: "k"}
 	c.Put(ref, &Entry{Response: Response{Body: []byte("x")}, BodyCached: true})
 	c.Delete(ref)
 	if _, ok := c.Get(ref); ok {
 		t.Fatalf("deleted entry still served")
 	}
-	if NewCache(0, 1) != nil {
+	if NewCache(0, 1, 0) != nil {
 		t.Fatalf("local_cache: 0 must turn the cache off")
 	}
 }
@@ -77,5 +78,30 @@ func TestNeverFinal(t *testing.T) {
 		if NeverFinal(s) || !DefaultFinal(s) {
 			t.Errorf("status %d should be final by default", s)
 		}
+	}
+}
+
+func TestCacheEntriesExpireAndClear(t *testing.T) {
+	c := NewCache(1<<20, 1024, time.Minute)
+	now := time.Now()
+	c.now = func() time.Time { return now }
+	a, b := Ref{Route: "r", Key: "a"}, Ref{Route: "r", Key: "b"}
+	ent := &Entry{Response: Response{Body: []byte("x")}, BodyCached: true}
+	c.Put(a, ent)
+	now = now.Add(59 * time.Second)
+	c.Put(b, ent)
+	if _, ok := c.Get(a); !ok {
+		t.Fatalf("entry gone before its max age")
+	}
+	now = now.Add(2 * time.Second)
+	if _, ok := c.Get(a); ok {
+		t.Fatalf("entry served past its max age")
+	}
+	if _, ok := c.Get(b); !ok {
+		t.Fatalf("younger entry expired with the older one")
+	}
+	c.Clear()
+	if _, ok := c.Get(b); ok || c.Len() != 0 {
+		t.Fatalf("Clear left %d entries", c.Len())
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/forward"
@@ -54,7 +57,10 @@ type Options struct {
 	Middleware []fiber.Handler
 	// Observe is called once per finished route request (nil = none).
 	Observe func(ctx context.Context, ev *Event)
-	Logger  *slog.Logger
+	// ObserveUpstream is called after every forward to the upstream of
+	// route with its duration, failures included (nil = none).
+	ObserveUpstream func(ctx context.Context, route string, d time.Duration)
+	Logger          *slog.Logger
 }
 
 // Server is the webhook-facing HTTP server.
@@ -71,6 +77,15 @@ type Server struct {
 	bufs     sync.Pool
 }
 
+// MaxHeaderBytes bounds the request line and headers of one request
+// (fasthttp's read buffer, held per connection); larger ones get 431 before
+// any route sees them. Fiber's 4 KiB default is too tight for a provider's
+// headers after a CDN and a service mesh have added theirs (a mesh's client
+// certificate header alone can pass 2 KiB); 16 KiB is the common ceiling
+// (Node.js, HAProxy). Signature headers are capped separately, at
+// verify.MaxHeaderLen.
+const MaxHeaderBytes = 16 << 10
+
 // New builds the server; call Serve to start it.
 func New(o Options) *Server {
 	if o.Logger == nil {
@@ -81,6 +96,7 @@ func New(o Options) *Server {
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	s.app = fiber.New(fiber.Config{
 		BodyLimit:             o.BodyLimit,
+		ReadBufferSize:        MaxHeaderBytes,
 		ReadTimeout:           o.ReadTimeout,
 		WriteTimeout:          o.WriteTimeout,
 		IdleTimeout:           2 * time.Minute,
@@ -138,6 +154,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	if route == nil {
 		return writeProblem(c, http.StatusNotFound, "", "no route is configured for this path", 0)
 	}
+	c.Locals(routeLocal{}, route)
 	ctx, cancel := context.WithCancel(c.UserContext())
 	defer cancel()
 	stop := context.AfterFunc(s.abandon, cancel)
@@ -147,6 +164,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	res := s.decide(ctx, c, route, rest, &ev)
 	ev.Result = &res
 	ev.Duration = time.Since(start)
+	annotateSpan(ctx, &ev)
 	if s.o.Observe != nil {
 		s.o.Observe(ctx, &ev)
 	}
@@ -163,13 +181,15 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		return s.unclaimed(ctx, fwd)
 	}
 	req := newFastRequest(c)
+	// The sender is known before the signature is checked, so that the
+	// log line of a forgery names who sent it.
+	ev.Source = s.source(c, route)
 	if route.Verifier != nil {
 		if err := route.Verifier.Verify(req); err != nil {
 			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
 				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
 		}
 	}
-	ev.Source = s.source(c, route)
 
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
@@ -240,7 +260,11 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		Key:       key,
 		Timeout:   route.UpstreamTimeout,
 	}
+	sent := time.Now()
 	resp, err := s.o.Forwarder.Do(ctx, req)
+	if s.o.ObserveUpstream != nil {
+		s.o.ObserveUpstream(ctx, route.Name, time.Since(sent))
+	}
 	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
 		// The upstream answered: settle the delivery on its status (never
 		// release a processed event because its answer was big).
@@ -313,13 +337,77 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	detail := http.StatusText(status)
 	if status == http.StatusRequestEntityTooLarge {
 		detail = "the request body is larger than the gateway's body limit"
-		if route != nil {
-			outcome = idempotency.TooLarge
-		}
+		// server.body_limit holds on every path. fasthttp discards the
+		// request line of a chunked body that overflows, so the route can
+		// be unknown here (and the event unobserved): still too_large.
+		outcome = idempotency.TooLarge
 	}
 	if route != nil && s.o.Observe != nil && outcome != "" {
 		res := idempotency.Result{Outcome: outcome, Status: status}
 		s.o.Observe(c.UserContext(), &Event{Route: route.Name, Method: c.Method(), Result: &res})
 	}
 	return writeProblem(c, status, outcome, detail, 0)
+}
+
+// routeLocal is the fiber.Ctx local holding the matched *Route.
+type routeLocal struct{}
+
+// SpanName names a request's server span after its route: the method and
+// the configured path ("POST /webhooks/stripe", "POST /hooks/*"), or the
+// method alone when no route matched. Raw paths are not used: they are
+// unbounded.
+func SpanName(c *fiber.Ctx) string {
+	r, ok := c.Locals(routeLocal{}).(*Route)
+	if !ok {
+		return c.Method()
+	}
+	if r.Prefix {
+		return c.Method() + " " + r.Path + "*"
+	}
+	return c.Method() + " " + r.Path
+}
+
+// maxKeyAttr bounds the hookstamp.key span attribute: keys are chosen by
+// senders (key.max_length may be large).
+const maxKeyAttr = 256
+
+// annotateSpan adds route, key and outcome to the request's server span
+// (SPEC §7), and links a replay, or a mismatch, to the span of the original
+// delivery whose record answered it.
+func annotateSpan(ctx context.Context, ev *Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("hookstamp.route", ev.Route),
+		attribute.String("hookstamp.outcome", string(ev.Result.Outcome)),
+	}
+	if ev.Key != "" {
+		attrs = append(attrs, attribute.String("hookstamp.key", truncateUTF8(ev.Key, maxKeyAttr)))
+	}
+	r := ev.Result
+	if r.OriginalTraceID != "" {
+		attrs = append(attrs, attribute.String("hookstamp.original_trace_id", r.OriginalTraceID))
+		tid, terr := trace.TraceIDFromHex(r.OriginalTraceID)
+		sid, serr := trace.SpanIDFromHex(r.OriginalSpanID)
+		if terr == nil && serr == nil {
+			span.AddLink(trace.Link{
+				SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true}),
+				Attributes:  []attribute.KeyValue{attribute.String("hookstamp.link", "original_delivery")},
+			})
+		}
+	}
+	span.SetAttributes(attrs...)
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -30,6 +30,7 @@ type committer struct {
 }
 
 type commitJob struct {
+	ctx  context.Context // the caller's, for its trace; never for cancellation
 	ref  idempotency.Ref
 	args []any
 	done chan error // buffered: a worker never blocks on a caller that left
@@ -94,7 +95,10 @@ func (c *committer) work() {
 // two commits of the same key in one batch behave as they would one after
 // the other: the second finds a done row and gets ErrNotOwner.
 func (c *committer) run(batch []*commitJob) {
-	ctx, cancel := c.l.op(context.Background())
+	// The statements run under the first caller's trace (a batch has one
+	// transaction; its spans can hang under one delivery's commit span),
+	// bounded by the ledger's own timeout rather than any caller's.
+	ctx, cancel := c.l.op(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
 	if len(batch) == 1 {
 		batch[0].done <- c.l.execCommit(ctx, batch[0].ref, batch[0].args)
@@ -126,7 +130,7 @@ func (c *committer) run(batch []*commitJob) {
 		// One row the database refused must not fail the others: commit
 		// them one by one.
 		for _, j := range batch {
-			jctx, jcancel := c.l.op(context.Background())
+			jctx, jcancel := c.l.op(context.WithoutCancel(j.ctx))
 			j.done <- c.l.execCommit(jctx, j.ref, j.args)
 			jcancel()
 		}

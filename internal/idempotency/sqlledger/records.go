@@ -202,7 +202,7 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 		rec.TraceID, rec.SpanID, rec.Source, created, now, dbTime(rec.ExpiresAt),
 		owner, now}
 	if l.batch != nil {
-		return l.batch.submit(ctx, &commitJob{ref: rec.Ref, args: args})
+		return l.batch.submit(ctx, &commitJob{ctx: ctx, ref: rec.Ref, args: args})
 	}
 	return l.execCommit(ctx, rec.Ref, args)
 }

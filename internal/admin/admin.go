@@ -1,0 +1,260 @@
+// Package admin is hookstamp's operator listener (SPEC §8): health and
+// readiness for orchestrators, /metrics for Prometheus, and under /admin/ the
+// API to inspect, forget and resolve records and to read duplicate
+// statistics.
+//
+// It is plain net/http: it is the operator plane, not the hot path. The
+// paths under /admin/routes/ are parsed by hand rather than by ServeMux
+// patterns because a record key is any string — it may contain "/", "..",
+// "//" or "%" — and ServeMux would clean or split it. The key is the rest of
+// the path after /records/ (before /resolve for POST), percent-decoded
+// exactly once: send "/" in a key as %2F, "%" as %25, a space as %20.
+//
+// /admin/* needs Authorization: Bearer <admin.token>. The token is compared
+// in constant time on SHA-256 digests, so neither its bytes nor its length
+// leak through timing. With no token configured /admin/* answers 404: the
+// API is off.
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/stats"
+)
+
+// Ledger is what the admin API needs of the durable ledger
+// (*sqlledger.Ledger).
+type Ledger interface {
+	// Lookup returns the record for ref, or idempotency.ErrNotFound.
+	Lookup(ctx context.Context, ref idempotency.Ref) (*idempotency.Record, error)
+	// Delete removes the record whatever its state; ErrNotFound if none.
+	Delete(ctx context.Context, ref idempotency.Ref) error
+	// Held lists route's held records, oldest first, at most limit.
+	Held(ctx context.Context, route string, limit int) ([]idempotency.Record, error)
+	// Resolve settles a held record: nil deletes it, otherwise it becomes
+	// done with rec's response. ErrNotFound when ref is not held.
+	Resolve(ctx context.Context, ref idempotency.Ref, rec *idempotency.Record) error
+}
+
+// Stats answers GET /admin/stats (a stats.Memory or stats.Redis).
+type Stats interface {
+	Query(ctx context.Context, window time.Duration, topN int) (stats.Snapshot, error)
+}
+
+// Check is one dependency that /readyz asks.
+type Check struct {
+	// Name is the dependency's member in the /readyz answer ("ledger").
+	Name string
+	// Ping returns nil when the dependency answers. Its error is never
+	// shown: driver errors can carry DSNs with passwords.
+	Ping func(ctx context.Context) error
+}
+
+// Options configure a Server. Zero values take the defaults named.
+type Options struct {
+	// Token is admin.token. Empty turns /admin/* off (404).
+	Token string
+	// Routes are the configured route names; any other is 404.
+	Routes []string
+	// Ledger is required for the record endpoints.
+	Ledger Ledger
+	// Forget removes a key from the screen and from the in-process cache
+	// of every replica, after its ledger row is gone (Engine.Forget plus
+	// the cross-replica invalidation). Nil: nothing to forget.
+	Forget func(ctx context.Context, ref idempotency.Ref) error
+	// HeldChanged is told when a held key leaves the held state through
+	// this API (delta -1), for the hookstamp_held_keys gauge. Nil: ignored.
+	HeldChanged func(route string, delta int)
+	// Stats answers /admin/stats; nil answers 404.
+	Stats Stats
+	// Metrics serves /metrics; nil answers 404.
+	Metrics http.Handler
+	// Checks are the dependencies /readyz asks, concurrently.
+	Checks []Check
+	// ReadyTimeout bounds each readiness check (2s).
+	ReadyTimeout time.Duration
+	// TopN is how many keys and sources /admin/stats lists per route
+	// unless ?top= says otherwise (10).
+	TopN int
+	// Logger receives the operator actions (delete, resolve) and failures
+	// (slog.Default).
+	Logger *slog.Logger
+}
+
+// Server is the admin listener's HTTP handler and server.
+type Server struct {
+	o      Options
+	routes map[string]bool
+	token  [32]byte // SHA-256 of Options.Token
+	srv    *http.Server
+}
+
+// New returns a Server; call Serve to listen, or use it as an http.Handler.
+func New(o Options) *Server {
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 2 * time.Second
+	}
+	if o.TopN <= 0 {
+		o.TopN = 10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token)}
+	for _, r := range o.Routes {
+		s.routes[r] = true
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// Serve answers on ln until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting and waits for the requests being answered
+// until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.srv.Shutdown(ctx)
+}
+
+// ServeHTTP dispatches on the path. See the package doc for how record
+// keys are taken from it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.healthz(w, r)
+		}
+		return
+	case "/readyz":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.readyz(w, r)
+		}
+		return
+	case "/metrics":
+		if s.o.Metrics == nil {
+			problem(w, http.StatusNotFound, "metrics are off")
+			return
+		}
+		s.o.Metrics.ServeHTTP(w, r)
+		return
+	}
+	path := r.URL.EscapedPath()
+	if path != "/admin" && !strings.HasPrefix(path, "/admin/") {
+		problem(w, http.StatusNotFound, "no such endpoint")
+		return
+	}
+	if s.o.Token == "" {
+		problem(w, http.StatusNotFound, "the admin API is off: admin.token is not set")
+		return
+	}
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hookstamp admin"`)
+		problem(w, http.StatusUnauthorized, "a valid bearer token is required")
+		return
+	}
+	s.adminAPI(w, r, strings.TrimPrefix(path, "/admin"))
+}
+
+// adminAPI serves /admin/*, path being the escaped path after "/admin".
+func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
+	if path == "/stats" {
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.stats(w, r)
+		}
+		return
+	}
+	rest, ok := strings.CutPrefix(path, "/routes/")
+	if !ok {
+		problem(w, http.StatusNotFound, "no such endpoint")
+		return
+	}
+	routeSeg, rest, _ := strings.Cut(rest, "/")
+	route, err := unescape(routeSeg)
+	if err != nil {
+		problem(w, http.StatusBadRequest, "the route name is not validly percent-encoded")
+		return
+	}
+	if !s.routes[route] {
+		problem(w, http.StatusNotFound, "no route of that name is configured")
+		return
+	}
+	if rest == "held" {
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.held(w, r, route)
+		}
+		return
+	}
+	escKey, ok := strings.CutPrefix(rest, "records/")
+	if !ok {
+		problem(w, http.StatusNotFound, "no such endpoint")
+		return
+	}
+	resolve := false
+	if r.Method == http.MethodPost {
+		// Only POST has the /resolve suffix; a GET or DELETE of a key
+		// ending in "/resolve" takes it as part of the key.
+		escKey, resolve = strings.CutSuffix(escKey, "/resolve")
+		if !resolve {
+			w.Header().Set("Allow", "GET, HEAD, DELETE")
+			problem(w, http.StatusMethodNotAllowed, "POST is for .../records/{key}/resolve")
+			return
+		}
+	}
+	key, err := unescape(escKey)
+	if err != nil {
+		problem(w, http.StatusBadRequest, "the key is not validly percent-encoded")
+		return
+	}
+	if key == "" {
+		problem(w, http.StatusNotFound, "no key in the path")
+		return
+	}
+	ref := idempotency.Ref{Route: route, Key: key}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.getRecord(w, r, ref)
+	case http.MethodDelete:
+		s.deleteRecord(w, r, ref)
+	case http.MethodPost:
+		s.resolve(w, r, ref)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, DELETE, POST")
+		problem(w, http.StatusMethodNotAllowed, "method not allowed")
+	}
+}
+
+// allow answers 405 unless r's method is one of methods.
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	problem(w, http.StatusMethodNotAllowed, "method not allowed")
+	return false
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,49 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"sync"
+)
+
+// depStatus is one dependency in the /readyz answer.
+type depStatus struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// readyz asks every dependency concurrently, each within ReadyTimeout:
+// 200 when all answer, else 503. Errors are summarised ("unreachable",
+// "no answer in time"), never shown: a driver's error may quote its DSN.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	out := make(map[string]depStatus, len(s.o.Checks))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, c := range s.o.Checks {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(r.Context(), s.o.ReadyTimeout)
+			defer cancel()
+			st := depStatus{OK: true}
+			if err := c.Ping(ctx); err != nil {
+				s.o.Logger.DebugContext(ctx, "readyz: dependency not ready", "dependency", c.Name, "err", err)
+				st = depStatus{Error: "unreachable"}
+				if ctx.Err() != nil {
+					st.Error = "no answer in time"
+				}
+			}
+			mu.Lock()
+			out[c.Name] = st
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	status := http.StatusOK
+	for _, st := range out {
+		if !st.OK {
+			status = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, out)
+}

@@ -1,0 +1,259 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/stats"
+)
+
+// adminParts are the admin listener and what feeds it: the duplicate
+// statistics, and the invalidation that makes an operator's DELETE reach
+// the in-process cache of every replica.
+type adminParts struct {
+	stats recorder
+	cache *idempotency.Cache
+	// redis is the client of the statistics and invalidations (redis
+	// screen only). It is not the screen's: that one is traced, and a
+	// flush every 100ms would fill traces with root spans; and a slow
+	// statistics flush must not take connections from claims.
+	redis redis.UniversalClient
+	inval *invalidations
+
+	srv *admin.Server
+	ln  net.Listener
+}
+
+// recorder is what the gateway needs of the statistics: Record from
+// Observe, Query for the admin API (stats.Memory, stats.Redis).
+type recorder interface {
+	Record(ctx context.Context, route string, o idempotency.Outcome, key, source string)
+	admin.Stats
+}
+
+// adminCloseTimeout bounds the admin listener's shutdown.
+const adminCloseTimeout = 5 * time.Second
+
+// initAdmin builds the statistics recorder (in Redis when the screen is,
+// so that every replica counts into the same numbers) and, with a Redis
+// screen and a local cache, the invalidation subscription. New calls it
+// once the engine exists; cache is the engine's local cache (nil = off).
+// Statistics are recorded whether or not this replica serves the admin
+// API: another replica may.
+func (g *Gateway) initAdmin(cache *idempotency.Cache) error {
+	a := &g.admin
+	a.cache = cache
+	if g.cfg.Screen.Driver != config.ScreenRedis {
+		a.stats = stats.NewMemory(stats.MemoryOptions{Now: g.now})
+		return nil
+	}
+	rc := g.cfg.Screen.Redis
+	uo := &redis.UniversalOptions{
+		Addrs: rc.Addrs, Username: rc.Username, Password: rc.Password, DB: rc.DB,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		PoolTimeout: 2 * time.Second, ContextTimeoutEnabled: true, PoolSize: 4,
+	}
+	if rc.TLS {
+		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	a.redis = redis.NewUniversalClient(uo)
+	g.closers = append(g.closers, a.redis.Close)
+	rs, err := stats.NewRedis(stats.RedisOptions{
+		Client: a.redis, Prefix: g.cfg.Screen.Prefix, Routes: g.routeNames(), Now: g.now, Logger: g.log,
+	})
+	if err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	a.stats = rs
+	g.closers = append(g.closers, rs.Close)
+	if cache != nil {
+		a.inval = subscribeInvalidations(a.redis, g.cfg.Screen.Prefix+"invalidate", cache, g)
+		g.closers = append(g.closers, a.inval.close)
+	}
+	return nil
+}
+
+// recordStats counts a finished request for /admin/stats (Observe).
+func (g *Gateway) recordStats(ctx context.Context, ev *ingress.Event) {
+	if s := g.admin.stats; s != nil {
+		s.Record(ctx, ev.Route, ev.Result.Outcome, ev.Key, ev.Source)
+	}
+}
+
+func (g *Gateway) routeNames() []string {
+	names := make([]string, len(g.cfg.Routes))
+	for i, r := range g.cfg.Routes {
+		names[i] = r.Name
+	}
+	return names
+}
+
+// startAdmin listens on admin.listen ("" = no admin listener) and serves
+// the admin API in the background; closeAll shuts it down first.
+func (g *Gateway) startAdmin() error {
+	addr := g.cfg.Admin.Listen
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin.listen %s: %w", addr, err)
+	}
+	checks := []admin.Check{{Name: "ledger", Ping: g.ledger.Ping}}
+	switch s := g.screen.(type) {
+	case *redisscreen.Screen:
+		checks = append(checks, admin.Check{Name: "screen", Ping: s.Ping})
+	case nil:
+	default:
+		// The memory screen is this process: it answers while we do.
+		checks = append(checks, admin.Check{Name: "screen", Ping: func(context.Context) error { return nil }})
+	}
+	a := &g.admin
+	a.ln = ln
+	a.srv = admin.New(admin.Options{
+		Token:       g.cfg.Admin.Token,
+		Routes:      g.routeNames(),
+		Ledger:      g.ledger,
+		Forget:      g.forget,
+		HeldChanged: g.tel.AddHeld,
+		Stats:       a.stats,
+		Metrics:     g.tel.MetricsHandler(),
+		Checks:      checks,
+		Logger:      g.log,
+	})
+	go func() {
+		if err := a.srv.Serve(ln); err != nil {
+			g.log.Error("admin listener stopped", "err", err)
+		}
+	}()
+	g.closers = append(g.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), adminCloseTimeout)
+		defer cancel()
+		return a.srv.Shutdown(ctx)
+	})
+	if g.cfg.Admin.Token == "" {
+		g.log.Warn("admin.token is empty: the admin API (/admin/*) is off; /healthz, /readyz and /metrics still answer",
+			"addr", ln.Addr().String())
+	}
+	g.log.Info("admin listener serving", "addr", ln.Addr().String())
+	return nil
+}
+
+// AdminAddr is the address the admin listener is bound to ("" when off or
+// not started).
+func (g *Gateway) AdminAddr() string {
+	if g.admin.ln == nil {
+		return ""
+	}
+	return g.admin.ln.Addr().String()
+}
+
+// forget drops a key from the screen and this process's cache, then tells
+// the other replicas to drop it from theirs (admin DELETE and resolve).
+func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
+	err := g.engine.Forget(ctx, ref)
+	if inv := g.admin.inval; inv != nil {
+		if perr := inv.publish(ctx, ref); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	}
+	return err
+}
+
+// invalidations carries operators' deletes to the in-process caches of
+// every replica sharing the Redis screen, over one pub/sub channel
+// ({prefix}invalidate). A message is the route name, NUL, and the key
+// (route names never contain NUL).
+//
+// Pub/sub delivers at most once: a DELETE published while a replica's
+// subscription is down is lost to it. So every (re)subscription clears
+// the replica's cache, and cached entries expire anyway
+// (idempotency.DefaultCacheMaxAge).
+type invalidations struct {
+	client  redis.UniversalClient
+	channel string
+	ps      *redis.PubSub
+	done    chan struct{}
+	stop    chan struct{}
+	closed  atomic.Bool
+	once    sync.Once
+}
+
+func subscribeInvalidations(c redis.UniversalClient, channel string, cache *idempotency.Cache, g *Gateway) *invalidations {
+	// Subscribe does not fail when Redis is down: go-redis keeps
+	// reconnecting and resubscribing in the background.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	inv := &invalidations{client: c, channel: channel, ps: c.Subscribe(ctx, channel), done: make(chan struct{}), stop: make(chan struct{})}
+	go func() {
+		defer close(inv.done)
+		for {
+			msg, err := inv.ps.ReceiveTimeout(context.Background(), time.Minute)
+			if err != nil {
+				if inv.closed.Load() {
+					return
+				}
+				// A silent minute: make sure the connection is alive (a
+				// failed ping makes go-redis reconnect and resubscribe).
+				// Other errors: go-redis reconnects on the next receive.
+				_ = inv.ps.Ping(context.Background())
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-inv.stop:
+					return
+				}
+				continue
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				// (Re)subscribed: deletes published while the subscription
+				// was down were lost, so nothing cached before can be trusted.
+				if m.Kind == "subscribe" {
+					cache.Clear()
+				}
+			case *redis.Message:
+				route, key, ok := strings.Cut(m.Payload, "\x00")
+				if !ok {
+					g.log.Warn("ignored a malformed cache invalidation", "channel", channel)
+					continue
+				}
+				cache.Delete(idempotency.Ref{Route: route, Key: key})
+			}
+		}
+	}()
+	return inv
+}
+
+func (inv *invalidations) publish(ctx context.Context, ref idempotency.Ref) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := inv.client.Publish(ctx, inv.channel, ref.Route+"\x00"+ref.Key).Err(); err != nil {
+		return fmt.Errorf("publish cache invalidation of %q: %w", ref.Key, err)
+	}
+	return nil
+}
+
+func (inv *invalidations) close() error {
+	var err error
+	inv.once.Do(func() {
+		inv.closed.Store(true)
+		close(inv.stop)
+		err = inv.ps.Close()
+		<-inv.done
+	})
+	return err
+}

@@ -1,0 +1,695 @@
+package gateway_test
+
+// End-to-end tests of the admin listener: a real gateway on 127.0.0.1:0,
+// its admin listener on 127.0.0.1:0, a counting upstream, real SQLite,
+// PostgreSQL and Redis. They live in package gateway_test, with helpers of
+// their own, so that they depend on the gateway's exported API only.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/gateway"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+const adminToken = "admin-t0ken-for-tests"
+
+// countingUpstream answers 200 with a body naming the event, counts
+// deliveries per X-Event-Id, and holds a delivery whose event is gated
+// until the gate opens (or the gateway gives up on it).
+type countingUpstream struct {
+	*httptest.Server
+	mu      sync.Mutex
+	counts  map[string]int
+	gates   map[string]chan struct{}
+	arrived chan string
+}
+
+func newCountingUpstream(tb testing.TB) *countingUpstream {
+	tb.Helper()
+	u := &countingUpstream{counts: map[string]int{}, gates: map[string]chan struct{}{}, arrived: make(chan string, 16)}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		key := r.Header.Get("Idempotency-Key")
+		u.mu.Lock()
+		u.counts[key]++
+		n := u.counts[key]
+		gate := u.gates[key]
+		u.mu.Unlock()
+		if gate != nil {
+			u.arrived <- key
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "processed %s #%d", key, n)
+	}))
+	tb.Cleanup(u.Close)
+	return u
+}
+
+func (u *countingUpstream) count(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.counts[key]
+}
+
+// gate makes deliveries of key wait; the returned func lets them through.
+func (u *countingUpstream) gate(key string) func() {
+	ch := make(chan struct{})
+	u.mu.Lock()
+	u.gates[key] = ch
+	u.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			u.mu.Lock()
+			delete(u.gates, key)
+			u.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// setup is where a test's gateways keep their state.
+type setup struct {
+	store, dsn         string
+	screen, redis, pfx string
+	token              string
+	adminOff           bool
+	logs               *syncBuffer
+	localCache         string
+	upstream           *countingUpstream
+}
+
+// config is a gateway with three routes:
+//   - hooks: /hooks, key header X-Event-Id or json id, source header
+//     X-Sender, a repeat in flight gets 409 (conflict);
+//   - held: /held, record.ambiguous: hold, upstream timeout 300ms;
+//   - shadow: /shadow, mode shadow.
+func (s *setup) config(tb testing.TB) *config.Config {
+	tb.Helper()
+	screen := "screen:\n  driver: memory\n"
+	if s.screen == "redis" {
+		screen = fmt.Sprintf("screen:\n  driver: redis\n  prefix: %q\n  redis:\n    addrs: [%q]\n", s.pfx, s.redis)
+	}
+	if s.localCache != "" {
+		screen += "  local_cache: " + s.localCache + "\n"
+	}
+	// The admin listener is set after validation: config refuses an
+	// admin.listen equal to server.listen, even "127.0.0.1:0" twice.
+	listen := ""
+	y := fmt.Sprintf(`
+server:
+  listen: "127.0.0.1:0"
+  shutdown_timeout: 5s
+admin:
+  listen: %q
+  token: %q
+store:
+  driver: %s
+  dsn: %q
+  sweep_interval: 1h
+%s
+routes:
+  - name: hooks
+    path: /hooks
+    source: header:X-Sender
+    inflight: reject
+    upstream: {url: %q, timeout: 5s}
+    key:
+      sources: [{header: X-Event-Id}, {json: id}]
+  - name: held
+    path: /held
+    source: header:X-Sender
+    upstream: {url: %q, timeout: 300ms}
+    key:
+      sources: [{json: id}]
+    record: {ambiguous: hold}
+  - name: shadow
+    path: /shadow
+    mode: shadow
+    source: header:X-Sender
+    upstream: {url: %q, timeout: 5s}
+    key:
+      sources: [{json: id}]
+`, listen, s.token, s.store, s.dsn, screen, s.upstream.URL+"/hooks", s.upstream.URL+"/held", s.upstream.URL+"/shadow")
+	cfg, err := config.LoadFromBytes([]byte(y), nil)
+	if err != nil {
+		tb.Fatalf("config: %v\n%s", err, y)
+	}
+	if !s.adminOff {
+		cfg.Admin.Listen = "127.0.0.1:0"
+	}
+	return cfg
+}
+
+func newSetup(tb testing.TB) *setup {
+	tb.Helper()
+	return &setup{store: "sqlite", dsn: filepath.Join(tb.TempDir(), "ledger.db"), screen: "memory",
+		token: adminToken, upstream: newCountingUpstream(tb), logs: &syncBuffer{}}
+}
+
+// sharedSetup is two replicas' common PostgreSQL and Redis.
+func sharedSetup(tb testing.TB) *setup {
+	tb.Helper()
+	s := newSetup(tb)
+	s.store, s.dsn = "postgres", testenv.Postgres(tb)
+	s.screen = "redis"
+	s.redis, s.pfx = testenv.RedisPrefix(tb)
+	return s
+}
+
+func (s *setup) start(tb testing.TB) *gateway.Gateway {
+	tb.Helper()
+	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g, err := gateway.New(context.Background(), s.config(tb), gateway.Options{Logger: log})
+	if err != nil {
+		tb.Fatalf("gateway.New: %v", err)
+	}
+	if err := g.Start(); err != nil {
+		tb.Fatalf("gateway.Start: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	return g
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a answer) outcome() string { return a.header.Get("Hookstamp-Outcome") }
+
+var httpClient = &http.Client{Timeout: 20 * time.Second}
+
+func exchange(tb testing.TB, method, u, body string, hdr ...string) answer {
+	tb.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := httpClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return answer{res.StatusCode, res.Header, b}
+}
+
+// deliver POSTs a webhook: body is JSON, hdr extra headers.
+func deliver(tb testing.TB, g *gateway.Gateway, path, body string, hdr ...string) answer {
+	tb.Helper()
+	return exchange(tb, http.MethodPost, g.URL()+path, body, append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+func want(tb testing.TB, a answer, status int, outcome string) {
+	tb.Helper()
+	if a.status != status || a.outcome() != outcome {
+		tb.Fatalf("got %d %q, want %d %q: %s", a.status, a.outcome(), status, outcome, a.body)
+	}
+}
+
+// adminDo calls the admin API of g with the right token.
+func adminDo(tb testing.TB, g *gateway.Gateway, method, path, body string) answer {
+	tb.Helper()
+	return exchange(tb, method, "http://"+g.AdminAddr()+path, body, "Authorization", "Bearer "+adminToken)
+}
+
+func recordURL(route, key string) string {
+	return "/admin/routes/" + route + "/records/" + url.PathEscape(key)
+}
+
+func decodeJSON[T any](tb testing.TB, a answer) T {
+	tb.Helper()
+	var v T
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		tb.Fatalf("decode %d %s: %v", a.status, a.body, err)
+	}
+	return v
+}
+
+func wantAdminProblem(tb testing.TB, a answer, status int) {
+	tb.Helper()
+	if a.status != status || a.header.Get("Content-Type") != "application/problem+json" {
+		tb.Fatalf("got %d %q, want %d problem: %s", a.status, a.header.Get("Content-Type"), status, a.body)
+	}
+}
+
+func TestAdminAuth(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	base := "http://" + g.AdminAddr()
+	tests := []struct {
+		name string
+		hdr  []string
+		want int
+	}{
+		{"no token", nil, http.StatusUnauthorized},
+		{"wrong token", []string{"Authorization", "Bearer wrong"}, http.StatusUnauthorized},
+		{"right token", []string{"Authorization", "Bearer " + adminToken}, http.StatusOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := exchange(t, http.MethodGet, base+"/admin/stats", "", tc.hdr...)
+			if tc.want == http.StatusUnauthorized {
+				wantAdminProblem(t, a, http.StatusUnauthorized)
+				if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("WWW-Authenticate %q", a.header.Get("WWW-Authenticate"))
+				}
+				return
+			}
+			if a.status != tc.want {
+				t.Fatalf("status %d: %s", a.status, a.body)
+			}
+		})
+	}
+	if a := exchange(t, http.MethodGet, base+"/healthz", ""); a.status != http.StatusOK || strings.TrimSpace(string(a.body)) != `{"status":"ok"}` {
+		t.Errorf("/healthz %d %s", a.status, a.body)
+	}
+	if a := exchange(t, http.MethodGet, base+"/metrics", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), "hookstamp_") {
+		t.Errorf("/metrics %d, no hookstamp_ series", a.status)
+	}
+	if strings.Contains(s.logs.String(), "admin.token is empty") {
+		t.Errorf("warned about an empty token that is set")
+	}
+}
+
+// TestAdminOffWithoutToken: no token, no /admin/*, a warning at start-up;
+// health still answers. No listen address, no listener.
+func TestAdminOffWithoutToken(t *testing.T) {
+	s := newSetup(t)
+	s.token = ""
+	g := s.start(t)
+	for _, tok := range []string{"", adminToken} {
+		a := exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/admin/stats", "", "Authorization", "Bearer "+tok)
+		wantAdminProblem(t, a, http.StatusNotFound)
+	}
+	if a := exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/healthz", ""); a.status != http.StatusOK {
+		t.Errorf("/healthz %d", a.status)
+	}
+	if !strings.Contains(s.logs.String(), "admin.token is empty") {
+		t.Errorf("no start-up warning; logs:\n%s", s.logs)
+	}
+
+	off := newSetup(t)
+	off.adminOff = true
+	if g := off.start(t); g.AdminAddr() != "" {
+		t.Errorf("admin.listen \"\": AdminAddr %q", g.AdminAddr())
+	}
+}
+
+type recordJSON struct {
+	Route       string            `json:"route"`
+	Key         string            `json:"key"`
+	State       string            `json:"state"`
+	Status      int               `json:"status"`
+	Headers     map[string]string `json:"headers"`
+	BodyBase64  string            `json:"body_base64"`
+	Fingerprint *string           `json:"fingerprint"`
+	Source      string            `json:"source"`
+	CreatedAt   *time.Time        `json:"created_at"`
+	CompletedAt *time.Time        `json:"completed_at"`
+	ExpiresAt   *time.Time        `json:"expires_at"`
+}
+
+// TestAdminRecordAndDelete: the record of a forward, under a key with a
+// slash, spaces and non-ASCII characters sent percent-encoded; DELETE makes
+// the next delivery go upstream again, and repeats replay after that.
+func TestAdminRecordAndDelete(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	const key = "order/42 paid ünï 支付"
+	body := fmt.Sprintf(`{"id":%q}`, key)
+	first := deliver(t, g, "/hooks", body, "X-Sender", "psp-1")
+	want(t, first, http.StatusOK, "forwarded")
+
+	a := adminDo(t, g, http.MethodGet, recordURL("hooks", key), "")
+	if a.status != http.StatusOK {
+		t.Fatalf("GET record %d %s", a.status, a.body)
+	}
+	rec := decodeJSON[recordJSON](t, a)
+	got, err := base64.StdEncoding.DecodeString(rec.BodyBase64)
+	if err != nil || !bytes.Equal(got, first.body) {
+		t.Errorf("body_base64 decodes to %q (%v), want the upstream's %q", got, err, first.body)
+	}
+	if rec.Route != "hooks" || rec.Key != key || rec.State != "done" || rec.Status != 200 || rec.Source != "psp-1" ||
+		rec.Headers["Content-Type"] != "text/plain" || rec.CreatedAt == nil || rec.CompletedAt == nil || rec.ExpiresAt == nil {
+		t.Errorf("record %+v", rec)
+	}
+	if rec.Fingerprint == nil || len(*rec.Fingerprint) != 64 || strings.Trim(*rec.Fingerprint, "0123456789abcdef") != "" {
+		t.Errorf("fingerprint %v, want 64 hex digits", rec.Fingerprint)
+	}
+	wantAdminProblem(t, adminDo(t, g, http.MethodGet, recordURL("hooks", "absent"), ""), http.StatusNotFound)
+	wantAdminProblem(t, adminDo(t, g, http.MethodGet, recordURL("nope", key), ""), http.StatusNotFound)
+
+	want(t, deliver(t, g, "/hooks", body), http.StatusOK, "replayed")
+	if a := adminDo(t, g, http.MethodDelete, recordURL("hooks", key), ""); a.status != http.StatusNoContent {
+		t.Fatalf("DELETE %d %s", a.status, a.body)
+	}
+	wantAdminProblem(t, adminDo(t, g, http.MethodGet, recordURL("hooks", key), ""), http.StatusNotFound)
+	again := deliver(t, g, "/hooks", body)
+	want(t, again, http.StatusOK, "forwarded")
+	if n := s.upstream.count(key); n != 2 {
+		t.Fatalf("upstream saw the key %d times, want 2", n)
+	}
+	replay := deliver(t, g, "/hooks", body)
+	want(t, replay, http.StatusOK, "replayed")
+	if !bytes.Equal(replay.body, again.body) {
+		t.Errorf("replay %q, want the second forward's %q", replay.body, again.body)
+	}
+	wantAdminProblem(t, adminDo(t, g, http.MethodDelete, recordURL("hooks", "absent"), ""), http.StatusNotFound)
+}
+
+type heldJSON struct {
+	Route string       `json:"route"`
+	Held  []recordJSON `json:"held"`
+}
+
+// TestAdminHeldAndResolve: an upstream that times out holds the key; the
+// held list shows it; release lets the next delivery through; record makes
+// repeats replay exactly the operator's response.
+func TestAdminHeldAndResolve(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	up := s.upstream
+	for _, k := range []string{"h-release", "h-record"} {
+		open := up.gate(k)
+		t.Cleanup(open)
+		want(t, deliver(t, g, "/held", fmt.Sprintf(`{"id":%q}`, k)), http.StatusGatewayTimeout, "held")
+		<-up.arrived
+		open()
+		want(t, deliver(t, g, "/held", fmt.Sprintf(`{"id":%q}`, k)), http.StatusConflict, "held")
+	}
+	list := decodeJSON[heldJSON](t, adminDo(t, g, http.MethodGet, "/admin/routes/held/held", ""))
+	var keys []string
+	for _, r := range list.Held {
+		keys = append(keys, r.Key)
+	}
+	if strings.Join(keys, ",") != "h-release,h-record" {
+		t.Fatalf("held %v, want [h-release h-record] (oldest first)", keys)
+	}
+	if n := heldGauge(t, g); n != "2" {
+		t.Errorf("hookstamp_held_keys{route=held} = %v, want 2", n)
+	}
+
+	a := adminDo(t, g, http.MethodPost, recordURL("held", "h-release")+"/resolve", `{"action":"release"}`)
+	if a.status != http.StatusOK {
+		t.Fatalf("release %d %s", a.status, a.body)
+	}
+	want(t, deliver(t, g, "/held", `{"id":"h-release"}`), http.StatusOK, "forwarded")
+	if n := up.count("h-release"); n != 2 {
+		t.Errorf("released key reached the upstream %d times, want 2", n)
+	}
+
+	a = adminDo(t, g, http.MethodPost, recordURL("held", "h-record")+"/resolve",
+		`{"action":"record","status":201,"headers":{"Content-Type":"application/json","X-Resolved":"by-hand"},"body":"{\"ok\":true}"}`)
+	if a.status != http.StatusOK {
+		t.Fatalf("record %d %s", a.status, a.body)
+	}
+	if rec := decodeJSON[recordJSON](t, a); rec.State != "done" || rec.Status != 201 {
+		t.Errorf("resolved record %+v", rec)
+	}
+	for range 2 {
+		r := deliver(t, g, "/held", `{"id":"h-record"}`)
+		want(t, r, http.StatusCreated, "replayed")
+		if string(r.body) != `{"ok":true}` || r.header.Get("X-Resolved") != "by-hand" || r.header.Get("Content-Type") != "application/json" {
+			t.Errorf("replay %q %v", r.body, r.header)
+		}
+	}
+	if n := up.count("h-record"); n != 1 {
+		t.Errorf("recorded key reached the upstream %d times, want 1", n)
+	}
+	if l := decodeJSON[heldJSON](t, adminDo(t, g, http.MethodGet, "/admin/routes/held/held", "")); len(l.Held) != 0 {
+		t.Errorf("still held: %+v", l.Held)
+	}
+	if n := heldGauge(t, g); n != "0" {
+		t.Errorf("hookstamp_held_keys{route=held} = %v after resolving, want 0", n)
+	}
+	wantAdminProblem(t, adminDo(t, g, http.MethodPost, recordURL("held", "h-record")+"/resolve", `{"action":"release"}`), http.StatusNotFound)
+	wantAdminProblem(t, adminDo(t, g, http.MethodPost, recordURL("held", "x")+"/resolve", `{"action":"sideways"}`), http.StatusBadRequest)
+}
+
+// heldGauge scrapes /metrics for hookstamp_held_keys of route "held".
+func heldGauge(tb testing.TB, g *gateway.Gateway) string {
+	tb.Helper()
+	a := exchange(tb, http.MethodGet, "http://"+g.AdminAddr()+"/metrics", "")
+	for _, line := range strings.Split(string(a.body), "\n") {
+		if strings.HasPrefix(line, "hookstamp_held_keys{") && strings.Contains(line, `route="held"`) {
+			f := strings.Fields(line)
+			return f[len(f)-1]
+		}
+	}
+	tb.Fatalf("no hookstamp_held_keys for route held in /metrics:\n%s", a.body)
+	return ""
+}
+
+// script delivers a fixed mix of outcomes through gs in turn (one gateway,
+// or replicas sharing their stores): forwards, replays from several
+// sources, a mismatch, a conflict, a missing key, and a shadowed repeat.
+func script(t *testing.T, up *countingUpstream, gs ...*gateway.Gateway) {
+	t.Helper()
+	i := 0
+	next := func() *gateway.Gateway { g := gs[i%len(gs)]; i++; return g }
+	send := func(path, body, sender string, status int, outcome string) {
+		t.Helper()
+		want(t, deliver(t, next(), path, body, "X-Sender", sender), status, outcome)
+	}
+	send("/hooks", `{"id":"k1"}`, "s1", 200, "forwarded")
+	send("/hooks", `{"id":"k1"}`, "s1", 200, "replayed")
+	send("/hooks", `{"id":"k1"}`, "s2", 200, "replayed")
+	send("/hooks", `{"id":"k2"}`, "s1", 200, "forwarded")
+	send("/hooks", `{"id":"k2","amount":2}`, "s3", 422, "mismatch")
+	// k3: a repeat while the first is in flight.
+	open := up.gate("k3")
+	defer open()
+	first := make(chan answer, 1)
+	g := next()
+	go func() { first <- deliver(t, g, "/hooks", `{"id":"k3"}`, "X-Sender", "s2") }()
+	<-up.arrived
+	send("/hooks", `{"id":"k3"}`, "s3", 409, "conflict")
+	open()
+	want(t, <-first, 200, "forwarded")
+	send("/hooks", `{"nothing":"here"}`, "s1", 400, "missing_key")
+	send("/hooks", `{"id":"k1"}`, "s3", 200, "replayed")
+	send("/shadow", `{"id":"z1"}`, "s1", 200, "forwarded")
+	send("/shadow", `{"id":"z1"}`, "s2", 200, "shadowed")
+}
+
+// scriptStats is what /admin/stats must say after script.
+func scriptStats() map[string]any {
+	outcomes := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for _, o := range []string{"forwarded", "replayed", "released", "conflict", "mismatch", "missing_key",
+			"invalid_key", "unverified", "too_large", "passthrough", "shadowed", "held", "unavailable"} {
+			m[o] = 0
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	type kc = map[string]any
+	return map[string]any{
+		"window": "1h",
+		"routes": map[string]any{
+			"hooks": map[string]any{
+				"outcomes":       outcomes("forwarded", 3, "replayed", 3, "mismatch", 1, "conflict", 1, "missing_key", 1),
+				"duplicate_rate": 0.5,
+				"top_keys":       []any{kc{"key": "k1", "count": 3}, kc{"key": "k2", "count": 1}, kc{"key": "k3", "count": 1}},
+				"top_sources":    []any{kc{"source": "s3", "count": 3}, kc{"source": "s1", "count": 1}, kc{"source": "s2", "count": 1}},
+			},
+			"shadow": map[string]any{
+				"outcomes":       outcomes("forwarded", 1, "shadowed", 1),
+				"duplicate_rate": 0,
+				"top_keys":       []any{kc{"key": "z1", "count": 1}},
+				"top_sources":    []any{kc{"source": "s2", "count": 1}},
+			},
+			"held": map[string]any{
+				"outcomes": outcomes(), "duplicate_rate": 0, "top_keys": []any{}, "top_sources": []any{},
+			},
+		},
+	}
+}
+
+// normalized is v through JSON, so that numbers compare as numbers.
+func normalized(tb testing.TB, v any) any {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+func adminStats(tb testing.TB, g *gateway.Gateway) any {
+	tb.Helper()
+	a := adminDo(tb, g, http.MethodGet, "/admin/stats?window=1h", "")
+	if a.status != http.StatusOK {
+		tb.Fatalf("/admin/stats %d %s", a.status, a.body)
+	}
+	var v any
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// TestAdminStatsMemory: exact counts, top keys and top sources for the
+// scripted scenario on one process.
+func TestAdminStatsMemory(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	script(t, s.upstream, g)
+	got, wantStats := adminStats(t, g), normalized(t, scriptStats())
+	if !reflect.DeepEqual(got, wantStats) {
+		t.Fatalf("stats\n got %v\nwant %v", got, wantStats)
+	}
+}
+
+// TestAdminStatsReplicas: two replicas sharing PostgreSQL and Redis, the
+// scenario delivered through both in turn; either one's /admin/stats gives
+// the exact numbers of both (recording is flushed every 100ms, so poll).
+func TestAdminStatsReplicas(t *testing.T) {
+	s := sharedSetup(t)
+	a, b := s.start(t), s.start(t)
+	script(t, s.upstream, a, b)
+	wantStats := normalized(t, scriptStats())
+	for _, g := range []*gateway.Gateway{a, b} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := adminStats(t, g)
+			if reflect.DeepEqual(got, wantStats) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, wantStats)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestAdminReadyz: 200 while ledger and screen answer; 503 naming the
+// screen, without its error, when a dedicated Redis stops; 200 again once
+// it is back.
+func TestAdminReadyz(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	s := newSetup(t)
+	s.screen, s.redis, s.pfx = "redis", srv.Addr, "hs:"
+	g := s.start(t)
+	ready := func() answer { return exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/readyz", "") }
+	if a := ready(); a.status != http.StatusOK || strings.TrimSpace(string(a.body)) != `{"ledger":{"ok":true},"screen":{"ok":true}}` {
+		t.Fatalf("/readyz %d %s", a.status, a.body)
+	}
+	srv.Stop()
+	a := ready()
+	if a.status != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with Redis stopped: %d %s", a.status, a.body)
+	}
+	if body := strings.TrimSpace(string(a.body)); body != `{"ledger":{"ok":true},"screen":{"ok":false,"error":"unreachable"}}` {
+		t.Errorf("/readyz body %s", body)
+	}
+	srv.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for ready().status != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz not 200 after Redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	mem := newSetup(t)
+	mg := mem.start(t)
+	if a := exchange(t, http.MethodGet, "http://"+mg.AdminAddr()+"/readyz", ""); a.status != http.StatusOK {
+		t.Errorf("memory screen /readyz %d %s", a.status, a.body)
+	}
+}
+
+// TestAdminDeleteReachesOtherReplicas: replica A forwards and keeps the
+// record in its local cache; an operator deletes it through replica B; A's
+// cache drops it (Redis pub/sub), so the next delivery to A is forwarded.
+func TestAdminDeleteReachesOtherReplicas(t *testing.T) {
+	s := sharedSetup(t)
+	s.localCache = "1MiB"
+	a, b := s.start(t), s.start(t)
+	body := `{"id":"evt_x"}`
+	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "forwarded")
+	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
+	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "replayed")
+
+	if r := adminDo(t, b, http.MethodDelete, recordURL("hooks", "evt_x"), ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE via B: %d %s", r.status, r.body)
+	}
+	// The invalidation reaches A within milliseconds; until then A may
+	// still replay from its cache.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := deliver(t, a, "/hooks", body)
+		if r.outcome() == "forwarded" {
+			break
+		}
+		want(t, r, http.StatusOK, "replayed")
+		if time.Now().After(deadline) {
+			t.Fatal("replica A kept replaying a deleted record from its cache")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := s.upstream.count("evt_x"); n != 2 {
+		t.Fatalf("upstream saw evt_x %d times, want 2", n)
+	}
+	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
+	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "replayed")
+}

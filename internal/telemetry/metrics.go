@@ -1,0 +1,291 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+)
+
+// The instruments of SPEC §7. The Prometheus exporter appends "_total" to
+// counters and the unit ("s" → "_seconds") to the histograms, so
+// "hookstamp.requests" is scraped as hookstamp_requests_total and
+// "hookstamp.request.duration" as hookstamp_request_duration_seconds.
+const (
+	metricRequests         = "hookstamp.requests"
+	metricRequestDuration  = "hookstamp.request.duration"
+	metricUpstreamDuration = "hookstamp.upstream.duration"
+	metricDuplicates       = "hookstamp.duplicates"
+	metricTakeovers        = "hookstamp.takeovers"
+	metricCommitFailures   = "hookstamp.commit_failures"
+	metricHeldKeys         = "hookstamp.held_keys"
+	metricDependencyErrors = "hookstamp.dependency_errors"
+)
+
+// heldCountTimeout bounds the ledger query behind hookstamp_held_keys, so
+// that a slow database cannot hang a scrape.
+const heldCountTimeout = 2 * time.Second
+
+// Source label values beside the senders' own.
+const (
+	sourceOther = "other"   // past MaxSourcesPerRoute
+	sourceNone  = "unknown" // the request had no source
+)
+
+// MaxSourcesPerRoute caps the distinct values of the source label of
+// hookstamp_duplicates_total on one route. A source is the sender's IP
+// address or a header value (routes[].source): the sender chooses it, and an
+// unbounded label would let it grow the metrics without limit. The first
+// MaxSourcesPerRoute sources seen since start-up keep their own series;
+// duplicates from any later source are counted under source="other". Exact
+// top sources over a time window are /admin/stats' job.
+const MaxSourcesPerRoute = 100
+
+// durationBuckets (seconds) span a replay answered from memory (under a
+// millisecond) to an upstream timeout.
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// DependencyOps are the operations the state machine reports failures of
+// (idempotency.Hooks.DependencyError), per dependency. Init creates their
+// series at zero.
+var DependencyOps = map[string][]string{
+	"screen": {"claim", "complete", "release"},
+	"ledger": {"lookup", "claim", "commit", "release"},
+}
+
+type metrics struct {
+	requests       metric.Int64Counter
+	duration       metric.Float64Histogram
+	upstream       metric.Float64Histogram
+	duplicates     metric.Int64Counter
+	takeovers      metric.Int64Counter
+	commitFailures metric.Int64Counter
+	depErrors      metric.Int64Counter
+	log            *slog.Logger
+
+	mu         sync.Mutex
+	routes     map[string]*routeState
+	countHeld  func(context.Context) (map[string]int, error)
+	heldWarned bool
+}
+
+// routeState is what the metrics remember of one route.
+type routeState struct {
+	sources map[string]struct{} // admitted source label values
+	held    int64
+}
+
+func newMetrics(m metric.Meter, log *slog.Logger) (*metrics, error) {
+	ms := &metrics{log: log, routes: map[string]*routeState{}}
+	var err error
+	counter := func(name, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = m.Int64Counter(name, metric.WithDescription(desc))
+		if err != nil {
+			err = fmt.Errorf("telemetry: instrument %s: %w", name, err)
+		}
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		if err != nil {
+			return nil
+		}
+		var h metric.Float64Histogram
+		h, err = m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		if err != nil {
+			err = fmt.Errorf("telemetry: instrument %s: %w", name, err)
+		}
+		return h
+	}
+	ms.requests = counter(metricRequests, "Requests that reached a route, by outcome.")
+	ms.duration = histogram(metricRequestDuration, "Time from the request's arrival to its answer, by outcome.")
+	ms.upstream = histogram(metricUpstreamDuration, "Time of each forward to the upstream, answer read, failures included.")
+	ms.duplicates = counter(metricDuplicates, "Repeats intercepted (replayed, conflict, mismatch; shadowed in shadow mode), by sender.")
+	ms.takeovers = counter(metricTakeovers, "Claims taken over after their owner's lease expired.")
+	ms.commitFailures = counter(metricCommitFailures, "Deliveries forwarded with a final answer whose ledger commit failed.")
+	ms.depErrors = counter(metricDependencyErrors, "Calls to the screen or the ledger that failed to reach it.")
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.Int64ObservableGauge(metricHeldKeys,
+		metric.WithDescription("Keys held after an ambiguous upstream result, waiting for an operator."),
+		metric.WithInt64Callback(ms.observeHeld))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: instrument %s: %w", metricHeldKeys, err)
+	}
+	return ms, nil
+}
+
+// Init creates every series of the configured routes at zero (requests by
+// outcome, takeovers, commit failures, held keys) and the dependency error
+// series of the named dependencies ("ledger", "screen"), so that rate() and
+// increase() see the first event of each.
+func (t *Telemetry) Init(routes []string, dependencies ...string) {
+	ctx := context.Background()
+	m := t.m
+	for _, r := range routes {
+		for _, o := range idempotency.Outcomes {
+			m.requests.Add(ctx, 0, outcomeAttrs(r, o))
+		}
+		m.takeovers.Add(ctx, 0, routeAttrs(r))
+		m.commitFailures.Add(ctx, 0, routeAttrs(r))
+		m.mu.Lock()
+		m.route(r)
+		m.mu.Unlock()
+	}
+	for _, d := range dependencies {
+		for _, op := range DependencyOps[d] {
+			m.depErrors.Add(ctx, 0, depAttrs(d, op))
+		}
+	}
+}
+
+// Observe counts one finished request (ingress.Options.Observe): requests
+// and their duration by route and outcome, and, for a repeat intercepted,
+// hookstamp_duplicates_total by route and sender.
+func (t *Telemetry) Observe(ctx context.Context, ev *ingress.Event) {
+	m := t.m
+	o := ev.Result.Outcome
+	attrs := outcomeAttrs(ev.Route, o)
+	m.requests.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, ev.Duration.Seconds(), attrs)
+	if o.IsDuplicate() {
+		m.duplicates.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("route", ev.Route),
+			attribute.String("source", m.sourceLabel(ev.Route, ev.Source))))
+	}
+}
+
+// ObserveUpstream records the time of one forward to the upstream of route
+// (ingress.Options.ObserveUpstream).
+func (t *Telemetry) ObserveUpstream(ctx context.Context, route string, d time.Duration) {
+	t.m.upstream.Record(ctx, d.Seconds(), routeAttrs(route))
+}
+
+// Hooks are the state machine's events as metrics (idempotency.Options.Hooks).
+func (t *Telemetry) Hooks() idempotency.Hooks {
+	m := t.m
+	return idempotency.Hooks{
+		Takeover: func(route string) {
+			m.takeovers.Add(context.Background(), 1, routeAttrs(route))
+		},
+		CommitFailure: func(route string) {
+			m.commitFailures.Add(context.Background(), 1, routeAttrs(route))
+		},
+		DependencyError: func(dependency, op string) {
+			m.depErrors.Add(context.Background(), 1, depAttrs(dependency, op))
+		},
+		HeldChanged: t.AddHeld,
+	}
+}
+
+// AddHeld changes hookstamp_held_keys of route by delta (a key became held,
+// +1; an operator resolved one, -1).
+func (t *Telemetry) AddHeld(route string, delta int) {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	st := t.m.route(route)
+	st.held = max(0, st.held+int64(delta))
+}
+
+// SetHeld sets hookstamp_held_keys of route, e.g. from the ledger at start-up.
+func (t *Telemetry) SetHeld(route string, n int) {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	t.m.route(route).held = int64(n)
+}
+
+// CountHeldWith makes every collection of hookstamp_held_keys ask count
+// (e.g. sqlledger's CountHeldByRoute) for the held keys of every route, so
+// that the gauge is right after a restart and across replicas sharing one
+// ledger. A route count omits is 0. When count fails, the gauge keeps the
+// last counts, adjusted by AddHeld.
+func (t *Telemetry) CountHeldWith(count func(context.Context) (map[string]int, error)) {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	t.m.countHeld = count
+}
+
+func (m *metrics) observeHeld(ctx context.Context, o metric.Int64Observer) error {
+	m.mu.Lock()
+	count := m.countHeld
+	m.mu.Unlock()
+	if count != nil {
+		cctx, cancel := context.WithTimeout(ctx, heldCountTimeout)
+		counts, err := count(cctx)
+		cancel()
+		m.mu.Lock()
+		if err != nil {
+			if !m.heldWarned {
+				m.log.WarnContext(ctx, "hookstamp_held_keys: cannot count held keys; reporting the last counts", "err", err)
+				m.heldWarned = true
+			}
+		} else {
+			m.heldWarned = false
+			for r, st := range m.routes {
+				st.held = int64(counts[r])
+			}
+			for r, n := range counts {
+				m.route(r).held = int64(n)
+			}
+		}
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for r, st := range m.routes {
+		o.Observe(st.held, routeAttrs(r))
+	}
+	return nil
+}
+
+// sourceLabel bounds the source label: see MaxSourcesPerRoute.
+func (m *metrics) sourceLabel(route, source string) string {
+	if source == "" {
+		return sourceNone
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.route(route)
+	if _, ok := st.sources[source]; ok {
+		return source
+	}
+	if len(st.sources) >= MaxSourcesPerRoute {
+		return sourceOther
+	}
+	st.sources[source] = struct{}{}
+	return source
+}
+
+// route returns the state of route, creating it; m.mu is held.
+func (m *metrics) route(name string) *routeState {
+	st, ok := m.routes[name]
+	if !ok {
+		st = &routeState{sources: map[string]struct{}{}}
+		m.routes[name] = st
+	}
+	return st
+}
+
+func routeAttrs(route string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("route", route))
+}
+
+func outcomeAttrs(route string, o idempotency.Outcome) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("route", route), attribute.String("outcome", string(o)))
+}
+
+func depAttrs(dependency, op string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("dependency", dependency), attribute.String("op", op))
+}

@@ -1,0 +1,284 @@
+package telemetry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/telemetry"
+)
+
+// scenarioRoutes: "hooks" rejects repeats in flight and names senders by a
+// header; "held" holds keys whose upstream does not answer in time.
+const scenarioRoutes = `
+  - name: hooks
+    path: /hooks
+    upstream: {url: "%[1]s/up", timeout: 2s}
+    key: {sources: [{header: X-Event-Id}]}
+    inflight: reject
+    source: "header:X-Sender"
+  - name: held
+    path: /held
+    upstream: {url: "%[1]s/slow", timeout: 200ms}
+    key: {sources: [{header: X-Event-Id}]}
+    record: {ambiguous: hold}
+`
+
+// A scripted scenario, then a scrape of /metrics: every counter has the
+// exact value the deliveries imply, and the histograms count them.
+func TestScriptedScenarioMetrics(t *testing.T) {
+	up := newUpstream(t)
+	unblock := make(chan struct{})
+	up.reply = func(w http.ResponseWriter, r *http.Request, n int) {
+		key := r.Header.Get("Idempotency-Key")
+		switch {
+		case r.URL.Path == "/slow":
+			<-r.Context().Done() // never answers: the gateway times out
+			return
+		case key == "evt_c" && n == 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case key == "evt_d":
+			<-unblock
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"n":%d}`, n)
+	}
+	g := startGateway(t, gatewayConfig(t, up.URL, scenarioRoutes, ""), noTraces())
+
+	from := func(sender string) []string { return []string{"X-Sender", sender} }
+	deliver := func(key, body, sender string) reply {
+		return send(t, g, "/hooks", body, append([]string{"X-Event-Id", key}, from(sender)...)...)
+	}
+	wantOutcome(t, deliver("evt_a", `{"a":1}`, "sender-1"), 200, "forwarded")
+	wantOutcome(t, deliver("evt_a", `{"a":1}`, "sender-1"), 200, "replayed")
+	wantOutcome(t, deliver("evt_a", `{"a":1}`, "sender-1"), 200, "replayed")
+	wantOutcome(t, deliver("evt_b", `{"b":1}`, "sender-2"), 200, "forwarded")
+	wantOutcome(t, deliver("evt_b", `{"b":2}`, "sender-2"), 422, "mismatch")
+	wantOutcome(t, deliver("evt_c", `{"c":1}`, "sender-2"), 503, "released")
+	wantOutcome(t, deliver("evt_c", `{"c":1}`, "sender-2"), 200, "forwarded")
+	wantOutcome(t, deliver("evt_c", `{"c":1}`, "sender-2"), 200, "replayed")
+
+	first := make(chan reply, 1)
+	go func() { first <- send(t, g, "/hooks", `{"d":1}`, "X-Event-Id", "evt_d", "X-Sender", "sender-1") }()
+	eventually(t, 5*time.Second, "evt_d in flight upstream", func() bool {
+		keys, _ := up.received()
+		return slices.Contains(keys, "evt_d")
+	})
+	wantOutcome(t, deliver("evt_d", `{"d":1}`, "sender-3"), 409, "conflict")
+	close(unblock)
+	wantOutcome(t, <-first, 200, "forwarded")
+	wantOutcome(t, send(t, g, "/hooks", `{}`, from("sender-1")...), 400, "missing_key")
+
+	wantOutcome(t, send(t, g, "/held", `{}`, "X-Event-Id", "evt_h"), 504, "held")
+	wantOutcome(t, send(t, g, "/held", `{}`, "X-Event-Id", "evt_h"), 409, "held")
+
+	fams := scrape(t, g.Telemetry().MetricsHandler())
+
+	requests := map[string]map[idempotency.Outcome]float64{
+		"hooks": {idempotency.Forwarded: 4, idempotency.Replayed: 3, idempotency.Mismatch: 1, idempotency.Released: 1,
+			idempotency.Conflict: 1, idempotency.MissingKey: 1},
+		"held": {idempotency.HeldKey: 2},
+	}
+	for route, want := range requests {
+		for _, o := range idempotency.Outcomes {
+			if got := value(fams, "hookstamp_requests_total", "route", route, "outcome", string(o)); got != want[o] {
+				t.Errorf("hookstamp_requests_total{route=%q,outcome=%q} = %v, want %v", route, o, got, want[o])
+			}
+			wantCount := want[o]
+			if wantCount == 0 {
+				wantCount = -1 // no observation, no histogram series
+			}
+			if got := value(fams, "hookstamp_request_duration_seconds", "route", route, "outcome", string(o)); got != wantCount {
+				t.Errorf("hookstamp_request_duration_seconds{route=%q,outcome=%q} count = %v, want %v", route, o, got, wantCount)
+			}
+		}
+	}
+
+	tests := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"hookstamp_duplicates_total", []string{"route", "hooks", "source", "sender-1"}, 2},
+		{"hookstamp_duplicates_total", []string{"route", "hooks", "source", "sender-2"}, 2},
+		{"hookstamp_duplicates_total", []string{"route", "hooks", "source", "sender-3"}, 1},
+		{"hookstamp_upstream_duration_seconds", []string{"route", "hooks"}, 5},
+		{"hookstamp_upstream_duration_seconds", []string{"route", "held"}, 1},
+		{"hookstamp_held_keys", []string{"route", "held"}, 1},
+		{"hookstamp_held_keys", []string{"route", "hooks"}, 0},
+		{"hookstamp_takeovers_total", []string{"route", "hooks"}, 0},
+		{"hookstamp_takeovers_total", []string{"route", "held"}, 0},
+		{"hookstamp_commit_failures_total", []string{"route", "hooks"}, 0},
+		{"hookstamp_commit_failures_total", []string{"route", "held"}, 0},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "ledger", "op", "commit"}, 0},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "screen", "op", "claim"}, 0},
+	}
+	for _, tt := range tests {
+		if got := value(fams, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	if n := len(fams["hookstamp_duplicates_total"].GetMetric()); n != 3 {
+		t.Errorf("hookstamp_duplicates_total has %d series, want 3 (one per sender)", n)
+	}
+}
+
+// The exposition has exactly the families of SPEC §7 under hookstamp_, of
+// the right types, with no labels beyond the documented ones.
+func TestMetricNamesAndLabels(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	tel.Init([]string{"r"}, "ledger", "screen")
+	ctx := context.Background()
+	for _, o := range idempotency.Outcomes {
+		tel.Observe(ctx, &ingress.Event{Route: "r", Source: "10.0.0.1", Result: &idempotency.Result{Outcome: o}, Duration: time.Millisecond})
+	}
+	tel.ObserveUpstream(ctx, "r", 20*time.Millisecond)
+	h := tel.Hooks()
+	h.Takeover("r")
+	h.CommitFailure("r")
+	h.DependencyError("screen", "claim")
+	h.HeldChanged("r", 1)
+
+	want := map[string]struct {
+		typ    dto.MetricType
+		labels []string
+	}{
+		"hookstamp_requests_total":            {dto.MetricType_COUNTER, []string{"outcome", "route"}},
+		"hookstamp_request_duration_seconds":  {dto.MetricType_HISTOGRAM, []string{"outcome", "route"}},
+		"hookstamp_upstream_duration_seconds": {dto.MetricType_HISTOGRAM, []string{"route"}},
+		"hookstamp_duplicates_total":          {dto.MetricType_COUNTER, []string{"route", "source"}},
+		"hookstamp_takeovers_total":           {dto.MetricType_COUNTER, []string{"route"}},
+		"hookstamp_commit_failures_total":     {dto.MetricType_COUNTER, []string{"route"}},
+		"hookstamp_held_keys":                 {dto.MetricType_GAUGE, []string{"route"}},
+		"hookstamp_dependency_errors_total":   {dto.MetricType_COUNTER, []string{"dependency", "op"}},
+	}
+	fams := scrape(t, tel.MetricsHandler())
+	var got []string
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "hookstamp_") {
+			continue
+		}
+		got = append(got, name)
+		w, ok := want[name]
+		if !ok {
+			continue
+		}
+		if f.GetType() != w.typ {
+			t.Errorf("%s is a %v, want %v", name, f.GetType(), w.typ)
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName())
+			}
+			if !slices.Equal(labels, w.labels) {
+				t.Errorf("%s has labels %q, want %q", name, labels, w.labels)
+			}
+		}
+	}
+	slices.Sort(got)
+	if wantNames := slices.Sorted(maps.Keys(want)); !slices.Equal(got, wantNames) {
+		t.Errorf("hookstamp families:\n got %q\nwant %q", got, wantNames)
+	}
+	if v := value(fams, "hookstamp_duplicates_total", "route", "r", "source", "10.0.0.1"); v != 4 {
+		t.Errorf("duplicates = %v, want 4 (replayed, conflict, mismatch, shadowed)", v)
+	}
+	if v := value(fams, "hookstamp_dependency_errors_total", "dependency", "screen", "op", "claim"); v != 1 {
+		t.Errorf("dependency errors = %v, want 1", v)
+	}
+}
+
+// Senders choose their source label (an address, or a header value): past
+// MaxSourcesPerRoute distinct values per route, duplicates are counted
+// under "other", and an empty source is "unknown".
+func TestDuplicateSourcesAreBounded(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	ctx := context.Background()
+	dup := func(route, source string) {
+		tel.Observe(ctx, &ingress.Event{Route: route, Source: source, Result: &idempotency.Result{Outcome: idempotency.Replayed}})
+	}
+	const extra = 30
+	for i := range telemetry.MaxSourcesPerRoute + extra {
+		dup("a", fmt.Sprintf("src-%d", i))
+	}
+	dup("a", "src-0")   // admitted before the cap: keeps its series
+	dup("a", "src-999") // new after the cap
+	dup("a", "")        // no source
+	dup("b", "src-999") // another route has its own budget
+	fams := scrape(t, tel.MetricsHandler())
+
+	tests := []struct {
+		route, source string
+		want          float64
+	}{
+		{"a", "src-0", 2},
+		{"a", fmt.Sprintf("src-%d", telemetry.MaxSourcesPerRoute-1), 1},
+		{"a", fmt.Sprintf("src-%d", telemetry.MaxSourcesPerRoute), -1},
+		{"a", "other", extra + 1},
+		{"a", "unknown", 1},
+		{"b", "src-999", 1},
+	}
+	for _, tt := range tests {
+		if got := value(fams, "hookstamp_duplicates_total", "route", tt.route, "source", tt.source); got != tt.want {
+			t.Errorf("duplicates{route=%q,source=%q} = %v, want %v", tt.route, tt.source, got, tt.want)
+		}
+	}
+	if n := len(fams["hookstamp_duplicates_total"].GetMetric()); n != telemetry.MaxSourcesPerRoute+3 {
+		t.Errorf("%d duplicate series, want %d", n, telemetry.MaxSourcesPerRoute+3)
+	}
+}
+
+// hookstamp_held_keys follows the hooks, and, with a counter (the ledger),
+// is what the counter says at each scrape; a failing counter leaves the
+// last value.
+func TestHeldKeysGauge(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	tel.Init([]string{"a", "b"})
+	held := func() (a, b float64) {
+		fams := scrape(t, tel.MetricsHandler())
+		return value(fams, "hookstamp_held_keys", "route", "a"), value(fams, "hookstamp_held_keys", "route", "b")
+	}
+	check := func(step string, wantA, wantB float64) {
+		t.Helper()
+		if a, b := held(); a != wantA || b != wantB {
+			t.Errorf("%s: held a=%v b=%v, want %v %v", step, a, b, wantA, wantB)
+		}
+	}
+	check("initial", 0, 0)
+	tel.Hooks().HeldChanged("a", 1)
+	tel.Hooks().HeldChanged("a", 1)
+	tel.AddHeld("a", -1)
+	tel.SetHeld("b", 5)
+	check("hooks", 1, 5)
+
+	counts := map[string]int{"a": 7}
+	var fail error
+	tel.CountHeldWith(func(context.Context) (map[string]int, error) { return counts, fail })
+	check("counted", 7, 0)
+	fail = errors.New("ledger down")
+	tel.AddHeld("a", 1)
+	check("counter failing", 8, 0)
+}
+
+// With telemetry.metrics.prometheus off, /metrics answers 404.
+func TestMetricsOff(t *testing.T) {
+	cfg := config.Default().Telemetry
+	cfg.Metrics.Prometheus = false
+	tel := setup(t, cfg)
+	rec := newRecorder(tel.MetricsHandler())
+	if rec != http.StatusNotFound {
+		t.Errorf("GET /metrics = %d, want 404", rec)
+	}
+}
