@@ -141,15 +141,17 @@ func (p *gormTracing) after(op string) func(*gorm.DB) {
 			return
 		}
 		query := tx.Statement.SQL.String()
-		if op == "" {
-			op, _, _ = strings.Cut(strings.TrimSpace(query), " ")
-			op = strings.ToUpper(op)
+		// op is shared by every call of this closure: derive a local copy.
+		verb := op
+		if verb == "" {
+			verb, _, _ = strings.Cut(strings.TrimSpace(query), " ")
+			verb = strings.ToUpper(verb)
 		}
-		attrs := []attribute.KeyValue{semconv.DBQueryText(query), semconv.DBOperationName(op)}
-		name := op
+		attrs := []attribute.KeyValue{semconv.DBQueryText(query), semconv.DBOperationName(verb)}
+		name := verb
 		if table := tx.Statement.Table; table != "" {
 			attrs = append(attrs, semconv.DBCollectionName(table))
-			name = op + " " + table
+			name = verb + " " + table
 		}
 		if tx.Statement.RowsAffected >= 0 {
 			attrs = append(attrs, attribute.Int64("db.rows_affected", tx.Statement.RowsAffected))
