@@ -347,6 +347,18 @@ routes:
 			func(r Route) any { return r.Fingerprint }, Fingerprint{Mode: FingerprintBody, OnMismatch: "reject"}},
 		{"explicit on_mismatch keeps preset fields", "    preset: alipay\n    verify: {public_key: '" + testPublicKey(t) + "'}\n    fingerprint: {on_mismatch: replay}\n",
 			func(r Route) any { return r.Fingerprint.Fields }, []string{"form:out_trade_no", "form:trade_no", "form:trade_status", "form:total_amount"}},
+		{"slack lets key-less requests through", "    preset: slack\n    verify: {secrets: [s3cret]}\n",
+			func(r Route) any { return r.Key.Required }, false},
+		{"explicit key.required wins over slack's", "    preset: slack\n    verify: {secrets: [s3cret]}\n    key: {required: true}\n",
+			func(r Route) any { return []any{r.Key.Required, r.Key.Sources} }, []any{true, []KeySource{{SourceJSON, "event_id"}}}},
+		{"stripe requires a key", "    preset: stripe\n    verify: {secrets: [whsec_x]}\n",
+			func(r Route) any { return r.Key.Required }, true},
+		{"twitch keeps Twitch's 10 minute limit", "    preset: twitch\n    verify: {secrets: [s3cret]}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 10 * time.Minute},
+		{"explicit tolerance wins over twitch's", "    preset: twitch\n    verify: {secrets: [s3cret], tolerance: 2m}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 2 * time.Minute},
+		{"stripe keeps the default tolerance", "    preset: stripe\n    verify: {secrets: [whsec_x]}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 5 * time.Minute},
 		{"paypal has no scheme", "    preset: paypal\n",
 			func(r Route) any { return r.Verify.Scheme }, ""},
 		{"adyen template", "    preset: adyen\n",
@@ -376,7 +388,7 @@ func TestEveryPresetLoads(t *testing.T) {
 				"\n    verify: {url: 'https://example.com/hook', public_key: '" + key + "', secrets: ['" + presetSecret(p.Scheme) + "']}\n"
 			c := mustLoad(t, doc)
 			r := c.Routes[0]
-			if !reflect.DeepEqual(r.Key.Sources, p.Key) || r.Verify.Scheme != p.Scheme || r.Retention != p.Retention {
+			if !reflect.DeepEqual(r.Key.Sources, p.Key) || r.Key.Required == p.KeyOptional || r.Verify.Scheme != p.Scheme || r.Retention != p.Retention {
 				t.Errorf("route %+v does not carry preset %+v", r, p)
 			}
 			if p.Retention < 72*time.Hour {

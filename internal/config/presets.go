@@ -14,12 +14,20 @@ type Preset struct {
 	Name string
 	// Key becomes key.sources.
 	Key []KeySource
+	// KeyOptional sets key.required to false: the provider also sends
+	// requests that carry no key and must still reach the upstream (Slack's
+	// url_verification handshake and app_rate_limited notices have no
+	// event_id). They pass through without deduplication.
+	KeyOptional bool
 	// Fingerprint gives fingerprint.mode and fingerprint.fields; both are
 	// applied only when the route sets neither. OnMismatch is not part of a
 	// preset.
 	Fingerprint Fingerprint
 	// Scheme becomes verify.scheme; "" means no built-in verification.
 	Scheme string
+	// Tolerance becomes verify.tolerance when the provider documents its
+	// own limit; zero leaves the default (5m).
+	Tolerance time.Duration
 	// Retention becomes retention: the provider's whole retry window plus at
 	// least a day of margin, and never under 72h.
 	Retention time.Duration
@@ -43,7 +51,9 @@ var presetTable = []Preset{
 	// for 3 days.
 	{Name: "github", Key: src(SourceHeader, "X-GitHub-Delivery"), Scheme: SchemeGitHub, Retention: 4 * day, RetryWindow: "manual redelivery, 3 days"},
 	{Name: "shopify", Key: src(SourceHeader, "X-Shopify-Webhook-Id"), Scheme: SchemeShopify, Retention: 3 * day, RetryWindow: "4 h"},
-	{Name: "slack", Key: src(SourceJSON, "event_id"), Scheme: SchemeSlack, Retention: 3 * day, RetryWindow: "3 retries, minutes"},
+	// Slack's url_verification challenge has no event_id: refusing it
+	// would make the Request URL impossible to save.
+	{Name: "slack", Key: src(SourceJSON, "event_id"), KeyOptional: true, Scheme: SchemeSlack, Retention: 3 * day, RetryWindow: "3 retries, minutes"},
 	// Alipay resends change notify_time and sign, so the body cannot be the
 	// fingerprint: the business fields are.
 	{Name: "alipay", Key: src(SourceForm, "notify_id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{
@@ -55,7 +65,8 @@ var presetTable = []Preset{
 	{Name: "square", Key: src(SourceJSON, "event_id"), Scheme: SchemeSquare, Retention: 3 * day, RetryWindow: "24 h"},
 	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days"},
 	{Name: "razorpay", Key: src(SourceHeader, "X-Razorpay-Event-Id"), Scheme: SchemeRazorpay, Retention: 3 * day, RetryWindow: "24 h"},
-	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Retention: 3 * day, RetryWindow: "short, undocumented"},
+	// Twitch tells receivers to refuse messages older than 10 minutes.
+	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Tolerance: 10 * time.Minute, Retention: 3 * day, RetryWindow: "short, undocumented"},
 	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
 	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days"},
 }
@@ -114,9 +125,17 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 	for i, s := range p.Key {
 		sources[i] = map[string]any{s.Kind: s.Arg}
 	}
+	key := map[string]any{"sources": sources}
+	if p.KeyOptional {
+		key["required"] = false
+	}
+	verify := map[string]any{"scheme": p.Scheme}
+	if p.Tolerance > 0 {
+		verify["tolerance"] = p.Tolerance
+	}
 	frag := map[string]any{
-		"key":       map[string]any{"sources": sources},
-		"verify":    map[string]any{"scheme": p.Scheme},
+		"key":       key,
+		"verify":    verify,
 		"retention": p.Retention,
 	}
 	fp, _ := route["fingerprint"].(map[string]any)

@@ -15,6 +15,9 @@
 //     number its literal text as sent ("1.50" stays "1.50"), true and false
 //     yield "true" and "false"; null, objects, arrays and absent paths yield
 //     nothing, because none of them is an identifier a provider would send.
+//     A string that escapes an unpaired UTF-16 surrogate ("\ud800") is not
+//     valid UTF-8 (ErrKeyNotUTF8): decoding would turn every such escape
+//     into U+FFFD and make different keys one.
 //   - JSON sources read the body whenever it is valid JSON, whatever its
 //     Content-Type (providers are not all careful about it). A body that is
 //     not valid JSON yields nothing; when its Content-Type claims JSON

@@ -124,6 +124,8 @@ func (e *Extractor) Key(r Request, dst []byte) ([]byte, error) {
 			continue
 		case tooLong:
 			return dst, ErrKeyTooLong
+		case notUTF8:
+			return dst, ErrKeyNotUTF8
 		}
 		return dst, validateChars(dst[start:])
 	}

@@ -104,6 +104,11 @@ func TestKey(t *testing.T) {
 		{"json array count", []extract.Source{jsonPath("items.#")}, jsonReq(`{"items":[1,2,3]}`), "3", nil},
 		{"json top-level array", []extract.Source{jsonPath("0.id")}, jsonReq(`[{"id":"x"}]`), "x", nil},
 		{"json first duplicate wins", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","id":"second"}`), "first", nil},
+		{"json first duplicate wins at every level", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":0,"a":{"b":"second"}}`), "", nil},
+		{"json first duplicate object wins", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"c":1},"a":{"b":"second"}}`), "", nil},
+		{"json nested first duplicate", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"b":"first"},"a":{"b":"second"}}`), "first", nil},
+		{"json path into an array element", []extract.Source{jsonPath("data.items.1.id")}, jsonReq(`{"data":{"items":[{"id":"a"},{"id":"b"}]}}`), "b", nil},
+		{"json gjson syntax is gjson's", []extract.Source{jsonPath(`items.#(kind=="x").id`)}, jsonReq(`{"items":[{"kind":"y","id":"1"},{"kind":"x","id":"2"}]}`), "2", nil},
 		{"json whitespace", []extract.Source{jsonPath("a.id")}, jsonReq(" {\n \"a\" : { \"id\" :\t\"w\" } } \n"), "w", nil},
 		{"json body under text/plain is read", []extract.Source{jsonPath("id")}, withHeaders(jsonReq(`{"id":"x"}`), "Content-Type", "text/plain"), "x", nil},
 		{"json body without content type is read", []extract.Source{jsonPath("id")}, extract.MapRequest{RawBody: []byte(`{"id":"x"}`)}, "x", nil},
@@ -192,6 +197,12 @@ func TestKey(t *testing.T) {
 		{"line separator", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"a\u2028b"}`), "a\u2028b", extract.ErrKeyControl},
 		{"not UTF-8", []extract.Source{query("id")}, extract.MapRequest{QueryArgs: map[string]string{"id": "a\xffb"}}, "a\xffb", extract.ErrKeyNotUTF8},
 		{"not UTF-8 from a form escape", []extract.Source{form("k")}, formReq("k=%C3%28"), "\xc3(", extract.ErrKeyNotUTF8},
+		{"lone high surrogate escape", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"evt\ud800"}`), "evt\ufffd", extract.ErrKeyNotUTF8},
+		{"lone low surrogate escape", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"\udfffevt"}`), "\ufffdevt", extract.ErrKeyNotUTF8},
+		{"surrogates in the wrong order", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"\ude00\ud83d"}`), "\ufffd\ufffd", extract.ErrKeyNotUTF8},
+		{"high surrogate before another escape", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"\ud83d\n"}`), "\ufffd\n", extract.ErrKeyNotUTF8},
+		{"lone surrogate in a template", []extract.Source{tmpl("{json:a}-{json:b}")}, jsonReq(`{"a":"\ud800","b":"x"}`), "\ufffd-x", extract.ErrKeyNotUTF8},
+		{"escaped backslash before u is no escape", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"a\\ud800"}`), `a\ud800`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

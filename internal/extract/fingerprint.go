@@ -148,7 +148,7 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 		case kindJSON:
 			var res gjson.Result
 			if body, ok := l.jsonBody(); ok {
-				res = gjson.Get(body, fl.arg)
+				res = getJSON(body, fl.arg)
 			}
 			switch {
 			case res.Type == gjson.String:

@@ -147,6 +147,7 @@ func (t *Template) String() string {
 // bytes). When a placeholder is absent, dst is returned unchanged.
 func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 	start := len(dst)
+	res := found
 	for _, p := range t.parts {
 		var st status
 		dst, st = l.appendValue(dst, p, limit)
@@ -155,7 +156,11 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 			return dst[:start], absent
 		case tooLong:
 			return dst, tooLong
+		case notUTF8:
+			// Reported once every placeholder resolved: a template
+			// with an absent part yields no key at all.
+			res = notUTF8
 		}
 	}
-	return dst, found
+	return dst, res
 }

@@ -100,11 +100,13 @@ const (
 	found   status = iota // appended, non-empty
 	absent                // absent or empty: nothing appended
 	tooLong               // the key would pass its limit: appended up to it
+	notUTF8               // appended, but the value is not valid Unicode
 )
 
 // appendValue appends the value ref names to dst, which may grow to at most
 // limit bytes. On absent dst is returned unchanged; on tooLong it holds the
-// key truncated at limit.
+// key truncated at limit; on notUTF8 it holds the value as decoded, for
+// logging only.
 func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 	switch rf.kind {
 	case kindLiteral:
@@ -122,7 +124,7 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 		if !ok {
 			return dst, absent
 		}
-		return appendJSON(dst, gjson.Get(body, rf.arg), limit)
+		return appendJSON(dst, getJSON(body, rf.arg), limit)
 	case kindForm:
 		if !isFormMediaType(l.r.ContentType()) {
 			return dst, absent
@@ -156,17 +158,113 @@ func put[T string | []byte](dst []byte, v T, limit int) ([]byte, status) {
 	return append(dst, v...), found
 }
 
+// getJSON resolves a GJSON path in body. A plain dotted path (letters,
+// digits, '_' and '-' between the dots) is followed one step at a time, so
+// that the first of duplicate object keys wins at every level: gjson alone
+// looks into a later duplicate when the first lacks the rest of the path
+// ({"a":0,"a":{"b":1}} would give a.b = 1). Other paths (wildcards,
+// queries, modifiers, escapes) are gjson's to resolve as written.
+func getJSON(body, path string) gjson.Result {
+	if !plainPath(path) {
+		return gjson.Get(body, path)
+	}
+	var res gjson.Result
+	for {
+		seg, rest, more := strings.Cut(path, ".")
+		if res = gjson.Get(body, seg); !more || !res.Exists() {
+			return res
+		}
+		body, path = res.Raw, rest
+	}
+}
+
+// plainPath reports whether path is dot-separated non-empty segments of
+// ASCII letters, digits, '_' and '-': nothing gjson gives a meaning to.
+func plainPath(path string) bool {
+	seg := 0
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '.':
+			if seg == 0 {
+				return false
+			}
+			seg = 0
+		case c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+			seg++
+		default:
+			return false
+		}
+	}
+	return seg > 0
+}
+
 // appendJSON appends the key text of a JSON value: a string's unescaped
 // value, a number's literal, "true" or "false". Null, objects, arrays and
-// absent values yield nothing.
+// absent values yield nothing. A string escaping an unpaired UTF-16
+// surrogate ("\ud800") is notUTF8: the decoder turns it into U+FFFD, so
+// "\ud800" and "\udfff" would otherwise be one and the same key.
 func appendJSON(dst []byte, res gjson.Result, limit int) ([]byte, status) {
 	switch res.Type {
 	case gjson.String:
-		return put(dst, res.Str, limit)
+		dst, st := put(dst, res.Str, limit)
+		if st == found && strings.Contains(res.Raw, `\u`) && unpairedSurrogate(res.Raw) {
+			st = notUTF8
+		}
+		return dst, st
 	case gjson.Number, gjson.True, gjson.False:
 		return put(dst, res.Raw, limit)
 	}
 	return dst, absent
+}
+
+// unpairedSurrogate reports whether the raw JSON string raw (quotes
+// included, already validated) has a \uD800–\uDBFF escape not followed by
+// a \uDC00–\uDFFF one, or a \uDC00–\uDFFF escape not preceded by one.
+func unpairedSurrogate(raw string) bool {
+	high := false // the previous escape was a high surrogate
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			if high {
+				return true
+			}
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' || i+4 >= len(raw) {
+			if high {
+				return true
+			}
+			continue // \n, \", … ; i now on the escaped character
+		}
+		u := hex4(raw[i+1 : i+5])
+		i += 4
+		switch {
+		case u >= 0xD800 && u <= 0xDBFF:
+			if high {
+				return true
+			}
+			high = true
+		case u >= 0xDC00 && u <= 0xDFFF:
+			if !high {
+				return true
+			}
+			high = false
+		default:
+			if high {
+				return true
+			}
+		}
+	}
+	return high
+}
+
+// hex4 decodes four hex digits (validated by the JSON validator).
+func hex4(s string) rune {
+	var r rune
+	for i := 0; i < 4; i++ {
+		r = r<<4 | rune(unhex(s[i]))
+	}
+	return r
 }
 
 // validJSON reports whether b is one valid JSON value nested at most
