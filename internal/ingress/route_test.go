@@ -1,0 +1,61 @@
+package ingress
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRouterMatch(t *testing.T) {
+	rt := newRouter([]*Route{
+		{Name: "exact", Path: "/webhooks/stripe"},
+		{Name: "hooks", Path: "/hooks/", Prefix: true},
+		{Name: "shop", Path: "/hooks/shop/", Prefix: true},
+	})
+	cases := []struct {
+		path, route, rest string
+	}{
+		{"/webhooks/stripe", "exact", ""},
+		{"/webhooks/stripe/", "", ""},
+		{"/webhooks/stripex", "", ""},
+		{"/hooks/a/b", "hooks", "a/b"},
+		{"/hooks", "hooks", ""},
+		{"/hooks/", "hooks", ""},
+		{"/hooks/shop/orders", "shop", "orders"},
+		{"/hooks/shopping", "hooks", "shopping"},
+		{"/other", "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.path, func(t *testing.T) {
+			r, rest := rt.match(tc.path)
+			got := ""
+			if r != nil {
+				got = r.Name
+			}
+			if got != tc.route || rest != tc.rest {
+				t.Fatalf("match(%q) = %q, %q; want %q, %q", tc.path, got, rest, tc.route, tc.rest)
+			}
+		})
+	}
+}
+
+func TestRouteDedupsOnlyItsMethods(t *testing.T) {
+	r := &Route{Methods: []string{"POST", "PUT"}}
+	for m, want := range map[string]bool{"POST": true, "put": true, "GET": false, "DELETE": false} {
+		if got := r.dedups(m); got != want {
+			t.Errorf("dedups(%s) = %v, want %v", m, got, want)
+		}
+	}
+}
+
+func TestSafeDetailEchoesNothingRaw(t *testing.T) {
+	in := "bad key \r\nSet-Cookie: x=1\x00\xff" + strings.Repeat("a", 500)
+	out := safeDetail(in)
+	if strings.ContainsAny(out, "\r\n\x00") || len(out) > 200 {
+		t.Fatalf("safeDetail kept control bytes or length: %q (%d)", out, len(out))
+	}
+	for _, r := range out {
+		if r < 0x20 || r >= 0x7f {
+			t.Fatalf("non-printable %q in %q", r, out)
+		}
+	}
+}
