@@ -11,6 +11,8 @@
 package config
 
 import (
+	"github.com/hookstamp/hookstamp/internal/verify"
+
 	"strings"
 	"time"
 )
@@ -379,18 +381,20 @@ const (
 	ExporterStdout = "stdout"
 	ExporterOTLP   = "otlp"
 
-	SchemeStandardWebhooks = "standard-webhooks"
-	SchemeStripe           = "stripe"
-	SchemeGitHub           = "github"
-	SchemeShopify          = "shopify"
-	SchemeSlack            = "slack"
-	SchemeSquare           = "square"
-	SchemePaddle           = "paddle"
-	SchemeRazorpay         = "razorpay"
-	SchemeTwitch           = "twitch"
-	SchemeAlipay           = "alipay"
-	SchemeWeChatPay        = "wechatpay"
-	SchemeHMAC             = "hmac"
+	// Scheme names are verify's: one list for what config accepts and what
+	// the verifier implements.
+	SchemeStandardWebhooks = verify.SchemeStandardWebhooks
+	SchemeStripe           = verify.SchemeStripe
+	SchemeGitHub           = verify.SchemeGitHub
+	SchemeShopify          = verify.SchemeShopify
+	SchemeSlack            = verify.SchemeSlack
+	SchemeSquare           = verify.SchemeSquare
+	SchemePaddle           = verify.SchemePaddle
+	SchemeRazorpay         = verify.SchemeRazorpay
+	SchemeTwitch           = verify.SchemeTwitch
+	SchemeAlipay           = verify.SchemeAlipay
+	SchemeWeChatPay        = verify.SchemeWeChatPay
+	SchemeHMAC             = verify.SchemeHMAC
 )
 
 // RedactedValue replaces every non-empty secret in Redacted and YAML.

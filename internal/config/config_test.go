@@ -385,7 +385,7 @@ func TestEveryPresetLoads(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			doc := "routes:\n  - name: p\n    path: /p\n    preset: " + p.Name +
 				"\n    upstream: {url: 'http://127.0.0.1:9000/p'}" +
-				"\n    verify: {url: 'https://example.com/hook', public_key: '" + key + "', secrets: ['" + presetSecret(p.Scheme) + "']}\n"
+				"\n" + presetVerify(p.Scheme, key)
 			c := mustLoad(t, doc)
 			r := c.Routes[0]
 			if !reflect.DeepEqual(r.Key.Sources, p.Key) || r.Key.Required == p.KeyOptional || r.Verify.Scheme != p.Scheme || r.Retention != p.Retention {
@@ -486,7 +486,7 @@ routes:
 		{"stripe without secret", route2("    verify: {scheme: stripe, secrets: ['${S:-}']}\n"), "routes[2].verify.secrets", "at least one non-empty secret"},
 		{"secrets without scheme", route2("    verify: {secrets: [x]}\n"), "routes[2].verify.scheme", "no scheme"},
 		{"alipay without key", route2("    verify: {scheme: alipay}\n"), "routes[2].verify.public_key", "required with scheme alipay"},
-		{"wechatpay bad key", route2("    verify: {scheme: wechatpay, public_key: 'not a key!'}\n"), "routes[2].verify.public_key", "not a PEM public key"},
+		{"wechatpay bad key", route2("    verify: {scheme: wechatpay, public_key: 'not a key!'}\n"), "routes[2].verify.public_key", "neither PEM nor base64"},
 		{"square without url", route2("    verify: {scheme: square, secrets: [x]}\n"), "routes[2].verify.url", "scheme square"},
 		{"standard-webhooks secret not base64", route2("    verify: {scheme: standard-webhooks, secrets: ['whsec_***']}\n"), "routes[2].verify.secrets[0]", "not a Standard Webhooks secret"},
 		{"bad template", edit("sources: [{header: X-Event-Id}]}\n  - name: b", "sources: [{template: '{json:id'}]}\n  - name: b"), "routes[0].key.sources[0]", "unclosed"},
@@ -815,7 +815,7 @@ func TestTagsAgree(t *testing.T) {
 // Alipay console shows), which fits on one YAML line.
 func testPublicKey(tb testing.TB) string {
 	tb.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 1024)
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -826,4 +826,18 @@ func testPublicKey(tb testing.TB) string {
 	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 	body := strings.TrimSuffix(strings.TrimPrefix(pemText, "-----BEGIN PUBLIC KEY-----\n"), "-----END PUBLIC KEY-----\n")
 	return strings.ReplaceAll(body, "\n", "")
+}
+
+// presetVerify is the verify block a route with this scheme needs: the
+// options of its kind only (the verifier refuses the others).
+func presetVerify(scheme, publicKey string) string {
+	switch scheme {
+	case "":
+		return ""
+	case SchemeAlipay, SchemeWeChatPay:
+		return "    verify: {public_key: '" + publicKey + "'}\n"
+	case SchemeSquare:
+		return "    verify: {url: 'https://example.com/hook', secrets: ['" + presetSecret(scheme) + "']}\n"
+	}
+	return "    verify: {secrets: ['" + presetSecret(scheme) + "']}\n"
 }

@@ -1,15 +1,8 @@
 package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
@@ -231,56 +224,6 @@ func FuzzParseTemplate(f *testing.F) {
 			t.Fatalf("ParseTemplate(%q) = %+v: rebuilds %q, dynamic %v", s, parts, b.String(), dynamic)
 		}
 	})
-}
-
-func TestParseRSAPublicKey(t *testing.T) {
-	key, err := rsa.GenerateKey(rand.Reader, 1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkixDER, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	pkcs1 := x509.MarshalPKCS1PublicKey(&key.PublicKey)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkixName("wechatpay"), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	cert, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ecDER, _ := x509.MarshalPKIXPublicKey(&ec.PublicKey)
-	pemOf := func(typ string, der []byte) string {
-		return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
-	}
-	bare := strings.Join(strings.Split(strings.TrimSpace(pemOf("X", pkixDER)), "\n")[1:], "\n")
-	bare = strings.TrimSuffix(bare, "-----END X-----")
-
-	valid := []struct{ name, in string }{
-		{"PKIX PEM", pemOf("PUBLIC KEY", pkixDER)},
-		{"PKCS1 PEM", pemOf("RSA PUBLIC KEY", pkcs1)},
-		{"certificate", pemOf("CERTIFICATE", cert)},
-		{"bare base64 with line breaks", bare},
-		{"indented PEM", "  " + pemOf("PUBLIC KEY", pkixDER)},
-	}
-	for _, tt := range valid {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseRSAPublicKey(tt.in)
-			if err != nil || !got.Equal(&key.PublicKey) {
-				t.Errorf("ParseRSAPublicKey = %v, %v; want the generated key", got, err)
-			}
-		})
-	}
-	invalid := []struct{ name, in, want string }{
-		{"private key block", pemOf("PRIVATE KEY", []byte{1}), "not a public key"},
-		{"EC key", pemOf("PUBLIC KEY", ecDER), "want RSA"},
-		{"garbage", "hello world", "not a PEM public key"},
-		{"bad DER", pemOf("PUBLIC KEY", []byte("nope")), "bad public key"},
-	}
-	for _, tt := range invalid {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := ParseRSAPublicKey(tt.in); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error = %v, want one containing %q", err, tt.want)
-			}
-		})
-	}
 }
 
 func pkixName(cn string) pkix.Name { return pkix.Name{CommonName: cn} }

@@ -1,10 +1,9 @@
 package config
 
 import (
-	"crypto/rsa"
-	"crypto/x509"
+	"github.com/hookstamp/hookstamp/internal/verify"
+
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math"
@@ -330,6 +329,7 @@ func validateFingerprint(errs *Errors, p string, f Fingerprint) {
 }
 
 func validateVerify(errs *Errors, p string, v Verify) {
+	before := len(*errs)
 	nonEmpty := 0
 	for _, s := range v.Secrets {
 		if s != "" {
@@ -346,8 +346,6 @@ func validateVerify(errs *Errors, p string, v Verify) {
 	case rsaScheme(v.Scheme):
 		if strings.TrimSpace(v.PublicKey) == "" {
 			errs.add(join(p, "public_key"), "required with scheme %s (the provider's RSA public key, PEM)", v.Scheme)
-		} else if _, err := ParseRSAPublicKey(v.PublicKey); err != nil {
-			errs.add(join(p, "public_key"), "%v", err)
 		}
 	default:
 		if nonEmpty == 0 {
@@ -380,6 +378,30 @@ func validateVerify(errs *Errors, p string, v Verify) {
 	oneOf(errs, join(p, "algorithm"), v.Algorithm, "sha1", "sha256", "sha512")
 	oneOf(errs, join(p, "encoding"), v.Encoding, "hex", "base64")
 	positive(errs, join(p, "tolerance"), v.Tolerance)
+	if len(*errs) == before && v.Scheme != "" {
+		// What passed the checks above must also build: the verifier has
+		// the last word (key formats, sizes), so `gateway check` rejects
+		// everything `gateway serve` would. Its errors start with the key.
+		if _, err := verify.New(verifyOptions(v)); err != nil {
+			key, msg, ok := strings.Cut(err.Error(), ": ")
+			if !ok {
+				key, msg = "scheme", err.Error()
+			}
+			errs.add(join(p, key), "%s", msg)
+		}
+	}
+}
+
+// verifyOptions are the verifier's options for a route's verify block.
+func verifyOptions(v Verify) verify.Options {
+	var secrets []string
+	for _, s := range v.Secrets {
+		if strings.TrimSpace(s) != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	return verify.Options{Scheme: v.Scheme, Secrets: secrets, PublicKey: v.PublicKey, URL: v.URL,
+		Tolerance: v.Tolerance, Header: v.Header, Algorithm: v.Algorithm, Encoding: v.Encoding, Prefix: v.Prefix}
 }
 
 func validateRecord(errs *Errors, p string, r Record) {
@@ -401,47 +423,6 @@ func validateRecord(errs *Errors, p string, r Record) {
 	}
 	nonNegativeSize(errs, join(p, "max_body"), r.MaxBody)
 	oneOf(errs, join(p, "ambiguous"), r.Ambiguous, AmbiguousRelease, AmbiguousHold)
-}
-
-// ParseRSAPublicKey reads a provider's RSA public key: a PEM "PUBLIC KEY"
-// (PKIX), "RSA PUBLIC KEY" (PKCS #1) or "CERTIFICATE" block, or the bare
-// base64 PKIX key that the Alipay console shows.
-func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {
-	var (
-		pub any
-		err error
-	)
-	if block, _ := pem.Decode([]byte(strings.TrimSpace(s))); block != nil {
-		switch block.Type {
-		case "PUBLIC KEY":
-			pub, err = x509.ParsePKIXPublicKey(block.Bytes)
-		case "RSA PUBLIC KEY":
-			pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
-		case "CERTIFICATE":
-			var cert *x509.Certificate
-			if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
-				pub = cert.PublicKey
-			}
-		default:
-			return nil, fmt.Errorf("PEM block %q is not a public key or certificate", block.Type)
-		}
-	} else {
-		der, derr := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
-		if derr != nil {
-			return nil, errors.New("not a PEM public key (-----BEGIN PUBLIC KEY-----) nor base64")
-		}
-		if pub, err = x509.ParsePKIXPublicKey(der); err != nil {
-			pub, err = x509.ParsePKCS1PublicKey(der)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("bad public key: %v", err)
-	}
-	key, ok := pub.(*rsa.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("public key is %T, want RSA", pub)
-	}
-	return key, nil
 }
 
 func checkHostPort(s string) error {
