@@ -15,369 +15,412 @@ import (
 )
 
 func TestRepeatIsReplayedByteForByte(t *testing.T) {
-	up := newUpstream(t)
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
 
-	first := send(t, g, "/hooks", `{"id":"evt_1","amount":42}`)
-	wantOutcome(t, first, 200, "forwarded")
-	if first.header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("first delivery marked as replayed")
-	}
-	for i := 0; i < 2; i++ {
-		again := send(t, g, "/hooks", `{"id":"evt_1","amount":42}`)
-		wantOutcome(t, again, 200, "replayed")
-		if again.header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("repeat lacks Idempotent-Replayed: true: %v", again.header)
+		first := send(t, g, "/hooks", `{"id":"evt_1","amount":42}`)
+		wantOutcome(t, first, 200, "forwarded")
+		if first.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("first delivery marked as replayed")
 		}
-		sameReply(t, first, again)
-	}
-	if n := up.count("evt_1"); n != 1 {
-		t.Fatalf("upstream received evt_1 %d times, want 1", n)
-	}
-	if got := up.lastHeader().Get("Idempotency-Key"); got != "evt_1" {
-		t.Fatalf("upstream Idempotency-Key = %q", got)
-	}
-	rec := lookup(t, g, "hooks", "evt_1")
-	if rec.State != idempotency.StateDone || rec.Status != 200 || string(rec.Body) != string(first.body) ||
-		rec.Headers["Content-Type"] != "application/json" || len(rec.Fingerprint) != 32 {
-		t.Fatalf("ledger row = %+v", rec)
-	}
-	if _, kept := rec.Headers["X-Upstream-Seq"]; kept {
-		t.Fatalf("header not listed in record.headers was recorded")
-	}
+		for i := 0; i < 2; i++ {
+			again := send(t, g, "/hooks", `{"id":"evt_1","amount":42}`)
+			wantOutcome(t, again, 200, "replayed")
+			if again.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("repeat lacks Idempotent-Replayed: true: %v", again.header)
+			}
+			sameReply(t, first, again)
+		}
+		if n := up.count("evt_1"); n != 1 {
+			t.Fatalf("upstream received evt_1 %d times, want 1", n)
+		}
+		if got := up.lastHeader().Get("Idempotency-Key"); got != "evt_1" {
+			t.Fatalf("upstream Idempotency-Key = %q", got)
+		}
+		rec := lookup(t, g, "hooks", "evt_1")
+		if rec.State != idempotency.StateDone || rec.Status != 200 || string(rec.Body) != string(first.body) ||
+			rec.Headers["Content-Type"] != "application/json" || len(rec.Fingerprint) != 32 {
+			t.Fatalf("ledger row = %+v", rec)
+		}
+		if _, kept := rec.Headers["X-Upstream-Seq"]; kept {
+			t.Fatalf("header not listed in record.headers was recorded")
+		}
+	})
 }
 
 func TestConcurrentIdenticalDeliveriesWaitMode(t *testing.T) {
-	up := newUpstream(t)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		time.Sleep(300 * time.Millisecond) // keep the first in flight while the rest arrive
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"n":%d}`, n)
-	})
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    wait_timeout: 10s", ""))
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+			time.Sleep(300 * time.Millisecond) // keep the first in flight while the rest arrive
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"n":%d}`, n)
+		})
+		g := startGateway(t, s.config(t, up.URL, "    wait_timeout: 10s", ""))
 
-	replies := race(t, 100, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_c"}`) })
-	if n := up.count("evt_c"); n != 1 {
-		t.Fatalf("upstream received %d forwards, want exactly 1", n)
-	}
-	outcomes := map[string]int{}
-	for _, r := range replies {
-		outcomes[r.outcome()]++
-		sameReply(t, replies[0], r)
-		if r.status != 200 {
-			t.Fatalf("status %d, want 200 for every delivery", r.status)
+		replies := race(t, 100, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_c"}`) })
+		if n := up.count("evt_c"); n != 1 {
+			t.Fatalf("upstream received %d forwards, want exactly 1", n)
 		}
-	}
-	if outcomes["forwarded"] != 1 || outcomes["replayed"] != 99 {
-		t.Fatalf("outcomes %v, want 1 forwarded and 99 replayed", outcomes)
-	}
+		outcomes := map[string]int{}
+		for _, r := range replies {
+			outcomes[r.outcome()]++
+			sameReply(t, replies[0], r)
+			if r.status != 200 {
+				t.Fatalf("status %d, want 200 for every delivery", r.status)
+			}
+		}
+		if outcomes["forwarded"] != 1 || outcomes["replayed"] != 99 {
+			t.Fatalf("outcomes %v, want 1 forwarded and 99 replayed", outcomes)
+		}
+	})
 }
 
 func TestConcurrentIdenticalDeliveriesRejectMode(t *testing.T) {
-	up := newUpstream(t)
-	release := make(chan struct{})
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		<-release
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"n":%d}`, n)
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		release := make(chan struct{})
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"n":%d}`, n)
+		})
+		g := startGateway(t, s.config(t, up.URL, "    inflight: reject", ""))
+
+		var first reply
+		done := make(chan struct{})
+		go func() { first = send(t, g, "/hooks", `{"id":"evt_r"}`); close(done) }()
+		eventually(t, 5*time.Second, "first delivery in flight upstream", func() bool { return up.total.Load() == 1 })
+
+		replies := race(t, 99, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_r"}`) })
+		for _, r := range replies {
+			wantOutcome(t, r, 409, "conflict")
+			if r.header.Get("Retry-After") == "" {
+				t.Fatalf("409 without Retry-After")
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("conflict Content-Type %q", ct)
+			}
+		}
+		close(release)
+		<-done
+		wantOutcome(t, first, 200, "forwarded")
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_r"}`), 200, "replayed")
+		if n := up.count("evt_r"); n != 1 {
+			t.Fatalf("upstream received %d forwards, want 1", n)
+		}
 	})
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    inflight: reject", ""))
-
-	var first reply
-	done := make(chan struct{})
-	go func() { first = send(t, g, "/hooks", `{"id":"evt_r"}`); close(done) }()
-	eventually(t, 5*time.Second, "first delivery in flight upstream", func() bool { return up.total.Load() == 1 })
-
-	replies := race(t, 99, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_r"}`) })
-	for _, r := range replies {
-		wantOutcome(t, r, 409, "conflict")
-		if r.header.Get("Retry-After") == "" {
-			t.Fatalf("409 without Retry-After")
-		}
-		if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-			t.Fatalf("conflict Content-Type %q", ct)
-		}
-	}
-	close(release)
-	<-done
-	wantOutcome(t, first, 200, "forwarded")
-	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_r"}`), 200, "replayed")
-	if n := up.count("evt_r"); n != 1 {
-		t.Fatalf("upstream received %d forwards, want 1", n)
-	}
 }
 
 func TestKeyReuseWithDifferentBodyIsMismatch(t *testing.T) {
-	up := newUpstream(t)
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_m","amount":1}`), 200, "forwarded")
-	r := send(t, g, "/hooks", `{"id":"evt_m","amount":1000}`)
-	wantOutcome(t, r, 422, "mismatch")
-	if !strings.Contains(string(r.body), `"outcome":"mismatch"`) {
-		t.Fatalf("problem body %s", r.body)
-	}
-	if n := up.count("evt_m"); n != 1 {
-		t.Fatalf("upstream received %d, want 1", n)
-	}
-	if rec := lookup(t, g, "hooks", "evt_m"); !strings.Contains(string(rec.Body), `"len":25`) {
-		t.Fatalf("ledger holds %s, want the first delivery's answer", rec.Body)
-	}
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_m","amount":1}`), 200, "forwarded")
+		r := send(t, g, "/hooks", `{"id":"evt_m","amount":1000}`)
+		wantOutcome(t, r, 422, "mismatch")
+		if !strings.Contains(string(r.body), `"outcome":"mismatch"`) {
+			t.Fatalf("problem body %s", r.body)
+		}
+		if n := up.count("evt_m"); n != 1 {
+			t.Fatalf("upstream received %d, want 1", n)
+		}
+		if rec := lookup(t, g, "hooks", "evt_m"); !strings.Contains(string(rec.Body), `"len":25`) {
+			t.Fatalf("ledger holds %s, want the first delivery's answer", rec.Body)
+		}
+	})
 }
 
 func TestMissingKey(t *testing.T) {
-	up := newUpstream(t)
-	t.Run("required", func(t *testing.T) {
-		g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-		r := send(t, g, "/hooks", `{"no_id":true}`)
-		wantOutcome(t, r, 400, "missing_key")
-		if up.total.Load() != 0 {
-			t.Fatalf("forwarded a delivery without key")
-		}
-		r = send(t, g, "/hooks", `{"id": "unterminated`)
-		wantOutcome(t, r, 400, "missing_key")
-		if !strings.Contains(string(r.body), "not valid JSON") {
-			t.Fatalf("malformed JSON not explained: %s", r.body)
-		}
-	})
-	t.Run("optional", func(t *testing.T) {
-		cfg := gwConfig(t, up.URL, dbPath(t), "", "")
-		cfg.Routes[0].Key.Required = false
-		g2 := startGateway(t, cfg)
-		before := up.total.Load()
-		for i := 0; i < 2; i++ {
-			wantOutcome(t, send(t, g2, "/hooks", `{"no_id":true}`), 200, "passthrough")
-		}
-		if got := up.total.Load() - before; got != 2 {
-			t.Fatalf("optional key: upstream got %d, want 2 (no dedup without key)", got)
-		}
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		t.Run("required", func(t *testing.T) {
+			g := startGateway(t, s.config(t, up.URL, "", ""))
+			r := send(t, g, "/hooks", `{"no_id":true}`)
+			wantOutcome(t, r, 400, "missing_key")
+			if up.total.Load() != 0 {
+				t.Fatalf("forwarded a delivery without key")
+			}
+			r = send(t, g, "/hooks", `{"id": "unterminated`)
+			wantOutcome(t, r, 400, "missing_key")
+			if !strings.Contains(string(r.body), "not valid JSON") {
+				t.Fatalf("malformed JSON not explained: %s", r.body)
+			}
+		})
+		t.Run("optional", func(t *testing.T) {
+			cfg := s.config(t, up.URL, "", "")
+			cfg.Routes[0].Key.Required = false
+			g2 := startGateway(t, cfg)
+			before := up.total.Load()
+			for i := 0; i < 2; i++ {
+				wantOutcome(t, send(t, g2, "/hooks", `{"no_id":true}`), 200, "passthrough")
+			}
+			if got := up.total.Load() - before; got != 2 {
+				t.Fatalf("optional key: upstream got %d, want 2 (no dedup without key)", got)
+			}
+		})
 	})
 }
 
 func TestNonFinalThenFinal(t *testing.T) {
-	up := newUpstream(t)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, "busy")
-			return
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprint(w, "busy")
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprintf(w, "ok %d", n)
+		})
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		r := send(t, g, "/hooks", `{"id":"evt_5"}`)
+		wantOutcome(t, r, 503, "released")
+		if string(r.body) != "busy" {
+			t.Fatalf("released answer should be the upstream's, got %q", r.body)
 		}
-		w.Header().Set("Content-Type", "text/plain")
-		fmt.Fprintf(w, "ok %d", n)
+		if _, err := g.Ledger().Lookup(context.Background(), idempotency.Ref{Route: "hooks", Key: "evt_5"}); err == nil {
+			t.Fatalf("a non-final answer was recorded")
+		}
+		second := send(t, g, "/hooks", `{"id":"evt_5"}`)
+		wantOutcome(t, second, 200, "forwarded")
+		third := send(t, g, "/hooks", `{"id":"evt_5"}`)
+		wantOutcome(t, third, 200, "replayed")
+		sameReply(t, second, third)
+		if n := up.count("evt_5"); n != 2 {
+			t.Fatalf("upstream received %d, want 2", n)
+		}
 	})
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	r := send(t, g, "/hooks", `{"id":"evt_5"}`)
-	wantOutcome(t, r, 503, "released")
-	if string(r.body) != "busy" {
-		t.Fatalf("released answer should be the upstream's, got %q", r.body)
-	}
-	if _, err := g.Ledger().Lookup(context.Background(), idempotency.Ref{Route: "hooks", Key: "evt_5"}); err == nil {
-		t.Fatalf("a non-final answer was recorded")
-	}
-	second := send(t, g, "/hooks", `{"id":"evt_5"}`)
-	wantOutcome(t, second, 200, "forwarded")
-	third := send(t, g, "/hooks", `{"id":"evt_5"}`)
-	wantOutcome(t, third, 200, "replayed")
-	sameReply(t, second, third)
-	if n := up.count("evt_5"); n != 2 {
-		t.Fatalf("upstream received %d, want 2", n)
-	}
 }
 
 func TestUpstreamTimeoutIsReleased(t *testing.T) {
-	up := newUpstream(t)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			time.Sleep(1500 * time.Millisecond)
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				time.Sleep(1500 * time.Millisecond)
+			}
+			fmt.Fprintf(w, "ok %d", n)
+		})
+		cfg := s.config(t, up.URL, "", "")
+		cfg.Routes[0].Upstream.Timeout = 300 * time.Millisecond
+		g := startGateway(t, cfg)
+		r := send(t, g, "/hooks", `{"id":"evt_t"}`)
+		wantOutcome(t, r, 504, "released")
+		if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Fatalf("504 Content-Type %q", ct)
 		}
-		fmt.Fprintf(w, "ok %d", n)
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_t"}`), 200, "forwarded")
+		if n := up.count("evt_t"); n != 2 {
+			t.Fatalf("upstream received %d, want 2 (the retry is forwarded)", n)
+		}
 	})
-	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
-	cfg.Routes[0].Upstream.Timeout = 300 * time.Millisecond
-	g := startGateway(t, cfg)
-	r := send(t, g, "/hooks", `{"id":"evt_t"}`)
-	wantOutcome(t, r, 504, "released")
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("504 Content-Type %q", ct)
-	}
-	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_t"}`), 200, "forwarded")
-	if n := up.count("evt_t"); n != 2 {
-		t.Fatalf("upstream received %d, want 2 (the retry is forwarded)", n)
-	}
 }
 
 func TestUpstreamUnreachableIsReleased(t *testing.T) {
-	up := newUpstream(t)
-	url := up.URL
-	up.Close()
-	g := startGateway(t, gwConfig(t, url, dbPath(t), "", ""))
-	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_u"}`), 502, "released")
-	if _, err := g.Ledger().Lookup(context.Background(), idempotency.Ref{Route: "hooks", Key: "evt_u"}); err == nil {
-		t.Fatalf("an unreachable upstream was recorded")
-	}
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		url := up.URL
+		up.Close()
+		g := startGateway(t, s.config(t, url, "", ""))
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_u"}`), 502, "released")
+		if _, err := g.Ledger().Lookup(context.Background(), idempotency.Ref{Route: "hooks", Key: "evt_u"}); err == nil {
+			t.Fatalf("an unreachable upstream was recorded")
+		}
+	})
 }
 
-func TestRestartOnSameSQLiteFileStillReplays(t *testing.T) {
-	up := newUpstream(t)
-	db := dbPath(t)
-	g1 := startGateway(t, gwConfig(t, up.URL, db, "", ""))
-	first := send(t, g1, "/hooks", `{"id":"evt_restart"}`)
-	wantOutcome(t, first, 200, "forwarded")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := g1.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
+// A restarted gateway (or another replica) on the same ledger replays what
+// the first one recorded.
+func TestRestartOnSameLedgerStillReplays(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g1 := startGateway(t, s.config(t, up.URL, "", ""))
+		first := send(t, g1, "/hooks", `{"id":"evt_restart"}`)
+		wantOutcome(t, first, 200, "forwarded")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g1.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
 
-	g2 := startGateway(t, gwConfig(t, up.URL, db, "", ""))
-	again := send(t, g2, "/hooks", `{"id":"evt_restart"}`)
-	wantOutcome(t, again, 200, "replayed")
-	sameReply(t, first, again)
-	if n := up.count("evt_restart"); n != 1 {
-		t.Fatalf("upstream received %d, want 1", n)
-	}
+		g2 := startGateway(t, s.config(t, up.URL, "", ""))
+		again := send(t, g2, "/hooks", `{"id":"evt_restart"}`)
+		wantOutcome(t, again, 200, "replayed")
+		sameReply(t, first, again)
+		if n := up.count("evt_restart"); n != 1 {
+			t.Fatalf("upstream received %d, want 1", n)
+		}
+	})
 }
 
 // A claim whose owner died (here: a pending ledger row nobody will settle)
 // is taken over once its lease expires, and the upstream sees the key once.
 func TestAbandonedClaimIsTakenOverAfterLease(t *testing.T) {
-	up := newUpstream(t)
-	cfg := gwConfig(t, up.URL, dbPath(t), "    wait_timeout: 10s", `screen:
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		cfg := s.config(t, up.URL, "    wait_timeout: 10s", `screen:
   driver: none
   lease: 3s
   local_cache: 0`)
-	cfg.Routes[0].Upstream.Timeout = 500 * time.Millisecond
-	g := startGateway(t, cfg)
-	ref := idempotency.Ref{Route: "hooks", Key: "evt_dead"}
-	c, err := g.Ledger().Claim(context.Background(), idempotency.ClaimRequest{
-		Ref: ref, Owner: "dead-replica", Lease: time.Second, Retention: time.Hour}, time.Now())
-	if err != nil || c.Status != idempotency.Acquired {
-		t.Fatalf("seed claim: %v %v", c.Status, err)
-	}
-	start := time.Now()
-	r := send(t, g, "/hooks", `{"id":"evt_dead"}`)
-	wantOutcome(t, r, 200, "forwarded")
-	if waited := time.Since(start); waited < 500*time.Millisecond {
-		t.Fatalf("took over after %v, before the lease expired", waited)
-	}
-	if n := up.count("evt_dead"); n != 1 {
-		t.Fatalf("upstream received %d, want 1", n)
-	}
-	if rec := lookup(t, g, "hooks", "evt_dead"); rec.State != idempotency.StateDone {
-		t.Fatalf("ledger state %s after takeover", rec.State)
-	}
+		cfg.Routes[0].Upstream.Timeout = 500 * time.Millisecond
+		g := startGateway(t, cfg)
+		ref := idempotency.Ref{Route: "hooks", Key: "evt_dead"}
+		c, err := g.Ledger().Claim(context.Background(), idempotency.ClaimRequest{
+			Ref: ref, Owner: "dead-replica", Lease: time.Second, Retention: time.Hour}, time.Now())
+		if err != nil || c.Status != idempotency.Acquired {
+			t.Fatalf("seed claim: %v %v", c.Status, err)
+		}
+		start := time.Now()
+		r := send(t, g, "/hooks", `{"id":"evt_dead"}`)
+		wantOutcome(t, r, 200, "forwarded")
+		if waited := time.Since(start); waited < 500*time.Millisecond {
+			t.Fatalf("took over after %v, before the lease expired", waited)
+		}
+		if n := up.count("evt_dead"); n != 1 {
+			t.Fatalf("upstream received %d, want 1", n)
+		}
+		if rec := lookup(t, g, "hooks", "evt_dead"); rec.State != idempotency.StateDone {
+			t.Fatalf("ledger state %s after takeover", rec.State)
+		}
+	})
 }
 
 func TestHostileKeyNeverReachesAHeader(t *testing.T) {
-	up := newUpstream(t)
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	for _, body := range []string{
-		`{"id":"evt\r\nSet-Cookie: stolen=1"}`,
-		`{"id":"evt\u0000nul"}`,
-		`{"id":"` + strings.Repeat("k", 300) + `"}`,
-	} {
-		r := send(t, g, "/hooks", body)
-		wantOutcome(t, r, 400, "invalid_key")
-		if r.header.Get("Set-Cookie") != "" {
-			t.Fatalf("injected header reached the response")
-		}
-		for name, vals := range r.header {
-			for _, v := range vals {
-				if strings.Contains(v, "evt") || strings.Contains(name, "Cookie") {
-					t.Fatalf("key bytes echoed in header %s: %q", name, v)
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		for _, body := range []string{
+			`{"id":"evt\r\nSet-Cookie: stolen=1"}`,
+			`{"id":"evt\u0000nul"}`,
+			`{"id":"` + strings.Repeat("k", 300) + `"}`,
+		} {
+			r := send(t, g, "/hooks", body)
+			wantOutcome(t, r, 400, "invalid_key")
+			if r.header.Get("Set-Cookie") != "" {
+				t.Fatalf("injected header reached the response")
+			}
+			for name, vals := range r.header {
+				for _, v := range vals {
+					if strings.Contains(v, "evt") || strings.Contains(name, "Cookie") {
+						t.Fatalf("key bytes echoed in header %s: %q", name, v)
+					}
 				}
 			}
+			if strings.Contains(string(r.body), "stolen") || strings.Contains(string(r.body), "\x00") {
+				t.Fatalf("key bytes echoed in the problem body: %s", r.body)
+			}
 		}
-		if strings.Contains(string(r.body), "stolen") || strings.Contains(string(r.body), "\x00") {
-			t.Fatalf("key bytes echoed in the problem body: %s", r.body)
+		// Invalid UTF-8 through a header source, on the wire.
+		r := rawPost(t, g, "/hooks", "X-Event-Id: evt\xff\xfe\r\n", `{}`)
+		if !strings.HasPrefix(r, "HTTP/1.1 400") || !strings.Contains(r, "Hookstamp-Outcome: invalid_key") {
+			t.Fatalf("invalid UTF-8 key: %q", r)
 		}
-	}
-	// Invalid UTF-8 through a header source, on the wire.
-	r := rawPost(t, g, "/hooks", "X-Event-Id: evt\xff\xfe\r\n", `{}`)
-	if !strings.HasPrefix(r, "HTTP/1.1 400") || !strings.Contains(r, "Hookstamp-Outcome: invalid_key") {
-		t.Fatalf("invalid UTF-8 key: %q", r)
-	}
-	if up.total.Load() != 0 {
-		t.Fatalf("hostile keys were forwarded %d times", up.total.Load())
-	}
+		if up.total.Load() != 0 {
+			t.Fatalf("hostile keys were forwarded %d times", up.total.Load())
+		}
+	})
 }
 
 func TestBodyOverLimit(t *testing.T) {
-	up := newUpstream(t)
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	big := `{"id":"evt_big","pad":"` + strings.Repeat("x", 70<<10) + `"}`
-	r := send(t, g, "/hooks", big)
-	wantOutcome(t, r, 413, "too_large")
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("413 Content-Type %q", ct)
-	}
-	// Chunked, no Content-Length: the limit holds while streaming. The
-	// gateway may answer and close before the body is written, so write
-	// it from the side and read the answer.
-	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	go func() {
-		fmt.Fprint(conn, "POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-		for i := 0; i < len(big); i += 4096 {
-			chunk := big[i:min(i+4096, len(big))]
-			if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
-				return
-			}
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		big := `{"id":"evt_big","pad":"` + strings.Repeat("x", 70<<10) + `"}`
+		r := send(t, g, "/hooks", big)
+		wantOutcome(t, r, 413, "too_large")
+		if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Fatalf("413 Content-Type %q", ct)
 		}
-		fmt.Fprint(conn, "0\r\n\r\n")
-	}()
-	status, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 413") {
-		t.Fatalf("chunked oversized body: %q %v, want 413", status, err)
-	}
-	if up.total.Load() != 0 {
-		t.Fatalf("an oversized body was forwarded")
-	}
+		// Chunked, no Content-Length: the limit holds while streaming. The
+		// gateway may answer and close before the body is written, so write
+		// it from the side and read the answer.
+		conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() {
+			fmt.Fprint(conn, "POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+			for i := 0; i < len(big); i += 4096 {
+				chunk := big[i:min(i+4096, len(big))]
+				if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+					return
+				}
+			}
+			fmt.Fprint(conn, "0\r\n\r\n")
+		}()
+		status, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || !strings.HasPrefix(status, "HTTP/1.1 413") {
+			t.Fatalf("chunked oversized body: %q %v, want 413", status, err)
+		}
+		if up.total.Load() != 0 {
+			t.Fatalf("an oversized body was forwarded")
+		}
+	})
 }
 
 func TestUnknownPathAndPassthroughMethod(t *testing.T) {
-	up := newUpstream(t)
-	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	r := send(t, g, "/nowhere", `{"id":"x"}`)
-	if r.status != 404 || r.header.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("unknown path: %d %s", r.status, r.body)
-	}
-	req, _ := http.NewRequest(http.MethodGet, g.URL()+"/hooks?probe=1", nil)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Hookstamp-Outcome") != "passthrough" {
-		t.Fatalf("GET on a POST route: %d %q", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
-	}
-	if up.total.Load() != 1 {
-		t.Fatalf("passthrough forwarded %d times", up.total.Load())
-	}
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		r := send(t, g, "/nowhere", `{"id":"x"}`)
+		if r.status != 404 || r.header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("unknown path: %d %s", r.status, r.body)
+		}
+		req, _ := http.NewRequest(http.MethodGet, g.URL()+"/hooks?probe=1", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Hookstamp-Outcome") != "passthrough" {
+			t.Fatalf("GET on a POST route: %d %q", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+		}
+		if up.total.Load() != 1 {
+			t.Fatalf("passthrough forwarded %d times", up.total.Load())
+		}
+	})
 }
 
 func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
-	up := newUpstream(t)
-	var gotPath string
-	var mu sync.Mutex
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		var gotPath string
+		var mu sync.Mutex
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+			mu.Lock()
+			gotPath = r.URL.RequestURI()
+			mu.Unlock()
+			fmt.Fprint(w, "ok")
+		})
+		cfg := s.config(t, up.URL, "", "")
+		cfg.Routes[0].Path = "/hooks/*"
+		g := startGateway(t, cfg)
+		wantOutcome(t, send(t, g, "/hooks/shop/a%20b?x=1", `{"id":"p1"}`), 200, "forwarded")
 		mu.Lock()
-		gotPath = r.URL.RequestURI()
-		mu.Unlock()
-		fmt.Fprint(w, "ok")
+		defer mu.Unlock()
+		if gotPath != "/up/shop/a%20b?x=1" {
+			t.Fatalf("upstream path %q, want /up/shop/a%%20b?x=1", gotPath)
+		}
 	})
-	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
-	cfg.Routes[0].Path = "/hooks/*"
-	g := startGateway(t, cfg)
-	wantOutcome(t, send(t, g, "/hooks/shop/a%20b?x=1", `{"id":"p1"}`), 200, "forwarded")
-	mu.Lock()
-	defer mu.Unlock()
-	if gotPath != "/up/shop/a%20b?x=1" {
-		t.Fatalf("upstream path %q, want /up/shop/a%%20b?x=1", gotPath)
-	}
 }
 
 // race runs n calls of f at once and returns their results.

@@ -137,6 +137,10 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		TTL:               cfg.Screen.TTL,
 		ScreenUnavailable: failMode(cfg.Screen.OnUnavailable),
 		LedgerUnavailable: failMode(cfg.Store.OnUnavailable),
+		// A shared screen can fail for one replica and not another; with
+		// on_unavailable store, screen claims must then be visible in the
+		// ledger (TestPartialScreenOutage).
+		ConfirmByClaim: cfg.Screen.Driver == config.ScreenRedis && cfg.Screen.OnUnavailable == config.ScreenUnavailableStore,
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},

@@ -81,6 +81,15 @@ type Options struct {
 	Classify func(error) (status int, ambiguous bool)
 	// Cache keeps done entries in-process (screen.local_cache); nil = off.
 	Cache *Cache
+	// ConfirmByClaim confirms a claim the screen granted by claiming in the
+	// ledger too (a pending row, conditional insert) instead of looking the
+	// key up. Set it when replicas share a screen that can fail for some of
+	// them but not others (a partition, a timeout, an exhausted pool) and
+	// ScreenUnavailable is FailStore: a replica that falls back to a ledger
+	// claim then sees the claims made through the screen, and never
+	// forwards a second copy beside them. It costs one ledger write per
+	// first delivery; repeats the screen answers are unaffected.
+	ConfirmByClaim bool
 	// OpTimeout bounds the commit and release that follow a forward; they
 	// run even when the provider has gone away (5s).
 	OpTimeout time.Duration
@@ -146,10 +155,13 @@ const (
 	// concurrent repeats; the outcome is passthrough.
 	viaScreenNoLedger
 	viaNone // fail-open: no claim is held
+	// viaBoth: the screen granted the claim and the ledger holds it as a
+	// pending row too (Options.ConfirmByClaim).
+	viaBoth
 )
 
 // screen reports whether the claim lives in the screen.
-func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger }
+func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || v == viaBoth }
 
 // Handle decides what happens to one delivery, calling fwd at most once.
 //
@@ -175,6 +187,12 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		case Acquired, TakenOver:
 			return e.forward(ctx, p, d, fwd, req.Owner, v, c.Status == TakenOver)
 		case Done:
+			// A done record never changes: keep it, so that the next repeat
+			// is answered without a network call (and a cached entry that
+			// aged out comes back on the first repeat that finds it).
+			if cache := e.o.Cache; cache != nil && c.Entry != nil {
+				cache.Put(d.Ref, c.Entry)
+			}
 			return e.done(ctx, p, d, fwd, c.Entry)
 		case Held:
 			if p.Shadow {
@@ -233,6 +251,9 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 		e.hook(e.o.Hooks.Takeover, req.Route)
 	}
 
+	if e.o.ConfirmByClaim {
+		return e.confirmByClaim(ctx, req, c)
+	}
 	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.confirm")
 	rec, err := e.o.Ledger.Lookup(cctx, req.Ref)
 	if errors.Is(err, ErrNotFound) {
@@ -272,6 +293,44 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 		e.hook(e.o.Hooks.Takeover, req.Route)
 	}
 	return Claim{Status: TakenOver}, viaScreen, nil
+}
+
+// confirmByClaim confirms a screen claim by claiming in the ledger as well
+// (Options.ConfirmByClaim): the conditional insert fails if a replica that
+// could not reach the screen holds a pending row, and reports a recorded or
+// held key as a lookup would.
+func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) (Claim, via, *Result) {
+	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.confirm", trace.WithAttributes(attribute.String("hookstamp.claim_store", "ledger")))
+	lc, err := e.o.Ledger.Claim(cctx, req, e.o.Now())
+	endSpan(span, err, attribute.String("hookstamp.claim", lc.Status.String()))
+	if err != nil {
+		e.depError("ledger", "claim", err)
+		if e.o.LedgerUnavailable == FailPass {
+			e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
+				"route", req.Route, "key", req.Key, "err", err)
+			return c, viaScreenNoLedger, nil
+		}
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		r := e.unavailable(fmt.Errorf("confirm %q: %w", req.Key, err))
+		return Claim{}, viaNone, &r
+	}
+	switch lc.Status {
+	case Acquired:
+		return c, viaBoth, nil
+	case TakenOver:
+		// A replica that claimed in the ledger died: its lease expired.
+		if c.Status != TakenOver {
+			e.hook(e.o.Hooks.Takeover, req.Route)
+		}
+		return lc, viaBoth, nil
+	case Done:
+		e.complete(ctx, req.Ref, req.Owner, lc.Entry) // refill the screen
+		return lc, viaScreen, nil
+	}
+	// Held, or InFlight: a replica claimed in the ledger while it could not
+	// reach the screen, and its claim stands while its lease lives.
+	e.release(ctx, viaScreen, req.Ref, req.Owner)
+	return lc, viaLedger, nil
 }
 
 // ledgerClaim makes the claim a pending ledger row (screen "none", or the
@@ -521,6 +580,13 @@ func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	switch v {
 	case viaScreen, viaScreenNoLedger:
 		err = e.o.Screen.Release(rctx, ref, owner)
+	case viaBoth:
+		// The ledger row first: a repeat woken by the screen's release
+		// must not find it still pending.
+		if err = e.o.Ledger.Release(rctx, ref, owner); errors.Is(err, ErrNotOwner) {
+			err = nil
+		}
+		err = errors.Join(err, e.o.Screen.Release(rctx, ref, owner))
 	case viaLedger:
 		err = e.o.Ledger.Release(rctx, ref, owner)
 	}

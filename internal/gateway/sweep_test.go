@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// The sweeper deletes expired rows in batches while deliveries go on:
+// expired rows go, live rows stay, and no delivery is disturbed.
+func TestSweeperUnderTraffic(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up := newUpstream(t)
+	cfg := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfg.Store.SweepInterval = 50 * time.Millisecond
+	g := startGateway(t, cfg)
+	db := rawPostgres(t, c.dsn)
+
+	// Traffic: new events and their repeats, until told to stop.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	delivered := make([]int, 2)
+	for w := range delivered {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := fmt.Sprintf(`{"id":"evt_live_%d_%d"}`, w, i)
+				if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "forwarded" {
+					t.Errorf("%s: %d %q during sweeps, want 200 forwarded", body, r.status, r.outcome())
+					return
+				}
+				if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "replayed" {
+					t.Errorf("repeat of %s: %d %q during sweeps, want 200 replayed", body, r.status, r.outcome())
+					return
+				}
+				delivered[w] = i + 1
+			}
+		}()
+	}
+
+	// Expired rows (more than one sweep batch) and live ones, seeded
+	// through the ledger while the traffic runs.
+	const expired, live = 1500, 50
+	ctx := context.Background()
+	now := time.Now()
+	for i := 0; i < expired+live; i++ {
+		exp, key := now.Add(-time.Minute), fmt.Sprintf("old_%d", i)
+		if i >= expired {
+			exp, key = now.Add(time.Hour), fmt.Sprintf("kept_%d", i)
+		}
+		rec := &idempotency.Record{Ref: idempotency.Ref{Route: "hooks", Key: key}, State: idempotency.StateDone,
+			Response: idempotency.Response{Status: 200, Body: []byte("{}")}, CreatedAt: now.Add(-time.Hour),
+			CompletedAt: now.Add(-time.Hour), ExpiresAt: exp}
+		if err := g.Ledger().Commit(ctx, rec, "seed", now); err != nil {
+			t.Fatalf("seed %s: %v", key, err)
+		}
+	}
+	eventually(t, 20*time.Second, "the sweeper to delete every expired row", func() bool {
+		return countRows(t, db, "expires_at < ?", time.Now()) == 0
+	})
+	close(stop)
+	wg.Wait()
+
+	if n := countRows(t, db, "key LIKE ?", "kept_%"); n != live {
+		t.Fatalf("%d live seeded rows left, want %d", n, live)
+	}
+	total := delivered[0] + delivered[1]
+	if total == 0 {
+		t.Fatalf("no delivery completed while the sweeper ran")
+	}
+	if n := countRows(t, db, "key LIKE ? AND state = ?", "evt_live_%", "done"); n < int64(total) {
+		t.Fatalf("%d delivered rows left, want at least %d: the sweeper deleted live records", n, total)
+	}
+	for w := range delivered {
+		for i := 0; i < delivered[w]; i++ {
+			if key := fmt.Sprintf("evt_live_%d_%d", w, i); up.count(key) != 1 {
+				t.Fatalf("%s forwarded %d times", key, up.count(key))
+			}
+		}
+	}
+	t.Logf("%d deliveries (and their repeats) while %d expired rows were swept", total, expired)
+}
+
+// rawPostgres opens the test's schema directly, to count rows.
+func rawPostgres(tb testing.TB, dsn string) *gorm.DB {
+	tb.Helper()
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		tb.Fatalf("open PostgreSQL: %v", err)
+	}
+	tb.Cleanup(func() {
+		if sdb, err := db.DB(); err == nil {
+			_ = sdb.Close()
+		}
+	})
+	return db
+}
+
+func countRows(tb testing.TB, db *gorm.DB, where string, args ...any) int64 {
+	tb.Helper()
+	var n int64
+	if err := db.Table("hookstamp_records").Where(where, args...).Count(&n).Error; err != nil {
+		tb.Fatalf("count rows where %s: %v", where, err)
+	}
+	return n
+}
