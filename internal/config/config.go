@@ -11,10 +11,10 @@
 package config
 
 import (
-	"github.com/hookstamp/hookstamp/internal/verify"
-
 	"strings"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // Config is the whole configuration of one gateway process.

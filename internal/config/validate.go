@@ -1,8 +1,6 @@
 package config
 
 import (
-	"github.com/hookstamp/hookstamp/internal/verify"
-
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -14,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 var routeNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
