@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,20 +19,32 @@ import (
 func TestShadowModeThenEnforce(t *testing.T) {
 	up := newUpstream(t)
 	db := dbPath(t)
-	shadow := startGateway(t, gwConfig(t, up.URL, db, "    mode: shadow", ""))
-	first := send(t, shadow, "/hooks", `{"id":"evt_s"}`)
+	scfg := gwConfig(t, up.URL, db, "    mode: shadow\n    source: header:X-Sender", "")
+	scfg.Admin.Listen, scfg.Admin.Token = "127.0.0.1:0", "shadow-admin-token"
+	shadow := startGateway(t, scfg)
+	first := send(t, shadow, "/hooks", `{"id":"evt_s"}`, "X-Sender", "acme")
 	wantOutcome(t, first, 200, "forwarded")
 	for i := 0; i < 2; i++ {
-		r := send(t, shadow, "/hooks", `{"id":"evt_s"}`)
+		r := send(t, shadow, "/hooks", `{"id":"evt_s"}`, "X-Sender", "acme")
 		wantOutcome(t, r, 200, "shadowed")
 		if r.header.Get("Idempotent-Replayed") != "" {
 			t.Fatalf("shadowed repeat marked as replayed")
 		}
 	}
 	// A key reused with another body is forwarded too in shadow mode.
-	wantOutcome(t, send(t, shadow, "/hooks", `{"id":"evt_s","other":1}`), 200, "shadowed")
+	wantOutcome(t, send(t, shadow, "/hooks", `{"id":"evt_s","other":1}`, "X-Sender", "acme"), 200, "shadowed")
 	if n := up.count("evt_s"); n != 4 {
 		t.Fatalf("shadow mode: upstream received %d, want 4 (every delivery)", n)
+	}
+	// Would-be duplicates are counted: in the metrics and in the stats.
+	metrics := adminGet(t, shadow, "/metrics", "")
+	if !strings.Contains(metrics, `hookstamp_duplicates_total{route="hooks",source="acme"} 3`) ||
+		!strings.Contains(metrics, `hookstamp_requests_total{outcome="shadowed",route="hooks"} 3`) {
+		t.Fatalf("shadowed repeats not counted in /metrics:\n%s", grepLines(metrics, "hookstamp_duplicates_total", "shadowed"))
+	}
+	stats := adminGet(t, shadow, "/admin/stats?window=1h", "shadow-admin-token")
+	if !strings.Contains(stats, `"top_keys":[{"key":"evt_s","count":3}]`) || !strings.Contains(stats, `"shadowed":3`) {
+		t.Fatalf("shadowed repeats not in /admin/stats: %s", stats)
 	}
 	rec := lookup(t, shadow, "hooks", "evt_s")
 	if !bytes.Equal(rec.Body, first.body) {
@@ -205,4 +218,36 @@ func TestSetCookieNeverReplayed(t *testing.T) {
 	if !strings.Contains(strings.Join(r.header.Values("Content-Type"), ""), "text/plain") {
 		t.Fatalf("replay lost its Content-Type")
 	}
+}
+
+// adminGet reads an admin-listener path, with a bearer token when given.
+func adminGet(tb testing.TB, g *Gateway, path, token string) string {
+	tb.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+g.AdminAddr()+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		tb.Fatalf("admin %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		tb.Fatalf("admin %s: %d %s", path, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
