@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/x509/pkix"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -225,8 +224,6 @@ func FuzzParseTemplate(f *testing.F) {
 		}
 	})
 }
-
-func pkixName(cn string) pkix.Name { return pkix.Name{CommonName: cn} }
 
 // Types marshalled on their own (outside Config.YAML) keep the user's forms.
 func TestTextForms(t *testing.T) {
