@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/demo"
 	"github.com/hookstamp/hookstamp/internal/gateway"
@@ -87,6 +89,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 
 	log := telemetry.NewLogger(cfg.Telemetry.Log, stderr)
 	telemetry.LogErrors(log)
+	redis.SetLogger(telemetry.RedisLogger(log))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, *demoAddr); err != nil {

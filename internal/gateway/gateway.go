@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/forward"
@@ -105,9 +104,6 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		g.screen = s
 		g.closers = append(g.closers, func() error { s.Close(); return nil })
 	case "redis":
-		// go-redis reports reconnects on its own process-wide logger; keep
-		// them in the gateway's structured log rather than raw stderr.
-		redis.SetLogger(redisLogger{g.log})
 		s, err := redisscreen.New(redisscreen.Options{
 			Addrs:         cfg.Screen.Redis.Addrs,
 			Username:      cfg.Screen.Redis.Username,
@@ -368,12 +364,4 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 		attrs = append(attrs, "err", ev.Result.Err.Error())
 	}
 	g.log.Log(ctx, level, "delivery", attrs...)
-}
-
-// redisLogger adapts go-redis's printf logger to slog (warn level: it only
-// speaks about connection trouble).
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 
@@ -59,4 +60,20 @@ func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// RedisLogger adapts go-redis's process-wide printf logger to slog, at warn
+// level (it only speaks of connection trouble), so that reconnect messages
+// land in the structured log rather than on raw stderr. main installs it
+// once with redis.SetLogger: it is process-wide, like LogErrors.
+func RedisLogger(l *slog.Logger) interface {
+	Printf(ctx context.Context, format string, v ...any)
+} {
+	return redisLogger{l}
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
