@@ -47,3 +47,36 @@ docker: ## build the container image
 
 clean:
 	rm -rf bin data/*.db data/*.db-*
+
+# Chaos and soak (internal/chaos, cmd/chaos): three real gateway processes,
+# a Redis and a PostgreSQL database of their own behind fault-injecting
+# proxies, simulated providers, an audit of exactly-once. SEED=n replays a run.
+CHAOS_DURATION ?= 2m
+DURATION       ?= 30m
+SEED           ?=
+
+chaos: ## 2-minute chaos run from SEED (printed); exits 1 on any exactly-once violation (needs PostgreSQL, redis-server)
+	$(GO) run ./cmd/chaos -duration $(CHAOS_DURATION) $(if $(SEED),-seed $(SEED))
+
+soak: ## steady mixed load for DURATION (30m) with sparse faults; RSS and goroutines of each gateway must stay flat
+	$(GO) run ./cmd/chaos -soak -duration $(DURATION) $(if $(SEED),-seed $(SEED))
+
+# Load benchmark (bench/, docs/performance.md): a bare Fiber proxy hop, the
+# raw rates of PostgreSQL and Redis, and hookstamp in each configuration,
+# on loopback, interleaved in one run. Prints the table and the ratios and
+# writes bench/results/latest.json and latest.svg. It uses the machine's
+# PostgreSQL and Redis (schemas and keys of its own, removed after); the
+# numbers mean something only on a quiet machine: BENCH_FLAGS="-wait-load
+# 1.5" waits for one.
+BENCH_FLAGS ?=
+
+bench: ## load benchmark, full (~30 min: 5M-row ledger, sweeper, 10-minute memory run)
+	$(GO) build -o bin/loadbench ./bench/cmd/loadbench
+	bin/loadbench $(BENCH_FLAGS)
+
+bench-quick: ## load benchmark, short windows and a 200k-row ledger (under 3 min)
+	$(GO) build -o bin/loadbench ./bench/cmd/loadbench
+	bin/loadbench -quick $(BENCH_FLAGS)
+
+bench-go: ## Go micro-benchmarks of the hot paths (key extraction, fingerprint, replay, claim, commit)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/extract/ ./internal/ingress/ ./internal/idempotency/...

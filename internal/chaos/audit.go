@@ -1,0 +1,583 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DuplicateCause says why the upstream applied an event more than once.
+type DuplicateCause string
+
+// Duplicate causes. Only the first three are allowed by the contract.
+const (
+	// CauseCrashTakeover: the gateway forwarding the earlier copy was
+	// SIGKILLed before it could record the answer; its claim expired with
+	// the lease and a retry took it over (SPEC §6: the one documented
+	// exception, same Idempotency-Key).
+	CauseCrashTakeover DuplicateCause = "takeover after a crash"
+	// CauseStallTakeover: the same lease takeover, but the owner was frozen
+	// rather than dead: the whole host stalled (the harness saw its own
+	// clock jump) for longer than the lease allows while the earlier copy
+	// was in flight. To the other replicas a frozen owner is a dead one.
+	CauseStallTakeover DuplicateCause = "takeover after a host stall"
+	// CauseAmbiguous: the earlier copy got no answer in time and was
+	// released (record.ambiguous: release is at-least-once by definition).
+	CauseAmbiguous DuplicateCause = "ambiguous result released"
+	// CausePassMode: the later copy was forwarded without deduplication
+	// because a dependency was down and the policy says pass.
+	CausePassMode DuplicateCause = "dependency outage, pass mode"
+
+	// CauseCommitFailure: the ledger commit of the earlier copy failed
+	// (its answer was given but never recorded) and the screen forgot it.
+	CauseCommitFailure DuplicateCause = "commit failure, then screen lost the entry"
+	// CauseScreenLoss: Redis was flushed or restarted while the earlier copy
+	// was in flight: its claim vanished and a repeat claimed afresh.
+	CauseScreenLoss DuplicateCause = "screen lost an in-flight claim"
+	// CauseScreenOutage: Redis became unreachable while the earlier copy was
+	// in flight and the repeat was claimed in the ledger instead
+	// (screen.on_unavailable: store), which did not know the screen claim.
+	CauseScreenOutage DuplicateCause = "in-flight screen claim unknown to the ledger claim"
+	// CauseLiveLease: the earlier copy's gateway was alive but its lease
+	// expired before it recorded the answer (a slow ledger or screen).
+	CauseLiveLease DuplicateCause = "lease expired on a live claim"
+	// CauseUnexplained: no evidence explains it.
+	CauseUnexplained DuplicateCause = "unexplained"
+)
+
+// Allowed reports whether the cause is permitted by the contract for the
+// given configuration.
+func (c DuplicateCause) Allowed(storePass bool) bool {
+	switch c {
+	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous:
+		return true
+	case CausePassMode:
+		return storePass
+	}
+	return false
+}
+
+// Duplicate is one extra application of an event by the upstream.
+type Duplicate struct {
+	Event     string
+	Route     string
+	Key       string // the Idempotency-Key both copies carried
+	Earlier   *UpRecord
+	Later     *UpRecord
+	Cause     DuplicateCause
+	Allowed   bool
+	Evidence  string
+	Violation bool
+}
+
+// Violation is one broken guarantee.
+type Violation struct {
+	Check  string
+	Event  string
+	Detail string
+}
+
+func (v Violation) String() string {
+	if v.Event == "" {
+		return fmt.Sprintf("[%s] %s", v.Check, v.Detail)
+	}
+	return fmt.Sprintf("[%s] event %s: %s", v.Check, v.Event, v.Detail)
+}
+
+// Checks, as named in the report.
+const (
+	CheckAcked      = "acked-recorded"   // acknowledged → reached the upstream, done row = answer
+	CheckDuplicate  = "once"             // no event applied twice outside the exception
+	CheckReplay     = "replay-identical" // every replay is the original, byte for byte
+	CheckKeyReuse   = "key-reuse"        // a key reused with a different body never forwarded
+	CheckLost       = "no-lost-request"  // every send to a live gateway got an answer
+	CheckOutcome    = "outcome"          // each copy got an outcome it may get
+	CheckTakeovers  = "takeover-metric"  // crash duplicates ≤ hookstamp_takeovers_total
+	CheckShutdown   = "graceful-stop"    // SIGTERM exits 0
+	CheckUpstreamID = "upstream-key"     // every forward carries the event's Idempotency-Key
+	CheckHealth     = "gateway-health"   // no data race, panic or fatal error
+)
+
+// LogLine is one gateway log line, the fields the auditor reads.
+type LogLine struct {
+	Time    time.Time `json:"time"`
+	Level   string    `json:"level"`
+	Msg     string    `json:"msg"`
+	Route   string    `json:"route"`
+	Key     string    `json:"key"`
+	Outcome string    `json:"outcome"`
+	Err     string    `json:"err"`
+}
+
+// ReadGatewayLog parses the JSON lines of one incarnation's log. Lines that
+// are not JSON are the runtime's: a data race report, a panic or a fatal
+// error, returned as problems.
+func ReadGatewayLog(path string) (lines []LogLine, problems []string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var l LogLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			lines = append(lines, l)
+			continue
+		}
+		text := sc.Text()
+		for _, marker := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+			if strings.HasPrefix(text, marker) {
+				problems = append(problems, text)
+			}
+		}
+	}
+	return lines, problems, sc.Err()
+}
+
+// FaultRecord is a fault as it was injected.
+type FaultRecord struct {
+	Fault
+	Start, End time.Time
+	Note       string
+}
+
+// AuditInput is everything the auditor reads.
+type AuditInput struct {
+	Events   []*Event
+	Upstream []*UpRecord
+	Ledger   map[string]*LedgerRow
+	Lives    []*Life
+	Faults   []FaultRecord
+	// Logs are the gateway logs by incarnation name.
+	Logs map[string][]LogLine
+	// LogProblems are races, panics and fatal errors the gateways printed.
+	LogProblems []string
+	// Stalls are the moments the harness's own clock jumped: the host froze.
+	Stalls []Stall
+	// Lease and Timeout are screen.lease and upstream.timeout.
+	Lease, Timeout time.Duration
+	StorePass      bool
+}
+
+// Audit is the auditor's findings.
+type Audit struct {
+	Violations []Violation
+	Duplicates []Duplicate
+
+	Events, Acked, Declined, GaveUp int
+	GaveUpReasons                   map[string]int
+	Sends                           int
+	SendsByKind                     map[SendKind]int
+	Outcomes                        map[string]int
+	Unanswered, UnansweredExpected  int
+	Replays, ReplaysIdentical       int
+	UpstreamReceived, Applied       int
+	UpstreamByAction                map[string]int
+	DuplicatesByCause               map[DuplicateCause]int
+	LedgerByState                   map[string]int
+	// Unrecorded are acknowledged events whose commit failed after the
+	// upstream answered (SPEC §1), one line each.
+	Unrecorded                      []string
+	Takeovers, CommitFailures       float64
+	HasTakeovers, HasCommitFailures bool
+	MetricsScraped                  bool
+}
+
+var deliveryRe = regexp.MustCompile(`"delivery":(\d+)`)
+
+// deliveryOf is the upstream delivery an answer body names (0: none).
+func deliveryOf(body []byte) int64 {
+	m := deliveryRe.FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+// RunAudit checks every guarantee against the evidence.
+func RunAudit(in *AuditInput) *Audit {
+	a := &Audit{GaveUpReasons: map[string]int{}, SendsByKind: map[SendKind]int{}, Outcomes: map[string]int{},
+		UpstreamByAction: map[string]int{}, DuplicatesByCause: map[DuplicateCause]int{}, LedgerByState: map[string]int{}}
+	violate := func(check, ev, format string, args ...any) {
+		a.Violations = append(a.Violations, Violation{Check: check, Event: ev, Detail: fmt.Sprintf(format, args...)})
+	}
+
+	events := map[string]*Event{}
+	for _, ev := range in.Events {
+		events[refKey(ev.Route, ev.Key)] = ev
+	}
+	lives := map[string]*Life{}
+	for _, l := range in.Lives {
+		lives[l.Name] = l
+	}
+	bySeq := map[int64]*UpRecord{}
+	applied := map[string][]*UpRecord{}
+	for _, r := range in.Upstream {
+		bySeq[r.Seq] = r
+		a.UpstreamReceived++
+		a.UpstreamByAction[r.Action]++
+		ref := refKey(r.Route, r.Key)
+		ev := events[ref]
+		switch {
+		case r.Key == "":
+			violate(CheckUpstreamID, "", "upstream request %d from %s on route %s carried no Idempotency-Key", r.Seq, r.Gateway, r.Route)
+			continue
+		case ev == nil:
+			violate(CheckUpstreamID, "", "upstream request %d carried key %q that no event has", r.Seq, r.Key)
+			continue
+		case !bytes.Equal(r.Body, ev.Body):
+			violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
+			continue // not a copy of the event
+		}
+		if r.Applied {
+			a.Applied++
+			applied[ref] = append(applied[ref], r)
+		}
+	}
+	for _, row := range in.Ledger {
+		a.LedgerByState[row.State]++
+	}
+	for _, p := range in.LogProblems {
+		violate(CheckHealth, "", "%s", p)
+	}
+
+	// What each incarnation logged about each key.
+	type logKey struct{ life, ref string }
+	logged := map[logKey][]LogLine{}
+	for life, lines := range in.Logs {
+		for _, l := range lines {
+			if l.Key != "" {
+				k := logKey{life, refKey(l.Route, l.Key)}
+				logged[k] = append(logged[k], l)
+			}
+		}
+	}
+	loggedAny := func(life, ref string, match func(LogLine) bool) (LogLine, bool) {
+		for _, l := range logged[logKey{life, ref}] {
+			if match(l) {
+				return l, true
+			}
+		}
+		return LogLine{}, false
+	}
+
+	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
+	// unrecorded are first-hand answers that differ from the ledger's,
+	// by upstream delivery: legitimate only for a copy of an allowed
+	// duplicate (both copies answered, one recorded).
+	unrecorded := map[int64][]Violation{}
+	unrecordedSeen := map[string]bool{}
+	sendStart := map[int64]time.Time{} // earliest start of a send answered by each delivery
+	for _, ev := range in.Events {
+		a.Events++
+		ref := refKey(ev.Route, ev.Key)
+		row := in.Ledger[ref]
+		switch {
+		case ev.Acked():
+			a.Acked++
+		case ev.Final != nil:
+			a.Declined++
+		}
+		if ev.GaveUp != "" {
+			a.GaveUp++
+			a.GaveUpReasons[ev.GaveUp]++
+		}
+		for _, s := range ev.Sends {
+			a.Sends++
+			a.SendsByKind[s.Kind]++
+			if !s.Answered {
+				a.Unanswered++
+				if s.Aborted || expectedSilence(s, lives) {
+					a.UnansweredExpected++
+				} else {
+					violate(CheckLost, ev.ID, "%s send (attempt %d) to %s got no answer while it was serving: %s", s.Kind, s.Attempt, s.Incarnation, s.Err)
+				}
+				continue
+			}
+			a.Outcomes[s.Outcome]++
+			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
+				answeredSeq[n] = s
+				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {
+					sendStart[n] = s.Start
+				}
+			}
+			checkOutcome(s, in.StorePass, violate)
+			if !s.Settled() {
+				continue
+			}
+			if s.Replayed {
+				a.Replays++
+			}
+			// The answer must be the upstream's, and the record's.
+			n := deliveryOf(s.Body)
+			up := bySeq[n]
+			switch {
+			case up == nil || !up.Applied || refKey(up.Route, up.Key) != ref:
+				violate(CheckAcked, ev.ID, "answer %d (%s) names no delivery of this event the upstream applied: %q", s.Status, s.Outcome, s.Body)
+				continue
+			case up.Status != s.Status || !bytes.Equal(up.Response, s.Body) || up.ContentType != s.ContentType:
+				violate(CheckReplay, ev.ID, "answer %d (%s, replayed=%v) differs from what the upstream answered to delivery %d: got %q %q, upstream %d %q %q",
+					s.Status, s.Outcome, s.Replayed, n, s.ContentType, s.Body, up.Status, up.ContentType, up.Response)
+				continue
+			}
+			if s.Replayed {
+				a.ReplaysIdentical++ // the upstream's original answer, byte for byte
+			}
+			if s.Outcome == "passthrough" {
+				continue // not recorded, by definition
+			}
+			switch {
+			case row == nil || row.State != "done":
+				state := "no record"
+				if row != nil {
+					state = "a " + row.State + " row"
+				}
+				if _, ok := loggedAny(up.Gateway, ref, isCommitFailure); ok {
+					// SPEC §1: the upstream answered, the commit failed; the
+					// provider gets the answer, the failure is counted and
+					// logged with the key. Allowed, and listed.
+					if !unrecordedSeen[ev.ID] {
+						unrecordedSeen[ev.ID] = true
+						a.Unrecorded = append(a.Unrecorded, fmt.Sprintf("%s key %q: answered %d by delivery %d via %s, ledger has %s",
+							ev.ID, ev.Key, s.Status, n, up.Gateway, state))
+					}
+					continue
+				}
+				violate(CheckAcked, ev.ID, "provider got %d (%s) but the ledger has %s", s.Status, s.Outcome, state)
+			case row.Status != s.Status || !bytes.Equal(row.Body, s.Body) || row.Headers["Content-Type"] != s.ContentType:
+				v := Violation{Check: CheckAcked, Event: ev.ID, Detail: fmt.Sprintf("provider got %d %q (%s, replayed=%v), the ledger recorded %d %q",
+					s.Status, s.Body, s.Outcome, s.Replayed, row.Status, row.Body)}
+				if s.Replayed {
+					v.Check = CheckReplay
+					a.Violations = append(a.Violations, v)
+				} else {
+					// A second copy's own answer: judged with its duplicate below.
+					unrecorded[n] = append(unrecorded[n], v)
+				}
+			}
+		}
+		if ev.Final != nil && len(applied[ref]) == 0 {
+			violate(CheckAcked, ev.ID, "settled with %d but the upstream never applied it", ev.Final.Status)
+		}
+		if row != nil && row.State == "done" {
+			n := deliveryOf(row.Body)
+			if up := bySeq[n]; up == nil || !up.Applied || refKey(up.Route, up.Key) != ref || !bytes.Equal(up.Response, row.Body) {
+				violate(CheckAcked, ev.ID, "the ledger records %d %q, which is no answer the upstream gave to this event", row.Status, row.Body)
+			}
+		}
+	}
+
+	// A copy was claimed at the latest when the send that got its answer
+	// started; a copy whose answer nobody got, within a lease of arriving.
+	claimStart := func(r *UpRecord) time.Time {
+		t := r.Time.Add(-in.Lease)
+		if s := sendStart[r.Seq]; !s.IsZero() && s.After(t) {
+			t = s
+		}
+		return t
+	}
+
+	// Duplicates, in arrival order per event.
+	for ref, recs := range applied {
+		if len(recs) < 2 {
+			continue
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+		ev := events[ref]
+		for i := 1; i < len(recs); i++ {
+			d := classify(in, ev, recs[i-1], recs[i], lives, answeredSeq, claimStart, loggedAny)
+			d.Allowed = d.Cause.Allowed(in.StorePass)
+			if d.Allowed {
+				for _, seq := range []int64{d.Earlier.Seq, d.Later.Seq} {
+					if len(unrecorded[seq]) > 0 {
+						d.Evidence += fmt.Sprintf("; a provider got delivery %d's own answer, the ledger kept the other copy's", seq)
+						delete(unrecorded, seq)
+					}
+				}
+			}
+			a.Duplicates = append(a.Duplicates, d)
+			a.DuplicatesByCause[d.Cause]++
+			if !d.Allowed {
+				violate(CheckDuplicate, ev.ID, "applied twice under key %q: delivery %d via %s, then %d via %s %v later — %s (%s)",
+					d.Key, d.Earlier.Seq, d.Earlier.Gateway, d.Later.Seq, d.Later.Gateway,
+					d.Later.Time.Sub(d.Earlier.Time).Round(time.Millisecond), d.Cause, d.Evidence)
+			}
+		}
+	}
+	sort.Slice(a.Duplicates, func(i, j int) bool { return a.Duplicates[i].Later.Seq < a.Duplicates[j].Later.Seq })
+	for _, vs := range unrecorded {
+		a.Violations = append(a.Violations, vs...)
+	}
+
+	// hookstamp_takeovers_total, summed over every incarnation's last scrape.
+	for _, l := range in.Lives {
+		if m := l.Metrics; m != nil && m.Present {
+			a.MetricsScraped = true
+			if m.HasTakeovers {
+				a.HasTakeovers = true
+				a.Takeovers += m.Takeovers
+			}
+			if m.HasCommitFailures {
+				a.HasCommitFailures = true
+				a.CommitFailures += m.CommitFailures
+			}
+		}
+		if l.How == "terminated" && l.ExitCode != 0 {
+			violate(CheckShutdown, "", "%s exited with %d after SIGTERM (want a drained, clean exit)", l.Name, l.ExitCode)
+		}
+	}
+	if a.HasCommitFailures && float64(len(a.Unrecorded)) > a.CommitFailures {
+		violate(CheckAcked, "", "%d acknowledged events are unrecorded after a commit failure but hookstamp_commit_failures_total counted %.0f",
+			len(a.Unrecorded), a.CommitFailures)
+	}
+	if a.HasTakeovers {
+		if n := a.DuplicatesByCause[CauseCrashTakeover] + a.DuplicatesByCause[CauseStallTakeover]; float64(n) > a.Takeovers {
+			violate(CheckTakeovers, "", "%d duplicates came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
+		}
+	}
+	sort.SliceStable(a.Violations, func(i, j int) bool { return a.Violations[i].Check < a.Violations[j].Check })
+	return a
+}
+
+// isCommitFailure matches the error a gateway logs when the ledger commit
+// fails after a successful forward (SPEC §1).
+func isCommitFailure(l LogLine) bool { return strings.Contains(l.Msg, "commit failed") }
+
+// expectedSilence: a send may go unanswered when its gateway was down,
+// still starting, or being stopped while it ran.
+func expectedSilence(s *Send, lives map[string]*Life) bool {
+	l := lives[s.Incarnation]
+	if l == nil {
+		return true // nothing was running there
+	}
+	if l.Ready.IsZero() || s.Start.Before(l.Ready) {
+		return true
+	}
+	return !l.Stopping.IsZero() && l.Stopping.Before(s.End.Add(50*time.Millisecond))
+}
+
+// checkOutcome flags answers a copy of this kind must never get.
+func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string, args ...any)) {
+	ev := s.Event
+	switch s.Kind {
+	case KindForged:
+		if s.Outcome != "unverified" {
+			violate(CheckOutcome, ev.ID, "a forged copy got %d %s, want 401 unverified", s.Status, s.Outcome)
+		}
+		return
+	case KindTamper:
+		switch s.Outcome {
+		case "mismatch", "conflict", "unavailable", "held":
+		default:
+			violate(CheckKeyReuse, ev.ID, "the key reused with a different body got %d %s, want 422 mismatch", s.Status, s.Outcome)
+		}
+		return
+	}
+	switch s.Outcome {
+	case "forwarded", "replayed", "released", "conflict", "unavailable":
+	case "passthrough":
+		if !storePass {
+			violate(CheckOutcome, ev.ID, "a %s copy was passed through without deduplication (%d)", s.Kind, s.Status)
+		}
+	case "mismatch":
+		violate(CheckOutcome, ev.ID, "a %s copy with the event's own body was rejected as key reuse (422)", s.Kind)
+	default:
+		violate(CheckOutcome, ev.ID, "a %s copy got %d with outcome %q", s.Kind, s.Status, s.Outcome)
+	}
+}
+
+// classify finds why the upstream applied later after earlier.
+func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[string]*Life,
+	answered map[int64]*Send, claimStart func(*UpRecord) time.Time,
+	loggedAny func(life, ref string, match func(LogLine) bool) (LogLine, bool)) Duplicate {
+	d := Duplicate{Event: ev.ID, Route: ev.Route, Key: later.Key, Earlier: earlier, Later: later}
+	ref := refKey(earlier.Route, earlier.Key)
+	life := lives[earlier.Gateway]
+	_, earlierAnswered := answered[earlier.Seq]
+	switch {
+	case life != nil && life.Crashed() && !earlierAnswered &&
+		!life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) && life.Stopping.Before(later.Time):
+		d.Cause = CauseCrashTakeover
+		d.Evidence = fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
+			life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq)
+		return d
+	}
+	if l, ok := loggedAny(earlier.Gateway, ref, func(l LogLine) bool {
+		return l.Outcome == "released" && strings.Contains(l.Err, "after sending")
+	}); ok {
+		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
+		return d
+	}
+	if s := answered[later.Seq]; s != nil && s.Outcome == "passthrough" {
+		d.Cause, d.Evidence = CausePassMode, "the later copy was answered with outcome passthrough"
+		return d
+	}
+	if _, ok := loggedAny(earlier.Gateway, ref, isCommitFailure); ok {
+		d.Cause, d.Evidence = CauseCommitFailure, earlier.Gateway+" logged a commit failure for the key"
+		return d
+	}
+	// The copies were claimed between their provider's send and their
+	// arrival upstream: did the screen lose or miss a claim meanwhile?
+	from := claimStart(earlier)
+	if t := claimStart(later); t.Before(from) {
+		from = t
+	}
+	for _, f := range in.Faults {
+		var lost time.Time
+		switch f.Kind {
+		case FaultRedisFlush, FaultRedisRestart:
+			lost = f.Start
+		default:
+			continue
+		}
+		if !lost.Before(from) && lost.Before(later.Time) {
+			d.Cause, d.Evidence = CauseScreenLoss, fmt.Sprintf("%s at %s, while the earlier copy was in flight", f.Kind, lost.Format("15:04:05.000"))
+			return d
+		}
+	}
+	for _, f := range in.Faults {
+		switch f.Kind {
+		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisRestart, FaultRedisPartition:
+		default:
+			continue
+		}
+		// Clients notice a recovery a little late.
+		if f.Start.Before(later.Time) && f.End.Add(time.Second).After(from) {
+			d.Cause, d.Evidence = CauseScreenOutage, fmt.Sprintf("%s from %s to %s; the copies were claimed from %s",
+				f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), from.Format("15:04:05.000"))
+			return d
+		}
+	}
+	var stalled time.Duration
+	var first Stall
+	for _, st := range in.Stalls {
+		if st.Start.Before(later.Time) && st.End.After(earlier.Time) {
+			if stalled == 0 {
+				first = st
+			}
+			stalled += st.End.Sub(st.Start)
+		}
+	}
+	if stalled > 0 && stalled >= (in.Lease-in.Timeout)/2 {
+		d.Cause, d.Evidence = CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
+			stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq)
+		return d
+	}
+	if gap := later.Time.Sub(earlier.Time); gap >= in.Lease-200*time.Millisecond {
+		d.Cause, d.Evidence = CauseLiveLease, fmt.Sprintf("%v apart, lease %v; %s was alive", gap.Round(time.Millisecond), in.Lease, earlier.Gateway)
+		return d
+	}
+	d.Cause = CauseUnexplained
+	d.Evidence = fmt.Sprintf("%v apart", later.Time.Sub(earlier.Time).Round(time.Millisecond))
+	return d
+}

@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+// fixture builds the evidence of a small run by hand: events, upstream
+// records, provider sends, ledger rows, gateway lives and logs.
+type fixture struct {
+	t0  time.Time
+	in  *AuditInput
+	seq int64
+}
+
+func newFixture() *fixture {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &fixture{t0: t0, in: &AuditInput{Ledger: map[string]*LedgerRow{}, Logs: map[string][]LogLine{},
+		Lease: 3 * time.Second, Timeout: time.Second}}
+	for _, name := range []string{"g1.1", "g2.1"} {
+		f.in.Lives = append(f.in.Lives, &Life{Name: name, Start: t0.Add(-2 * time.Second), Ready: t0.Add(-time.Second)})
+	}
+	return f
+}
+
+func (f *fixture) at(d time.Duration) time.Time { return f.t0.Add(d) }
+
+func (f *fixture) life(name string) *Life {
+	for _, l := range f.in.Lives {
+		if l.Name == name {
+			return l
+		}
+	}
+	panic("no life " + name)
+}
+
+func (f *fixture) event(id string) *Event {
+	ev := &Event{ID: id, Route: "generic", Key: "k-" + id, Sender: "s01",
+		Body: fmt.Appendf(nil, `{"chaos_event":%q,"chaos_effect":"book","amount":1}`, id)}
+	f.in.Events = append(f.in.Events, ev)
+	return ev
+}
+
+// apply records that the upstream applied body (the event's own if nil)
+// from gw at offset d.
+func (f *fixture) apply(ev *Event, gw string, d time.Duration) *UpRecord {
+	f.seq++
+	r := &UpRecord{Seq: f.seq, Time: f.at(d), Gateway: gw, Route: ev.Route, Key: ev.Key, Body: ev.Body,
+		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json",
+		Response: fmt.Appendf(nil, `{"booked":%q,"delivery":%d,"gw":%q}`, ev.Key, f.seq, gw)}
+	f.in.Upstream = append(f.in.Upstream, r)
+	return r
+}
+
+// answer records a send of ev to gw that got up's answer with outcome.
+func (f *fixture) answer(ev *Event, kind SendKind, gw string, d time.Duration, up *UpRecord, outcome string) *Send {
+	s := &Send{Event: ev, EventID: ev.ID, Kind: kind, Incarnation: gw, Start: f.at(d), End: f.at(d + 10*time.Millisecond),
+		Answered: true, Status: up.Status, Outcome: outcome, Replayed: outcome == "replayed",
+		ContentType: up.ContentType, Body: up.Response}
+	ev.Sends = append(ev.Sends, s)
+	if kind == KindGenuine && ev.Final == nil {
+		ev.Final = s
+	}
+	return s
+}
+
+func (f *fixture) record(ev *Event, up *UpRecord) {
+	f.in.Ledger[refKey(ev.Route, ev.Key)] = &LedgerRow{Route: ev.Route, Key: ev.Key, State: "done", Status: up.Status,
+		Headers: map[string]string{"Content-Type": up.ContentType}, Body: up.Response, CompletedAt: up.Time}
+}
+
+func (f *fixture) delivered(id string) (*Event, *UpRecord) {
+	ev := f.event(id)
+	up := f.apply(ev, "g1.1", 0)
+	f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
+	f.record(ev, up)
+	return ev, up
+}
+
+func checks(a *Audit) []string {
+	var out []string
+	for _, v := range a.Violations {
+		if !slices.Contains(out, v.Check) {
+			out = append(out, v.Check)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func causes(a *Audit) []DuplicateCause {
+	var out []DuplicateCause
+	for _, d := range a.Duplicates {
+		out = append(out, d.Cause)
+	}
+	return out
+}
+
+// TestAudit feeds the auditor evidence of each guarantee kept and broken,
+// and checks it finds exactly the broken ones.
+func TestAudit(t *testing.T) {
+	tests := []struct {
+		name       string
+		build      func(f *fixture)
+		wantChecks []string
+		wantCauses []DuplicateCause
+	}{
+		{
+			name: "delivered once, replayed identically",
+			build: func(f *fixture) {
+				ev, up := f.delivered("e1")
+				f.answer(ev, KindDuplicate, "g2.1", 50*time.Millisecond, up, "replayed")
+			},
+		},
+		{
+			name: "takeover after a crash is the documented exception",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.apply(ev, "g1.1", 0)
+				l := f.life("g1.1")
+				l.How, l.Stopping = "killed", f.at(5*time.Millisecond)
+				up := f.apply(ev, "g2.1", 3*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 3*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+			wantCauses: []DuplicateCause{CauseCrashTakeover},
+		},
+		{
+			name: "two live copies forwarded together",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, first, "forwarded")
+				second := f.apply(ev, "g2.1", time.Millisecond)
+				f.answer(ev, KindDuplicate, "g2.1", 0, second, "forwarded")
+				f.record(ev, second)
+			},
+			wantChecks: []string{CheckAcked, CheckDuplicate},
+			wantCauses: []DuplicateCause{CauseUnexplained},
+		},
+		{
+			name: "a FLUSHALL while the first copy was in flight",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, first, "forwarded")
+				f.record(ev, first)
+				f.in.Faults = append(f.in.Faults, FaultRecord{Fault: Fault{Kind: FaultRedisFlush},
+					Start: f.at(2 * time.Millisecond), End: f.at(3 * time.Millisecond)})
+				f.apply(ev, "g2.1", 100*time.Millisecond)
+			},
+			wantChecks: []string{CheckDuplicate},
+			wantCauses: []DuplicateCause{CauseScreenLoss},
+		},
+		{
+			name: "a replay that differs from the record",
+			build: func(f *fixture) {
+				ev, up := f.delivered("e1")
+				s := f.answer(ev, KindLate, "g2.1", time.Second, up, "replayed")
+				s.Body = []byte(`{"booked":"k-e1","delivery":1,"gw":"g1.1" }`)
+			},
+			wantChecks: []string{CheckReplay},
+		},
+		{
+			name: "a reused key forwarded with its different body",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				r := f.apply(ev, "g2.1", time.Second)
+				r.Body = tamperedBody(ev)
+			},
+			wantChecks: []string{CheckKeyReuse},
+		},
+		{
+			name: "a reused key answered 422",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindTamper, Incarnation: "g2.1", Start: f.at(time.Second),
+					End: f.at(time.Second), Answered: true, Status: 422, Outcome: "mismatch"})
+			},
+		},
+		{
+			name: "a forged copy that was not rejected",
+			build: func(f *fixture) {
+				ev, up := f.delivered("e1")
+				f.answer(ev, KindForged, "g2.1", -time.Second, up, "forwarded")
+			},
+			wantChecks: []string{CheckOutcome},
+		},
+		{
+			name: "a request to a serving gateway that got no answer",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindDuplicate, Incarnation: "g2.1",
+					Start: f.at(0), End: f.at(15 * time.Second), Err: "timeout", Timeout: true})
+			},
+			wantChecks: []string{CheckLost},
+		},
+		{
+			name: "no answer from a gateway being killed",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				l := f.life("g2.1")
+				l.How, l.Stopping = "killed", f.at(5*time.Millisecond)
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindDuplicate, Incarnation: "g2.1",
+					Start: f.at(0), End: f.at(6 * time.Millisecond), Err: "connection reset"})
+			},
+		},
+		{
+			name: "acknowledged without a record",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				up := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
+			},
+			wantChecks: []string{CheckAcked},
+		},
+		{
+			name: "acknowledged without a record after a logged commit failure",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				up := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
+				f.in.Logs["g1.1"] = []LogLine{{Msg: "commit failed after a successful forward", Route: ev.Route, Key: ev.Key}}
+			},
+		},
+		{
+			name: "a data race reported by a gateway",
+			build: func(f *fixture) {
+				f.delivered("e1")
+				f.in.LogProblems = []string{"g1.1: WARNING: DATA RACE"}
+			},
+			wantChecks: []string{CheckHealth},
+		},
+		{
+			name: "a SIGTERM that did not exit cleanly",
+			build: func(f *fixture) {
+				f.delivered("e1")
+				l := f.life("g2.1")
+				l.How, l.ExitCode = "terminated", 1
+			},
+			wantChecks: []string{CheckShutdown},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture()
+			tc.build(f)
+			a := RunAudit(f.in)
+			if got := checks(a); !slices.Equal(got, tc.wantChecks) {
+				t.Errorf("violated checks = %v, want %v; violations:\n%v", got, tc.wantChecks, a.Violations)
+			}
+			if got := causes(a); !slices.Equal(got, tc.wantCauses) {
+				t.Errorf("duplicate causes = %v, want %v", got, tc.wantCauses)
+			}
+		})
+	}
+}
+
+func TestAuditComparesTakeoversWithTheMetric(t *testing.T) {
+	f := newFixture()
+	ev := f.event("e1")
+	f.apply(ev, "g1.1", 0)
+	l := f.life("g1.1")
+	l.How, l.Stopping = "killed", f.at(5*time.Millisecond)
+	up := f.apply(ev, "g2.1", 3*time.Second)
+	f.answer(ev, KindGenuine, "g2.1", 3*time.Second, up, "forwarded")
+	f.record(ev, up)
+	// The replica that took over counted nothing.
+	f.life("g2.1").Metrics = &Scrape{Present: true, HasTakeovers: true, Takeovers: 0}
+
+	a := RunAudit(f.in)
+	if got := checks(a); !slices.Equal(got, []string{CheckTakeovers}) {
+		t.Fatalf("violated checks = %v, want [%s]", got, CheckTakeovers)
+	}
+	f.life("g2.1").Metrics.Takeovers = 1
+	if a := RunAudit(f.in); len(a.Violations) != 0 {
+		t.Fatalf("with the takeover counted: %v", a.Violations)
+	}
+}
+
+func TestSumMetric(t *testing.T) {
+	text := []byte(`# HELP hookstamp_takeovers_total Claims taken over.
+# TYPE hookstamp_takeovers_total counter
+hookstamp_takeovers_total{otel_scope_name="hookstamp",route="orders"} 2
+hookstamp_takeovers_total{otel_scope_name="hookstamp",route="stripe"} 1
+hookstamp_takeovers_totally_different 7
+go_goroutines 42
+`)
+	tests := []struct {
+		name  string
+		want  float64
+		found bool
+	}{
+		{"hookstamp_takeovers_total", 3, true},
+		{"go_goroutines", 42, true},
+		{"hookstamp_commit_failures_total", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found := sumMetric(text, tc.name)
+			if got != tc.want || found != tc.found {
+				t.Errorf("sumMetric = %v, %v; want %v, %v", got, found, tc.want, tc.found)
+			}
+		})
+	}
+}
+
+func TestScheduleIsReplayable(t *testing.T) {
+	a := NewSchedule(42, 2*time.Minute, AllFaults, 0, 0)
+	b := NewSchedule(42, 2*time.Minute, AllFaults, 0, 0)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed drew two different schedules")
+	}
+	if c := NewSchedule(43, 2*time.Minute, AllFaults, 0, 0); slices.Equal(a, c) {
+		t.Fatal("two seeds drew the same schedule")
+	}
+	seen := map[FaultKind]bool{}
+	var end time.Duration
+	for _, f := range a {
+		seen[f.Kind] = true
+		if f.At < end {
+			t.Errorf("%s starts at %v, before the previous fault ends (%v)", f.Kind, f.At, end)
+		}
+		end = f.At + f.estimate()
+		if end > 2*time.Minute-12*time.Second {
+			t.Errorf("%s ends at %v, in the quiet tail", f.Kind, end)
+		}
+	}
+	for _, k := range AllFaults {
+		if !seen[k] {
+			t.Errorf("a 2m schedule has no %s", k)
+		}
+	}
+}
+
+func TestFlatnessFlagsGrowth(t *testing.T) {
+	series := func(rss func(i int) int64, goroutines func(i int) float64) [3][]Sample {
+		var s [3][]Sample
+		t0 := time.Now()
+		for i := 0; i < 100; i++ {
+			s[0] = append(s[0], Sample{Time: t0.Add(time.Duration(i) * time.Second), Life: "g1.1",
+				RSS: rss(i), Goroutines: goroutines(i), HasGoroutines: true})
+		}
+		return s
+	}
+	const mib = 1 << 20
+	tests := []struct {
+		name    string
+		samples [3][]Sample
+		want    int
+	}{
+		{"flat", series(func(int) int64 { return 50 * mib }, func(int) float64 { return 80 }), 0},
+		{"noisy but flat", series(func(i int) int64 { return int64(45+i%10) * mib }, func(i int) float64 { return float64(75 + i%10) }), 0},
+		{"RSS leak", series(func(i int) int64 { return int64(40+i) * mib }, func(int) float64 { return 80 }), 1},
+		{"goroutine leak", series(func(int) int64 { return 50 * mib }, func(i int) float64 { return float64(80 + 3*i) }), 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := flatness(tc.samples); len(got) != tc.want {
+				t.Errorf("flatness = %v, want %d problem(s)", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,424 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Life is one incarnation of a gateway process: from its start to its
+// death. Incarnations are named "g2.3" (gateway 2, third start); the
+// upstream sees the name in the forwarded path.
+type Life struct {
+	Name    string
+	Gateway int
+	PID     int
+	LogPath string
+	Start   time.Time
+	// Ready is when it first answered on its listener.
+	Ready time.Time
+	// Stopping is when SIGTERM or SIGKILL was sent (zero: never).
+	Stopping time.Time
+	// End is when the process was seen to exit (zero while running).
+	End time.Time
+	// How it ended: "killed" (SIGKILL), "terminated" (SIGTERM), "exited"
+	// (on its own), or "" while running.
+	How      string
+	ExitCode int
+	// Metrics is its last scrape of /metrics (nil: never scraped).
+	Metrics *Scrape
+}
+
+// Crashed reports whether the incarnation died by SIGKILL.
+func (l *Life) Crashed() bool { return l.How == "killed" }
+
+// GatewaySettings are the configuration values the harness chooses for
+// every gateway process.
+type GatewaySettings struct {
+	PostgresDSN   string // through the PostgreSQL proxy
+	RedisAddr     string // through the Redis proxy
+	UpstreamURL   string // base URL; "/g/{incarnation}/{route}" is appended
+	StripeSecret  string
+	Lease         time.Duration
+	Timeout       time.Duration // upstream.timeout of every route
+	WaitTimeout   time.Duration
+	Shutdown      time.Duration
+	StoreFailMode string // store.on_unavailable: reject | pass
+	LocalCache    string // screen.local_cache
+	LogLevel      string
+}
+
+// configYAML renders the configuration of one incarnation. Every route
+// claims in Redis, confirms in PostgreSQL, and claims in PostgreSQL when
+// Redis cannot be reached (screen.on_unavailable: store).
+func configYAML(s GatewaySettings, listen, admin, incarnation string) string {
+	up := func(route string) string { return s.UpstreamURL + "/g/" + incarnation + "/" + route }
+	return fmt.Sprintf(`# chaos harness: gateway incarnation %[1]s
+server:
+  listen: %[2]q
+  shutdown_timeout: %[3]s
+  read_timeout: 5s
+  write_timeout: 30s
+admin:
+  listen: %[4]q
+  token: ""
+store:
+  driver: postgres
+  dsn: %[5]q
+  max_open_conns: 8
+  auto_migrate: false
+  sweep_interval: 1m
+  on_unavailable: %[6]s
+screen:
+  driver: redis
+  redis:
+    addrs: [%[7]q]
+  prefix: "chaos:"
+  lease: %[8]s
+  ttl: 24h
+  local_cache: %[9]s
+  on_unavailable: store
+telemetry:
+  metrics:
+    prometheus: true
+  log:
+    level: %[10]s
+    format: json
+routes:
+  # Stripe-style: key = json id, Stripe-Signature verified, repeats wait.
+  - name: stripe
+    path: /webhooks/stripe
+    preset: stripe
+    verify:
+      secrets: [%[11]q]
+    upstream:
+      url: %[12]q
+      timeout: %[13]s
+    wait_timeout: %[14]s
+    source: header:X-Sender
+  # The seed's classic key, business id + event + sequence; the sender is
+  # its loopback address.
+  - name: orders
+    path: /webhooks/orders
+    upstream:
+      url: %[15]q
+      timeout: %[13]s
+    key:
+      sources:
+        - template: "{json:order_id}-{json:event}-{json:seq}"
+    wait_timeout: %[14]s
+    source: ip
+  # A prefix route keyed by a header; repeats in flight get 409 at once.
+  - name: generic
+    path: /hooks/*
+    upstream:
+      url: %[16]q
+      timeout: %[13]s
+    key:
+      sources:
+        - header: X-Event-Id
+    inflight: reject
+    source: header:X-Sender
+`, incarnation, listen, s.Shutdown, admin, s.PostgresDSN, s.StoreFailMode, s.RedisAddr, s.Lease,
+		s.LocalCache, s.LogLevel, s.StripeSecret, up("stripe"), s.Timeout, s.WaitTimeout, up("orders"), up("generic"))
+}
+
+// GatewayProc is one gateway replica: a fixed listener and admin address,
+// and a succession of processes (lives) of the real binary.
+type GatewayProc struct {
+	Index      int
+	Name       string // "g1"
+	ListenAddr string
+	AdminAddr  string
+	bin        string
+	dir        string
+	settings   GatewaySettings
+
+	mu    sync.Mutex
+	lives []*Life
+	cur   *Life
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+func newGatewayProc(i int, bin, dir string, s GatewaySettings) (*GatewayProc, error) {
+	lp, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	ap, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	return &GatewayProc{Index: i, Name: "g" + strconv.Itoa(i+1), bin: bin, dir: dir, settings: s,
+		ListenAddr: "127.0.0.1:" + strconv.Itoa(lp), AdminAddr: "127.0.0.1:" + strconv.Itoa(ap)}, nil
+}
+
+// URL is the base URL providers deliver to.
+func (g *GatewayProc) URL() string { return "http://" + g.ListenAddr }
+
+// ConfigPath writes the configuration of incarnation name and returns its path.
+func (g *GatewayProc) ConfigPath(name string) (string, error) {
+	path := filepath.Join(g.dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(configYAML(g.settings, g.ListenAddr, g.AdminAddr, name)), 0o644); err != nil {
+		return "", fmt.Errorf("write config: %w", err)
+	}
+	return path, nil
+}
+
+// Current is the running incarnation, or nil.
+func (g *GatewayProc) Current() *Life {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cur
+}
+
+// Lives are every incarnation so far, oldest first.
+func (g *GatewayProc) Lives() []*Life {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*Life(nil), g.lives...)
+}
+
+// Start runs a new incarnation and waits until it serves.
+func (g *GatewayProc) Start() error {
+	g.mu.Lock()
+	if g.cur != nil {
+		g.mu.Unlock()
+		return fmt.Errorf("%s: already running", g.Name)
+	}
+	name := fmt.Sprintf("%s.%d", g.Name, len(g.lives)+1)
+	g.mu.Unlock()
+	cfg, err := g.ConfigPath(name)
+	if err != nil {
+		return err
+	}
+	life := &Life{Name: name, Gateway: g.Index, LogPath: filepath.Join(g.dir, name+".log")}
+	logf, err := os.Create(life.LogPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	cmd := exec.Command(g.bin, "serve", "-config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = cleanEnv()
+	life.Start = time.Now()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start: %w", name, err)
+	}
+	life.PID = cmd.Process.Pid
+	done := make(chan struct{})
+	g.mu.Lock()
+	g.lives = append(g.lives, life)
+	g.cur, g.cmd, g.done = life, cmd, done
+	g.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		g.mu.Lock()
+		life.End = time.Now()
+		life.ExitCode = cmd.ProcessState.ExitCode()
+		if life.How == "" {
+			life.How = "exited"
+		}
+		if g.cur == life {
+			g.cur = nil
+		}
+		g.mu.Unlock()
+		close(done)
+	}()
+
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	err = poll(30*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case <-done:
+			return errExited
+		default:
+		}
+		resp, err := client.Get(g.URL() + "/__chaos_ready")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	if err != nil {
+		g.Kill()
+		return fmt.Errorf("%s did not start serving: %w\n%s", name, err, tail(life.LogPath, 20))
+	}
+	g.mu.Lock()
+	life.Ready = time.Now()
+	g.mu.Unlock()
+	return nil
+}
+
+var errExited = errors.New("process exited")
+
+// Kill sends SIGKILL to the running incarnation and waits for it to die.
+func (g *GatewayProc) Kill() {
+	g.stop(syscall.SIGKILL, "killed", 0)
+}
+
+// Terminate sends SIGTERM and waits up to timeout for a graceful exit
+// (then kills it). It returns the exit code, -1 if it had to be killed.
+func (g *GatewayProc) Terminate(timeout time.Duration) int {
+	return g.stop(syscall.SIGTERM, "terminated", timeout)
+}
+
+func (g *GatewayProc) stop(sig syscall.Signal, how string, timeout time.Duration) int {
+	g.mu.Lock()
+	life, cmd, done := g.cur, g.cmd, g.done
+	if life == nil {
+		g.mu.Unlock()
+		return 0
+	}
+	life.Stopping, life.How = time.Now(), how
+	g.mu.Unlock()
+	_ = cmd.Process.Signal(sig)
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			_ = cmd.Process.Kill()
+			<-done
+			return -1
+		}
+	}
+	<-done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return life.ExitCode
+}
+
+// cleanEnv is the harness's environment without HOOKSTAMP_* variables,
+// which would override the configuration written for each incarnation.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOOKSTAMP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// tail returns the last n lines of a file, for error messages.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Scrape is one reading of a gateway's /metrics.
+type Scrape struct {
+	Time time.Time
+	// Present: the admin listener answered /metrics.
+	Present bool
+	// Takeovers is hookstamp_takeovers_total summed over routes; HasTakeovers
+	// says whether the series exists.
+	Takeovers, CommitFailures       float64
+	HasTakeovers, HasCommitFailures bool
+	// Goroutines is go_goroutines, when exported (HasGoroutines).
+	Goroutines    float64
+	HasGoroutines bool
+}
+
+// scrapeMetrics reads the admin listener's /metrics.
+func scrapeMetrics(ctx context.Context, client *http.Client, adminAddr string) *Scrape {
+	s := &Scrape{Time: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/metrics", nil)
+	if err != nil {
+		return s
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return s
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return s
+	}
+	s.Present = true
+	s.Takeovers, s.HasTakeovers = sumMetric(body, "hookstamp_takeovers_total")
+	s.CommitFailures, s.HasCommitFailures = sumMetric(body, "hookstamp_commit_failures_total")
+	s.Goroutines, s.HasGoroutines = sumMetric(body, "go_goroutines")
+	return s
+}
+
+// sumMetric sums every series of one metric in Prometheus text format.
+func sumMetric(text []byte, name string) (float64, bool) {
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue // a longer name sharing the prefix
+		}
+		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
+}
+
+// rssBytes is the resident set size of a process, from /proc.
+func rssBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) < 1 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -1,0 +1,248 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// ProxyMode is what a Proxy does to the traffic it carries.
+type ProxyMode int
+
+// Proxy modes.
+const (
+	// ProxyPass forwards bytes as they come (plus Latency, if set).
+	ProxyPass ProxyMode = iota
+	// ProxyCut closes every open connection and resets new ones as soon as
+	// they are accepted: the dependency is down, clients fail fast.
+	ProxyCut
+	// ProxyBlackhole keeps connections open but moves no byte, and accepts
+	// new connections without ever connecting them: the dependency hangs,
+	// clients fail only by their own timeouts. Restore lets the held bytes
+	// flow again, like a network that recovers.
+	ProxyBlackhole
+)
+
+func (m ProxyMode) String() string {
+	switch m {
+	case ProxyPass:
+		return "pass"
+	case ProxyCut:
+		return "cut"
+	case ProxyBlackhole:
+		return "blackhole"
+	}
+	return "unknown"
+}
+
+// Proxy is a TCP proxy on loopback in front of one dependency (Redis,
+// PostgreSQL) that can cut, hang, slow and restore the connection. It is the
+// network between the gateways and their dependencies: the dependency itself
+// keeps running and keeps its data.
+type Proxy struct {
+	name   string
+	target string
+	ln     net.Listener
+
+	mu      sync.Mutex
+	mode    ProxyMode
+	latency time.Duration
+	changed chan struct{} // closed and replaced on every mode change
+	links   map[*link]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// link is one proxied connection.
+type link struct {
+	client, server net.Conn
+	once           sync.Once
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		if tc, ok := l.client.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // a reset, like a dropped network
+		}
+		_ = l.client.Close()
+		if l.server != nil {
+			_ = l.server.Close()
+		}
+	})
+}
+
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(name, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy %s: listen: %w", name, err)
+	}
+	p := &Proxy{name: name, target: target, ln: ln, changed: make(chan struct{}), links: map[*link]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address clients connect to.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Mode reports the current mode and added latency.
+func (p *Proxy) Mode() (ProxyMode, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode, p.latency
+}
+
+// Cut closes every connection and resets new ones until Restore.
+func (p *Proxy) Cut() { p.set(ProxyCut, 0) }
+
+// Blackhole stops every byte until Restore.
+func (p *Proxy) Blackhole() { p.set(ProxyBlackhole, 0) }
+
+// Slow delays every chunk of data, in both directions, by d.
+func (p *Proxy) Slow(d time.Duration) { p.set(ProxyPass, d) }
+
+// Restore passes traffic again, without added latency.
+func (p *Proxy) Restore() { p.set(ProxyPass, 0) }
+
+func (p *Proxy) set(m ProxyMode, latency time.Duration) {
+	p.mu.Lock()
+	p.mode, p.latency = m, latency
+	close(p.changed)
+	p.changed = make(chan struct{})
+	var cut []*link
+	if m == ProxyCut {
+		for l := range p.links {
+			cut = append(cut, l)
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range cut {
+		l.close()
+	}
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	var all []*link
+	for l := range p.links {
+		all = append(all, l)
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	err := p.ln.Close()
+	for _, l := range all {
+		l.close()
+	}
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serve(c)
+		}()
+	}
+}
+
+// gate blocks while the proxy is blackholed; it reports false once the
+// link must end (cut or closed).
+func (p *Proxy) gate(l *link) (time.Duration, bool) {
+	for {
+		p.mu.Lock()
+		mode, latency, changed, closed := p.mode, p.latency, p.changed, p.closed
+		_, alive := p.links[l]
+		p.mu.Unlock()
+		switch {
+		case closed || !alive || mode == ProxyCut:
+			return 0, false
+		case mode == ProxyPass:
+			return latency, true
+		}
+		<-changed
+	}
+}
+
+func (p *Proxy) serve(c net.Conn) {
+	l := &link{client: c}
+	p.mu.Lock()
+	if p.closed || p.mode == ProxyCut {
+		p.mu.Unlock()
+		l.close()
+		return
+	}
+	p.links[l] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+		l.close()
+	}()
+	// A blackholed proxy accepts but does not connect.
+	if _, ok := p.gate(l); !ok {
+		return
+	}
+	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	l.server = s
+	_, alive := p.links[l]
+	p.mu.Unlock()
+	if !alive {
+		_ = s.Close()
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { p.pipe(l, s, c); done <- struct{}{} }()
+	go func() { p.pipe(l, c, s); done <- struct{}{} }()
+	<-done
+	l.close()
+	<-done
+}
+
+// pipe copies src to dst chunk by chunk, holding each chunk while the
+// proxy is blackholed and delaying it while slowed.
+func (p *Proxy) pipe(l *link, dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			latency, ok := p.gate(l)
+			if !ok {
+				return
+			}
+			if latency > 0 {
+				time.Sleep(latency)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				return
+			}
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+			return
+		}
+	}
+}

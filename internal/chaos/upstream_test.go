@@ -1,0 +1,57 @@
+package chaos
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"path/filepath"
+	"testing"
+)
+
+// postTo delivers ev as a gateway would, and returns the answer.
+func postTo(tb testing.TB, url string, ev *Event) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.Body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", ev.Key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func TestUpstreamLogIsTheGroundTruth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "upstream.log")
+	u, err := StartUpstream(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	ev := &Event{Route: "generic", Key: "k1", Body: []byte(`{"chaos_effect":"decline"}`)}
+	snd := postTo(t, u.URL()+"/g/g1.1/generic", ev)
+	u.SetMode(UpstreamMode{FailRatio: 1})
+	failed := postTo(t, u.URL()+"/g/g1.1/generic", ev)
+	if err := u.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	recs, err := ReadUpstreamLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("logged %d requests, want 2", len(recs))
+	}
+	first, second := recs[0], recs[1]
+	if !first.Applied || first.Action != ActDecline || first.Status != snd.StatusCode || first.Key != "k1" || first.Gateway != "g1.1" {
+		t.Errorf("first record = %+v, answered %d", first, snd.StatusCode)
+	}
+	if second.Applied || second.Action != ActFail || second.Status != failed.StatusCode {
+		t.Errorf("second record = %+v, answered %d", second, failed.StatusCode)
+	}
+}
