@@ -247,7 +247,10 @@ func failure(ctx, tctx context.Context, req *http.Request, sent bool, err error)
 	return fmt.Errorf("forward %s %s: %w: %w", req.Method, req.URL.Host, kind, err)
 }
 
-// readBody reads the whole response body, at most limit bytes.
+// readBody reads the whole response body, at most limit bytes. The body is
+// recorded and cached as it is returned, so its backing array is sized to
+// it: exactly, when the upstream sent Content-Length (the common case);
+// otherwise it is copied out of the growing buffer once read.
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if resp.Body == http.NoBody {
 		return nil, nil
@@ -255,16 +258,27 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if resp.ContentLength > limit {
 		return nil, errTooLarge
 	}
-	size := int64(bytes.MinRead)
-	if resp.ContentLength >= 0 {
-		size += resp.ContentLength // no regrowth before the final EOF
+	if n := resp.ContentLength; n >= 0 {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			return nil, err
+		}
+		// Nothing may follow the declared length; net/http enforces it,
+		// and reading to EOF lets the connection be reused.
+		var one [1]byte
+		if m, err := resp.Body.Read(one[:]); m > 0 {
+			return nil, fmt.Errorf("response body longer than its Content-Length %d", n)
+		} else if err != nil && err != io.EOF {
+			return nil, err
+		}
+		return body, nil
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
+	buf := bytes.NewBuffer(make([]byte, 0, bytes.MinRead))
 	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
 		return nil, err
 	}
 	if int64(buf.Len()) > limit {
 		return nil, errTooLarge
 	}
-	return buf.Bytes(), nil
+	return bytes.Clone(buf.Bytes()), nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -69,6 +70,11 @@ type metrics struct {
 	commitFailures metric.Int64Counter
 	depErrors      metric.Int64Counter
 	log            *slog.Logger
+
+	// byOutcome and bySource cache the attribute sets of (route, outcome)
+	// and (route, source): building one sorts and copies its attributes,
+	// per request otherwise.
+	byOutcome, bySource attrCache
 
 	mu         sync.Mutex
 	routes     map[string]*routeState
@@ -157,13 +163,11 @@ func (t *Telemetry) Init(routes []string, dependencies ...string) {
 func (t *Telemetry) Observe(ctx context.Context, ev *ingress.Event) {
 	m := t.m
 	o := ev.Result.Outcome
-	attrs := outcomeAttrs(ev.Route, o)
-	m.requests.Add(ctx, 1, attrs)
-	m.duration.Record(ctx, ev.Duration.Seconds(), attrs)
+	attrs := m.byOutcome.get(ev.Route, string(o), outcomeAttrSet)
+	m.requests.Add(ctx, 1, attrs.add...)
+	m.duration.Record(ctx, ev.Duration.Seconds(), attrs.record...)
 	if o.IsDuplicate() {
-		m.duplicates.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("route", ev.Route),
-			attribute.String("source", m.sourceLabel(ev.Route, ev.Source))))
+		m.duplicates.Add(ctx, 1, m.bySource.get(ev.Route, m.sourceLabel(ev.Route, ev.Source), sourceAttrSet).add...)
 	}
 }
 
@@ -282,8 +286,52 @@ func routeAttrs(route string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("route", route))
 }
 
+// attrCache maps a pair of label values to their attribute set, as the
+// option slices the instruments take (passing a prebuilt slice allocates
+// nothing; building the set sorts and copies its attributes). It grows
+// copy-on-write — its pairs are bounded: routes × outcomes, routes ×
+// MaxSourcesPerRoute — so that lookups take no lock.
+type attrCache struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[[2]string]attrOpts]
+}
+
+type attrOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func (c *attrCache) get(a, b string, build func(a, b string) attribute.Set) attrOpts {
+	k := [2]string{a, b}
+	if p := c.m.Load(); p != nil {
+		if o, ok := (*p)[k]; ok {
+			return o
+		}
+	}
+	opt := metric.WithAttributeSet(build(a, b))
+	o := attrOpts{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := map[[2]string]attrOpts{k: o}
+	if p := c.m.Load(); p != nil {
+		for kk, v := range *p {
+			next[kk] = v
+		}
+	}
+	c.m.Store(&next)
+	return o
+}
+
+func outcomeAttrSet(route, outcome string) attribute.Set {
+	return attribute.NewSet(attribute.String("route", route), attribute.String("outcome", outcome))
+}
+
+func sourceAttrSet(route, source string) attribute.Set {
+	return attribute.NewSet(attribute.String("route", route), attribute.String("source", source))
+}
+
 func outcomeAttrs(route string, o idempotency.Outcome) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("route", route), attribute.String("outcome", string(o)))
+	return metric.WithAttributeSet(outcomeAttrSet(route, string(o)))
 }
 
 func depAttrs(dependency, op string) metric.MeasurementOption {

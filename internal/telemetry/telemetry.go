@@ -59,7 +59,10 @@ type Overrides struct {
 
 // Telemetry holds the trace and metric providers of one gateway.
 type Telemetry struct {
-	tp       *sdktrace.TracerProvider
+	// tp makes every span; it is sdk, or an idProvider when no exporter
+	// would read recorded spans (sdk is then nil).
+	tp       trace.TracerProvider
+	sdk      *sdktrace.TracerProvider
 	mp       *sdkmetric.MeterProvider
 	prop     propagation.TextMapPropagator
 	tracer   trace.Tracer
@@ -90,10 +93,8 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		return nil, err
 	}
 
-	topts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Traces.SampleRatio))),
-	}
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Traces.SampleRatio))
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
 	switch {
 	case o.SpanExporter != nil:
 		topts = append(topts, sdktrace.WithSyncer(o.SpanExporter))
@@ -117,12 +118,20 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	default:
 		// Exporter none: spans are still made, so that logs, ledger rows
-		// and the upstream's traceparent carry trace ids that correlate.
+		// and the upstream's traceparent carry trace ids that correlate,
+		// but nothing would read what a recording span records: they are
+		// ids only (idtracer.go).
+		topts = nil
 	}
 	t := &Telemetry{
-		tp:   sdktrace.NewTracerProvider(topts...),
 		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		log:  log,
+	}
+	if topts != nil {
+		t.sdk = sdktrace.NewTracerProvider(topts...)
+		t.tp = t.sdk
+	} else {
+		t.tp = newIDProvider(sampler)
 	}
 	t.tracer = t.tp.Tracer(instrumentation, trace.WithInstrumentationVersion(version))
 
@@ -140,7 +149,9 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
 		)
 		if err != nil {
-			_ = t.tp.Shutdown(ctx)
+			if t.sdk != nil {
+				_ = t.sdk.Shutdown(ctx)
+			}
 			return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(exp))
@@ -220,8 +231,10 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 func (t *Telemetry) Shutdown(ctx context.Context) error {
 	t.shutdownOnce.Do(func() {
 		var errs []error
-		if err := t.tp.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("shut down tracer provider: %w", err))
+		if t.sdk != nil {
+			if err := t.sdk.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("shut down tracer provider: %w", err))
+			}
 		}
 		if t.mp != nil {
 			if err := t.mp.Shutdown(ctx); err != nil {

@@ -167,3 +167,46 @@ func TestLogger(t *testing.T) {
 		t.Errorf("WithTraceContext wrapped a logger that already adds trace ids")
 	}
 }
+
+// With exporter none, spans are ids only: nothing is recorded, yet each
+// span has its own id, continues its parent's trace, and carries the
+// sampling decision the configured sampler makes (so that an upstream
+// sampling by its parent keeps doing so).
+func TestNoExporterSpansAreIDsOnly(t *testing.T) {
+	tests := []struct {
+		name        string
+		ratio       float64
+		ctx         context.Context
+		wantSampled bool
+	}{
+		{"ratio 1, new trace", 1, context.Background(), true},
+		{"ratio 0, new trace", 0, context.Background(), false},
+		{"ratio 0, sampled parent", 0, sampledParent(true), true},
+		{"ratio 1, unsampled parent", 1, sampledParent(false), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default().Telemetry
+			cfg.Traces.SampleRatio = tt.ratio
+			tel := setup(t, cfg)
+			ctx, span := tel.Tracer().Start(tt.ctx, "s")
+			defer span.End()
+			sc, parent := span.SpanContext(), trace.SpanContextFromContext(tt.ctx)
+			switch {
+			case span.IsRecording():
+				t.Error("span records with no exporter")
+			case !sc.IsValid() || sc.SpanID() == parent.SpanID():
+				t.Errorf("span context %v: want valid ids of its own", sc)
+			case parent.IsValid() && sc.TraceID() != parent.TraceID():
+				t.Errorf("trace %s, want the parent's %s", sc.TraceID(), parent.TraceID())
+			case sc.IsSampled() != tt.wantSampled:
+				t.Errorf("sampled = %v, want %v", sc.IsSampled(), tt.wantSampled)
+			}
+			_, child := tel.Tracer().Start(ctx, "child")
+			if child.SpanContext().TraceID() != sc.TraceID() || child.SpanContext().SpanID() == sc.SpanID() {
+				t.Errorf("child %v of %v: want the same trace, a span id of its own", child.SpanContext(), sc)
+			}
+			child.End()
+		})
+	}
+}

@@ -178,6 +178,13 @@ func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, erro
 // SweepAll calls Sweep until a batch comes back short, or ctx is done, and
 // returns the total deleted. Each batch is its own statement (and
 // OpTimeout), so writers wait at most one batch.
+//
+// Between full batches it rests SweepRest times as long as the batch took:
+// a backlog of expired rows (a shorter retention, a sweeper that was off)
+// is then worked off with at most a quarter of one connection's time, and
+// deliveries keep the database's attention. Measured with make bench on a
+// 2-core machine: deleting flat out (58 000 rows/s) cost the deliveries
+// beside it 30% of their throughput and 1.7× their p99.
 func (l *Ledger) SweepAll(ctx context.Context, now time.Time, batch int) (int, error) {
 	if batch <= 0 {
 		batch = DefaultSweepBatch
@@ -187,10 +194,26 @@ func (l *Ledger) SweepAll(ctx context.Context, now time.Time, batch int) (int, e
 		if err := ctx.Err(); err != nil {
 			return total, l.fail("sweep", err)
 		}
+		start := time.Now()
 		n, err := l.Sweep(ctx, now, batch)
 		total += n
 		if err != nil || n < batch {
 			return total, err
 		}
+		l.rest(ctx, time.Duration(SweepRest*float64(time.Since(start))))
+	}
+}
+
+// SweepRest is how long SweepAll rests after a full batch, as a multiple
+// of the time the batch took.
+const SweepRest = 3
+
+// sleepCtx waits d or until ctx is done (Ledger.rest).
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }

@@ -2,154 +2,535 @@ package sqlledger
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/gorm"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// committer is group commit: concurrent Commit calls are queued and written
-// by a few workers, each batch in ONE transaction, so that a burst of
-// deliveries pays for one durable commit (one fsync, one transaction's
-// overhead) instead of one each.
+// Batching: concurrent deliveries' ledger calls are queued and handed to a
+// few workers, which run each batch as ONE statement (PostgreSQL: arrays
+// bound as parameters and unnested, one round trip and one transaction for
+// the lot) or, for SQLite commits, one transaction. A burst of deliveries
+// then pays for one round trip, one statement's parse/plan/executor start
+// and one durable commit (one WAL flush) instead of one each.
 //
-// Durability is unchanged: a caller's Commit returns only after the
-// transaction holding its row has committed, and each row keeps its own
-// result (a row that lost to another owner gets ErrNotOwner; the others
-// still commit). Batches form naturally — a worker takes whatever is queued
-// when it is free — so a lone commit is never delayed to wait for company.
-type committer struct {
-	l       *Ledger
-	jobs    chan *commitJob
+// What callers observe is unchanged:
+//   - a caller returns only after the statement holding its row has
+//     completed (committed, for writes): Commit and Claim return after
+//     their row is durable, exactly as without batching;
+//   - each row keeps its own result (a commit that lost to another owner
+//     gets ErrNotOwner, a claim that found the key taken goes on to look at
+//     what holds it; the others in the batch are unaffected);
+//   - a Lookup's statement starts after the call was made, so it sees
+//     every write that completed before the call (read-your-writes across
+//     goroutines and replicas holds);
+//   - a row the database refuses (PostgreSQL rejects NUL in text) fails
+//     alone: the batch is retried row by row.
+//
+// Every batch statement writes its rows in one order, by route then key
+// (byRef): two statements whose keys overlap (a repeat claimed while its
+// first delivery commits, two replicas' batches) then take their row locks
+// in the same order and wait for each other instead of deadlocking.
+//
+// Batches form naturally — a worker takes whatever is queued when it is
+// free — so a lone call is never delayed to wait for company.
+
+// batcher queues jobs of one kind and runs them in batches.
+type batcher[J any] struct {
+	jobs    chan J
 	max     int
+	run     func([]J)
+	drain   func(J) // fails a job still queued at close
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
 }
 
-type commitJob struct {
-	ctx  context.Context // the caller's, for its trace; never for cancellation
-	ref  idempotency.Ref
-	args []any
-	done chan error // buffered: a worker never blocks on a caller that left
-}
-
-func newCommitter(l *Ledger, workers, max int) *committer {
-	c := &committer{l: l, jobs: make(chan *commitJob, workers*max), max: max, stop: make(chan struct{})}
+func newBatcher[J any](workers, max int, run func([]J), drain func(J)) *batcher[J] {
+	b := &batcher[J]{jobs: make(chan J, workers*max), max: max, run: run, drain: drain, stop: make(chan struct{})}
 	for range workers {
-		c.wg.Add(1)
-		go c.work()
+		b.wg.Add(1)
+		go b.work()
 	}
-	return c
+	return b
 }
 
-// submit queues a commit and waits for its transaction.
-func (c *committer) submit(ctx context.Context, j *commitJob) error {
-	j.done = make(chan error, 1)
+// errBatcherClosed: the ledger was closed before the job was queued.
+var errBatcherClosed = errors.New("batcher closed")
+
+// enqueue hands j to the workers.
+func (b *batcher[J]) enqueue(ctx context.Context, j J) error {
 	select {
-	case c.jobs <- j:
+	case b.jobs <- j:
+		return nil
 	case <-ctx.Done():
-		return c.l.fail(fmt.Sprintf("commit %s: queue", ref(j.ref)), ctx.Err())
-	case <-c.stop:
-		return c.l.check()
-	}
-	select {
-	case err := <-j.done:
-		return err
-	case <-ctx.Done():
-		// The row may still commit; the caller treats this as a commit
-		// failure, which is safe: the record it would have written exists
-		// or does not, and repeats are answered from whichever it is.
-		return c.l.fail(fmt.Sprintf("commit %s: wait", ref(j.ref)), ctx.Err())
+		return ctx.Err()
+	case <-b.stop:
+		return errBatcherClosed
 	}
 }
 
-func (c *committer) work() {
-	defer c.wg.Done()
-	batch := make([]*commitJob, 0, c.max)
+func (b *batcher[J]) work() {
+	defer b.wg.Done()
+	batch := make([]J, 0, b.max)
 	for {
 		batch = batch[:0]
 		select {
-		case j := <-c.jobs:
+		case j := <-b.jobs:
 			batch = append(batch, j)
-		case <-c.stop:
-			c.drain()
-			return
+		case <-b.stop:
+			for {
+				select {
+				case j := <-b.jobs:
+					b.drain(j)
+				default:
+					return
+				}
+			}
 		}
 	fill:
-		for len(batch) < c.max {
+		for len(batch) < b.max {
 			select {
-			case j := <-c.jobs:
+			case j := <-b.jobs:
 				batch = append(batch, j)
 			default:
 				break fill
 			}
 		}
-		c.run(batch)
+		b.run(batch)
 	}
 }
 
-// run writes one batch. Statements run in order inside the transaction, so
-// two commits of the same key in one batch behave as they would one after
-// the other: the second finds a done row and gets ErrNotOwner.
-func (c *committer) run(batch []*commitJob) {
-	// The statements run under the first caller's trace (a batch has one
-	// transaction; its spans can hang under one delivery's commit span),
-	// bounded by the ledger's own timeout rather than any caller's.
-	ctx, cancel := c.l.op(context.WithoutCancel(batch[0].ctx))
+func (b *batcher[J]) close() {
+	b.stopped.Do(func() { close(b.stop) })
+	b.wg.Wait()
+}
+
+// wait returns the job's result, or a failure if the caller's ctx ends
+// first. The statement may still complete: for a write, the caller treats
+// it as a failure, which is safe — the row exists or it does not, and
+// repeats are answered from whichever it is.
+func wait[R any](ctx context.Context, l *Ledger, what string, done chan R, failed func(error) R) R {
+	select {
+	case r := <-done:
+		return r
+	case <-ctx.Done():
+		return failed(l.fail(what+": wait", ctx.Err()))
+	}
+}
+
+// batchCtx is the context a batch runs under: the first caller's, for its
+// trace (a batch's statement hangs under one delivery's span), bounded by
+// the ledger's own timeout rather than any caller's cancellation.
+func (l *Ledger) batchCtx(first context.Context) (context.Context, context.CancelFunc) {
+	return l.op(context.WithoutCancel(first))
+}
+
+// pgArray binds a Go slice as ONE PostgreSQL array parameter through GORM
+// (whose Raw would otherwise expand a slice into a list of parameters) and
+// database/sql (pgx's stdlib driver passes it through): pgx encodes it with
+// its array codec, binary, via the ArrayGetter methods.
+type pgArray[T any] []T
+
+var errPgxOnly = errors.New("sqlledger: array parameters need the pgx driver")
+
+// Value makes pgArray a driver.Valuer, which GORM binds as one parameter;
+// pgx never calls it (ArrayGetter wins).
+func (a pgArray[T]) Value() (driver.Value, error) { return nil, errPgxOnly }
+
+func (a pgArray[T]) Dimensions() []pgtype.ArrayDimension { return pgtype.FlatArray[T](a).Dimensions() }
+func (a pgArray[T]) Index(i int) any                     { return a[i] }
+func (a pgArray[T]) IndexType() any                      { var v T; return v }
+
+// --- commits ---
+
+// commitRow is one Commit's row.
+type commitRow struct {
+	ref       idempotency.Ref
+	state     string
+	fp        []byte
+	status    int64
+	headers   string
+	body      []byte
+	omitted   bool
+	traceID   string
+	spanID    string
+	source    string
+	created   time.Time
+	completed time.Time
+	expires   time.Time
+	owner     string
+	now       time.Time
+}
+
+func (r *commitRow) args() []any {
+	return []any{r.ref.Route, r.ref.Key, r.state, nullBytes(r.fp), r.status, r.headers, nullBytes(r.body), r.omitted,
+		r.traceID, r.spanID, r.source, r.created, r.completed, r.expires, r.owner, r.now}
+}
+
+type commitJob struct {
+	ctx  context.Context
+	row  commitRow
+	done chan error // buffered: a worker never blocks on a caller that left
+}
+
+// commitBatchSQL is commitSQL for many rows (PostgreSQL): inserted when the
+// key has no row, or replacing a pending row owned by that row's owner or
+// whose lease expired before that row's now. RETURNING names the rows
+// written; any other lost to another owner (ErrNotOwner). A key may appear
+// once per statement (ON CONFLICT DO UPDATE cannot touch a row twice).
+const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bytea[], ?::bigint[], ?::text[], ?::bytea[], ?::boolean[], ` +
+	`?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::timestamptz[]) ` +
+	`AS t(route, "key", state, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, owner, now)) ` +
+	`INSERT INTO hookstamp_records AS r ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
+	`SELECT route, "key", state, NULL, NULL, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at FROM t ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
+	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
+	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
+	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
+	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
+	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
+	`RETURNING r.route, r."key"`
+
+func (l *Ledger) newCommitter(workers, max int) *batcher[*commitJob] {
+	return newBatcher(workers, max, l.runCommits, func(j *commitJob) { j.done <- l.check() })
+}
+
+// runCommits writes one batch of commits.
+func (l *Ledger) runCommits(batch []*commitJob) {
+	ctx, cancel := l.batchCtx(batch[0].ctx)
 	defer cancel()
 	if len(batch) == 1 {
-		batch[0].done <- c.l.execCommit(ctx, batch[0].ref, batch[0].args)
+		batch[0].done <- l.execCommit(ctx, &batch[0].row)
 		return
 	}
+	var err error
 	results := make([]error, len(batch))
-	err := c.l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for i, j := range batch {
-			res := tx.Exec(commitSQL, j.args...)
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected == 0 {
-				results[i] = fmt.Errorf("commit %s: %w", ref(j.ref), idempotency.ErrNotOwner)
-			}
-		}
-		return nil
-	})
+	if l.d.name == DriverPostgres {
+		err = l.commitStatements(ctx, batch, results)
+	} else {
+		err = l.commitTransaction(ctx, batch, results)
+	}
 	switch {
 	case err == nil:
 		for i, j := range batch {
 			j.done <- results[i]
 		}
-	case c.l.unavailable(err):
+	case l.unavailable(err):
 		for _, j := range batch {
-			j.done <- c.l.fail(fmt.Sprintf("commit %s", ref(j.ref)), err)
+			j.done <- l.fail(fmt.Sprintf("commit %s", ref(j.row.ref)), err)
 		}
 	default:
 		// One row the database refused must not fail the others: commit
 		// them one by one.
 		for _, j := range batch {
-			jctx, jcancel := c.l.op(context.WithoutCancel(j.ctx))
-			j.done <- c.l.execCommit(jctx, j.ref, j.args)
+			jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
+			j.done <- l.execCommit(jctx, &j.row)
 			jcancel()
 		}
 	}
 }
 
-// drain fails what is still queued at Close.
-func (c *committer) drain() {
-	for {
-		select {
-		case j := <-c.jobs:
-			j.done <- c.l.check()
-		default:
-			return
+// commitTransaction runs a batch's statements in order in one transaction
+// (SQLite: one fsync for the lot), so that two commits of the same key
+// behave as they would one after the other.
+func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, results []error) error {
+	return l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for i, j := range batch {
+			res := tx.Exec(commitSQL, j.row.args()...)
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected == 0 {
+				results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
+			}
+		}
+		return nil
+	})
+}
+
+// commitStatements writes a batch with commitBatchSQL: one statement (one
+// round trip, one transaction) per round of distinct keys — a key
+// committed twice in one batch goes to a later round, where it finds the
+// row the first wrote, as it would one after the other. An error leaves
+// the rounds already written in place; their callers are answered by the
+// row-by-row retry, which finds their rows done and reports ErrNotOwner
+// only for rows another owner wrote.
+func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, results []error) error {
+	pending := make([]int, len(batch))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		round, later := distinctRound(pending, func(i int) idempotency.Ref { return batch[i].row.ref })
+		slices.SortStableFunc(round, func(a, b int) int { return byRef(batch[a].row.ref, batch[b].row.ref) })
+		n := len(round)
+		var (
+			routes, keys, states, headers, traces, spans, sources, owners = make(pgArray[string], n), make(pgArray[string], n),
+				make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n),
+				make(pgArray[string], n), make(pgArray[string], n)
+			fps, bodies                = make(pgArray[[]byte], n), make(pgArray[[]byte], n)
+			statuses                   = make(pgArray[int64], n)
+			omitted                    = make(pgArray[bool], n)
+			created, completed, expire = make(pgArray[time.Time], n), make(pgArray[time.Time], n), make(pgArray[time.Time], n)
+			nows                       = make(pgArray[time.Time], n)
+		)
+		for k, i := range round {
+			r := &batch[i].row
+			routes[k], keys[k], states[k], fps[k], statuses[k], headers[k], bodies[k], omitted[k] =
+				r.ref.Route, r.ref.Key, r.state, nonEmpty(r.fp), r.status, r.headers, nonEmpty(r.body), r.omitted
+			traces[k], spans[k], sources[k], created[k], completed[k], expire[k], owners[k], nows[k] =
+				r.traceID, r.spanID, r.source, r.created, r.completed, r.expires, r.owner, r.now
+		}
+		rows, err := l.w.WithContext(ctx).Raw(commitBatchSQL, routes, keys, states, fps, statuses, headers, bodies, omitted,
+			traces, spans, sources, created, completed, expire, owners, nows).Rows()
+		if err != nil {
+			return err
+		}
+		written := make(map[idempotency.Ref]bool, n)
+		for rows.Next() {
+			var r idempotency.Ref
+			if err := rows.Scan(&r.Route, &r.Key); err != nil {
+				rows.Close()
+				return err
+			}
+			written[r] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		for _, i := range round {
+			if !written[batch[i].row.ref] {
+				results[i] = fmt.Errorf("commit %s: %w", ref(batch[i].row.ref), idempotency.ErrNotOwner)
+			}
+		}
+		pending = later
+	}
+	return nil
+}
+
+// byRef orders refs by route, then key: the order batch statements write
+// rows in.
+func byRef(a, b idempotency.Ref) int {
+	if c := strings.Compare(a.Route, b.Route); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// distinctRound splits idx into the first occurrence of each ref, in
+// order, and the rest.
+func distinctRound(idx []int, refOf func(int) idempotency.Ref) (round, rest []int) {
+	seen := make(map[idempotency.Ref]bool, len(idx))
+	for _, i := range idx {
+		r := refOf(i)
+		if seen[r] {
+			rest = append(rest, i)
+			continue
+		}
+		seen[r] = true
+		round = append(round, i)
+	}
+	return round, rest
+}
+
+// --- claims ---
+
+type claimJob struct {
+	ctx  context.Context
+	req  *idempotency.ClaimRequest
+	now  time.Time // lease and expiry are computed from it
+	done chan claimInsert
+}
+
+// claimInsert is what a batched claim insert did for one row.
+type claimInsert struct {
+	inserted bool
+	err      error
+}
+
+// claimBatchSQL is claimInsertSQL for many rows (PostgreSQL). Owners are
+// unique per delivery, so RETURNING owner names exactly the claims that
+// made their row, even when two claims of one key share the batch (ON
+// CONFLICT DO NOTHING keeps the first and skips the other).
+const claimBatchSQL = `INSERT INTO hookstamp_records ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
+	`SELECT route, "key", 'pending', owner, lease_until, fingerprint, 0, '{}', NULL, false, '', '', source, created_at, NULL, expires_at ` +
+	`FROM unnest(?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::bytea[], ?::text[], ?::timestamptz[], ?::timestamptz[]) ` +
+	`AS t(route, "key", owner, lease_until, fingerprint, source, created_at, expires_at) ` +
+	`ON CONFLICT (route, "key") DO NOTHING RETURNING owner`
+
+func (l *Ledger) newClaimer(workers, max int) *batcher[*claimJob] {
+	return newBatcher(workers, max, l.runClaims, func(j *claimJob) { j.done <- claimInsert{err: l.check()} })
+}
+
+// runClaims makes the pending rows of one batch of claims.
+func (l *Ledger) runClaims(batch []*claimJob) {
+	ctx, cancel := l.batchCtx(batch[0].ctx)
+	defer cancel()
+	if len(batch) == 1 {
+		ok, err := l.insertClaim(ctx, batch[0].req, batch[0].now)
+		batch[0].done <- claimInsert{inserted: ok, err: err}
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *claimJob) int { return byRef(a.req.Ref, b.req.Ref) })
+	n := len(batch)
+	routes, keys, owners, sources := make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n)
+	leases, created, expires := make(pgArray[time.Time], n), make(pgArray[time.Time], n), make(pgArray[time.Time], n)
+	fps := make(pgArray[[]byte], n)
+	for i, j := range batch {
+		r := j.req
+		routes[i], keys[i], owners[i], sources[i], fps[i] = r.Route, r.Key, r.Owner, r.Source, nonEmpty(r.Fingerprint)
+		leases[i], created[i], expires[i] = dbTime(j.now.Add(r.Lease)), j.now, dbTime(j.now.Add(r.Retention))
+	}
+	made, err := l.claimStatement(ctx, routes, keys, owners, leases, fps, sources, created, expires)
+	switch {
+	case err == nil:
+		for _, j := range batch {
+			j.done <- claimInsert{inserted: made[j.req.Owner]}
+		}
+	case l.unavailable(err):
+		for _, j := range batch {
+			j.done <- claimInsert{err: l.fail("insert", err)}
+		}
+	default:
+		for _, j := range batch {
+			jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
+			ok, err := l.insertClaim(jctx, j.req, j.now)
+			j.done <- claimInsert{inserted: ok, err: err}
+			jcancel()
 		}
 	}
 }
 
-func (c *committer) close() {
-	c.stopped.Do(func() { close(c.stop) })
-	c.wg.Wait()
+func (l *Ledger) claimStatement(ctx context.Context, args ...any) (map[string]bool, error) {
+	rows, err := l.w.WithContext(ctx).Raw(claimBatchSQL, args...).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	made := map[string]bool{}
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			return nil, err
+		}
+		made[owner] = true
+	}
+	return made, rows.Err()
+}
+
+// --- lookups ---
+
+type lookupJob struct {
+	ctx  context.Context
+	ref  idempotency.Ref
+	done chan lookupResult
+}
+
+type lookupResult struct {
+	rec *idempotency.Record
+	err error
+}
+
+// lookupBatchSQL reads many rows in one statement (PostgreSQL). It may
+// return pairs nobody asked for (route A with a key asked on route B);
+// they are ignored.
+//
+// It is planned for its actual arrays every time (lookupExecMode): a
+// generic plan cached by a connection while the table was still small —
+// a sequential scan is cheapest then, and nothing invalidates the plan
+// until autovacuum first analyzes the table — would go on scanning the
+// whole table at every lookup as it grows (measured: 340µs instead of
+// 33µs per delivery at 30k rows, and worse as it grows). Its placeholders
+// are PostgreSQL's own, so that GORM passes the mode through as the
+// first argument, which pgx takes as an option.
+const lookupBatchSQL = selectColumns + `WHERE route = ANY($1::text[]) AND "key" = ANY($2::text[])`
+
+// lookupExecMode runs a statement as an unnamed prepared statement with a
+// cached description: one round trip, and a plan made for its arguments.
+const lookupExecMode = pgx.QueryExecModeCacheDescribe
+
+func (l *Ledger) newLookups(workers, max int) *batcher[*lookupJob] {
+	return newBatcher(workers, max, l.runLookups, func(j *lookupJob) { j.done <- lookupResult{err: l.check()} })
+}
+
+// runLookups reads one batch of lookups.
+func (l *Ledger) runLookups(batch []*lookupJob) {
+	ctx, cancel := l.batchCtx(batch[0].ctx)
+	defer cancel()
+	if len(batch) == 1 {
+		rec, err := l.lookup(ctx, batch[0].ref)
+		batch[0].done <- lookupResult{rec: rec, err: err}
+		return
+	}
+	var routes, keys pgArray[string]
+	seenR, seenK := map[string]bool{}, map[string]bool{}
+	for _, j := range batch {
+		if !seenR[j.ref.Route] {
+			seenR[j.ref.Route] = true
+			routes = append(routes, j.ref.Route)
+		}
+		if !seenK[j.ref.Key] {
+			seenK[j.ref.Key] = true
+			keys = append(keys, j.ref.Key)
+		}
+	}
+	found, err := l.lookupStatement(ctx, routes, keys)
+	switch {
+	case err == nil:
+		for _, j := range batch {
+			rec, ok := found[j.ref]
+			if !ok {
+				j.done <- lookupResult{err: idempotency.ErrNotFound}
+				continue
+			}
+			if len(batch) > 1 {
+				cp := *rec // each caller owns its record
+				rec = &cp
+			}
+			j.done <- lookupResult{rec: rec}
+		}
+	case l.unavailable(err):
+		for _, j := range batch {
+			j.done <- lookupResult{err: l.fail("select", err)}
+		}
+	default:
+		for _, j := range batch {
+			jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
+			rec, err := l.lookup(jctx, j.ref)
+			j.done <- lookupResult{rec: rec, err: err}
+			jcancel()
+		}
+	}
+}
+
+func (l *Ledger) lookupStatement(ctx context.Context, routes, keys pgArray[string]) (map[idempotency.Ref]*idempotency.Record, error) {
+	rows, err := l.r.WithContext(ctx).Raw(lookupBatchSQL, lookupExecMode, routes, keys).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[idempotency.Ref]*idempotency.Record, len(keys))
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		found[rec.Ref] = rec
+	}
+	return found, rows.Err()
 }

@@ -2,6 +2,7 @@ package sqlledger_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -102,5 +103,73 @@ func BenchmarkCommitParallel(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkClaimCommitParallel is what a unique delivery asks of the
+// ledger when claims are confirmed in it (screen.on_unavailable: store):
+// a pending row, then the commit that settles it, from 64 deliveries at
+// once, with batching off and with 1, 2 and 4 batch workers.
+func BenchmarkClaimCommitParallel(b *testing.B) {
+	for _, mode := range []struct {
+		name           string
+		batch, workers int
+	}{{"single", 1, 0}, {"batch-1w", 0, 1}, {"batch-2w", 0, 2}, {"batch-4w", 0, 4}} {
+		b.Run(mode.name, func(b *testing.B) {
+			o := postgresOptions(b)
+			o.CommitBatch, o.CommitWorkers, o.MaxOpenConns = mode.batch, mode.workers, 16
+			l := openLedger(b, o)
+			ctx := context.Background()
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				rec := doneRecord(ref(""), t0, t0.Add(time.Hour))
+				for pb.Next() {
+					rec.Key = "evt_" + strconv.FormatInt(n.Add(1), 10)
+					owner := rec.Key
+					if c, err := l.Claim(ctx, claimReq(rec.Ref, owner, time.Hour), t0); err != nil || c.Status != idempotency.Acquired {
+						b.Errorf("claim: %v %v", c.Status, err)
+						return
+					}
+					if err := l.Commit(ctx, rec, owner, t0); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkLookupParallel is the confirm step of many first deliveries at
+// once (64 goroutines, half the keys recorded), unbatched and batched with
+// 1, 2 and 4 workers.
+func BenchmarkLookupParallel(b *testing.B) {
+	for _, mode := range []struct {
+		name           string
+		batch, workers int
+	}{{"single", 1, 0}, {"batch-1w", 0, 1}, {"batch-2w", 0, 2}, {"batch-4w", 0, 4}} {
+		b.Run(mode.name, func(b *testing.B) {
+			o := postgresOptions(b)
+			o.LookupBatch, o.LookupWorkers, o.MaxOpenConns = mode.batch, mode.workers, 16
+			l := openLedger(b, o)
+			ctx := context.Background()
+			for i := range 1000 {
+				mustCommit(b, l, doneRecord(ref("evt_"+strconv.Itoa(2*i)), t0, t0.Add(time.Hour)), "owner", t0)
+			}
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := l.Lookup(ctx, ref("evt_"+strconv.FormatInt(n.Add(1)%2000, 10))); err != nil && !errors.Is(err, idempotency.ErrNotFound) {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

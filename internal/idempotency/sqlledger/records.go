@@ -78,18 +78,41 @@ const releaseSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? 
 const maxClaimAttempts = 5
 
 // Lookup returns the record for ref, or ErrNotFound. An expired row is
-// returned until the sweeper deletes it.
+// returned until the sweeper deletes it. On PostgreSQL, concurrent lookups
+// share one statement (batch.go).
 func (l *Ledger) Lookup(ctx context.Context, r idempotency.Ref) (*idempotency.Record, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
 	}
-	rec, err := l.lookup(ctx, r)
+	rec, err := l.find(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
 	}
 	return rec, nil
+}
+
+// find is lookup, in a batch with concurrent lookups on PostgreSQL.
+func (l *Ledger) find(ctx context.Context, r idempotency.Ref) (*idempotency.Record, error) {
+	if l.lookups == nil {
+		return l.lookup(ctx, r)
+	}
+	j := &lookupJob{ctx: ctx, ref: r, done: make(chan lookupResult, 1)}
+	if err := l.lookups.enqueue(ctx, j); err != nil {
+		return nil, l.queueFailed("select", err)
+	}
+	res := wait(ctx, l, "select", j.done, func(err error) lookupResult { return lookupResult{err: err} })
+	return res.rec, res.err
+}
+
+// queueFailed classifies a failure to queue a batched call: the caller's
+// ctx ended, or the ledger closed.
+func (l *Ledger) queueFailed(what string, err error) error {
+	if errors.Is(err, errBatcherClosed) {
+		return l.check()
+	}
+	return l.fail(what+": queue", err)
 }
 
 // lookup returns the row for r, ErrNotFound, or an already classified error.
@@ -131,14 +154,14 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 	lease, expires := dbTime(now.Add(req.Lease)), dbTime(now.Add(req.Retention))
 	fp := nullBytes(req.Fingerprint)
 	for range maxClaimAttempts {
-		res := l.w.WithContext(ctx).Exec(claimInsertSQL, req.Route, req.Key, req.Owner, lease, fp, req.Source, now, expires)
-		if res.Error != nil {
-			return idempotency.Claim{}, l.fail("insert", res.Error)
+		inserted, err := l.claimInsert(ctx, &req, now)
+		if err != nil {
+			return idempotency.Claim{}, err
 		}
-		if res.RowsAffected == 1 {
+		if inserted {
 			return idempotency.Claim{Status: idempotency.Acquired}, nil
 		}
-		rec, err := l.lookup(ctx, req.Ref)
+		rec, err := l.find(ctx, req.Ref)
 		if errors.Is(err, idempotency.ErrNotFound) {
 			continue // released or swept since the insert: try again
 		}
@@ -154,7 +177,7 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 		if !rec.LeaseUntil.Before(now) {
 			return idempotency.Claim{Status: idempotency.InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}, nil
 		}
-		res = l.w.WithContext(ctx).Exec(takeoverSQL, req.Owner, lease, fp, req.Source, expires,
+		res := l.w.WithContext(ctx).Exec(takeoverSQL, req.Owner, lease, fp, req.Source, expires,
 			req.Route, req.Key, rec.Owner, now)
 		if res.Error != nil {
 			return idempotency.Claim{}, l.fail("take over", res.Error)
@@ -165,6 +188,30 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 		// Another replica took it over, committed or released it: look again.
 	}
 	return idempotency.Claim{}, fmt.Errorf("row kept changing after %d attempts", maxClaimAttempts)
+}
+
+// claimInsert makes req's pending row unless the key has one, in a batch
+// with concurrent claims on PostgreSQL; it reports whether it made it.
+func (l *Ledger) claimInsert(ctx context.Context, req *idempotency.ClaimRequest, now time.Time) (bool, error) {
+	if l.claims == nil {
+		return l.insertClaim(ctx, req, now)
+	}
+	j := &claimJob{ctx: ctx, req: req, now: now, done: make(chan claimInsert, 1)}
+	if err := l.claims.enqueue(ctx, j); err != nil {
+		return false, l.queueFailed("insert", err)
+	}
+	res := wait(ctx, l, "insert", j.done, func(err error) claimInsert { return claimInsert{err: err} })
+	return res.inserted, res.err
+}
+
+// insertClaim runs claimInsertSQL for one claim.
+func (l *Ledger) insertClaim(ctx context.Context, req *idempotency.ClaimRequest, now time.Time) (bool, error) {
+	lease, expires := dbTime(now.Add(req.Lease)), dbTime(now.Add(req.Retention))
+	res := l.w.WithContext(ctx).Exec(claimInsertSQL, req.Route, req.Key, req.Owner, lease, nullBytes(req.Fingerprint), req.Source, now, expires)
+	if res.Error != nil {
+		return false, l.fail("insert", res.Error)
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // Commit writes rec as done (or held, when rec.State is StateHeld) in one
@@ -194,27 +241,30 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if !rec.CreatedAt.IsZero() {
 		created = dbTime(rec.CreatedAt)
 	}
-	body := nullBytes(rec.Body)
+	row := commitRow{ref: rec.Ref, state: string(state), fp: rec.Fingerprint, status: int64(rec.Status), headers: headers,
+		body: rec.Body, omitted: rec.BodyOmitted, traceID: rec.TraceID, spanID: rec.SpanID, source: rec.Source,
+		created: created, completed: now, expires: dbTime(rec.ExpiresAt), owner: owner, now: now}
 	if rec.BodyOmitted {
-		body = nil
+		row.body = nil
 	}
-	args := []any{rec.Route, rec.Key, string(state), nullBytes(rec.Fingerprint), rec.Status, headers, body, rec.BodyOmitted,
-		rec.TraceID, rec.SpanID, rec.Source, created, now, dbTime(rec.ExpiresAt),
-		owner, now}
-	if l.batch != nil {
-		return l.batch.submit(ctx, &commitJob{ctx: ctx, ref: rec.Ref, args: args})
+	if l.commits == nil {
+		return l.execCommit(ctx, &row)
 	}
-	return l.execCommit(ctx, rec.Ref, args)
+	j := &commitJob{ctx: ctx, row: row, done: make(chan error, 1)}
+	if err := l.commits.enqueue(ctx, j); err != nil {
+		return l.queueFailed(fmt.Sprintf("commit %s", ref(rec.Ref)), err)
+	}
+	return wait(ctx, l, fmt.Sprintf("commit %s", ref(rec.Ref)), j.done, func(err error) error { return err })
 }
 
 // execCommit runs one commit statement on its own.
-func (l *Ledger) execCommit(ctx context.Context, r idempotency.Ref, args []any) error {
-	res := l.w.WithContext(ctx).Exec(commitSQL, args...)
+func (l *Ledger) execCommit(ctx context.Context, row *commitRow) error {
+	res := l.w.WithContext(ctx).Exec(commitSQL, row.args()...)
 	if res.Error != nil {
-		return l.fail(fmt.Sprintf("commit %s", ref(r)), res.Error)
+		return l.fail(fmt.Sprintf("commit %s", ref(row.ref)), res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return fmt.Errorf("commit %s: %w", ref(r), idempotency.ErrNotOwner)
+		return fmt.Errorf("commit %s: %w", ref(row.ref), idempotency.ErrNotOwner)
 	}
 	return nil
 }

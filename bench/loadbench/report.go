@@ -1,0 +1,367 @@
+package loadbench
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Report is the outcome of one run: latest.json.
+type Report struct {
+	GeneratedAt string             `json:"generated_at"`
+	Mode        string             `json:"mode"`
+	Machine     Machine            `json:"machine"`
+	LoadBefore  float64            `json:"load_average_before"`
+	LoadAfter   float64            `json:"load_average_after"`
+	Settings    Settings           `json:"settings"`
+	Ratios      map[string]float64 `json:"ratios"`
+	// RatiosByConcurrency repeats the ratios at every concurrency.
+	RatiosByConcurrency map[string]map[string]float64 `json:"ratios_by_concurrency"`
+	Goals               []Goal                        `json:"goals"`
+	Results             []Result                      `json:"results"`
+	Scale               *ScaleResult                  `json:"scale,omitempty"`
+	RSS                 *RSSResult                    `json:"rss,omitempty"`
+	PeakRSS             map[string]float64            `json:"peak_rss_mib"`
+}
+
+// Machine describes where the numbers were taken.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	Kernel   string `json:"kernel"`
+	Go       string `json:"go"`
+	Postgres string `json:"postgres"`
+	Redis    string `json:"redis"`
+	Commit   string `json:"commit"`
+}
+
+// Settings are the run's parameters.
+type Settings struct {
+	Concurrency []int   `json:"concurrency"`
+	Rounds      int     `json:"rounds"`
+	CellSeconds float64 `json:"cell_seconds"`
+	OpenRate    float64 `json:"open_loop_rate"`
+	OpenSeconds float64 `json:"open_loop_seconds"`
+	Headline    int     `json:"headline_concurrency"`
+	L1Conns     int     `json:"l1_connections"`
+	// ScreenOnUnavailable is screen.on_unavailable of the Redis gateways:
+	// store (hookstamp's default) confirms a first delivery with a ledger
+	// claim, reject with a lookup.
+	ScreenOnUnavailable string `json:"screen_on_unavailable"`
+}
+
+// Result is one system at one concurrency (closed loop) or at the fixed
+// rate (open loop).
+type Result struct {
+	System      string  `json:"system"`
+	Desc        string  `json:"desc"`
+	Loop        string  `json:"loop"` // closed | open
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	Summary
+	Outcomes map[string]uint64 `json:"outcomes,omitempty"`
+}
+
+// Summary is what an agg reduces to.
+type Summary struct {
+	Throughput float64 `json:"throughput"`
+	// RoundMin and RoundMax are the slowest and fastest round: the noise.
+	RoundMin float64 `json:"round_min"`
+	RoundMax float64 `json:"round_max"`
+	Requests uint64  `json:"requests"`
+	Errors   uint64  `json:"errors"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	P999     float64 `json:"p999_ms"`
+	Max      float64 `json:"max_ms"`
+	// CPUPerReq is the system's own process CPU per request (µs): the
+	// gateway or proxy child; 0 for L1/L2.
+	CPUPerReq float64 `json:"cpu_us_per_req"`
+	// HostCPUPerReq is every process's CPU per request (µs): load
+	// generator, upstream, Redis, PostgreSQL included.
+	HostCPUPerReq float64 `json:"host_cpu_us_per_req"`
+	// WritesPerReq is the child's write system calls per request.
+	WritesPerReq float64 `json:"writes_per_req"`
+}
+
+func summarize(a *agg) Summary {
+	s := Summary{Requests: a.cell.Requests, Errors: a.cell.Errors, Throughput: a.cell.Throughput()}
+	if len(a.rounds) > 0 {
+		s.RoundMin, s.RoundMax = slices.Min(a.rounds), slices.Max(a.rounds)
+	}
+	h := &a.cell.Hist
+	s.P50, s.P99, s.P999, s.Max = ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Quantile(0.999)), ms(h.Max())
+	if n := float64(a.cell.Requests); n > 0 {
+		s.CPUPerReq = float64(a.cpu.Microseconds()) / n
+		s.HostCPUPerReq = float64(a.host.Microseconds()) / n
+		s.WritesPerReq = float64(a.writes) / n
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// ScaleResult is the large-ledger part.
+type ScaleResult struct {
+	Rows         int     `json:"rows"`
+	Expired      int     `json:"expired"`
+	Concurrency  int     `json:"concurrency"`
+	Empty        Summary `json:"b1_empty"`
+	Prefilled    Summary `json:"b1_prefilled"`
+	SweepOff     Summary `json:"b3_sweeper_off"`
+	SweepOn      Summary `json:"b3_sweeper_on"`
+	Swept        int64   `json:"rows_swept_during_on_windows"`
+	SweepWindows int     `json:"sweeper_windows"`
+	ExpiredLeft  int64   `json:"expired_rows_left"`
+}
+
+// RSSResult is the long run of one gateway.
+type RSSResult struct {
+	Concurrency int       `json:"concurrency"`
+	Duration    string    `json:"duration"`
+	Throughput  float64   `json:"throughput"`
+	Errors      uint64    `json:"errors"`
+	PeakRSS     float64   `json:"peak_rss_mib"`
+	FirstMinute float64   `json:"rss_first_minute_mib"`
+	LastMinute  float64   `json:"rss_last_minute_mib"`
+	Samples     []float64 `json:"rss_samples_mib"`
+}
+
+func (m *RSSResult) finish() {
+	n := len(m.Samples)
+	if n == 0 {
+		return
+	}
+	span := min(60, max(n/4, 1))
+	m.FirstMinute = mean(m.Samples[:span])
+	m.LastMinute = mean(m.Samples[n-span:])
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// Goal is one target of the performance issue.
+type Goal struct {
+	Name   string  `json:"name"`
+	Target string  `json:"target"`
+	Actual float64 `json:"actual"`
+	Met    bool    `json:"met"`
+	Note   string  `json:"note,omitempty"`
+}
+
+func newReport(o Options) *Report {
+	return &Report{
+		GeneratedAt: time.Now().UTC().Format(time.RFC3339), Mode: o.Mode, LoadBefore: LoadAvg(),
+		Settings: Settings{Concurrency: o.Concurrency, Rounds: o.Rounds, CellSeconds: o.Cell.Seconds(),
+			OpenRate: o.OpenRate, OpenSeconds: o.OpenDur.Seconds(), Headline: Headline, L1Conns: o.L1Conns,
+			ScreenOnUnavailable: cmp.Or(o.ScreenOnUnavailable, "store")},
+		PeakRSS: map[string]float64{},
+	}
+}
+
+func (r *Report) addSystem(s *system) {
+	concs := make([]int, 0, len(s.closed))
+	for c := range s.closed {
+		concs = append(concs, c)
+	}
+	slices.Sort(concs)
+	for _, c := range concs {
+		a := s.closed[c]
+		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "closed", Concurrency: c, Summary: summarize(a), Outcomes: a.cell.Outcomes})
+	}
+	if s.open != nil {
+		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "open", Rate: r.Settings.OpenRate, Summary: summarize(s.open), Outcomes: s.open.cell.Outcomes})
+	}
+}
+
+func (r *Report) find(system, loop string, conc int) *Result {
+	for i := range r.Results {
+		x := &r.Results[i]
+		if x.System == system && x.Loop == loop && (loop == "open" || x.Concurrency == conc) {
+			return x
+		}
+	}
+	return nil
+}
+
+// ratioDefs are the ratios of the issue: numerator and denominator system.
+var ratioDefs = []struct{ name, num, den string }{
+	{"repeats_vs_proxy_hop", "B2", "B0"},
+	{"unique_vs_pg_insert", "B1", "L1"},
+	{"mix_vs_ledger_only", "B3", "B4"},
+	{"storm_vs_ledger_only", "B3s", "B4s"},
+}
+
+func (r *Report) finish() {
+	r.Ratios = map[string]float64{}
+	r.RatiosByConcurrency = map[string]map[string]float64{}
+	for _, d := range ratioDefs {
+		for _, c := range r.Settings.Concurrency {
+			n, m := r.find(d.num, "closed", c), r.find(d.den, "closed", c)
+			if n == nil || m == nil || m.Throughput == 0 {
+				continue
+			}
+			if r.RatiosByConcurrency[d.name] == nil {
+				r.RatiosByConcurrency[d.name] = map[string]float64{}
+			}
+			v := round3(n.Throughput / m.Throughput)
+			r.RatiosByConcurrency[d.name][fmt.Sprint(c)] = v
+			if c == Headline {
+				r.Ratios[d.name] = v
+			}
+		}
+	}
+	if s := r.Scale; s != nil && s.Empty.Throughput > 0 {
+		r.Ratios["prefilled_vs_empty"] = round3(s.Prefilled.Throughput / s.Empty.Throughput)
+		if s.SweepOff.Throughput > 0 {
+			r.Ratios["sweeper_throughput"] = round3(s.SweepOn.Throughput / s.SweepOff.Throughput)
+			r.Ratios["sweeper_p99"] = round3(s.SweepOn.P99 / s.SweepOff.P99)
+		}
+	}
+	r.goals()
+}
+
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
+func (r *Report) goals() {
+	add := func(name, target string, actual float64, met bool, note string) {
+		r.Goals = append(r.Goals, Goal{Name: name, Target: target, Actual: actual, Met: met, Note: note})
+	}
+	if v, ok := r.Ratios["repeats_vs_proxy_hop"]; ok {
+		add("repeats_vs_proxy_hop", "≥ 2.0", v, v >= 2, "")
+		b2, b0 := r.find("B2", "closed", Headline), r.find("B0", "closed", Headline)
+		if b2 != nil && b0 != nil {
+			add("repeats_p99_vs_proxy_hop (closed, c=64)", "≤ 1.0", round3(b2.P99/b0.P99), b2.P99 <= b0.P99, "")
+		}
+		o2, o0 := r.find("B2", "open", 0), r.find("B0", "open", 0)
+		if o2 != nil && o0 != nil && o0.P99 > 0 {
+			add("repeats_p99_vs_proxy_hop (open loop)", "≤ 1.0", round3(o2.P99/o0.P99), o2.P99 <= o0.P99, "")
+		}
+	}
+	for _, g := range []struct {
+		name string
+		min  float64
+	}{{"unique_vs_pg_insert", 1}, {"mix_vs_ledger_only", 1.5}, {"storm_vs_ledger_only", 2.5}, {"prefilled_vs_empty", 0.9}} {
+		if v, ok := r.Ratios[g.name]; ok {
+			add(g.name, fmt.Sprintf("≥ %.1f", g.min), v, v >= g.min, "")
+		}
+	}
+	if v, ok := r.Ratios["sweeper_throughput"]; ok {
+		add("sweeper_throughput (B3 on/off)", "≥ 0.9", v, v >= 0.9, fmt.Sprintf("%d rows swept", r.Scale.Swept))
+		p := r.Ratios["sweeper_p99"]
+		add("sweeper_p99 (B3 on/off)", "≤ 1.5", p, p <= 1.5, "")
+	}
+	if m := r.RSS; m != nil {
+		add("peak_rss_mib (256 conns, "+m.Duration+")", "≤ 150", round3(m.PeakRSS), m.PeakRSS <= 150, "")
+		growth := m.LastMinute / m.FirstMinute
+		add("rss_last_vs_first_minute", "≤ 1.1 (flat)", round3(growth), growth <= 1.1, "")
+	}
+}
+
+// WriteJSON writes the report.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// PrintTable prints the results, the ratios and the goals.
+func (r *Report) PrintTable(w io.Writer) {
+	fmt.Fprintf(w, "\nhookstamp load benchmark — %s mode, %s, %d CPUs, load average %.2f before / %.2f after\n",
+		r.Mode, r.GeneratedAt, r.Machine.CPUs, r.LoadBefore, r.LoadAfter)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tload\treq/s\t(rounds)\tp50 ms\tp99 ms\tp99.9 ms\tCPU µs/req\thost µs/req\twrites/req\terrors\t")
+	for _, x := range r.Results {
+		load := fmt.Sprintf("c=%d", x.Concurrency)
+		if x.Loop == "open" {
+			load = fmt.Sprintf("%.0f/s", x.Rate)
+		}
+		cpu, writes := "-", "-"
+		if x.CPUPerReq > 0 {
+			cpu, writes = fmt.Sprintf("%.0f", x.CPUPerReq), fmt.Sprintf("%.2f", x.WritesPerReq)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%s\t%.0f\t%s\t%d\t\n", x.System, load, x.Throughput,
+			x.RoundMin, x.RoundMax, x.P50, x.P99, x.P999, cpu, x.HostCPUPerReq, writes, x.Errors)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	for _, x := range r.Results {
+		if x.Loop == "closed" && x.Concurrency == Headline {
+			fmt.Fprintf(w, "  %-4s %s\n", x.System, x.Desc)
+		}
+	}
+	if s := r.Scale; s != nil {
+		fmt.Fprintf(w, "\nscale (c=%d): B1 empty %.0f/s p99 %.2f ms; B1 with %d rows %.0f/s p99 %.2f ms\n",
+			s.Concurrency, s.Empty.Throughput, s.Empty.P99, s.Rows, s.Prefilled.Throughput, s.Prefilled.P99)
+		fmt.Fprintf(w, "sweeper: B3 off %.0f/s p99 %.2f ms; on %.0f/s p99 %.2f ms; %d rows swept in %d windows, %d expired left\n",
+			s.SweepOff.Throughput, s.SweepOff.P99, s.SweepOn.Throughput, s.SweepOn.P99, s.Swept, s.SweepWindows, s.ExpiredLeft)
+	}
+	if m := r.RSS; m != nil {
+		fmt.Fprintf(w, "memory (c=%d, %s): %.0f req/s, RSS first minute %.1f MiB, last minute %.1f MiB, peak %.1f MiB\n",
+			m.Concurrency, m.Duration, m.Throughput, m.FirstMinute, m.LastMinute, m.PeakRSS)
+	}
+	if len(r.PeakRSS) > 0 {
+		names := make([]string, 0, len(r.PeakRSS))
+		for k := range r.PeakRSS {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		fmt.Fprint(w, "peak RSS:")
+		for _, n := range names {
+			fmt.Fprintf(w, " %s %.1f MiB;", n, r.PeakRSS[n])
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\nratios (closed loop, c=%d; same run):\n", Headline)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "goal\ttarget\tactual\tmet\t")
+	for _, g := range r.Goals {
+		met := "no"
+		if g.Met {
+			met = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%s\n", g.Name, g.Target, g.Actual, met, g.Note)
+	}
+	_ = tw.Flush()
+}
+
+func describeMachine(ctx context.Context, pg *Postgres, redisAddr string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	_ = pg.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.Postgres)
+	var sc string
+	_ = pg.admin.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc)
+	m.Postgres += " (synchronous_commit " + sc + ")"
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	if info, err := c.Info(ctx, "server").Result(); err == nil {
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
+				m.Redis = v
+			}
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	return m
+}

@@ -1,0 +1,314 @@
+package sqlledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// These tests hand the PostgreSQL batch runners whole batches, so that the
+// multi-row statements are exercised deterministically (under real
+// concurrency a batch's size depends on timing).
+
+func openPG(t *testing.T) *Ledger {
+	t.Helper()
+	l, err := Open(context.Background(), Options{Driver: DriverPostgres, DSN: testenv.Postgres(t), MaxOpenConns: 4, CommitBatch: 1, LookupBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func commitJobFor(r idempotency.Ref, owner string, now time.Time) *commitJob {
+	return &commitJob{ctx: context.Background(), done: make(chan error, 1), row: commitRow{
+		ref: r, state: string(idempotency.StateDone), fp: []byte("fp"), status: 200, headers: `{"Content-Type":"text/plain"}`,
+		body: []byte("answer of " + owner), traceID: "t", spanID: "s", source: "src",
+		created: dbTime(now), completed: dbTime(now), expires: dbTime(now.Add(time.Hour)), owner: owner, now: dbTime(now),
+	}}
+}
+
+// One batch mixing fresh keys, a key committed twice, a pending row owned
+// by one of the batch, a pending row owned by someone else and a done row:
+// each row gets the result it would get alone, in order.
+func TestCommitBatchStatementKeepsPerRowResults(t *testing.T) {
+	l := openPG(t)
+	ctx := context.Background()
+	now := time.Now()
+	ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+	claim := func(k, owner string, lease time.Duration) {
+		t.Helper()
+		c, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: ref(k), Owner: owner, Lease: lease, Retention: time.Hour}, now)
+		if err != nil || c.Status != idempotency.Acquired {
+			t.Fatalf("claim %s: %v %v", k, c.Status, err)
+		}
+	}
+	claim("mine", "o-mine", time.Minute)
+	claim("theirs", "o-other", time.Minute)
+	claim("expired", "o-dead", -time.Second)
+	if err := l.Commit(ctx, &idempotency.Record{Ref: ref("done"), State: idempotency.StateDone, Response: idempotency.Response{Status: 201},
+		ExpiresAt: now.Add(time.Hour)}, "o-first", now); err != nil {
+		t.Fatal(err)
+	}
+	batch := []*commitJob{
+		commitJobFor(ref("fresh-1"), "a", now),
+		commitJobFor(ref("twice"), "b1", now),
+		commitJobFor(ref("mine"), "o-mine", now),
+		commitJobFor(ref("theirs"), "c", now),
+		commitJobFor(ref("twice"), "b2", now),
+		commitJobFor(ref("expired"), "d", now),
+		commitJobFor(ref("done"), "e", now),
+		commitJobFor(ref("fresh-2"), "f", now),
+	}
+	l.runCommits(batch)
+	wantOK := map[string]bool{"a": true, "b1": true, "o-mine": true, "d": true, "f": true}
+	for _, j := range batch {
+		err := <-j.done
+		switch {
+		case wantOK[j.row.owner] && err != nil:
+			t.Errorf("commit %s by %s: %v, want success", j.row.ref.Key, j.row.owner, err)
+		case !wantOK[j.row.owner] && !errors.Is(err, idempotency.ErrNotOwner):
+			t.Errorf("commit %s by %s: %v, want ErrNotOwner", j.row.ref.Key, j.row.owner, err)
+		}
+	}
+	for k, body := range map[string]string{"twice": "answer of b1", "mine": "answer of o-mine", "expired": "answer of d", "fresh-2": "answer of f"} {
+		rec, err := l.Lookup(ctx, ref(k))
+		if err != nil || rec.State != idempotency.StateDone || string(rec.Body) != body || rec.Owner != "" {
+			t.Errorf("%s: %+v %v, want done with %q and no owner", k, rec, err, body)
+		}
+	}
+	if rec, _ := l.Lookup(ctx, ref("theirs")); rec == nil || rec.State != idempotency.StatePending || rec.Owner != "o-other" {
+		t.Errorf("theirs: %+v, want still pending for o-other", rec)
+	}
+	if rec, _ := l.Lookup(ctx, ref("done")); rec == nil || rec.Status != 201 {
+		t.Errorf("done: %+v, want the first record kept", rec)
+	}
+}
+
+// A batch of claims: each fresh key is made pending for its owner, two
+// claims of one key in the same batch yield one row (the other claim finds
+// it taken), and a key that has a row is reported as not inserted.
+func TestClaimBatchStatementKeepsPerRowResults(t *testing.T) {
+	l := openPG(t)
+	ctx := context.Background()
+	now := dbTime(time.Now())
+	ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+	if err := l.Commit(ctx, &idempotency.Record{Ref: ref("done"), ExpiresAt: now.Add(time.Hour)}, "x", now); err != nil {
+		t.Fatal(err)
+	}
+	job := func(k, owner string) *claimJob {
+		return &claimJob{ctx: ctx, now: now, done: make(chan claimInsert, 1),
+			req: &idempotency.ClaimRequest{Ref: ref(k), Owner: owner, Lease: time.Minute, Retention: time.Hour, Fingerprint: []byte("fp")}}
+	}
+	batch := []*claimJob{job("k1", "o1"), job("dup", "o2"), job("dup", "o3"), job("done", "o4"), job("k2", "o5")}
+	l.runClaims(batch)
+	inserted := map[string]bool{}
+	for _, j := range batch {
+		res := <-j.done
+		if res.err != nil {
+			t.Fatalf("claim %s: %v", j.req.Key, res.err)
+		}
+		inserted[j.req.Owner] = res.inserted
+	}
+	if !inserted["o1"] || !inserted["o5"] || inserted["o4"] || inserted["o2"] == inserted["o3"] {
+		t.Errorf("inserted %v: want o1, o5 and exactly one of o2/o3", inserted)
+	}
+	for _, k := range []string{"k1", "k2", "dup"} {
+		rec, err := l.Lookup(ctx, ref(k))
+		if err != nil || rec.State != idempotency.StatePending || !rec.LeaseUntil.Equal(now.Add(time.Minute)) || string(rec.Fingerprint) != "fp" {
+			t.Errorf("%s: %+v %v, want pending with its lease and fingerprint", k, rec, err)
+		}
+	}
+}
+
+// A batch of lookups: each caller gets its own row, or ErrNotFound, even
+// when the statement's route × key product returns rows nobody asked for.
+func TestLookupBatchStatementAnswersEachCaller(t *testing.T) {
+	l := openPG(t)
+	ctx := context.Background()
+	now := time.Now()
+	for _, r := range []idempotency.Ref{{Route: "a", Key: "1"}, {Route: "b", Key: "2"}, {Route: "a", Key: "2"}} {
+		if err := l.Commit(ctx, &idempotency.Record{Ref: r, Response: idempotency.Response{Body: []byte(r.Route + r.Key)},
+			ExpiresAt: now.Add(time.Hour)}, "o", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asks := []idempotency.Ref{{Route: "a", Key: "1"}, {Route: "b", Key: "2"}, {Route: "b", Key: "1"}, {Route: "a", Key: "1"}, {Route: "c", Key: "9"}}
+	batch := make([]*lookupJob, len(asks))
+	for i, r := range asks {
+		batch[i] = &lookupJob{ctx: ctx, ref: r, done: make(chan lookupResult, 1)}
+	}
+	l.runLookups(batch)
+	for _, j := range batch {
+		res := <-j.done
+		want := map[string]string{"a1": "a1", "b2": "b2"}[j.ref.Route+j.ref.Key]
+		switch {
+		case want == "" && !errors.Is(res.err, idempotency.ErrNotFound):
+			t.Errorf("lookup %v: %+v %v, want ErrNotFound", j.ref, res.rec, res.err)
+		case want != "" && (res.err != nil || res.rec.Ref != j.ref || string(res.rec.Body) != want):
+			t.Errorf("lookup %v: %+v %v, want its row", j.ref, res.rec, res.err)
+		}
+	}
+}
+
+// A batch larger than the statement limit of parameters is still one
+// statement per round: the arrays are single parameters.
+func TestBatchStatementsTakeManyRows(t *testing.T) {
+	l := openPG(t)
+	now := time.Now()
+	batch := make([]*commitJob, 500)
+	for i := range batch {
+		batch[i] = commitJobFor(idempotency.Ref{Route: "r", Key: fmt.Sprint("k", i)}, fmt.Sprint("o", i), now)
+	}
+	l.runCommits(batch)
+	for _, j := range batch {
+		if err := <-j.done; err != nil {
+			t.Fatalf("commit %s: %v", j.row.ref.Key, err)
+		}
+	}
+	for _, k := range []string{"k0", "k250", "k499"} {
+		if rec, err := l.Lookup(context.Background(), idempotency.Ref{Route: "r", Key: k}); err != nil || rec.State != idempotency.StateDone {
+			t.Errorf("%s: %+v %v, want done", k, rec, err)
+		}
+	}
+}
+
+// Batches whose keys overlap, queued in opposite orders (a repeat claimed
+// while its first delivery commits; two replicas' batches), wait for each
+// other and never deadlock: every batch statement writes rows in one order.
+// Each round starts every worker at once on fresh keys, so that their
+// statements meet each other's uncommitted rows.
+func TestOverlappingBatchesDoNotDeadlock(t *testing.T) {
+	l := openPG(t)
+	now := dbTime(time.Now())
+	const workers, rounds, nkeys = 6, 10, 200
+	errs := make(chan error, workers*rounds*nkeys)
+	for round := range rounds {
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				claims := make([]*claimJob, nkeys)
+				commits := make([]*commitJob, nkeys)
+				for i := range nkeys {
+					k := i
+					if w%2 == 1 {
+						k = nkeys - 1 - i
+					}
+					owner := fmt.Sprintf("w%d-%d", w, k)
+					r := idempotency.Ref{Route: "r", Key: fmt.Sprintf("k%d-%03d", round, k)}
+					claims[i] = &claimJob{ctx: context.Background(), now: now, done: make(chan claimInsert, 1),
+						req: &idempotency.ClaimRequest{Ref: r, Owner: owner, Lease: time.Minute, Retention: time.Hour}}
+					commits[i] = commitJobFor(r, owner, now)
+				}
+				start.Wait()
+				if w%3 == 0 {
+					l.runCommits(commits)
+					for _, j := range commits {
+						if err := <-j.done; err != nil && !errors.Is(err, idempotency.ErrNotOwner) {
+							errs <- err
+						}
+					}
+					return
+				}
+				l.runClaims(claims)
+				for _, j := range claims {
+					if res := <-j.done; res.err != nil {
+						errs <- res.err
+					}
+				}
+			}()
+		}
+		start.Done()
+		wg.Wait()
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// A batched lookup stays a primary-key probe as the table grows from
+// empty: the plan is made for each statement, never a generic one cached
+// while the table was small (a sequential scan, which nothing invalidates
+// until autovacuum first analyzes the table).
+func TestBatchedLookupStaysAProbeAsTheTableGrows(t *testing.T) {
+	l, err := Open(context.Background(), Options{Driver: DriverPostgres, DSN: testenv.Postgres(t), MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(keys ...string) time.Duration {
+		jobs := make([]*lookupJob, len(keys))
+		for i, k := range keys {
+			jobs[i] = &lookupJob{ctx: ctx, ref: idempotency.Ref{Route: "r", Key: k}, done: make(chan lookupResult, 1)}
+		}
+		start := time.Now()
+		l.runLookups(jobs)
+		for _, j := range jobs {
+			if res := <-j.done; res.err != nil && !errors.Is(res.err, idempotency.ErrNotFound) {
+				t.Fatal(res.err)
+			}
+		}
+		return time.Since(start)
+	}
+	for range 20 { // enough executions for a connection to settle on a generic plan
+		batch("a", "b")
+	}
+	if err := l.w.Exec(`INSERT INTO hookstamp_records (route, "key", state, status, headers, body_omitted, trace_id, span_id, source, created_at, expires_at)
+		SELECT 'r', 'k' || i, 'done', 200, '{}', false, '', '', '', now(), now() + interval '1 day' FROM generate_series(1, 300000) AS i`).Error; err != nil {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	for i := range 20 {
+		total += batch(fmt.Sprint("k", i*7), "missing", fmt.Sprint("k", i*11))
+	}
+	// A probe takes well under a millisecond; scanning 300 000 rows takes
+	// tens of milliseconds.
+	if avg := total / 20; avg > 5*time.Millisecond {
+		t.Fatalf("a batched lookup takes %v on a 300 000-row table: it scans the table", avg)
+	}
+}
+
+// SweepAll rests after every full batch, SweepRest times as long as the
+// batch took, and not after the last, short one.
+func TestSweepAllRestsBetweenBatches(t *testing.T) {
+	l := openPG(t)
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 25 {
+		r := idempotency.Ref{Route: "r", Key: fmt.Sprint("old-", i)}
+		if err := l.Commit(ctx, &idempotency.Record{Ref: r, ExpiresAt: now.Add(-time.Hour)}, "o", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rests []time.Duration
+	l.rest = func(_ context.Context, d time.Duration) { rests = append(rests, d) }
+	n, err := l.SweepAll(ctx, now, 10)
+	if err != nil || n != 25 {
+		t.Fatalf("SweepAll = %d, %v; want 25", n, err)
+	}
+	if len(rests) != 2 {
+		t.Fatalf("rested %d times (%v), want after each of the 2 full batches", len(rests), rests)
+	}
+	for _, d := range rests {
+		if d <= 0 {
+			t.Errorf("rest %v: want SweepRest times the batch's duration", d)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package ingress_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/extract"
+	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/telemetry"
+)
+
+// noLedger is a ledger a repeat answered from the local cache never
+// reaches; any call fails the benchmark.
+type noLedger struct{ tb testing.TB }
+
+func (l noLedger) Lookup(context.Context, idempotency.Ref) (*idempotency.Record, error) {
+	l.tb.Error("ledger lookup on a cached repeat")
+	return nil, idempotency.ErrNotFound
+}
+
+func (l noLedger) Claim(context.Context, idempotency.ClaimRequest, time.Time) (idempotency.Claim, error) {
+	l.tb.Error("ledger claim on a cached repeat")
+	return idempotency.Claim{}, idempotency.ErrUnavailable
+}
+
+func (l noLedger) Commit(context.Context, *idempotency.Record, string, time.Time) error {
+	l.tb.Error("ledger commit on a cached repeat")
+	return idempotency.ErrUnavailable
+}
+
+func (l noLedger) Release(context.Context, idempotency.Ref, string) error { return nil }
+
+type noForward struct{ tb testing.TB }
+
+func (f noForward) Do(context.Context, *forward.Request) (*forward.Response, error) {
+	f.tb.Error("forward of a cached repeat")
+	return nil, forward.ErrUnreachable
+}
+
+// BenchmarkServeCachedRepeat is a repeat answered from the in-process
+// cache, through everything that runs in the gateway process between the
+// request's bytes and the answer's: Fiber, the server-span middleware with
+// hookstamp's default telemetry (exporter none), route matching, key
+// extraction (header), fingerprint (body), the cache, the metrics, and the
+// replay. No network call is made: the screen, ledger and forwarder fail
+// the benchmark if reached.
+func BenchmarkServeCachedRepeat(b *testing.B) {
+	tel, err := telemetry.Setup(context.Background(), config.Default().Telemetry, "bench", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	ex, err := extract.NewExtractor("hooks", []extract.Source{{Kind: "header", Arg: "X-Event-Id"}}, 255)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fp, err := extract.NewFingerprinter(extract.FingerprintBody, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	screen := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
+	defer screen.Close()
+	cache := idempotency.NewCache(32<<20, 64<<10, 0)
+	eng, err := idempotency.New(idempotency.Options{Screen: screen, Ledger: noLedger{b}, Cache: cache, Tracer: tel.Tracer()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	route := &ingress.Route{Name: "hooks", Path: "/hooks", Methods: []string{"POST"}, Extractor: ex, Fingerprinter: fp,
+		KeyRequired: true, Policy: &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour}}
+	srv := ingress.New(ingress.Options{Routes: []*ingress.Route{route}, Engine: eng, Forwarder: noForward{b},
+		BodyLimit: 1 << 20, Middleware: []fiber.Handler{tel.Middleware()}, Observe: tel.Observe})
+	h := srv.App().Handler()
+
+	const key = "evt_1NG8Du2eZvKYlo2CUI79vXWy"
+	body := []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","type":"payment_intent.succeeded","data":{"object":{"amount":2000}}}`)
+	var req fasthttp.Request
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/hooks")
+	req.Header.Set("X-Event-Id", key)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	var rc fasthttp.RequestCtx
+	rc.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+
+	// The first delivery's record, as the gateway caches it after commit.
+	var r fasthttp.Request
+	req.CopyTo(&r)
+	cache.Put(idempotency.Ref{Route: "hooks", Key: key}, &idempotency.Entry{BodyCached: true,
+		Fingerprint: fp.Fingerprint(requestView{&r}), Response: idempotency.Response{Status: 200,
+			Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"received":true}`)}})
+
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.Response.Reset()
+		rc.ResetUserValues() // as fasthttp does between requests
+		h(&rc)
+		if rc.Response.StatusCode() != 200 {
+			b.Fatalf("status %d: %s", rc.Response.StatusCode(), rc.Response.Body())
+		}
+	}
+	if got := string(rc.Response.Header.Peek(ingress.HeaderOutcome)); got != "replayed" {
+		b.Fatalf("outcome %q, want replayed", got)
+	}
+}
+
+// requestView is the fasthttp request as extract reads it.
+type requestView struct{ r *fasthttp.Request }
+
+func (v requestView) Header(name string) []byte { return v.r.Header.Peek(name) }
+func (v requestView) HeaderValues(name string) [][]byte {
+	return v.r.Header.PeekAll(name)
+}
+func (v requestView) Query(name string) []byte { return v.r.URI().QueryArgs().Peek(name) }
+func (v requestView) Body() []byte             { return v.r.Body() }
+func (v requestView) ContentType() []byte      { return v.r.Header.ContentType() }
+func (v requestView) Method() []byte           { return v.r.Header.Method() }
