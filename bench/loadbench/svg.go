@@ -80,6 +80,7 @@ func logTicks(lo, hi float64) []float64 {
 	return t
 }
 
+// niceBounds are the 1-2-5 steps just outside the positive values.
 func niceBounds(vals []float64) (lo, hi float64) {
 	lo, hi = math.Inf(1), 0
 	for _, v := range vals {
@@ -90,7 +91,24 @@ func niceBounds(vals []float64) (lo, hi float64) {
 	if hi == 0 {
 		return 1, 10
 	}
-	return math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	steps := func(v float64) []float64 {
+		e := math.Pow(10, math.Floor(math.Log10(v)))
+		return []float64{e, 2 * e, 5 * e, 10 * e}
+	}
+	down, up := steps(lo), steps(hi)
+	for i := len(down) - 1; i >= 0; i-- {
+		if down[i] <= lo {
+			lo = down[i]
+			break
+		}
+	}
+	for _, u := range up {
+		if u >= hi {
+			hi = u
+			break
+		}
+	}
+	return lo, hi
 }
 
 func fmtTick(v float64, unit string) string {

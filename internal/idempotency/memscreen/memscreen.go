@@ -2,12 +2,14 @@
 // memory): a sharded map of claims, for a gateway that runs as one process.
 // Replicas do not see each other's claims; use redisscreen for several.
 //
-// Memory is bounded by the live entries: an entry is dropped when it is
-// claimed again after it expired (lazily), and a janitor goroutine started
-// by New and stopped by Close sweeps expired entries every SweepInterval.
-// Done entries expire after their ttl; in-flight entries are kept for one
-// more lease after their lease ends, so that a claim in that window reports
-// TakenOver (the owner died) rather than a silent Acquired, then dropped.
+// Memory is bounded: an entry is dropped when it is claimed again after it
+// expired (lazily), a janitor goroutine started by New and stopped by
+// Close sweeps expired entries every SweepInterval, and done entries beyond
+// MaxDoneBytes are dropped oldest first. Done entries expire after their
+// ttl; in-flight entries are kept for one more lease after their lease
+// ends, so that a claim in that window reports TakenOver (the owner died)
+// rather than a silent Acquired, then dropped. In-flight entries are never
+// dropped early: they are the claims.
 package memscreen
 
 import (
@@ -34,7 +36,17 @@ type Options struct {
 	// SweepInterval is how often the janitor drops expired entries; zero
 	// means one minute.
 	SweepInterval time.Duration
+	// MaxDoneBytes bounds the memory done entries hold
+	// (DefaultMaxDoneBytes when zero; negative: no bound). Beyond it the
+	// oldest are dropped: the screen forgets, and a repeat of a dropped key
+	// is confirmed in the ledger, replayed and remembered again. Without a
+	// bound a busy gateway would keep every delivery of the last
+	// screen.ttl (24h) in memory.
+	MaxDoneBytes int
 }
+
+// DefaultMaxDoneBytes is Options.MaxDoneBytes when zero.
+const DefaultMaxDoneBytes = 32 << 20
 
 // shardCount spreads the lock: with one mutex, parallel claims on a busy
 // gateway serialise on it (see BenchmarkClaimParallel).
@@ -44,6 +56,8 @@ const shardCount = 64
 // concurrent use. The zero value is not usable: call New.
 type Screen struct {
 	maxBody int
+	// maxDone is each shard's share of MaxDoneBytes; 0 = no bound.
+	maxDone int
 	now     func() time.Time
 	seed    maphash.Seed
 	shards  [shardCount]shard
@@ -56,8 +70,21 @@ type Screen struct {
 var _ idempotency.Screen = (*Screen)(nil)
 
 type shard struct {
-	mu sync.Mutex
-	m  map[idempotency.Ref]*entry
+	mu  sync.Mutex
+	m   map[idempotency.Ref]*entry
+	seq uint64
+	// done lists the shard's done entries oldest first, for eviction;
+	// items whose entry has since left the map (or been replaced) are
+	// skipped, and dropped by the janitor. doneBytes sums the sizes of the
+	// done entries in m.
+	done      []doneItem
+	doneHead  int
+	doneBytes int
+}
+
+type doneItem struct {
+	ref idempotency.Ref
+	seq uint64 // the entry's, to tell it from a later one of the same key
 }
 
 // entry is one key's state. An entry is never modified in place once
@@ -77,6 +104,9 @@ type entry struct {
 	// changed is made by the first Wait and closed when the entry leaves
 	// this state.
 	changed chan struct{}
+	// seq and size identify and weigh a done entry (MaxDoneBytes).
+	seq  uint64
+	size int
 }
 
 func (e *entry) wake() {
@@ -88,8 +118,13 @@ func (e *entry) wake() {
 
 // New returns a Screen and starts its janitor; Close stops it.
 func New(o Options) *Screen {
+	maxDone := o.MaxDoneBytes
+	if maxDone == 0 {
+		maxDone = DefaultMaxDoneBytes
+	}
 	s := &Screen{
 		maxBody: o.MaxCachedBody,
+		maxDone: max(maxDone, 0) / shardCount,
 		now:     o.Now,
 		seed:    maphash.MakeSeed(),
 		stop:    make(chan struct{}),
@@ -148,6 +183,7 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 			status = idempotency.TakenOver
 		}
 		e.wake()
+		sh.forgetDone(e)
 	}
 	sh.m[req.Ref] = &entry{
 		owner:       req.Owner,
@@ -178,9 +214,48 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 			return nil // a done record never changes
 		}
 		old.wake()
+		sh.forgetDone(old)
 	}
-	sh.m[ref] = &entry{done: true, val: kept, dropAt: now.Add(ttl)}
+	sh.seq++
+	ne := &entry{done: true, val: kept, dropAt: now.Add(ttl), seq: sh.seq, size: doneSize(ref, kept)}
+	sh.m[ref] = ne
+	sh.done = append(sh.done, doneItem{ref: ref, seq: ne.seq})
+	sh.doneBytes += ne.size
+	for s.maxDone > 0 && sh.doneBytes > s.maxDone && sh.doneHead < len(sh.done) {
+		it := sh.done[sh.doneHead]
+		sh.doneHead++
+		if old := sh.m[it.ref]; old != nil && old.done && old.seq == it.seq {
+			sh.forgetDone(old)
+			delete(sh.m, it.ref)
+		}
+	}
+	if sh.doneHead > len(sh.done)/2 {
+		sh.done = append(sh.done[:0], sh.done[sh.doneHead:]...)
+		sh.doneHead = 0
+	}
 	return nil
+}
+
+// forgetDone takes a done entry leaving the map out of the shard's
+// accounting; sh.mu is held.
+func (sh *shard) forgetDone(e *entry) {
+	if e.done {
+		sh.doneBytes -= e.size
+	}
+}
+
+// doneSize approximates what a done entry holds: its strings and slices,
+// the headers map, and about 400 bytes of fixed cost (the entry, the
+// idempotency.Entry, the map slot, the eviction list item).
+func doneSize(ref idempotency.Ref, e *idempotency.Entry) int {
+	n := 400 + len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
+	if len(e.Headers) > 0 {
+		n += 200
+	}
+	for k, v := range e.Headers {
+		n += len(k) + len(v) + 48
+	}
+	return n
 }
 
 // Release drops owner's in-flight entry; ErrNotOwner when the key is not
@@ -206,6 +281,7 @@ func (s *Screen) Forget(_ context.Context, ref idempotency.Ref) error {
 	defer sh.mu.Unlock()
 	if e := sh.m[ref]; e != nil {
 		e.wake()
+		sh.forgetDone(e)
 		delete(sh.m, ref)
 	}
 	return nil
@@ -292,9 +368,19 @@ func (s *Screen) sweep() {
 		for ref, e := range sh.m {
 			if !now.Before(e.dropAt) {
 				e.wake()
+				sh.forgetDone(e)
 				delete(sh.m, ref)
 			}
 		}
+		// Drop eviction items whose entry is gone or was replaced.
+		live := sh.done[:0]
+		for _, it := range sh.done[sh.doneHead:] {
+			if e := sh.m[it.ref]; e != nil && e.done && e.seq == it.seq {
+				live = append(live, it)
+			}
+		}
+		clear(sh.done[len(live):])
+		sh.done, sh.doneHead = live, 0
 		sh.mu.Unlock()
 	}
 }

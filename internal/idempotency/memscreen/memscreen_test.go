@@ -218,3 +218,49 @@ func BenchmarkClaimParallel(b *testing.B) {
 		}
 	})
 }
+
+// Done entries beyond MaxDoneBytes are forgotten oldest first, however
+// many deliveries a day brings; claims in flight are never forgotten (they
+// are what keeps a second copy from being forwarded), and the most recent
+// done entries are kept.
+func TestDoneEntriesStayWithinTheirBudget(t *testing.T) {
+	const budget = 256 << 10
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 1 << 10, MaxDoneBytes: budget})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	claim := func(key, owner string) idempotency.Claim {
+		t.Helper()
+		c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: key}, Owner: owner, Lease: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for i := range 100 {
+		if c := claim(fmt.Sprint("inflight-", i), "first"); c.Status != idempotency.Acquired {
+			t.Fatalf("claim: %v", c.Status)
+		}
+	}
+	body := make([]byte, 512)
+	const n = 20000 // ~20 MB of done entries through a 256 KiB budget
+	for i := range n {
+		ref := idempotency.Ref{Route: "r", Key: fmt.Sprint("done-", i)}
+		if err := s.Complete(ctx, ref, "o", &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: body}}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, most := s.Len(), 100+budget/512; got > most {
+		t.Errorf("screen holds %d entries after %d deliveries, want at most %d within %d bytes", got, n, most, budget)
+	}
+	for i := range 100 {
+		if c := claim(fmt.Sprint("inflight-", i), "second"); c.Status != idempotency.InFlight || c.Owner != "first" {
+			t.Fatalf("in-flight claim %d was forgotten: %v", i, c.Status)
+		}
+	}
+	if c := claim(fmt.Sprint("done-", n-1), "x"); c.Status != idempotency.Done {
+		t.Errorf("the latest done entry was forgotten: %v", c.Status)
+	}
+	if c := claim("done-0", "x"); c.Status != idempotency.Acquired {
+		t.Errorf("the oldest done entry is still there: %v", c.Status)
+	}
+}

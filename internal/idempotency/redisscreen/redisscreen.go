@@ -83,6 +83,7 @@ type Screen struct {
 	pollMax   time.Duration
 
 	hub       *hub
+	pipe      *pipeliner // Claim and Complete scripts (pipeline.go)
 	closeOnce sync.Once
 	closeErr  error
 
@@ -163,6 +164,7 @@ func newScreen(c redis.UniversalClient, o Options) *Screen {
 	if !o.PollOnly {
 		s.hub = startHub(c, s.channel, s.opTimeout)
 	}
+	s.pipe = newPipeliner(c, pipelineWorkers, pipelineMax)
 	return s
 }
 
@@ -176,6 +178,7 @@ func (s *Screen) Close() error {
 		if s.hub != nil {
 			s.hub.close()
 		}
+		s.pipe.close()
 		if s.ownClient {
 			s.closeErr = s.client.Close()
 		}
@@ -211,17 +214,21 @@ func fail(op string, ref idempotency.Ref, err error) error {
 }
 
 // Claim takes the key for req.Owner or reports what holds it, in one
-// script run.
+// script run (pipelined with concurrent calls).
 func (s *Screen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
 	if req.Lease <= 0 {
 		return idempotency.Claim{}, fmt.Errorf("redisscreen: claim %s %q: lease %v is not positive", req.Route, req.Key, req.Lease)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	res, err := claimScript.Run(ctx, s.client, []string{s.key(req.Ref)},
-		s.channel, req.Owner, req.Fingerprint, millis(req.Lease)).Slice()
+	v, err := s.pipe.run(ctx, claimScript, []string{s.key(req.Ref)},
+		s.channel, req.Owner, req.Fingerprint, millis(req.Lease))
 	if err != nil {
 		return idempotency.Claim{}, fail("claim", req.Ref, err)
+	}
+	res, ok := v.([]any)
+	if !ok {
+		return idempotency.Claim{}, fail("claim", req.Ref, fmt.Errorf("%w: claim reply %T", errCorrupt, v))
 	}
 	c, err := parseClaim(res)
 	if err != nil {
@@ -276,8 +283,8 @@ func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e 
 	blob := encodeEntry(make([]byte, 0, encodedSize(e)), e, len(e.Body) <= s.maxBody)
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	err := completeScript.Run(ctx, s.client, []string{s.key(ref)},
-		s.channel, millis(ttl), e.Fingerprint, blob).Err()
+	_, err := s.pipe.run(ctx, completeScript, []string{s.key(ref)},
+		s.channel, millis(ttl), e.Fingerprint, blob)
 	if err != nil {
 		return fail("complete", ref, err)
 	}
