@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/faultproxy"
 )
 
 // Options configure a run. Zero values take the defaults named.
@@ -142,8 +144,8 @@ type runner struct {
 	start    time.Time
 	work     string
 	redis    *RedisServer
-	rproxies []*Proxy // one per gateway: Redis can be cut for all, or for one
-	pproxy   *Proxy
+	rproxies []*faultproxy.Proxy // one per gateway: Redis can be cut for all, or for one
+	pproxy   *faultproxy.Proxy
 	db       *Database
 	up       *Upstream
 	gws      []*GatewayProc
@@ -307,7 +309,7 @@ func (r *runner) setup(ctx context.Context) (err error) {
 		return err
 	}
 	for i := 0; i < 3; i++ {
-		p, err := NewProxy(fmt.Sprintf("redis-g%d", i+1), r.redis.Addr)
+		p, err := faultproxy.New(fmt.Sprintf("redis-g%d", i+1), r.redis.Addr)
 		if err != nil {
 			return err
 		}
@@ -321,7 +323,7 @@ func (r *runner) setup(ctx context.Context) (err error) {
 	if u.Port() == "" {
 		pgAddr += ":5432"
 	}
-	if r.pproxy, err = NewProxy("postgres", pgAddr); err != nil {
+	if r.pproxy, err = faultproxy.New("postgres", pgAddr); err != nil {
 		return err
 	}
 	dsn, err := r.db.DSNVia(r.pproxy.Addr())
@@ -473,17 +475,17 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		}
 		return strings.Join(notes, ", "), nil
 	case FaultRedisCut:
-		r.redisNet((*Proxy).Cut)
+		r.redisNet((*faultproxy.Proxy).Cut)
 		hold()
-		r.redisNet((*Proxy).Restore)
+		r.redisNet((*faultproxy.Proxy).Restore)
 	case FaultRedisBlackhole:
-		r.redisNet((*Proxy).Blackhole)
+		r.redisNet((*faultproxy.Proxy).Blackhole)
 		hold()
-		r.redisNet((*Proxy).Restore)
+		r.redisNet((*faultproxy.Proxy).Restore)
 	case FaultRedisSlow:
-		r.redisNet(func(p *Proxy) { p.Slow(f.Latency) })
+		r.redisNet(func(p *faultproxy.Proxy) { p.Slow(f.Latency) })
 		hold()
-		r.redisNet((*Proxy).Restore)
+		r.redisNet((*faultproxy.Proxy).Restore)
 	case FaultRedisPartition:
 		// With the application slow, deliveries stay in flight long
 		// enough for the two sides of the partition to meet.
@@ -535,7 +537,7 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 }
 
 // redisNet applies f to the network between every gateway and Redis.
-func (r *runner) redisNet(f func(*Proxy)) {
+func (r *runner) redisNet(f func(*faultproxy.Proxy)) {
 	for _, p := range r.rproxies {
 		f(p)
 	}
@@ -584,7 +586,7 @@ func (r *runner) startGateway(g *GatewayProc) error {
 // restoreAll undoes every fault (they are undone as they end; this is the
 // safety net when the load stops in the middle of one).
 func (r *runner) restoreAll() {
-	r.redisNet((*Proxy).Restore)
+	r.redisNet((*faultproxy.Proxy).Restore)
 	r.pproxy.Restore()
 	r.up.SetMode(UpstreamMode{})
 	if err := r.redis.Start(); err != nil {

@@ -1,4 +1,9 @@
-package chaos
+// Package faultproxy is a TCP proxy on loopback that stands between code
+// under test and one of its dependencies (Redis, PostgreSQL) and can cut,
+// hang, slow and restore the connection, so that outages are real network
+// failures while the dependency itself keeps running and keeps its data.
+// The chaos harness and the outage tests share it.
+package faultproxy
 
 import (
 	"errors"
@@ -9,30 +14,30 @@ import (
 	"time"
 )
 
-// ProxyMode is what a Proxy does to the traffic it carries.
-type ProxyMode int
+// Mode is what a Proxy does to the traffic it carries.
+type Mode int
 
 // Proxy modes.
 const (
-	// ProxyPass forwards bytes as they come (plus Latency, if set).
-	ProxyPass ProxyMode = iota
-	// ProxyCut closes every open connection and resets new ones as soon as
+	// Pass forwards bytes as they come (plus Latency, if set).
+	Pass Mode = iota
+	// Cut closes every open connection and resets new ones as soon as
 	// they are accepted: the dependency is down, clients fail fast.
-	ProxyCut
-	// ProxyBlackhole keeps connections open but moves no byte, and accepts
+	Cut
+	// Blackhole keeps connections open but moves no byte, and accepts
 	// new connections without ever connecting them: the dependency hangs,
 	// clients fail only by their own timeouts. Restore lets the held bytes
 	// flow again, like a network that recovers.
-	ProxyBlackhole
+	Blackhole
 )
 
-func (m ProxyMode) String() string {
+func (m Mode) String() string {
 	switch m {
-	case ProxyPass:
+	case Pass:
 		return "pass"
-	case ProxyCut:
+	case Cut:
 		return "cut"
-	case ProxyBlackhole:
+	case Blackhole:
 		return "blackhole"
 	}
 	return "unknown"
@@ -48,7 +53,7 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu      sync.Mutex
-	mode    ProxyMode
+	mode    Mode
 	latency time.Duration
 	changed chan struct{} // closed and replaced on every mode change
 	links   map[*link]struct{}
@@ -74,8 +79,8 @@ func (l *link) close() {
 	})
 }
 
-// NewProxy listens on a free loopback port and forwards to target.
-func NewProxy(name, target string) (*Proxy, error) {
+// New listens on a free loopback port and forwards to target.
+func New(name, target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: listen: %w", name, err)
@@ -90,31 +95,31 @@ func NewProxy(name, target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Mode reports the current mode and added latency.
-func (p *Proxy) Mode() (ProxyMode, time.Duration) {
+func (p *Proxy) Mode() (Mode, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mode, p.latency
 }
 
 // Cut closes every connection and resets new ones until Restore.
-func (p *Proxy) Cut() { p.set(ProxyCut, 0) }
+func (p *Proxy) Cut() { p.set(Cut, 0) }
 
 // Blackhole stops every byte until Restore.
-func (p *Proxy) Blackhole() { p.set(ProxyBlackhole, 0) }
+func (p *Proxy) Blackhole() { p.set(Blackhole, 0) }
 
 // Slow delays every chunk of data, in both directions, by d.
-func (p *Proxy) Slow(d time.Duration) { p.set(ProxyPass, d) }
+func (p *Proxy) Slow(d time.Duration) { p.set(Pass, d) }
 
 // Restore passes traffic again, without added latency.
-func (p *Proxy) Restore() { p.set(ProxyPass, 0) }
+func (p *Proxy) Restore() { p.set(Pass, 0) }
 
-func (p *Proxy) set(m ProxyMode, latency time.Duration) {
+func (p *Proxy) set(m Mode, latency time.Duration) {
 	p.mu.Lock()
 	p.mode, p.latency = m, latency
 	close(p.changed)
 	p.changed = make(chan struct{})
 	var cut []*link
-	if m == ProxyCut {
+	if m == Cut {
 		for l := range p.links {
 			cut = append(cut, l)
 		}
@@ -168,9 +173,9 @@ func (p *Proxy) gate(l *link) (time.Duration, bool) {
 		_, alive := p.links[l]
 		p.mu.Unlock()
 		switch {
-		case closed || !alive || mode == ProxyCut:
+		case closed || !alive || mode == Cut:
 			return 0, false
-		case mode == ProxyPass:
+		case mode == Pass:
 			return latency, true
 		}
 		<-changed
@@ -180,7 +185,7 @@ func (p *Proxy) gate(l *link) (time.Duration, bool) {
 func (p *Proxy) serve(c net.Conn) {
 	l := &link{client: c}
 	p.mu.Lock()
-	if p.closed || p.mode == ProxyCut {
+	if p.closed || p.mode == Cut {
 		p.mu.Unlock()
 		l.close()
 		return

@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"bufio"
@@ -60,7 +60,7 @@ func dial(tb testing.TB, addr string) (net.Conn, *bufio.Reader) {
 }
 
 func TestProxyCutsHangsSlowsAndRestores(t *testing.T) {
-	p, err := NewProxy("echo", echoServer(t))
+	p, err := New("echo", echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
