@@ -395,3 +395,79 @@ func TestNewWithClientLeavesClientOpen(t *testing.T) {
 		t.Fatalf("client closed by Screen.Close: %v", err)
 	}
 }
+
+// TestPublishesOnlyWhenWaitedFor: ending an in-flight entry nobody waits
+// for sends no message (a message per delivery would cost every replica a
+// wake-up for nobody); once a waiter has looked at the entry, completing
+// or releasing it is published, and the waiter wakes from the message
+// alone (its poll is an hour).
+func TestPublishesOnlyWhenWaitedFor(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix, WaitPollMin: time.Hour, WaitPollMax: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub := s.Client().Subscribe(ctx, s.channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	msgs := sub.Channel()
+	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	entry := &idempotency.Entry{Response: idempotency.Response{Status: 200}}
+	claim := func(ref idempotency.Ref) {
+		t.Helper()
+		if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "a", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+			t.Fatalf("Claim(%s) = %v, %v", ref.Key, c.Status, err)
+		}
+	}
+
+	// Nobody waits: complete and release publish nothing.
+	quiet := []idempotency.Ref{{Route: "r", Key: "quiet-complete"}, {Route: "r", Key: "quiet-release"}}
+	claim(quiet[0])
+	claim(quiet[1])
+	if err := s.Complete(ctx, quiet[0], "a", entry, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, quiet[1], "a"); err != nil {
+		t.Fatal(err)
+	}
+	// A published marker proves the subscription delivers: anything
+	// published before it would arrive first.
+	marker := prefix + "marker"
+	if err := s.Client().Publish(ctx, s.channel, marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-msgs; m.Payload != marker {
+		t.Fatalf("message %q for an entry nobody waited for", m.Payload)
+	}
+
+	// A waiter is there: each end of the entry is published and wakes it.
+	for _, end := range []string{"complete", "release"} {
+		ref := idempotency.Ref{Route: "r", Key: "waited-" + end}
+		claim(ref)
+		before := s.helds.Load()
+		done := make(chan error, 1)
+		go func() { done <- s.Wait(ctx, ref, "a") }()
+		pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+		var err error
+		if end == "complete" {
+			err = s.Complete(ctx, ref, "a", entry, time.Minute)
+		} else {
+			err = s.Release(ctx, ref, "a")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := <-msgs; m.Payload != s.key(ref) {
+			t.Fatalf("%s: message %q, want %q", end, m.Payload, s.key(ref))
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: Wait: %v", end, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: waiter not woken by the message", end)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import "github.com/redis/go-redis/v9"
 //	u  lease deadline, ms since the epoch by the Redis server's clock (in flight)
 //	f  fingerprint, "" for none
 //	e  the encoded response (done; see codec.go)
+//	w  "1" once a waiter has looked at the in-flight entry (heldScript)
 //
 // Lease deadlines are taken from redis.call('TIME') so that every gateway
 // replica agrees on them whatever its own clock says. An in-flight key
@@ -19,9 +20,16 @@ import "github.com/redis/go-redis/v9"
 // after it the key is gone and a claim is a plain Acquired (the ledger
 // confirm step still finds any recorded delivery).
 //
-// Scripts that change an entry publish its Redis key on the events channel
-// (ARGV[1] of each script) so that Wait wakes without polling. PUBLISH in a
-// script is fine on Cluster: non-sharded messages reach every node.
+// Scripts that end an in-flight entry publish its Redis key on the events
+// channel (ARGV[1] of each script) so that Wait wakes without polling, but
+// only when a waiter marked the entry (field w): most deliveries have no
+// repeat in flight, and a message for each would cost Redis a fan-out and
+// every replica a wake-up for nobody. The mark cannot be missed: Wait
+// registers for messages before its first heldScript call, and that call
+// sets w atomically with reading the entry, so a completion either comes
+// before it (heldScript sees the entry gone or done) or finds w set.
+// Takeover and Forget always publish; they are rare. PUBLISH in a script
+// is fine on Cluster: non-sharded messages reach every node.
 
 // claimScript: ARGV = channel, owner, fingerprint, lease ms.
 // Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
@@ -56,25 +64,30 @@ return {status}
 // completeScript: ARGV = channel, ttl ms, fingerprint, entry.
 // Returns 1 when written, 0 when a done entry was kept.
 var completeScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 's') == 'd' then
+local v = redis.call('HMGET', KEYS[1], 's', 'w')
+if v[1] == 'd' then
   return 0
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'd', 'f', ARGV[3], 'e', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PUBLISH', ARGV[1], KEYS[1])
+if v[2] then
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+end
 return 1
 `)
 
 // releaseScript: ARGV = channel, owner. Returns 1 when released, 0 when
 // the key is not in flight for owner.
 var releaseScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 's', 'o')
+local v = redis.call('HMGET', KEYS[1], 's', 'o', 'w')
 if v[1] ~= 'f' or v[2] ~= ARGV[2] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], KEYS[1])
+if v[3] then
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+end
 return 1
 `)
 
@@ -88,7 +101,8 @@ return n
 `)
 
 // heldScript: ARGV = owner. Returns the ms left of owner's live claim, or
-// -1 when owner holds none.
+// -1 when owner holds none. A live claim is marked as waited for (w), so
+// that its completion or release is published.
 var heldScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 's', 'o', 'u')
 if v[1] ~= 'f' or v[2] ~= ARGV[1] then
@@ -99,5 +113,6 @@ local left = tonumber(v[3]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2])
 if left <= 0 then
   return -1
 end
+redis.call('HSET', KEYS[1], 'w', '1')
 return left
 `)
