@@ -601,7 +601,7 @@ func TestAdminStatsMemory(t *testing.T) {
 
 // TestAdminStatsReplicas: two replicas sharing PostgreSQL and Redis, the
 // scenario delivered through both in turn; either one's /admin/stats gives
-// the exact numbers of both (recording is flushed every 100ms, so poll).
+// the exact numbers of both (recording is flushed every second, so poll).
 func TestAdminStatsReplicas(t *testing.T) {
 	s := sharedSetup(t)
 	a, b := s.start(t), s.start(t)

@@ -201,3 +201,22 @@ func TestRedisCloseFlushes(t *testing.T) {
 		t.Error("Flush after Close: no error")
 	}
 }
+
+// TestHeaviest: a flush writes a bucket's highest sums only, the same
+// ones whatever order the map iterates in.
+func TestHeaviest(t *testing.T) {
+	counts := map[string]int64{"a": 5, "b": 1, "c": 9, "d": 1, "e": 3}
+	if got := heaviest(counts, 5); len(got) != 5 {
+		t.Fatalf("heaviest(5 names, 5) kept %d, want all", len(got))
+	}
+	for range 20 {
+		got := heaviest(counts, 3)
+		want := map[string]int64{"c": 9, "a": 5, "e": 3}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("heaviest(_, 3) = %v, want %v", got, want)
+		}
+		if got := heaviest(counts, 4); got["b"] != 1 || got["d"] != 0 {
+			t.Fatalf("heaviest(_, 4) = %v: the tie at 1 goes to the first name, b", got)
+		}
+	}
+}
