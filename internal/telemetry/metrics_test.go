@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
@@ -280,5 +282,41 @@ func TestMetricsOff(t *testing.T) {
 	rec := newRecorder(tel.MetricsHandler())
 	if rec != http.StatusNotFound {
 		t.Errorf("GET /metrics = %d, want 404", rec)
+	}
+}
+
+// TestExemplarsOnlyWithExportedTraces: an OpenMetrics scrape carries
+// exemplars naming the trace of a measurement when traces are exported
+// (the trace can be looked up), and none when traces.exporter is none (the
+// trace exists nowhere, and offering every measurement to the reservoirs
+// costs the hot path).
+func TestExemplarsOnlyWithExportedTraces(t *testing.T) {
+	up := newUpstream(t)
+	_, exported := spanRecorder()
+	for _, tc := range []struct {
+		name      string
+		o         gateway.Options
+		exemplars bool
+	}{{"exporter none", noTraces(), false}, {"exported", exported, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, gatewayConfig(t, up.URL, scenarioRoutes, ""), tc.o)
+			wantOutcome(t, send(t, g, "/hooks", `{"a":1}`, "X-Event-Id", "evt_ex_"+strings.ReplaceAll(tc.name, " ", "_")), 200, "forwarded")
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+			g.Telemetry().MetricsHandler().ServeHTTP(rec, req)
+			var line string
+			for l := range strings.SplitSeq(rec.Body.String(), "\n") {
+				if strings.HasPrefix(l, "hookstamp_requests_total{") && strings.Contains(l, `outcome="forwarded"`) {
+					line = l
+				}
+			}
+			if line == "" {
+				t.Fatalf("no hookstamp_requests_total series for the forward in:\n%s", rec.Body)
+			}
+			if got := strings.Contains(line, "# {trace_id="); got != tc.exemplars {
+				t.Fatalf("exemplar on %q: %v, want %v", line, got, tc.exemplars)
+			}
+		})
 	}
 }
