@@ -205,6 +205,11 @@ var ratioDefs = []struct{ name, num, den string }{
 	{"unique_vs_pg_insert", "B1", "L1"},
 	{"mix_vs_ledger_only", "B3", "B4"},
 	{"storm_vs_ledger_only", "B3s", "B4s"},
+	// Not a goal: how much faster than the hop the upstream alone answers
+	// the same load generator on the same machine. A repeat answered from
+	// memory does at least what the upstream does (read a request, write
+	// an answer), so this bounds repeats_vs_proxy_hop from above.
+	{"upstream_alone_vs_proxy_hop", "U0", "B0"},
 }
 
 func (r *Report) finish() {

@@ -303,6 +303,7 @@ func (r *run) main(ctx context.Context) error {
 	defer l2.Close()
 
 	systems := []*system{
+		{name: "U0", desc: "the upstream alone, no hop (ceiling of any HTTP hop here)", doer: NewHTTPTarget(strings.TrimPrefix(r.up.URL, "http://"), &Mix{Unique: 1, Prefix: "evt_"})},
 		{name: "B0", desc: "bare Fiber v2 proxy hop", doer: NewHTTPTarget(proxy.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: proxy},
 		{name: "B1", desc: "Redis+PG, 100% unique", doer: mainT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwMain},
 		{name: "B2", desc: "Redis+PG, 100% repeats (10k recorded keys)", doer: mainT.WithMix(&Mix{Working: working}), child: gwMain},

@@ -17,13 +17,13 @@ import (
 // of magnitude.
 
 var palette = map[string]string{
-	"B0": "#6b7280", "B1": "#2563eb", "B2": "#16a34a", "B3": "#9333ea", "B3s": "#c026d3",
+	"U0": "#a3a3a3", "B0": "#6b7280", "B1": "#2563eb", "B2": "#16a34a", "B3": "#9333ea", "B3s": "#c026d3",
 	"B4": "#ea580c", "B4s": "#f59e0b", "B5": "#0891b2", "L1": "#1e293b", "L2": "#dc2626",
 }
 
 // dashed systems are the baselines, not hookstamp (and hookstamp's own
 // earlier build, "@base").
-var dashed = map[string]bool{"B0": true, "L1": true, "L2": true}
+var dashed = map[string]bool{"U0": true, "B0": true, "L1": true, "L2": true}
 
 // colorOf is a system's color; an earlier build's shares its system's.
 func colorOf(s string) string {
@@ -60,7 +60,7 @@ func (r *Report) WriteSVG(path string) error {
 			x, 428, colorOf(s), x+13, 437, html.EscapeString(s))
 		x += 52
 	}
-	fmt.Fprintf(&b, `<text x="60" y="458" font-size="10" fill="#444">B0 bare Fiber v2 proxy hop (dashed: baselines) · Redis+PostgreSQL: B1 unique, B2 repeats, B3 70/30 mix, B3s 10/90 storm ·</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="60" y="458" font-size="10" fill="#444">U0 upstream alone · B0 bare Fiber v2 proxy hop (dashed: baselines) · Redis+PostgreSQL: B1 unique, B2 repeats, B3 70/30 mix, B3s 10/90 storm ·</text>`+"\n")
 	fmt.Fprintf(&b, `<text x="60" y="470" font-size="10" fill="#444">B4/B4s ledger only (seed design) · B5 SQLite+memory 70/30 · L1 PostgreSQL single-row INSERT tx · L2 Redis SET NX</text>`+"\n")
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
