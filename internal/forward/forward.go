@@ -2,18 +2,21 @@
 // response (SPEC §1 FORWARD, §4, §6).
 //
 // Its one promise beyond a plain HTTP client is that a delivery is written to
-// the upstream at most once per call: net/http's Transport silently re-sends a
+// the upstream at most once per call, and that Do reports precisely whether
+// anything reached the upstream: failures before the first byte was written
+// are ErrUnreachable (safe to release, never ambiguous); failures after are
+// ErrTimeout or ErrNoAnswer (the upstream may have acted on the delivery).
+// net/http's Transport cannot promise the first: it silently re-sends a
 // request on a reused keep-alive connection when it considers the request
-// replayable, and a request carrying an Idempotency-Key header (or any GET)
-// counts as replayable when its body can be rewound. The state machine counts
-// forwards per claim, so Do builds every request so that net/http can never
-// replay it, and reports precisely whether anything reached the upstream:
-// failures before the first byte was written are ErrUnreachable (safe to
-// release, never ambiguous); failures after are ErrTimeout or ErrNoAnswer
-// (the upstream may have acted on the delivery).
+// replayable (an Idempotency-Key header or a GET with a rewindable body), and
+// it spends two goroutines per connection. The Forwarder therefore keeps its
+// own HTTP/1.1 connections (pool.go) and writes each request once, on one
+// connection, from the caller's goroutine; answers are parsed with
+// net/http's own http.ReadResponse.
 package forward
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -21,8 +24,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Defaults applied by New to zero Options fields.
@@ -117,37 +126,42 @@ type Response struct {
 	Body   []byte
 }
 
-// Forwarder sends deliveries upstream over its own connection pool. It is
-// safe for concurrent use.
+// Forwarder sends deliveries upstream over its own connection pool (see
+// pool.go). It is safe for concurrent use.
 type Forwarder struct {
-	transport   *http.Transport
 	maxBody     int64
 	injectTrace func(context.Context, http.Header)
+	dialTCP     dialFunc
+	tlsConfig   *tls.Config
+	tlsTimeout  time.Duration
+	maxIdle     int
+	maxConns    int
+	idleTimeout time.Duration
+
+	mu    sync.Mutex
+	pools map[string]*hostPool
 }
 
-// New returns a Forwarder with its own HTTP/1.1 Transport. Proxy settings
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// New returns a Forwarder with its own HTTP/1.1 connections. Proxy settings
 // from the environment are ignored on purpose: an HTTPS_PROXY meant for the
 // host's egress would silently route deliveries through a proxy, whose own
 // retries and timeouts would void the one-forward guarantee.
 func New(opts Options) *Forwarder {
 	opts = opts.withDefaults()
 	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	t := &http.Transport{
-		Proxy:               nil,
-		DialContext:         countingDialer(dialer.DialContext),
-		TLSClientConfig:     opts.TLSConfig,
-		TLSHandshakeTimeout: opts.TLSHandshakeTimeout,
-		Protocols:           protocols,
-		MaxIdleConnsPerHost: opts.MaxIdleConnsPerHost,
-		MaxConnsPerHost:     opts.MaxConnsPerHost,
-		IdleConnTimeout:     opts.IdleConnTimeout,
-		// The body is recorded and replayed byte for byte: never ask for
-		// gzip on the client's behalf nor decompress the upstream's answer.
-		DisableCompression: true,
+	return &Forwarder{
+		maxBody:     opts.MaxResponseBody,
+		injectTrace: opts.InjectTrace,
+		dialTCP:     dialer.DialContext,
+		tlsConfig:   opts.TLSConfig,
+		tlsTimeout:  opts.TLSHandshakeTimeout,
+		maxIdle:     opts.MaxIdleConnsPerHost,
+		maxConns:    opts.MaxConnsPerHost,
+		idleTimeout: opts.IdleConnTimeout,
+		pools:       make(map[string]*hostPool),
 	}
-	return &Forwarder{transport: t, maxBody: opts.MaxResponseBody, injectTrace: opts.InjectTrace}
 }
 
 func (o Options) withDefaults() Options {
@@ -172,7 +186,15 @@ func (o Options) withDefaults() Options {
 // Close closes the idle connections. In-flight forwards are not affected;
 // the Forwarder stays usable.
 func (f *Forwarder) Close() {
-	f.transport.CloseIdleConnections()
+	f.mu.Lock()
+	pools := make([]*hostPool, 0, len(f.pools))
+	for _, p := range f.pools {
+		pools = append(pools, p)
+	}
+	f.mu.Unlock()
+	for _, p := range pools {
+		p.closeIdle()
+	}
 }
 
 // Do sends r once and returns the upstream's complete response, whatever its
@@ -184,56 +206,175 @@ func (f *Forwarder) Close() {
 // With ErrResponseTooLarge, Do also returns the Response with Status and
 // Header (Body nil): the upstream did answer, only the body was not kept.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("forward: build request: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("forward: build request: unsupported URL %q (want http:// or https:// with a host)", r.URL)
+	}
+	if !validMethod(r.Method) {
+		return nil, fmt.Errorf("forward: build request: invalid method %q", r.Method)
+	}
 	tctx := ctx
 	if r.Timeout > 0 {
 		var cancel context.CancelFunc
 		tctx, cancel = context.WithTimeout(ctx, r.Timeout)
 		defer cancel()
 	}
-	var w wire
-	tctx = httptrace.WithClientTrace(tctx, &httptrace.ClientTrace{GotConn: w.gotConn})
-
-	req, err := http.NewRequestWithContext(tctx, r.Method, r.URL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("forward: build request: %w", err)
-	}
-	// No GetBody, and never nil or http.NoBody, even when empty: net/http
-	// then has no way to replay the request (see Request.isReplayable).
-	// An empty body goes out chunked (one zero-size chunk) for POST, PUT,
-	// PATCH and unknown methods; GET-like methods go without a body.
-	req.Body = io.NopCloser(bytes.NewReader(r.Body))
-	req.ContentLength = int64(len(r.Body))
-	req.GetBody = nil
-	req.Header = outgoingHeader(r)
+	x := exchange{method: r.Method, host: u.Host}
+	h := outgoingHeader(r)
 	if f.injectTrace != nil {
-		f.injectTrace(tctx, req.Header)
+		f.injectTrace(tctx, h)
+	}
+	if err := checkHeader(h); err != nil {
+		return nil, x.failure(ctx, tctx, false, err) // refused before writing
 	}
 
-	// The Transport directly, not an http.Client: a 3xx is the upstream's
-	// answer to relay, never a redirect to follow, and there is no cookie jar.
-	resp, err := f.transport.RoundTrip(req)
+	p := f.pool(u.Scheme, hostPort(u), u.Hostname())
+	c, err := p.get(tctx)
 	if err != nil {
-		return nil, failure(ctx, tctx, req, w.sent(), err)
+		return nil, x.failure(ctx, tctx, false, err)
+	}
+	// The caller's context ends the exchange by ending the connection's
+	// I/O; a connection it touched is not reused.
+	stop := context.AfterFunc(tctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	mark := c.cc.written.Load()
+	resp, reuse, err := f.roundTrip(c, r, u, h)
+	if !stop() {
+		reuse = false
+	}
+	if reuse {
+		p.put(c)
+	} else {
+		p.discard(c)
+	}
+	if err == errTooLarge {
+		return resp, fmt.Errorf("forward %s %s: %w: status %d, over %d bytes",
+			r.Method, u.Host, ErrResponseTooLarge, resp.Status, f.maxBody)
+	}
+	if err != nil {
+		return nil, x.failure(ctx, tctx, c.cc.written.Load() != mark, err)
+	}
+	return resp, nil
+}
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks any I/O at
+// once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// roundTrip writes the request on c and reads the complete answer. reuse
+// says whether c can carry another request.
+func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_ *Response, reuse bool, _ error) {
+	if err := writeRequest(c.bw, r, u, h); err != nil {
+		return nil, false, err
+	}
+	req := &http.Request{Method: r.Method} // ReadResponse needs the method (HEAD)
+	var resp *http.Response
+	for {
+		var err error
+		if resp, err = http.ReadResponse(c.br, req); err != nil {
+			return nil, false, err
+		}
+		// 1xx answers are interim (RFC 9110 §15.2): the final one follows.
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
 	}
 	defer resp.Body.Close()
-
 	removeHopByHop(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
-	body, err := readBody(resp, f.maxBody)
-	if err == errTooLarge {
-		return out, fmt.Errorf("forward %s %s: %w: status %d, over %d bytes",
-			req.Method, req.URL.Host, ErrResponseTooLarge, resp.StatusCode, f.maxBody)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return out, false, nil // never asked for; the connection is not HTTP any more
 	}
+	body, err := readBody(resp, f.maxBody)
 	if err != nil {
-		return nil, failure(ctx, tctx, req, true, err) // an answer began: it was sent
+		return out, false, err
 	}
 	out.Body = body
-	return out, nil
+	// Reusable only if the answer had its own framing (a length, chunks,
+	// or no body by definition), the upstream keeps the connection open,
+	// and nothing more than the answer arrived.
+	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody
+	return out, framed && !resp.Close && c.br.Buffered() == 0, nil
 }
+
+// writeRequest writes one HTTP/1.1 request with its body and flushes it.
+// Headers go out as net/http writes them (sorted, one line per value). A
+// body, even an empty one for methods that carry content, is framed by
+// Content-Length: no chunked encoding, so the upstream always knows the
+// request's length.
+func writeRequest(w *bufio.Writer, r *Request, u *url.URL, h http.Header) error {
+	w.WriteString(r.Method)
+	w.WriteByte(' ')
+	w.WriteString(u.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(u.Host)
+	w.WriteString("\r\n")
+	if len(r.Body) > 0 || !bodyless(r.Method) {
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.Itoa(len(r.Body)))
+		w.WriteString("\r\n")
+	}
+	if err := h.WriteSubset(w, notWritten); err != nil {
+		return err
+	}
+	w.WriteString("\r\n")
+	w.Write(r.Body)
+	return w.Flush()
+}
+
+// notWritten are the headers writeRequest sets itself, or never sends.
+var notWritten = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true}
+
+// bodyless methods carry no content unless they are given some.
+func bodyless(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions, http.MethodTrace, http.MethodConnect:
+		return true
+	}
+	return false
+}
+
+// validMethod: a method is an RFC 9110 token.
+func validMethod(m string) bool {
+	return m != "" && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+// checkHeader refuses what cannot be written as a header field (a name
+// that is not a token, a value with CR, LF or NUL), as net/http does.
+func checkHeader(h http.Header) error {
+	for name, values := range h {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return fmt.Errorf("invalid header field name %q", name)
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid header field value for %q", name)
+			}
+		}
+	}
+	return nil
+}
+
+// hostPort is u's host with its port, the scheme's default when absent.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// exchange names one forward in errors.
+type exchange struct{ method, host string }
 
 // failure classifies a failed exchange: sent says whether any byte of the
 // request may have reached the upstream.
-func failure(ctx, tctx context.Context, req *http.Request, sent bool, err error) error {
+func (x exchange) failure(ctx, tctx context.Context, sent bool, err error) error {
 	kind := ErrNoAnswer
 	switch {
 	case !sent:
@@ -242,9 +383,9 @@ func failure(ctx, tctx context.Context, req *http.Request, sent bool, err error)
 		kind = ErrTimeout
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("forward %s %s: %w: %w: %w", req.Method, req.URL.Host, kind, ctx.Err(), err)
+		return fmt.Errorf("forward %s %s: %w: %w: %w", x.method, x.host, kind, ctx.Err(), err)
 	}
-	return fmt.Errorf("forward %s %s: %w: %w", req.Method, req.URL.Host, kind, err)
+	return fmt.Errorf("forward %s %s: %w: %w", x.method, x.host, kind, err)
 }
 
 // readBody reads the whole response body, at most limit bytes. The body is

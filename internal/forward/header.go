@@ -63,11 +63,6 @@ func outgoingHeader(r *Request) http.Header {
 	if r.KeyHeader != "" && r.Key != "" {
 		h.Set(r.KeyHeader, r.Key)
 	}
-	if _, ok := h["User-Agent"]; !ok {
-		// An empty value keeps net/http from adding its own User-Agent: the
-		// upstream sees what the provider sent.
-		h["User-Agent"] = []string{""}
-	}
 	return h
 }
 

@@ -43,13 +43,13 @@ func TestDoNothingWrittenIsUnreachable(t *testing.T) {
 		var fail atomic.Bool
 		f := New(Options{})
 		var d net.Dialer
-		f.transport.DialContext = countingDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		f.dialTCP = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
 			return &failingConn{Conn: c, fail: &fail}, nil
-		})
+		}
 		send := func(id string) error {
 			_, err := f.Do(context.Background(), &Request{
 				Method: http.MethodPost, URL: u.URL, Body: body, Timeout: 5 * time.Second,

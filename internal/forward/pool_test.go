@@ -1,0 +1,280 @@
+package forward_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/forward"
+)
+
+// rawUpstream serves each connection with answer, which gets every request
+// (its body read into body) and writes whatever it likes to c; it returns
+// whether to keep the connection open. It counts connections and requests.
+type rawUpstream struct {
+	addr  string
+	conns atomic.Int64
+	reqs  atomic.Int64
+}
+
+func newRawUpstream(tb testing.TB, answer func(c net.Conn, req *http.Request, body []byte) (keep bool)) *rawUpstream {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u := &rawUpstream{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			u.conns.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					u.reqs.Add(1)
+					if !answer(c, req, body) {
+						return
+					}
+				}
+			})
+		}
+	})
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return u
+}
+
+func okAnswer(c net.Conn, _ *http.Request, _ []byte) bool {
+	_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	return err == nil
+}
+
+// An upstream that closes a keep-alive connection while it is idle (its
+// own keep-alive timeout is shorter than the gateway's) must not cost a
+// delivery: the pooled connection is found closed before anything is
+// written on it, and the delivery goes out once on a new connection. The
+// Transport noticed this with its read loop; without the pool's peek the
+// delivery would be written into a closed connection and fail as an
+// ambiguous ErrNoAnswer.
+func TestDoSkipsIdleConnectionTheUpstreamClosed(t *testing.T) {
+	var served atomic.Int64
+	u := newRawUpstream(t, func(c net.Conn, req *http.Request, body []byte) bool {
+		okAnswer(c, req, body)
+		served.Add(1)
+		return false // close right after answering, without Connection: close
+	})
+	f := newForwarder(t, forward.Options{})
+	for i := range 20 {
+		r := post("http://"+u.addr+"/hook", "idle")
+		resp, err := f.Do(context.Background(), r)
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+		if string(resp.Body) != "ok" {
+			t.Fatalf("delivery %d: body %q", i, resp.Body)
+		}
+		// Let the FIN arrive before the next delivery looks at the pool.
+		waitFor(t, func() bool { return served.Load() == int64(i+1) })
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := u.reqs.Load(); n != 20 {
+		t.Errorf("upstream read %d requests, want 20", n)
+	}
+	if n := u.conns.Load(); n != 20 {
+		t.Errorf("%d connections opened, want 20 (none reused after the upstream closed it)", n)
+	}
+}
+
+// Answers framed in every way HTTP/1.1 allows are read whole, and the
+// connection is reused only when the answer had its own framing.
+func TestDoResponseFraming(t *testing.T) {
+	cases := []struct {
+		name      string
+		raw       string
+		body      string
+		reuse     bool
+		status    int
+		hopHeader bool
+	}{
+		{"content-length", "HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello", "hello", true, 201, false},
+		{"chunked with trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\nX-T: 1\r\n\r\n", "hello", true, 200, false},
+		{"no body by status", "HTTP/1.1 204 No Content\r\n\r\n", "", true, 204, false},
+		{"interim answers first", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "ok", true, 200, false},
+		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", "ok", false, 200, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+				_, err := io.WriteString(conn, c.raw)
+				return err == nil && c.reuse
+			})
+			f := newForwarder(t, forward.Options{})
+			for i := range 2 {
+				resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "framing"))
+				if err != nil {
+					t.Fatalf("Do %d: %v", i, err)
+				}
+				if resp.Status != c.status || string(resp.Body) != c.body {
+					t.Fatalf("Do %d: %d %q, want %d %q", i, resp.Status, resp.Body, c.status, c.body)
+				}
+				if _, ok := resp.Header["Connection"]; ok {
+					t.Errorf("hop-by-hop Connection header kept: %v", resp.Header)
+				}
+			}
+			want := int64(2)
+			if c.reuse {
+				want = 1
+			}
+			if n := u.conns.Load(); n != want {
+				t.Errorf("%d connections for 2 deliveries, want %d", n, want)
+			}
+		})
+	}
+	t.Run("until close", func(t *testing.T) {
+		u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\n\r\nuntil close")
+			return false
+		})
+		f := newForwarder(t, forward.Options{})
+		resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "eof"))
+		if err != nil || string(resp.Body) != "until close" {
+			t.Fatalf("Do = %v, %v; want the body up to the close", resp, err)
+		}
+	})
+}
+
+// A connection reset in the middle of a body is a failed exchange, never a
+// shorter body: chunked, and read-until-close.
+func TestDoResetMidBodyIsNoAnswer(t *testing.T) {
+	for name, raw := range map[string]string{
+		"chunked":     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+		"until close": "HTTP/1.1 200 OK\r\n\r\nhel",
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+				_, _ = io.WriteString(conn, raw)
+				time.Sleep(20 * time.Millisecond)
+				_ = conn.(*net.TCPConn).SetLinger(0) // close with RST
+				return false
+			})
+			f := newForwarder(t, forward.Options{})
+			resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "rst"))
+			if !errors.Is(err, forward.ErrNoAnswer) || !forward.Ambiguous(err) {
+				t.Fatalf("Do = %+v, %v; want ambiguous ErrNoAnswer", resp, err)
+			}
+		})
+	}
+}
+
+// With MaxConnsPerHost busy, a delivery waits for a connection; if its
+// time runs out first, nothing was sent: ErrUnreachable.
+func TestDoWaitsForAConnection(t *testing.T) {
+	release := make(chan struct{})
+	u := newRawUpstream(t, func(conn net.Conn, req *http.Request, body []byte) bool {
+		if req.Header.Get("X-Test-Id") == "slow" {
+			<-release
+		}
+		return okAnswer(conn, req, body)
+	})
+	f := newForwarder(t, forward.Options{MaxConnsPerHost: 1})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "slow"))
+		slow <- err
+	}()
+	waitFor(t, func() bool { return u.reqs.Load() == 1 })
+	r := post("http://"+u.addr+"/x", "waits")
+	r.Timeout = 50 * time.Millisecond
+	if _, err := f.Do(context.Background(), r); !errors.Is(err, forward.ErrUnreachable) || forward.Ambiguous(err) {
+		t.Fatalf("Do while the only connection is busy = %v, want ErrUnreachable", err)
+	}
+	next := make(chan error, 1)
+	go func() {
+		_, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "next"))
+		next <- err
+	}()
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("slow delivery: %v", err)
+	}
+	if err := <-next; err != nil {
+		t.Fatalf("delivery after the connection was freed: %v", err)
+	}
+	if n, c := u.reqs.Load(), u.conns.Load(); n != 2 || c != 1 {
+		t.Errorf("upstream read %d requests on %d connections, want 2 on 1", n, c)
+	}
+}
+
+// The request goes out as written: request line, Host, Content-Length (for
+// an empty POST too), the headers, and a GET's body if it has one.
+func TestDoRequestOnTheWire(t *testing.T) {
+	got := make(chan string, 2)
+	u := newRawUpstream(t, func(c net.Conn, req *http.Request, body []byte) bool {
+		got <- req.Method + " " + req.RequestURI + " host=" + req.Host + " cl=" + req.Header.Get("Content-Length") +
+			" te=" + strings.Join(req.TransferEncoding, ",") + " body=" + string(body) + " ua=" + strings.Join(req.Header.Values("User-Agent"), ",")
+		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+		return err == nil
+	})
+	f := newForwarder(t, forward.Options{})
+	empty := post("http://"+u.addr+"/a/b?c=d", "wire")
+	empty.Body = nil
+	if _, err := f.Do(context.Background(), empty); err != nil {
+		t.Fatal(err)
+	}
+	if g, want := <-got, "POST /a/b?c=d host="+u.addr+" cl=0 te= body= ua="; g != want {
+		t.Errorf("empty POST on the wire: %q, want %q", g, want)
+	}
+	get := post("http://"+u.addr+"/g", "wire")
+	get.Method, get.Body = http.MethodGet, []byte("q")
+	if _, err := f.Do(context.Background(), get); err != nil {
+		t.Fatal(err)
+	}
+	if g, want := <-got, "GET /g host="+u.addr+" cl=1 te= body=q ua="; g != want {
+		t.Errorf("GET with a body on the wire: %q, want %q", g, want)
+	}
+}
+
+// A header value that cannot be written (CR/LF) is refused before anything
+// is sent.
+func TestDoRefusesUnwritableHeader(t *testing.T) {
+	u := newUpstream(t, nil)
+	f := newForwarder(t, forward.Options{})
+	r := post(u.URL, "crlf")
+	r.Header.Set("X-Evil", "a\r\nX-Injected: 1")
+	if _, err := f.Do(context.Background(), r); !errors.Is(err, forward.ErrUnreachable) {
+		t.Fatalf("Do = %v, want ErrUnreachable", err)
+	}
+	if n := len(u.requests()); n != 0 {
+		t.Errorf("upstream got %d requests, want 0", n)
+	}
+}
