@@ -281,7 +281,10 @@ func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_
 			break
 		}
 	}
-	defer resp.Body.Close()
+	// resp.Body is closed only once read to its end: closing it earlier
+	// would read the rest of the body (all of a too-large one) to keep
+	// the connection usable. On every other path the connection is
+	// discarded instead, which ends the body too.
 	removeHopByHop(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -289,6 +292,9 @@ func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_
 	}
 	body, err := readBody(resp, f.maxBody)
 	if err != nil {
+		return out, false, err
+	}
+	if err := resp.Body.Close(); err != nil {
 		return out, false, err
 	}
 	out.Body = body

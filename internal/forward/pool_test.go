@@ -278,3 +278,39 @@ func TestDoRefusesUnwritableHeader(t *testing.T) {
 		t.Errorf("upstream got %d requests, want 0", n)
 	}
 }
+
+// An answer declared larger than MaxResponseBody is refused at once, from
+// its headers: the forwarder does not download the body it will not keep
+// (here the upstream would never finish sending it).
+func TestDoTooLargeIsNotDownloaded(t *testing.T) {
+	for name, head := range map[string]string{
+		"content-length": "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n",
+		"chunked":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + strings.Repeat("a", 2048) + "\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			hold := make(chan struct{})
+			defer close(hold)
+			u := newRawUpstream(t, func(c net.Conn, _ *http.Request, _ []byte) bool {
+				_, _ = io.WriteString(c, head)
+				<-hold // the rest never comes
+				return false
+			})
+			f := newForwarder(t, forward.Options{MaxResponseBody: 1024})
+			r := post("http://"+u.addr+"/x", "huge")
+			r.Timeout = time.Minute
+			done := make(chan error, 1)
+			go func() {
+				_, err := f.Do(context.Background(), r)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, forward.ErrResponseTooLarge) {
+					t.Fatalf("Do = %v, want ErrResponseTooLarge", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Do still reading a body it will not keep after 10s")
+			}
+		})
+	}
+}
