@@ -271,6 +271,7 @@ func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_
 	}
 	req := &http.Request{Method: r.Method} // ReadResponse needs the method (HEAD)
 	var resp *http.Response
+	c.lim.left = maxResponseHead - int64(c.br.Buffered())
 	for {
 		var err error
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
@@ -281,6 +282,7 @@ func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_
 			break
 		}
 	}
+	c.lim.left = -1 // the body is bounded by MaxResponseBody
 	// resp.Body is closed only once read to its end: closing it earlier
 	// would read the rest of the body (all of a too-large one) to keep
 	// the connection usable. On every other path the connection is

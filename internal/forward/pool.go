@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -30,9 +32,40 @@ import (
 type conn struct {
 	cc     *countingConn // the TCP connection, counting what it writes
 	nc     net.Conn      // cc, or a TLS client over it
+	lim    *headLimit    // between nc and br
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+}
+
+// maxResponseHead bounds what is read of an answer before its body: the
+// status line, interim answers and headers (net/http's Transport allows
+// 10 MB by default; real answers are a few KB).
+const maxResponseHead = 1 << 20
+
+// headLimit fails reads once left reaches zero; left < 0 is unlimited. It
+// sits under the bufio.Reader, so it counts what the reader pulls from the
+// connection, read-ahead included.
+type headLimit struct {
+	r    io.Reader
+	left int64
+}
+
+var errHeadTooLarge = errors.New("response status line and headers over 1 MiB")
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 func (c *conn) close() { _ = c.nc.Close() }
@@ -131,7 +164,8 @@ func (p *hostPool) dial(ctx context.Context) (*conn, error) {
 		}
 		c.nc = tc
 	}
-	c.br = bufio.NewReaderSize(c.nc, 4<<10)
+	c.lim = &headLimit{r: c.nc, left: -1}
+	c.br = bufio.NewReaderSize(c.lim, 4<<10)
 	c.bw = bufio.NewWriterSize(c.nc, 4<<10)
 	return c, nil
 }

@@ -314,3 +314,28 @@ func TestDoTooLargeIsNotDownloaded(t *testing.T) {
 		})
 	}
 }
+
+// An answer whose headers never end is cut off after 1 MiB: a failed
+// exchange (the delivery was sent), not unbounded memory.
+func TestDoEndlessHeaders(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	u := newRawUpstream(t, func(c net.Conn, _ *http.Request, _ []byte) bool {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n"); err != nil {
+			return false
+		}
+		line := "X-Pad: " + strings.Repeat("p", 1000) + "\r\n"
+		for range 2000 { // 2 MB of headers
+			if _, err := io.WriteString(c, line); err != nil {
+				return false
+			}
+		}
+		<-hold
+		return false
+	})
+	f := newForwarder(t, forward.Options{})
+	_, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "endless"))
+	if !errors.Is(err, forward.ErrNoAnswer) || !strings.Contains(err.Error(), "over 1 MiB") {
+		t.Fatalf("Do = %v, want ErrNoAnswer for headers over 1 MiB", err)
+	}
+}
