@@ -241,6 +241,9 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	stop := context.AfterFunc(tctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	mark := c.cc.written.Load()
 	resp, reuse, err := f.roundTrip(c, r, u, h)
+	// Read before the connection may be closed: closing a TLS connection
+	// writes its close_notify alert.
+	sent := c.cc.written.Load() != mark
 	if !stop() {
 		reuse = false
 	}
@@ -254,7 +257,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, f.maxBody)
 	}
 	if err != nil {
-		return nil, x.failure(ctx, tctx, c.cc.written.Load() != mark, err)
+		return nil, x.failure(ctx, tctx, sent, err)
 	}
 	return resp, nil
 }

@@ -151,9 +151,7 @@ func (p *hostPool) dial(ctx context.Context) (*conn, error) {
 		if cfg.ServerName == "" {
 			cfg.ServerName = p.serverName
 		}
-		if len(cfg.NextProtos) == 0 {
-			cfg.NextProtos = []string{"http/1.1"}
-		}
+		cfg.NextProtos = []string{"http/1.1"} // the only protocol spoken here
 		tc := tls.Client(cc, cfg)
 		hctx, cancel := context.WithTimeout(ctx, p.f.tlsTimeout)
 		err := tc.HandshakeContext(hctx)

@@ -8,9 +8,9 @@ import (
 // countingConn counts the bytes written to a connection, so that a failed
 // exchange can tell "nothing reached the upstream" from "something did": the
 // count is taken before the request is written and compared after a
-// failure. Under TLS it counts the records on the wire, the close_notify
-// alert of a closing connection included, which can only turn a "not sent"
-// into a "sent": the error stays on the safe (ambiguous) side.
+// failure, before the connection is closed. Under TLS it counts the
+// records on the wire: a TLS alert written by a failing write can only turn
+// a "not sent" into a "sent", the safe (ambiguous) side.
 type countingConn struct {
 	net.Conn
 	written atomic.Int64
