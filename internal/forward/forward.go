@@ -138,8 +138,9 @@ type Forwarder struct {
 	maxConns    int
 	idleTimeout time.Duration
 
-	mu    sync.Mutex
-	pools map[string]*hostPool
+	// pools maps "scheme://host:port" to its *hostPool. A sync.Map: every
+	// forward looks its pool up, and a pool is added once per upstream.
+	pools sync.Map
 }
 
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -160,7 +161,6 @@ func New(opts Options) *Forwarder {
 		maxIdle:     opts.MaxIdleConnsPerHost,
 		maxConns:    opts.MaxConnsPerHost,
 		idleTimeout: opts.IdleConnTimeout,
-		pools:       make(map[string]*hostPool),
 	}
 }
 
@@ -186,15 +186,10 @@ func (o Options) withDefaults() Options {
 // Close closes the idle connections. In-flight forwards are not affected;
 // the Forwarder stays usable.
 func (f *Forwarder) Close() {
-	f.mu.Lock()
-	pools := make([]*hostPool, 0, len(f.pools))
-	for _, p := range f.pools {
-		pools = append(pools, p)
-	}
-	f.mu.Unlock()
-	for _, p := range pools {
-		p.closeIdle()
-	}
+	f.pools.Range(func(_, p any) bool {
+		p.(*hostPool).closeIdle()
+		return true
+	})
 }
 
 // Do sends r once and returns the upstream's complete response, whatever its

@@ -86,17 +86,15 @@ type hostPool struct {
 
 func (f *Forwarder) pool(scheme, addr, host string) *hostPool {
 	key := scheme + "://" + addr
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p := f.pools[key]
-	if p == nil {
-		p = &hostPool{f: f, addr: addr, tls: scheme == "https", freed: make(chan struct{})}
-		if p.tls {
-			p.serverName = host
-		}
-		f.pools[key] = p
+	if p, ok := f.pools.Load(key); ok {
+		return p.(*hostPool)
 	}
-	return p
+	p := &hostPool{f: f, addr: addr, tls: scheme == "https", freed: make(chan struct{})}
+	if p.tls {
+		p.serverName = host
+	}
+	actual, _ := f.pools.LoadOrStore(key, p)
+	return actual.(*hostPool)
 }
 
 // get returns an idle connection that is still open, or dials a new one,
