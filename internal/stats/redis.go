@@ -44,9 +44,11 @@ type RedisOptions struct {
 	// retry storm over many keys, at the price of /admin/stats lagging by
 	// up to the interval.
 	FlushInterval time.Duration
-	// QueueSize bounds the events waiting for a flush (8192); when the
-	// queue is full, events are dropped and counted (Dropped) rather than
-	// slowing the delivery that records them.
+	// QueueSize bounds the events summed while they wait for a flush
+	// (32768). A full batch is flushed at once; while a flush is still
+	// running (a slow or unreachable Redis), the events that find the next
+	// batch full are dropped and counted (Dropped) rather than slowing the
+	// delivery that records them.
 	QueueSize int
 	// OpTimeout bounds one flush or query (2s).
 	OpTimeout time.Duration
@@ -72,9 +74,15 @@ type RedisOptions struct {
 // screen's, so that ACL key patterns (~PREFIX*) and prefix scans cover
 // them. Every key expires a little after its tier's longest window.
 //
-// Record only queues the event; a goroutine sums the queue and writes it
-// every FlushInterval in one pipeline, so a slow or unreachable Redis
-// costs deliveries nothing (events are dropped and counted instead).
+// Record only adds the event to the current batch's sums, under a mutex
+// held for a few map increments; a goroutine swaps the batch out and
+// writes it every FlushInterval in one pipeline, so a slow or unreachable
+// Redis costs deliveries nothing (events are dropped and counted
+// instead). A batch sums into the buckets of the finest tier only; the
+// coarser tiers' sums are derived from them at the flush (a minute bucket
+// lies in exactly one hour bucket). Measured with make bench (100%
+// repeats over 10 000 keys): queueing every event on a channel and summing
+// it into both tiers cost 9–13% of a cached repeat's gateway CPU.
 //
 // A flush writes only the 4 × Capacity highest sums of keys
 // and of sources per bucket: the bucket keeps only Capacity of them after
@@ -93,20 +101,15 @@ type Redis struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	queue   chan event
+	mu      sync.Mutex
+	cur     *batch // what Record sums into; swapped out by each flush
+	limit   int    // QueueSize
+	full    chan struct{}
 	flushes chan chan error
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
 	dropped atomic.Int64
-}
-
-type event struct {
-	at      time.Time
-	route   string
-	outcome idempotency.Outcome
-	key     string
-	source  string
 }
 
 // NewRedis starts a Redis recorder; Close flushes what is queued and stops
@@ -122,7 +125,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		o.FlushInterval = time.Second
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 8192
+		o.QueueSize = 1 << 15
 	}
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 2 * time.Second
@@ -136,7 +139,8 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	r := &Redis{
 		client: o.Client, prefix: o.Prefix, routes: append([]string(nil), o.Routes...),
 		capacity: o.Capacity, interval: o.FlushInterval, opTimeout: o.OpTimeout, now: o.Now, log: o.Logger,
-		queue:   make(chan event, o.QueueSize),
+		cur: newBatch(), limit: o.QueueSize,
+		full:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -145,19 +149,32 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
-// Record queues one finished request; it never blocks.
+// Record adds one finished request to the current batch; it never waits
+// for Redis.
 func (r *Redis) Record(_ context.Context, route string, o idempotency.Outcome, key, source string) {
-	if _, ok := outcomeIndex[o]; !ok {
+	oi, ok := outcomeIndex[o]
+	if !ok {
 		return
 	}
-	ev := event{at: r.now(), route: route, outcome: o}
-	if o.IsDuplicate() {
-		ev.key, ev.source = key, source
+	if !o.IsDuplicate() {
+		key, source = "", ""
 	}
-	select {
-	case r.queue <- ev:
-	default:
+	e := epoch(r.now(), tiers[0].width)
+	r.mu.Lock()
+	b := r.cur
+	if b.events >= r.limit {
+		r.mu.Unlock()
 		r.dropped.Add(1)
+		return
+	}
+	b.add(route, e, oi, key, source)
+	full := b.events == r.limit
+	r.mu.Unlock()
+	if full {
+		select {
+		case r.full <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -165,7 +182,7 @@ func (r *Redis) Record(_ context.Context, route string, o idempotency.Outcome, k
 // failed.
 func (r *Redis) Dropped() int64 { return r.dropped.Load() }
 
-// Flush writes everything queued so far and returns when Redis has it
+// Flush writes everything recorded so far and returns when Redis has it
 // (tests, and callers that read right after they recorded).
 func (r *Redis) Flush(ctx context.Context) error {
 	reply := make(chan error, 1)
@@ -184,7 +201,7 @@ func (r *Redis) Flush(ctx context.Context) error {
 	}
 }
 
-// Close writes what is queued and stops the flushing goroutine. It does
+// Close writes what is recorded and stops the flushing goroutine. It does
 // not close the client. Close is idempotent.
 func (r *Redis) Close() error {
 	r.once.Do(func() { close(r.stop) })
@@ -199,79 +216,102 @@ type bucketID struct {
 	epoch int64
 }
 
-// batch sums queued events per bucket until they are flushed.
+// batch sums recorded events per bucket of the finest tier until they are
+// flushed.
 type batch struct {
 	buckets map[bucketID]*bucketSums
 	events  int
+	// last is the bucket of the previous event: nearly every event of a
+	// batch lands in the same one.
+	last   *bucketSums
+	lastID bucketID
 }
 
 type bucketSums struct {
-	outcomes map[idempotency.Outcome]int64
+	outcomes []int64 // by outcomeIndex
 	keys     map[string]int64
 	sources  map[string]int64
 }
 
-func (b *batch) add(ev event) {
-	if b.buckets == nil {
-		b.buckets = map[bucketID]*bucketSums{}
-	}
+func newBatch() *batch { return &batch{buckets: map[bucketID]*bucketSums{}} }
+
+func newSums() *bucketSums {
+	return &bucketSums{outcomes: make([]int64, len(idempotency.Outcomes)), keys: map[string]int64{}, sources: map[string]int64{}}
+}
+
+func (b *batch) add(route string, e int64, outcome int, key, source string) {
 	b.events++
-	for t := range tiers {
-		id := bucketID{route: ev.route, tier: t, epoch: epoch(ev.at, tiers[t].width)}
-		s := b.buckets[id]
-		if s == nil {
-			s = &bucketSums{outcomes: map[idempotency.Outcome]int64{}, keys: map[string]int64{}, sources: map[string]int64{}}
+	s := b.last
+	if s == nil || b.lastID.epoch != e || b.lastID.route != route {
+		id := bucketID{route: route, epoch: e}
+		if s = b.buckets[id]; s == nil {
+			s = newSums()
 			b.buckets[id] = s
 		}
-		s.outcomes[ev.outcome]++
-		if ev.key != "" {
-			s.keys[ev.key]++
-		}
-		if ev.source != "" {
-			s.sources[ev.source]++
-		}
+		b.last, b.lastID = s, id
+	}
+	s.outcomes[outcome]++
+	if key != "" {
+		s.keys[key]++
+	}
+	if source != "" {
+		s.sources[source]++
 	}
 }
 
-// maxBatch flushes early when this many events are summed, which bounds
-// the memory of a batch (its maps hold at most this many names).
-const maxBatch = 1 << 15
+// tiered returns the batch's sums for every tier: its own buckets for the
+// finest, and for each coarser tier the sums of the fine buckets inside
+// each of its buckets (the same sums, not a copy, when one fine bucket
+// makes a coarse one alone: the usual case).
+func (b *batch) tiered() map[bucketID]*bucketSums {
+	out := make(map[bucketID]*bucketSums, len(b.buckets)*len(tiers))
+	for t := range tiers {
+		ratio := int64(tiers[t].width / tiers[0].width)
+		for id, s := range b.buckets {
+			cid := bucketID{route: id.route, tier: t, epoch: id.epoch / ratio}
+			prev, ok := out[cid]
+			if !ok {
+				out[cid] = s
+				continue
+			}
+			out[cid] = merged(prev, s)
+		}
+	}
+	return out
+}
+
+// merged returns the sum of a and b in a new bucketSums (neither is
+// modified: a finer tier may still hold them).
+func merged(a, b *bucketSums) *bucketSums {
+	m := newSums()
+	for _, s := range [...]*bucketSums{a, b} {
+		for i, n := range s.outcomes {
+			m.outcomes[i] += n
+		}
+		for k, n := range s.keys {
+			m.keys[k] += n
+		}
+		for k, n := range s.sources {
+			m.sources[k] += n
+		}
+	}
+	return m
+}
 
 func (r *Redis) run() {
 	defer close(r.done)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
-	var b batch
 	for {
 		select {
-		case ev := <-r.queue:
-			b.add(ev)
-			if b.events >= maxBatch {
-				r.flush(&b)
-			}
+		case <-r.full:
+			r.flush()
 		case <-t.C:
-			r.flush(&b)
+			r.flush()
 		case reply := <-r.flushes:
-			r.drain(&b)
-			reply <- r.flush(&b)
+			reply <- r.flush()
 		case <-r.stop:
-			r.drain(&b)
-			r.flush(&b)
-			return
-		}
-	}
-}
-
-// drain moves whatever is queued now into b.
-func (r *Redis) drain(b *batch) {
-	for {
-		select {
-		case ev := <-r.queue:
-			b.add(ev)
-			if b.events >= maxBatch {
-				r.flush(b)
-			}
-		default:
+			r.flush()
 			return
 		}
 	}
@@ -280,23 +320,31 @@ func (r *Redis) drain(b *batch) {
 // flush writes b in one pipeline and empties it. A failed flush is logged
 // and its events counted as dropped: statistics are best effort, and
 // retrying would let a Redis outage pile them up.
-func (r *Redis) flush(b *batch) error {
+func (r *Redis) flush() error {
+	r.mu.Lock()
+	b := r.cur
 	if b.events == 0 {
+		r.mu.Unlock()
 		return nil
 	}
+	r.cur = newBatch()
+	r.mu.Unlock()
 	events := b.events
-	buckets := b.buckets
-	*b = batch{}
+	buckets := b.tiered()
 	ctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
 	defer cancel()
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for id, s := range buckets {
 			ttl := expiry(tiers[id.tier])
-			if len(s.outcomes) > 0 {
-				k := r.key(id.route, "o", id.tier, id.epoch)
-				for o, n := range s.outcomes {
-					p.HIncrBy(ctx, k, string(o), n)
+			k := r.key(id.route, "o", id.tier, id.epoch)
+			wrote := false
+			for i, n := range s.outcomes {
+				if n != 0 {
+					p.HIncrBy(ctx, k, string(idempotency.Outcomes[i]), n)
+					wrote = true
 				}
+			}
+			if wrote {
 				p.PExpire(ctx, k, ttl)
 			}
 			r.incr(ctx, p, r.key(id.route, "k", id.tier, id.epoch), s.keys, ttl)
