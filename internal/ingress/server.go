@@ -239,7 +239,7 @@ func (s *Server) unclaimed(ctx context.Context, fwd idempotency.ForwardFunc) ide
 // still hold the body after a timeout) and sends it upstream.
 func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
 	fr := c.Request()
-	hdr := make(http.Header, 16)
+	hdr := make(http.Header, fr.Header.Len()) // sized: a map for 16 was 9% of a delivery's allocations
 	fr.Header.VisitAll(func(k, v []byte) {
 		name := string(k)
 		switch name {

@@ -120,11 +120,17 @@ func (b *batcher[J]) close() {
 // first. The statement may still complete: for a write, the caller treats
 // it as a failure, which is safe — the row exists or it does not, and
 // repeats are answered from whichever it is.
-func wait[R any](ctx context.Context, l *Ledger, what string, done chan R, failed func(error) R) R {
+//
+// A non-nil of names the record in the error (formatted only on failure:
+// it was 2 allocations of every commit).
+func wait[R any](ctx context.Context, l *Ledger, what string, of *idempotency.Ref, done chan R, failed func(error) R) R {
 	select {
 	case r := <-done:
 		return r
 	case <-ctx.Done():
+		if of != nil {
+			what += " " + ref(*of)
+		}
 		return failed(l.fail(what+": wait", ctx.Err()))
 	}
 }

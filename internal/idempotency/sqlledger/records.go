@@ -102,7 +102,7 @@ func (l *Ledger) find(ctx context.Context, r idempotency.Ref) (*idempotency.Reco
 	if err := l.lookups.enqueue(ctx, j); err != nil {
 		return nil, l.queueFailed("select", err)
 	}
-	res := wait(ctx, l, "select", j.done, func(err error) lookupResult { return lookupResult{err: err} })
+	res := wait(ctx, l, "select", nil, j.done, func(err error) lookupResult { return lookupResult{err: err} })
 	return res.rec, res.err
 }
 
@@ -200,7 +200,7 @@ func (l *Ledger) claimInsert(ctx context.Context, req *idempotency.ClaimRequest,
 	if err := l.claims.enqueue(ctx, j); err != nil {
 		return false, l.queueFailed("insert", err)
 	}
-	res := wait(ctx, l, "insert", j.done, func(err error) claimInsert { return claimInsert{err: err} })
+	res := wait(ctx, l, "insert", nil, j.done, func(err error) claimInsert { return claimInsert{err: err} })
 	return res.inserted, res.err
 }
 
@@ -254,7 +254,7 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if err := l.commits.enqueue(ctx, j); err != nil {
 		return l.queueFailed(fmt.Sprintf("commit %s", ref(rec.Ref)), err)
 	}
-	return wait(ctx, l, fmt.Sprintf("commit %s", ref(rec.Ref)), j.done, func(err error) error { return err })
+	return wait(ctx, l, "commit", &rec.Ref, j.done, func(err error) error { return err })
 }
 
 // execCommit runs one commit statement on its own.
