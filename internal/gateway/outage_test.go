@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
@@ -141,6 +142,9 @@ func screenUsedAgain(t *testing.T, c cluster, g *Gateway, up *upstream, key stri
 	eventually(t, 10*time.Second, "the gateway's Redis client to answer again", func() bool {
 		return p.Ping(context.Background()) == nil
 	})
+	// Claims that failed while Redis was away may have opened the breaker:
+	// after its cooldown, the next claim probes the screen.
+	time.Sleep(idempotency.BreakerCooldown)
 	body := fmt.Sprintf(`{"id":%q}`, key)
 	wantOutcome(t, send(t, g, "/hooks", body), 200, "forwarded")
 	if !c.inScreen(t, c.redisClient(t), key) {
@@ -173,11 +177,30 @@ func TestRedisHangs(t *testing.T) {
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_h1"}`), 200, "replayed")
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_h0"}`), 200, "replayed")
 
+	// Three claims in a row failed: the breaker skips the screen, so the
+	// next deliveries do not each wait out the 1s operation timeout (ten
+	// of them would take 10s; a generous bound still tells the two apart).
+	start = time.Now()
+	const fast = 10
+	for i := range fast {
+		wantOutcome(t, send(t, g, "/hooks", fmt.Sprintf(`{"id":"evt_b%d"}`, i)), 200, "forwarded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("%d deliveries took %v with Redis hung: the screen was asked each time", fast, took)
+	}
+
 	proxy.Restore()
 	c.addrs = []string{addr} // look at Redis itself, not through the proxy
 	screenUsedAgain(t, c, g, up, "evt_h2")
 	if up.count("evt_h0") != 1 || up.count("evt_h1") != 1 {
 		t.Fatalf("forwards: h0 %d, h1 %d, want 1 each", up.count("evt_h0"), up.count("evt_h1"))
+	}
+	for i := range fast {
+		key := fmt.Sprintf("evt_b%d", i)
+		wantOutcome(t, send(t, g, "/hooks", fmt.Sprintf(`{"id":%q}`, key)), 200, "replayed")
+		if n := up.count(key); n != 1 {
+			t.Fatalf("upstream received %s %d times, want 1", key, n)
+		}
 	}
 }
 

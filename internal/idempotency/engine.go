@@ -90,6 +90,12 @@ type Options struct {
 	// forwards a second copy beside them. It costs one ledger write per
 	// first delivery; repeats the screen answers are unaffected.
 	ConfirmByClaim bool
+	// BreakerFailures and BreakerCooldown: after BreakerFailures screen
+	// claims in a row failed, claims skip the screen (screen.on_unavailable
+	// applies at once) for BreakerCooldown, then one probes it (defaults
+	// BreakerFailures, BreakerCooldown; see breaker).
+	BreakerFailures int
+	BreakerCooldown time.Duration
 	// OpTimeout bounds the commit and release that follow a forward; they
 	// run even when the provider has gone away (5s).
 	OpTimeout time.Duration
@@ -109,7 +115,8 @@ type Options struct {
 // Engine runs the state machine of SPEC §1 for every route. It is safe for
 // concurrent use.
 type Engine struct {
-	o Options
+	o       Options
+	breaker *breaker
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -141,7 +148,13 @@ func New(o Options) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Engine{o: o}, nil
+	if o.BreakerFailures <= 0 {
+		o.BreakerFailures = BreakerFailures
+	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = BreakerCooldown
+	}
+	return &Engine{o: o, breaker: newBreaker(o.BreakerFailures, o.BreakerCooldown, time.Now)}, nil
 }
 
 // via says which store holds a claim.
@@ -228,11 +241,8 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 	if e.o.Screen == nil {
 		return e.ledgerClaim(ctx, req, fwd)
 	}
-	sctx, span := e.o.Tracer.Start(ctx, "hookstamp.claim")
-	c, err := e.o.Screen.Claim(sctx, req)
-	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))
+	c, err := e.screenClaim(ctx, req)
 	if err != nil {
-		e.depError("screen", "claim", err)
 		switch e.o.ScreenUnavailable {
 		case FailStore:
 			return e.ledgerClaim(ctx, req, fwd)
@@ -293,6 +303,36 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 		e.hook(e.o.Hooks.Takeover, req.Route)
 	}
 	return Claim{Status: TakenOver}, viaScreen, nil
+}
+
+// errBreakerOpen: the screen was not asked (see breaker).
+var errBreakerOpen = fmt.Errorf("%w: the screen keeps failing; it is skipped until a probe succeeds", ErrUnavailable)
+
+// screenClaim claims in the screen unless the breaker says it keeps
+// failing.
+func (e *Engine) screenClaim(ctx context.Context, req ClaimRequest) (Claim, error) {
+	ok, probe := e.breaker.allow()
+	if !ok {
+		return Claim{}, errBreakerOpen
+	}
+	sctx, span := e.o.Tracer.Start(ctx, "hookstamp.claim")
+	c, err := e.o.Screen.Claim(sctx, req)
+	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))
+	if err != nil {
+		e.depError("screen", "claim", err)
+	}
+	if err != nil && ctx.Err() != nil {
+		e.breaker.abandon(probe) // the caller left: no news of the screen
+		return c, err
+	}
+	switch e.breaker.done(probe, err != nil) {
+	case +1:
+		e.o.Logger.WarnContext(ctx, "the screen keeps failing: claims skip it and apply screen.on_unavailable until a probe succeeds",
+			"failures", e.o.BreakerFailures, "probe_every", e.o.BreakerCooldown, "err", err)
+	case -1:
+		e.o.Logger.InfoContext(ctx, "the screen answers again: claims use it")
+	}
+	return c, err
 }
 
 // confirmByClaim confirms a screen claim by claiming in the ledger as well
