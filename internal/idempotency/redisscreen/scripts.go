@@ -55,7 +55,9 @@ if v[1] == 'f' then
   redis.call('PUBLISH', ARGV[1], KEYS[1])
 end
 local lease = tonumber(ARGV[4])
-redis.call('DEL', KEYS[1])
+if v[1] then
+  redis.call('DEL', KEYS[1]) -- the dead owner's fields (w) must not survive
+end
 redis.call('HSET', KEYS[1], 's', 'f', 'o', ARGV[2], 'u', string.format('%.0f', now + lease), 'f', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * lease)
 return {status}
