@@ -117,6 +117,7 @@ type Options struct {
 type Engine struct {
 	o       Options
 	breaker *breaker
+	flights *flights // nil without a screen: the seed's ledger-only design
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -154,7 +155,11 @@ func New(o Options) (*Engine, error) {
 	if o.BreakerCooldown <= 0 {
 		o.BreakerCooldown = BreakerCooldown
 	}
-	return &Engine{o: o, breaker: newBreaker(o.BreakerFailures, o.BreakerCooldown, time.Now)}, nil
+	e := &Engine{o: o, breaker: newBreaker(o.BreakerFailures, o.BreakerCooldown, time.Now)}
+	if o.Screen != nil {
+		e.flights = &flights{}
+	}
+	return e, nil
 }
 
 // via says which store holds a claim.
@@ -171,6 +176,9 @@ const (
 	// viaBoth: the screen granted the claim and the ledger holds it as a
 	// pending row too (Options.ConfirmByClaim).
 	viaBoth
+	// viaLocal: the key is in flight in this process (flights); nothing
+	// was asked of the screen or the ledger.
+	viaLocal
 )
 
 // screen reports whether the claim lives in the screen.
@@ -192,9 +200,22 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source}
 	var deadline time.Time
 	for attempt := 0; ; attempt++ {
-		c, v, stop := e.claim(ctx, p, req, fwd)
-		if stop != nil {
-			return *stop
+		if c := e.o.Cache; c != nil && attempt > 0 {
+			// After a wait: the delivery waited for may have been cached.
+			if ent, ok := c.Get(d.Ref); ok {
+				return e.done(ctx, p, d, fwd, ent)
+			}
+		}
+		var c Claim
+		var v via
+		local := e.flights.get(d.Ref)
+		if local != nil {
+			c, v = Claim{Status: InFlight, Fingerprint: local.fingerprint}, viaLocal
+		} else {
+			var stop *Result
+			if c, v, stop = e.claim(ctx, p, req, fwd); stop != nil {
+				return *stop
+			}
 		}
 		switch c.Status {
 		case Acquired, TakenOver:
@@ -225,7 +246,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if deadline.IsZero() {
 				deadline = time.Now().Add(p.WaitTimeout)
 			}
-			if !e.wait(ctx, v, d.Ref, c.Owner, deadline, attempt) {
+			if !e.wait(ctx, v, d.Ref, c.Owner, local, deadline, attempt) {
 				return e.conflict("a delivery of this event is still in flight")
 			}
 		default:
@@ -415,9 +436,16 @@ func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, f
 
 // wait holds an in-flight repeat until the holder may have finished, or
 // the deadline passes (false).
-func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, deadline time.Time, attempt int) bool {
+func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, local *flight, deadline time.Time, attempt int) bool {
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	if v == viaLocal {
+		select {
+		case <-local.done:
+		case <-wctx.Done():
+		}
+		return ctx.Err() == nil && time.Now().Before(deadline)
+	}
 	var err error
 	if v == viaScreen {
 		err = e.o.Screen.Wait(wctx, ref, owner)
@@ -439,6 +467,12 @@ func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, deadlin
 // forward sends the delivery for the claim's owner and settles the claim:
 // commit when final, release otherwise.
 func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, owner string, v via, takenOver bool) Result {
+	if e.flights != nil && v != viaNone {
+		// Finished when this returns: after the commit, the screen update
+		// and the cache (or the release), so that its waiters find them.
+		f := e.flights.start(d.Ref, d.Fingerprint)
+		defer e.flights.finish(d.Ref, f)
+	}
 	up, ferr := e.call(ctx, fwd)
 	// Settle even if the provider has gone away: a claim left behind would
 	// stall the retry until its lease expires.

@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+)
+
+// scriptCalls is how many Lua scripts Redis has run (EVAL and EVALSHA),
+// from INFO commandstats.
+func scriptCalls(tb testing.TB, c cluster) int64 {
+	tb.Helper()
+	info, err := c.redisClient(tb).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			tb.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
+}
+
+// Repeats whose first delivery is in flight in the same gateway wait for
+// it in-process: each gets the first delivery's answer, the upstream sees
+// the event once, and the waiting costs Redis nothing. Through the screen
+// each repeat would run three scripts (claim, mark as waited for, claim
+// again after the wake-up).
+func TestRepeatsOfAnInFlightDeliveryWaitInProcess(t *testing.T) {
+	t.Parallel()
+	c, _ := dedicatedCluster(t) // a Redis of its own: its command counts are this test's
+	up := newUpstream(t)
+	release := make(chan struct{})
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"key":%q,"n":%d}`, r.Header.Get("Idempotency-Key"), n)
+	})
+	cfg := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfg.Screen.LocalCache = 1 << 20
+	g := startGateway(t, cfg)
+
+	const body = `{"id":"evt_storm"}`
+	first := make(chan reply, 1)
+	go func() { first <- send(t, g, "/hooks", body) }()
+	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
+		return up.count("evt_storm") == 1
+	})
+	before := scriptCalls(t, c)
+
+	const repeats = 20
+	done := make(chan []reply, 1)
+	go func() { done <- race(t, repeats, func(int) reply { return send(t, g, "/hooks", body) }) }()
+	// Let the repeats arrive while the first is held upstream; any that
+	// come later are answered from the cache, which costs no script either.
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+
+	f := <-first
+	wantOutcome(t, f, 200, "forwarded")
+	for _, r := range <-done {
+		wantOutcome(t, r, 200, "replayed")
+		sameReply(t, f, r)
+	}
+	if n := up.count("evt_storm"); n != 1 {
+		t.Fatalf("upstream received evt_storm %d times, want 1", n)
+	}
+	// After the claim, the first delivery runs one script (its complete;
+	// two calls if Redis did not have it cached yet and it was resent).
+	if n := scriptCalls(t, c) - before; n > 2 {
+		t.Fatalf("Redis ran %d scripts while %d repeats waited for an in-flight delivery, want at most 2", n, repeats)
+	}
+}
