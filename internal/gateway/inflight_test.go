@@ -86,3 +86,61 @@ func TestRepeatsOfAnInFlightDeliveryWaitInProcess(t *testing.T) {
 		t.Fatalf("Redis ran %d scripts while %d repeats waited for an in-flight delivery, want at most 2", n, repeats)
 	}
 }
+
+// When the delivery they wait for is released (the upstream answered 503),
+// repeats waiting in-process take over: exactly one is forwarded, and the
+// others get its answer.
+func TestRepeatsWaitingInProcessTakeOverAReleasedDelivery(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up := newUpstream(t)
+	release := make(chan struct{})
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		if n == 1 {
+			<-release
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error":"try again"}`)
+			return
+		}
+		fmt.Fprintf(w, `{"key":%q,"n":%d}`, r.Header.Get("Idempotency-Key"), n)
+	})
+	cfg := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfg.Screen.LocalCache = 1 << 20
+	g := startGateway(t, cfg)
+
+	const body = `{"id":"evt_released"}`
+	first := make(chan reply, 1)
+	go func() { first <- send(t, g, "/hooks", body) }()
+	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
+		return up.count("evt_released") == 1
+	})
+	const repeats = 10
+	done := make(chan []reply, 1)
+	go func() { done <- race(t, repeats, func(int) reply { return send(t, g, "/hooks", body) }) }()
+	time.Sleep(300 * time.Millisecond) // let them arrive and wait
+	close(release)
+
+	wantOutcome(t, <-first, 503, "released")
+	outcomes := map[string]int{}
+	var forwarded *reply
+	replies := <-done
+	for i, r := range replies {
+		outcomes[r.outcome()]++
+		if r.status != 200 {
+			t.Fatalf("repeat %d: %d %q %s", i, r.status, r.outcome(), r.body)
+		}
+		if r.outcome() == "forwarded" {
+			forwarded = &replies[i]
+		}
+	}
+	if outcomes["forwarded"] != 1 || outcomes["replayed"] != repeats-1 {
+		t.Fatalf("outcomes %v, want 1 forwarded and %d replayed", outcomes, repeats-1)
+	}
+	for _, r := range replies {
+		sameReply(t, *forwarded, r)
+	}
+	if n := up.count("evt_released"); n != 2 {
+		t.Fatalf("upstream received evt_released %d times, want 2 (the released one and one retry)", n)
+	}
+}

@@ -271,10 +271,17 @@ func (l *Ledger) Close() error {
 	return errors.Join(errs...)
 }
 
-// op bounds one ledger call by OpTimeout.
+// op bounds one ledger call by OpTimeout, unless ctx already ends sooner
+// (the engine's commit runs under its own 5s bound): a context and timer
+// fewer per delivery.
 func (l *Ledger) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opTimeout {
+		return ctx, noCancel
+	}
 	return context.WithTimeout(ctx, l.opTimeout)
 }
+
+func noCancel() {}
 
 // check fails fast after Close.
 func (l *Ledger) check() error {
