@@ -36,6 +36,27 @@ func scriptCalls(tb testing.TB, c cluster) int64 {
 	return n
 }
 
+// repeatWhileInFlight sends body once, and once the upstream holds it (it
+// waits on release), calls atInFlight and sends n repeats at once; it
+// closes release after they have had time to arrive, and returns what the
+// first delivery and the repeats got.
+func repeatWhileInFlight(t *testing.T, g *Gateway, up *upstream, key, body string, n int, release chan struct{}, atInFlight func()) (reply, []reply) {
+	t.Helper()
+	first := make(chan reply, 1)
+	go func() { first <- send(t, g, "/hooks", body) }()
+	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
+		return up.count(key) == 1
+	})
+	atInFlight()
+	done := make(chan []reply, 1)
+	go func() { done <- race(t, n, func(int) reply { return send(t, g, "/hooks", body) }) }()
+	// Let the repeats arrive while the first is held upstream; any that
+	// come later are answered from the cache or the screen.
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	return <-first, <-done
+}
+
 // Repeats whose first delivery is in flight in the same gateway wait for
 // it in-process: each gets the first delivery's answer, the upstream sees
 // the event once, and the waiting costs Redis nothing. Through the screen
@@ -55,25 +76,12 @@ func TestRepeatsOfAnInFlightDeliveryWaitInProcess(t *testing.T) {
 	cfg.Screen.LocalCache = 1 << 20
 	g := startGateway(t, cfg)
 
-	const body = `{"id":"evt_storm"}`
-	first := make(chan reply, 1)
-	go func() { first <- send(t, g, "/hooks", body) }()
-	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
-		return up.count("evt_storm") == 1
-	})
-	before := scriptCalls(t, c)
-
 	const repeats = 20
-	done := make(chan []reply, 1)
-	go func() { done <- race(t, repeats, func(int) reply { return send(t, g, "/hooks", body) }) }()
-	// Let the repeats arrive while the first is held upstream; any that
-	// come later are answered from the cache, which costs no script either.
-	time.Sleep(300 * time.Millisecond)
-	close(release)
-
-	f := <-first
+	var before int64
+	f, replies := repeatWhileInFlight(t, g, up, "evt_storm", `{"id":"evt_storm"}`, repeats, release,
+		func() { before = scriptCalls(t, c) })
 	wantOutcome(t, f, 200, "forwarded")
-	for _, r := range <-done {
+	for _, r := range replies {
 		wantOutcome(t, r, 200, "replayed")
 		sameReply(t, f, r)
 	}
@@ -109,22 +117,11 @@ func TestRepeatsWaitingInProcessTakeOverAReleasedDelivery(t *testing.T) {
 	cfg.Screen.LocalCache = 1 << 20
 	g := startGateway(t, cfg)
 
-	const body = `{"id":"evt_released"}`
-	first := make(chan reply, 1)
-	go func() { first <- send(t, g, "/hooks", body) }()
-	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
-		return up.count("evt_released") == 1
-	})
 	const repeats = 10
-	done := make(chan []reply, 1)
-	go func() { done <- race(t, repeats, func(int) reply { return send(t, g, "/hooks", body) }) }()
-	time.Sleep(300 * time.Millisecond) // let them arrive and wait
-	close(release)
-
-	wantOutcome(t, <-first, 503, "released")
+	f, replies := repeatWhileInFlight(t, g, up, "evt_released", `{"id":"evt_released"}`, repeats, release, func() {})
+	wantOutcome(t, f, 503, "released")
 	outcomes := map[string]int{}
 	var forwarded *reply
-	replies := <-done
 	for i, r := range replies {
 		outcomes[r.outcome()]++
 		if r.status != 200 {
