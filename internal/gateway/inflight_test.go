@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
 // scriptCalls is how many Lua scripts Redis has run (EVAL and EVALSHA),
@@ -87,6 +88,9 @@ func TestRepeatsOfAnInFlightDeliveryWaitInProcess(t *testing.T) {
 	}
 	if n := up.count("evt_storm"); n != 1 {
 		t.Fatalf("upstream received evt_storm %d times, want 1", n)
+	}
+	if rec := lookup(t, g, "hooks", "evt_storm"); rec.State != idempotency.StateDone || string(rec.Body) != string(f.body) {
+		t.Fatalf("ledger row %s %q, want done with the answer every copy got %q", rec.State, rec.Body, f.body)
 	}
 	// After the claim, the first delivery runs one script (its complete;
 	// two calls if Redis did not have it cached yet and it was resent).

@@ -191,19 +191,17 @@ func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || 
 // before the provider is answered, or release the claim so that the
 // provider's retry is forwarded again.
 func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
-	if c := e.o.Cache; c != nil {
-		if ent, ok := c.Get(d.Ref); ok {
-			return e.done(ctx, p, d, fwd, ent)
-		}
+	if r, ok := e.cached(ctx, p, d, fwd); ok {
+		return r
 	}
 	req := ClaimRequest{Ref: d.Ref, Owner: newOwner(), Fingerprint: d.Fingerprint,
 		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source}
 	var deadline time.Time
 	for attempt := 0; ; attempt++ {
-		if c := e.o.Cache; c != nil && attempt > 0 {
+		if attempt > 0 {
 			// After a wait: the delivery waited for may have been cached.
-			if ent, ok := c.Get(d.Ref); ok {
-				return e.done(ctx, p, d, fwd, ent)
+			if r, ok := e.cached(ctx, p, d, fwd); ok {
+				return r
 			}
 		}
 		var c Claim
@@ -253,6 +251,16 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			return e.unavailable(fmt.Errorf("claim %q: unexpected status %v", d.Key, c.Status))
 		}
 	}
+}
+
+// cached answers d from the in-process cache when it holds d's record.
+func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
+	if c := e.o.Cache; c != nil {
+		if ent, ok := c.Get(d.Ref); ok {
+			return e.done(ctx, p, d, fwd, ent), true
+		}
+	}
+	return Result{}, false
 }
 
 // claim takes the key or learns what holds it: first in the screen, then,
