@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -89,4 +92,71 @@ func TestShutdownReleasesAbandonedClaims(t *testing.T) {
 	if n := up.count("evt_abandon"); n != 2 {
 		t.Fatalf("upstream received %d, want 2 (abandoned + retry)", n)
 	}
+}
+
+// SIGTERM with connections a client opened and never used (an HTTP client's
+// spare dial, a TCP health probe): shutdown does not wait read_timeout for
+// them, and a request that was half sent when shutdown began is still
+// answered and recorded.
+func TestShutdownClosesUnusedConnections(t *testing.T) {
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Server.ReadTimeout = 30 * time.Second
+	g := startGateway(t, cfg)
+
+	unused, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unused.Close()
+	half, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	body := `{"id":"evt_half"}`
+	req := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(half, req[:20]); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	shut := make(chan error, 1)
+	go func() { shut <- g.server.Shutdown(ctx) }()
+	eventually(t, 5*time.Second, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	if _, err := io.WriteString(half, req[20:]); err != nil {
+		t.Fatalf("finishing the half-sent request: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(half), nil)
+	if err != nil {
+		t.Fatalf("half-sent request got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Hookstamp-Outcome") != "forwarded" {
+		t.Fatalf("half-sent request: %d %q, want 200 forwarded", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v (an unused connection held it until the deadline)", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v", d)
+	}
+	if _, err := unused.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("unused connection: read %v, want EOF (closed by the gateway)", err)
+	}
+	if n := up.count("evt_half"); n != 1 {
+		t.Fatalf("upstream received evt_half %d times, want 1", n)
+	}
+	if rec := lookup(t, g, "hooks", "evt_half"); rec.State != idempotency.StateDone {
+		t.Fatalf("half-sent delivery not recorded: %+v", rec)
+	}
+	g.closeAll()
 }

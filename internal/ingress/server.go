@@ -75,6 +75,9 @@ type Server struct {
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
 	bufs     sync.Pool
+
+	lnMu sync.Mutex
+	ln   *connListener // set by Serve
 }
 
 // MaxHeaderBytes bounds the request line and headers of one request
@@ -124,7 +127,11 @@ func (s *Server) App() *fiber.App { return s.app }
 
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.app.Listener(ln)
+	cl := newConnListener(ln)
+	s.lnMu.Lock()
+	s.ln = cl
+	s.lnMu.Unlock()
+	return s.app.Listener(cl)
 }
 
 // Shutdown stops accepting, waits for in-flight deliveries until ctx is
@@ -133,12 +140,30 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- s.app.Shutdown() }()
+	// Connections that never carried a request would hold the drain for
+	// read_timeout (see connListener). Closing them once is not enough:
+	// one accepted just before the listener closed may be registered after
+	// the first pass.
+	s.lnMu.Lock()
+	cl := s.ln
+	s.lnMu.Unlock()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		s.cancel()
-		err = ctx.Err()
+wait:
+	for {
+		if cl != nil {
+			cl.closeUnused()
+		}
+		select {
+		case err = <-done:
+			break wait
+		case <-ctx.Done():
+			s.cancel()
+			err = ctx.Err()
+			break wait
+		case <-tick.C:
+		}
 	}
 	// Handlers that were cut settle their claims within OpTimeout.
 	waited := make(chan struct{})
