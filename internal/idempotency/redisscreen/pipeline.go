@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,6 +22,7 @@ type pipeliner struct {
 	client  redis.UniversalClient
 	jobs    chan *scriptCall
 	max     int
+	timeout time.Duration // bounds a batch (the screen's OpTimeout)
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
@@ -50,8 +52,8 @@ const (
 
 var errScreenClosed = errors.New("screen closed")
 
-func newPipeliner(c redis.UniversalClient, workers, max int) *pipeliner {
-	p := &pipeliner{client: c, jobs: make(chan *scriptCall, workers*max), max: max, stop: make(chan struct{})}
+func newPipeliner(c redis.UniversalClient, workers, max int, timeout time.Duration) *pipeliner {
+	p := &pipeliner{client: c, jobs: make(chan *scriptCall, workers*max), max: max, timeout: timeout, stop: make(chan struct{})}
 	for range workers {
 		p.wg.Add(1)
 		go p.work()
@@ -86,7 +88,7 @@ func (p *pipeliner) work() {
 		batch = batch[:0]
 		select {
 		case c := <-p.jobs:
-			batch = append(batch, c)
+			batch = p.join(batch, c)
 		case <-p.stop:
 			for {
 				select {
@@ -101,19 +103,37 @@ func (p *pipeliner) work() {
 		for len(batch) < p.max {
 			select {
 			case c := <-p.jobs:
-				batch = append(batch, c)
+				batch = p.join(batch, c)
 			default:
 				break fill
 			}
 		}
-		p.send(batch)
+		if len(batch) > 0 {
+			p.send(batch)
+		}
 	}
 }
 
-// send runs one batch. A batch runs under its first caller's context (its
-// trace; its OpTimeout bounds the pipeline).
+// join adds c to batch unless its caller has already gone: running its
+// script would claim or complete for nobody (a claim nobody knows it holds
+// makes every repeat wait for the lease).
+func (p *pipeliner) join(batch []*scriptCall, c *scriptCall) []*scriptCall {
+	if err := c.ctx.Err(); err != nil {
+		c.done <- scriptResult{err: err}
+		return batch
+	}
+	return append(batch, c)
+}
+
+// send runs one batch under a context of its own: the first caller's
+// values (its trace), none of its cancellation, and the screen's operation
+// timeout. A batch carries other callers' scripts, so one caller leaving
+// must not fail the rest — and once sent, a script may have run whether or
+// not anyone still waits for its reply. Each caller still stops waiting at
+// its own deadline (run).
 func (p *pipeliner) send(batch []*scriptCall) {
-	ctx := batch[0].ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), p.timeout)
+	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]
 		v, err := c.script.Run(ctx, p.client, c.keys, c.args...).Result()
@@ -131,7 +151,7 @@ func (p *pipeliner) send(batch []*scriptCall) {
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// Redis lost its script cache (restart, SCRIPT FLUSH): send the
 			// script itself, once, as Script.Run does.
-			v, err = c.script.Eval(c.ctx, p.client, c.keys, c.args...).Result()
+			v, err = c.script.Eval(ctx, p.client, c.keys, c.args...).Result()
 		}
 		c.done <- scriptResult{v, err}
 	}

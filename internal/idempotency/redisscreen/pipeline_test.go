@@ -87,3 +87,51 @@ func TestPipelineCloseFailsQueuedCalls(t *testing.T) {
 		t.Fatal("claim on a closed screen hung")
 	}
 }
+
+// A caller that leaves while its call waits in the queue neither fails the
+// live calls batched after it nor claims for nobody: a batch runs under a
+// context of its own, and a gone caller's script is not sent.
+func TestPipelineBatchOutlivesAGoneCaller(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	s := newTB(t, Options{Addrs: []string{srv.Addr}, Prefix: "gone:"})
+	// Keep the one pipeline worker busy for 300 ms inside Redis, so that
+	// the next calls queue up behind it.
+	busy := redis.NewScript(`
+local t = redis.call('TIME')
+local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
+repeat
+  local n = redis.call('TIME')
+  if tonumber(n[1]) * 1000000 + tonumber(n[2]) - start > 300000 then break end
+until false
+return 1`)
+	busyDone := make(chan error, 1)
+	go func() { _, err := s.pipe.run(context.Background(), busy, []string{"gone:busy"}); busyDone <- err }()
+	time.Sleep(50 * time.Millisecond) // the worker has taken it
+
+	gone, leave := context.WithCancel(context.Background())
+	goneRef := idempotency.Ref{Route: "r", Key: "gone"}
+	goneErr := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(gone, idempotency.ClaimRequest{Ref: goneRef, Owner: "o-gone", Lease: time.Minute})
+		goneErr <- err
+	}()
+	for len(s.pipe.jobs) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	leave()
+	if err := <-goneErr; err == nil {
+		t.Fatal("the gone caller's claim reported success")
+	}
+	live, err := s.Claim(context.Background(), idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: "live"}, Owner: "o-live", Lease: time.Minute})
+	if err != nil || live.Status != idempotency.Acquired {
+		t.Fatalf("live claim batched after a gone caller: %v %v, want acquired", live.Status, err)
+	}
+	if err := <-busyDone; err != nil {
+		t.Fatalf("busy script: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if n, err := c.Exists(context.Background(), s.key(goneRef)).Result(); err != nil || n != 0 {
+		t.Fatalf("the gone caller's key exists (%d, %v): a claim nobody holds would make repeats wait for the lease", n, err)
+	}
+}

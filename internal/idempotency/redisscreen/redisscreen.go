@@ -164,7 +164,7 @@ func newScreen(c redis.UniversalClient, o Options) *Screen {
 	if !o.PollOnly {
 		s.hub = startHub(c, s.channel, s.opTimeout)
 	}
-	s.pipe = newPipeliner(c, pipelineWorkers, pipelineMax)
+	s.pipe = newPipeliner(c, pipelineWorkers, pipelineMax, s.opTimeout)
 	return s
 }
 
