@@ -400,6 +400,34 @@ func TestUnknownPathAndPassthroughMethod(t *testing.T) {
 	})
 }
 
+// Two routes on one path with different methods (SPEC §1: routes are
+// matched by path and method): each deduplicates its own method and
+// forwards to its own upstream.
+func TestRoutesSharingAPathSplitByMethod(t *testing.T) {
+	t.Parallel()
+	upA, upB := newUpstream(t), newUpstream(t)
+	cfg := gwConfig(t, upA.URL, dbPath(t), "    methods: [POST]\n", "")
+	b := cfg.Routes[0]
+	b.Name, b.Methods, b.Upstream.URL = "puts", []string{"PUT"}, upB.URL+"/b"
+	cfg.Routes = append(cfg.Routes, b)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("two routes on one path with different methods refused: %v", err)
+	}
+	g := startGateway(t, cfg)
+	for _, m := range []string{http.MethodPost, http.MethodPut} {
+		wantOutcome(t, sendMethod(t, g, m, "/hooks", `{"id":"evt_m"}`), 200, "forwarded")
+		wantOutcome(t, sendMethod(t, g, m, "/hooks", `{"id":"evt_m"}`), 200, "replayed")
+	}
+	if a, b := upA.count("evt_m"), upB.count("evt_m"); a != 1 || b != 1 {
+		t.Fatalf("upstreams received POST route %d, PUT route %d; want 1 each", a, b)
+	}
+	for route, want := range map[string]string{"hooks": "evt_m", "puts": "evt_m"} {
+		if rec := lookup(t, g, route, want); rec.State != idempotency.StateDone {
+			t.Fatalf("route %s: %+v", route, rec)
+		}
+	}
+}
+
 func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

@@ -161,7 +161,13 @@ var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 // send POSTs body to the gateway with optional headers ("Name", "value", …).
 func send(tb testing.TB, g *Gateway, path, body string, hdr ...string) reply {
 	tb.Helper()
-	req, err := http.NewRequest(http.MethodPost, g.URL()+path, strings.NewReader(body))
+	return sendMethod(tb, g, http.MethodPost, path, body, hdr...)
+}
+
+// sendMethod is send with another method.
+func sendMethod(tb testing.TB, g *Gateway, method, path, body string, hdr ...string) reply {
+	tb.Helper()
+	req, err := http.NewRequest(method, g.URL()+path, strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
 	}

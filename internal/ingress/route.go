@@ -59,40 +59,64 @@ func (r *Route) dedups(method string) bool {
 	return false
 }
 
-// router finds the route for a path: exact paths first, then the longest
-// matching prefix.
+// router finds the route for a request: exact paths first, then the
+// longest matching prefix. Routes may share a path when their methods
+// differ (SPEC §1 matches by path and method); of the routes on the
+// matched path, the one that deduplicates the request's method serves it,
+// and a method none of them claims goes to the first configured, which
+// passes it through.
 type router struct {
-	exact    map[string]*Route
-	prefixes []*Route // longest first
+	exact    map[string][]*Route
+	prefixes [][]*Route // routes sharing one prefix, longest prefix first
 }
 
 func newRouter(routes []*Route) *router {
-	rt := &router{exact: make(map[string]*Route)}
+	rt := &router{exact: make(map[string][]*Route)}
+	byPrefix := map[string]int{}
 	for _, r := range routes {
-		if r.Prefix {
-			rt.prefixes = append(rt.prefixes, r)
-		} else {
-			rt.exact[r.Path] = r
+		if !r.Prefix {
+			rt.exact[r.Path] = append(rt.exact[r.Path], r)
+			continue
 		}
+		if i, ok := byPrefix[r.Path]; ok {
+			rt.prefixes[i] = append(rt.prefixes[i], r)
+			continue
+		}
+		byPrefix[r.Path] = len(rt.prefixes)
+		rt.prefixes = append(rt.prefixes, []*Route{r})
 	}
-	sort.SliceStable(rt.prefixes, func(i, j int) bool { return len(rt.prefixes[i].Path) > len(rt.prefixes[j].Path) })
+	sort.SliceStable(rt.prefixes, func(i, j int) bool { return len(rt.prefixes[i][0].Path) > len(rt.prefixes[j][0].Path) })
 	return rt
 }
 
-// match returns the route and, for a prefix route, the rest of the path
-// after the prefix.
-func (rt *router) match(path string) (*Route, string) {
-	if r, ok := rt.exact[path]; ok {
-		return r, ""
+// match returns the route for method on path and, for a prefix route, the
+// rest of the path after the prefix.
+func (rt *router) match(method, path string) (*Route, string) {
+	if rs, ok := rt.exact[path]; ok {
+		return byMethod(rs, method), ""
 	}
-	for _, r := range rt.prefixes {
-		if strings.HasPrefix(path, r.Path) {
-			return r, path[len(r.Path):]
+	for _, rs := range rt.prefixes {
+		prefix := rs[0].Path
+		if strings.HasPrefix(path, prefix) {
+			return byMethod(rs, method), path[len(prefix):]
 		}
 		// "/hooks/*" also serves "/hooks" itself.
-		if path == strings.TrimSuffix(r.Path, "/") {
-			return r, ""
+		if path == strings.TrimSuffix(prefix, "/") {
+			return byMethod(rs, method), ""
 		}
 	}
 	return nil, ""
+}
+
+// byMethod picks, of routes on one path, the one that deduplicates method,
+// else the first.
+func byMethod(rs []*Route, method string) *Route {
+	if len(rs) > 1 {
+		for _, r := range rs {
+			if r.dedups(method) {
+				return r
+			}
+		}
+	}
+	return rs[0]
 }

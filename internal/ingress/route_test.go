@@ -26,7 +26,7 @@ func TestRouterMatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.path, func(t *testing.T) {
-			r, rest := rt.match(tc.path)
+			r, rest := rt.match("POST", tc.path)
 			got := ""
 			if r != nil {
 				got = r.Name
@@ -35,6 +35,33 @@ func TestRouterMatch(t *testing.T) {
 				t.Fatalf("match(%q) = %q, %q; want %q, %q", tc.path, got, rest, tc.route, tc.rest)
 			}
 		})
+	}
+}
+
+// Routes on one path with different methods (SPEC §1: matched by path and
+// method): each method goes to the route that deduplicates it; a method
+// none claims goes to the first configured route, which passes it through.
+func TestRouterMatchesMethod(t *testing.T) {
+	rt := newRouter([]*Route{
+		{Name: "post", Path: "/hooks", Methods: []string{"POST"}},
+		{Name: "put", Path: "/hooks", Methods: []string{"PUT"}},
+		{Name: "p-post", Path: "/p/", Prefix: true, Methods: []string{"POST"}},
+		{Name: "p-patch", Path: "/p/", Prefix: true, Methods: []string{"PATCH"}},
+	})
+	cases := []struct{ method, path, route, rest string }{
+		{"POST", "/hooks", "post", ""},
+		{"PUT", "/hooks", "put", ""},
+		{"GET", "/hooks", "post", ""},
+		{"POST", "/p/x", "p-post", "x"},
+		{"PATCH", "/p/x", "p-patch", "x"},
+		{"PATCH", "/p", "p-patch", ""},
+		{"DELETE", "/p/x", "p-post", "x"},
+	}
+	for _, tc := range cases {
+		r, rest := rt.match(tc.method, tc.path)
+		if r == nil || r.Name != tc.route || rest != tc.rest {
+			t.Errorf("match(%s %s) = %v, %q; want %q, %q", tc.method, tc.path, r, rest, tc.route, tc.rest)
+		}
 	}
 }
 

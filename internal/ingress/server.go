@@ -182,7 +182,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 
-	route, rest := s.router.match(string(c.Request().URI().Path()))
+	route, rest := s.router.match(c.Method(), string(c.Request().URI().Path()))
 	if route == nil {
 		return writeProblem(c, http.StatusNotFound, "", "no route is configured for this path", 0)
 	}
@@ -361,7 +361,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		status = fe.Code
 	}
-	route, _ := s.router.match(string(c.Request().URI().Path()))
+	route, _ := s.router.match(c.Method(), string(c.Request().URI().Path()))
 	var outcome idempotency.Outcome
 	detail := http.StatusText(status)
 	if status == http.StatusRequestEntityTooLarge {
