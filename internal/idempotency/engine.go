@@ -379,7 +379,11 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 				"route", req.Route, "key", req.Key, "err", err)
 			return c, viaScreenNoLedger, nil
 		}
-		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		v := viaScreen
+		if mayHaveLanded(ctx) {
+			v = viaBoth // the batch may have inserted the row after we left
+		}
+		e.release(ctx, v, req.Ref, req.Owner)
 		r := e.unavailable(fmt.Errorf("confirm %q: %w", req.Key, err))
 		return Claim{}, viaNone, &r
 	}
@@ -410,6 +414,9 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))
 	if err != nil {
 		e.depError("ledger", "claim", err)
+		if mayHaveLanded(ctx) {
+			e.release(ctx, viaLedger, req.Ref, req.Owner)
+		}
 		if e.o.LedgerUnavailable == FailPass {
 			r := e.forwardUnclaimed(ctx, Passthrough, fwd)
 			return Claim{}, viaNone, &r
@@ -422,6 +429,15 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 	}
 	return c, viaLedger, nil
 }
+
+// mayHaveLanded reports whether a ledger claim that failed because the
+// delivery was cut (shutdown abandoned it, the provider hung up) may still
+// have been made: a batch carrying its row can commit after the caller
+// left. Such a row is released (only the owner's own row is deleted), since
+// nobody is left to commit it. A claim that failed on the ledger's own
+// timeout is not chased with another call that would wait out the same
+// timeout before the answer; its row, if any, expires with its lease.
+func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }
 
 // passthrough is the fail-open path: a dependency is down and the policy
 // says forward anyway. The ledger is still asked first when it answers, so
@@ -656,7 +672,14 @@ func (e *Engine) unavailable(err error) Result {
 
 // release drops a claim so that the next delivery is forwarded. Losing
 // ownership in between is fine: someone else settles the key.
+//
+// It runs on its own deadline, detached from ctx: a release is most needed
+// when the delivery was cut (shutdown abandoned it, the provider hung up),
+// and a release under that cancelled context would fail and leave the claim
+// to make every retry wait for the lease.
 func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	defer cancel()
 	var err error
 	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
 	switch v {
