@@ -428,6 +428,36 @@ func TestRoutesSharingAPathSplitByMethod(t *testing.T) {
 	}
 }
 
+// X-Forwarded-For and X-Forwarded-Proto are the gateway's word: a sender's
+// own values are believed only from server.trusted_proxies.
+func TestForwardedHeadersBelieveOnlyTrustedProxies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, trusted, wantFor, wantProto string
+	}{
+		{"untrusted peer", "", "127.0.0.1", "http"},
+		{"trusted proxy", "127.0.0.1/32", "203.0.113.7", "https"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t)
+			cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+			if tc.trusted != "" {
+				cfg.Server.TrustedProxies = []string{tc.trusted}
+			}
+			g := startGateway(t, cfg)
+			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_xf"}`,
+				"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https"), 200, "forwarded")
+			h := up.lastHeader()
+			if got := h.Get("X-Forwarded-For"); got != tc.wantFor {
+				t.Errorf("upstream X-Forwarded-For %q, want %q", got, tc.wantFor)
+			}
+			if got := h.Get("X-Forwarded-Proto"); got != tc.wantProto {
+				t.Errorf("upstream X-Forwarded-Proto %q, want %q", got, tc.wantProto)
+			}
+		})
+	}
+}
+
 func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

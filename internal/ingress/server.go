@@ -273,17 +273,13 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		}
 		hdr[name] = append(hdr[name], string(v))
 	})
-	proto := "http"
-	if c.Protocol() == "https" {
-		proto = "https"
-	}
 	req := &forward.Request{
 		Method:    c.Method(),
 		URL:       forward.JoinURL(route.UpstreamURL, (&url.URL{Path: rest}).EscapedPath(), string(fr.URI().QueryString())),
 		Header:    hdr,
 		Body:      append([]byte(nil), fr.Body()...),
 		ClientIP:  s.clientIP(c),
-		Proto:     proto,
+		Proto:     s.scheme(c),
 		Host:      string(fr.Host()),
 		KeyHeader: route.KeyHeader,
 		Key:       key,
@@ -329,6 +325,22 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 		}
 	}
 	return peer.String()
+}
+
+// scheme is the scheme the request arrived with: the connection's own, or
+// — when the peer is a trusted proxy — its X-Forwarded-Proto. Fiber's
+// Protocol believes that header from any peer, and the upstream would get
+// a sender's claim as the gateway's word.
+func (s *Server) scheme(c *fiber.Ctx) string {
+	if c.Context().IsTLS() {
+		return "https"
+	}
+	if peer, ok := netip.AddrFromSlice(c.Context().RemoteIP()); ok && s.trusted(peer.Unmap()) {
+		if p := c.Request().Header.Peek(fiber.HeaderXForwardedProto); string(p) == "https" {
+			return "https"
+		}
+	}
+	return "http"
 }
 
 func (s *Server) trusted(a netip.Addr) bool {

@@ -49,7 +49,7 @@ func (t *Telemetry) Middleware() fiber.Handler {
 			span.SetAttributes(
 				semconv.HTTPRequestMethodKey.String(c.Method()),
 				semconv.URLPath(path),
-				semconv.URLScheme(c.Protocol()),
+				semconv.URLScheme(connScheme(c)),
 				semconv.HTTPResponseStatusCode(status),
 				semconv.ClientAddress(c.IP()),
 				// The names older backends and dashboards query.
@@ -64,6 +64,15 @@ func (t *Telemetry) Middleware() fiber.Handler {
 		c.SetUserContext(parent)
 		return nil
 	}
+}
+
+// connScheme is the scheme of the connection the request came on; unlike
+// Fiber's Protocol it does not take a sender's X-Forwarded-Proto for it.
+func connScheme(c *fiber.Ctx) string {
+	if c.Context().IsTLS() {
+		return "https"
+	}
+	return "http"
 }
 
 // headerCarrier reads trace context from fasthttp's request headers without
