@@ -1,0 +1,43 @@
+package ingress
+
+import (
+	"io"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// A replay's own headers win over recorded ones of the same name (records
+// kept before the configuration refused recording them): the provider
+// always learns it got a replay, and the framing is the replay's.
+func TestReplayHeadersAreTheReplaysOwn(t *testing.T) {
+	app := fiber.New()
+	app.Post("/", func(c *fiber.Ctx) error {
+		return answer(c, &idempotency.Result{Outcome: idempotency.Replayed, Replay: &idempotency.Response{
+			Status: 201,
+			Headers: map[string]string{"Content-Type": "text/plain", HeaderOutcome: "forwarded",
+				HeaderReplayed: "false", "Content-Length": "999"},
+			Body: []byte("ok"),
+		}})
+	})
+	resp, err := app.Test(httptest.NewRequest("POST", "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 201 || string(body) != "ok" || resp.Header.Get("Content-Type") != "text/plain" {
+		t.Fatalf("replay: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if got := resp.Header.Get(HeaderOutcome); got != "replayed" {
+		t.Errorf("%s: %q, want replayed", HeaderOutcome, got)
+	}
+	if got := resp.Header.Get(HeaderReplayed); got != "true" {
+		t.Errorf("%s: %q, want true", HeaderReplayed, got)
+	}
+	if resp.ContentLength != 2 {
+		t.Errorf("Content-Length %d, want 2", resp.ContentLength)
+	}
+}
