@@ -119,6 +119,13 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 	if _, err := io.WriteString(half, req[:20]); err != nil {
 		t.Fatal(err)
 	}
+	// Both accepted (connections still in the listener's backlog when it
+	// closes are reset by the kernel, whatever the server does), and the
+	// half-sent request's first bytes read.
+	eventually(t, 5*time.Second, "connections accepted", func() bool {
+		open, used := g.server.Conns()
+		return open == 2 && used == 1
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -14,7 +14,7 @@ import (
 // used (an HTTP client's spare dial that lost the race to an idle
 // connection, a health checker's TCP probe) would hold Shutdown for the
 // whole read_timeout. Such a connection carries no request: closing it
-// loses nothing, and a client that wanted to use it sees it closed before
+// loses nothing (bytes that have arrived unread count as use), and a client that wanted to use it sees it closed before
 // it wrote anything, which HTTP clients retry on a fresh connection.
 // Connections that have read anything are left to fasthttp, which finishes
 // the request they carry and closes them after its response.
@@ -41,7 +41,9 @@ func (l *connListener) Accept() (net.Conn, error) {
 	return tc, nil
 }
 
-// closeUnused closes every connection that has not read a byte yet.
+// closeUnused closes every connection that has neither read a byte nor
+// has bytes waiting to be read (a request that arrived before the server's
+// goroutine got to it is served).
 func (l *connListener) closeUnused() {
 	l.mu.Lock()
 	var unused []*trackedConn
@@ -52,8 +54,26 @@ func (l *connListener) closeUnused() {
 	}
 	l.mu.Unlock()
 	for _, c := range unused {
-		_ = c.Close()
+		// Looked at again after the socket: the server may have read the
+		// first bytes since the list was made (it consumed what
+		// hasPending would have seen).
+		if !hasPending(c.Conn) && !c.used.Load() {
+			c.stopReading()
+		}
 	}
+}
+
+// counts returns how many accepted connections are open and how many of
+// them have read something.
+func (l *connListener) counts() (open, used int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		if c.used.Load() {
+			used++
+		}
+	}
+	return len(l.conns), used
 }
 
 // trackedConn is an accepted connection that remembers whether it has read
@@ -71,6 +91,20 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		c.used.Store(true)
 	}
 	return n, err
+}
+
+// stopReading ends the connection's reading side: the server's blocked
+// read returns EOF and fasthttp closes the connection itself. Not Close:
+// should the server have taken a request's first bytes in the instant
+// since closeUnused looked, its reads fail and it answers with an error,
+// where a closed connection would make fasthttp panic on the response's
+// write deadline.
+func (c *trackedConn) stopReading() {
+	if cr, ok := c.Conn.(interface{ CloseRead() error }); ok {
+		_ = cr.CloseRead()
+		return
+	}
+	_ = c.Close()
 }
 
 func (c *trackedConn) Close() error {

@@ -177,6 +177,18 @@ wait:
 	return err
 }
 
+// Conns reports how many client connections are open and how many of them
+// have sent anything (tests use it to know a connection was accepted).
+func (s *Server) Conns() (open, used int) {
+	s.lnMu.Lock()
+	cl := s.ln
+	s.lnMu.Unlock()
+	if cl == nil {
+		return 0, 0
+	}
+	return cl.counts()
+}
+
 func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	s.inflight.Add(1)
