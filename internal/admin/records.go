@@ -90,8 +90,9 @@ func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempoten
 
 // deleteRecord forgets a key: the ledger row first, then the screen and
 // every replica's cache (in that order: a repeat in between still finds
-// the screen entry and is replayed, and once the screen forgets, nothing
-// is left to refill it from). The screen and caches are cleared even when
+// the screen entry and is replayed; a repeat that read the record before
+// and refills the screen or a cache after is refused by the tombstone they
+// keep for idempotency.ForgetTombstone). The screen and caches are cleared even when
 // the ledger has no row — a done entry can outlive a failed commit — and
 // the answer is then 404.
 func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
-	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // cutLedger makes the ledger claim land and then cuts the delivery, as
@@ -37,20 +35,7 @@ func (l *cutLedger) Claim(ctx context.Context, req idempotency.ClaimRequest, now
 // PostgreSQL ledger, ledger claims as confirmation.
 func TestCutDeliveryReleasesItsClaims(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: testenv.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	addr, prefix := testenv.RedisPrefix(t)
-	s, err := redisscreen.New(redisscreen.Options{Addrs: []string{addr}, Prefix: prefix, MaxCachedBody: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	l, s := productionStores(t)
 
 	dctx, cut := context.WithCancel(ctx)
 	opts := idempotency.Options{Screen: s, Ledger: &cutLedger{Ledger: l, cut: cut}, ConfirmByClaim: true,

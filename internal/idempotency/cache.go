@@ -38,6 +38,9 @@ type cacheShard struct {
 	used  int
 	items map[Ref]*list.Element
 	lru   list.List // front = most recent
+	// deleted holds, for ForgetTombstone after a Delete, when the refs
+	// deleted may be cached again (see Put).
+	deleted map[Ref]time.Time
 }
 
 type cacheItem struct {
@@ -95,7 +98,10 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 }
 
 // Put caches a complete entry (its body present or omitted by design).
-// Entries larger than a shard's budget are not cached.
+// Entries larger than a shard's budget are not cached, nor, for
+// ForgetTombstone, entries of a deleted ref: a delivery that read the record
+// before an operator deleted it must not put it back (the cost is that a
+// ref delivered again right after its delete is not cached for a minute).
 func (c *Cache) Put(ref Ref, ent *Entry) {
 	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody {
 		return
@@ -107,6 +113,14 @@ func (c *Cache) Put(ref Ref, ent *Entry) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.deleted) > 0 {
+		if until, ok := s.deleted[ref]; ok {
+			if c.now().Before(until) {
+				return
+			}
+			delete(s.deleted, ref)
+		}
+	}
 	if el, ok := s.items[ref]; ok {
 		s.lru.MoveToFront(el)
 		return
@@ -125,14 +139,24 @@ func (s *cacheShard) remove(el *list.Element) {
 	s.used -= it.size
 }
 
-// Delete drops ref from the cache.
+// Delete drops ref from the cache and keeps it out for ForgetTombstone.
 func (c *Cache) Delete(ref Ref) {
 	s := c.shard(ref)
+	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el, ok := s.items[ref]; ok {
 		s.remove(el)
 	}
+	if s.deleted == nil {
+		s.deleted = make(map[Ref]time.Time)
+	}
+	for r, until := range s.deleted { // deletes are operators' acts: few
+		if !now.Before(until) {
+			delete(s.deleted, r)
+		}
+	}
+	s.deleted[ref] = now.Add(ForgetTombstone)
 }
 
 // Clear drops every entry: after an outage of the channel that carries

@@ -105,3 +105,29 @@ func TestCacheEntriesExpireAndClear(t *testing.T) {
 		t.Fatalf("Clear left %d entries", c.Len())
 	}
 }
+
+// A delivery that read a record just before an operator deleted it must not
+// put it back: Put is refused for ForgetTombstone after a Delete, then
+// accepted again; other refs are unaffected.
+func TestCacheDeleteKeepsTheRefOut(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	c := NewCache(1<<20, 1024, time.Hour)
+	c.now = func() time.Time { return now }
+	ref, other := Ref{Route: "r", Key: "deleted"}, Ref{Route: "r", Key: "other"}
+	ent := &Entry{Response: Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	c.Put(ref, ent)
+	c.Delete(ref)
+	c.Put(ref, ent) // the racing refill
+	if _, ok := c.Get(ref); ok {
+		t.Fatal("a refill right after the delete put the deleted record back")
+	}
+	c.Put(other, ent)
+	if _, ok := c.Get(other); !ok {
+		t.Fatal("another ref was kept out")
+	}
+	now = now.Add(ForgetTombstone)
+	c.Put(ref, ent)
+	if _, ok := c.Get(ref); !ok {
+		t.Fatal("the ref is still kept out after ForgetTombstone")
+	}
+}

@@ -165,19 +165,31 @@ type Screen interface {
 	// Complete records e as the done entry for ref, kept for ttl, replacing
 	// the caller's in-flight entry. The record is durable before Complete is
 	// called, so Complete writes it whoever holds the key now (the ledger row
-	// is the truth), except that a done entry already there is kept: a done
-	// record never changes.
+	// is the truth), except that a done entry already there is kept (a done
+	// record never changes) and that within ForgetTombstone of a Forget of
+	// ref, with no Claim since, Complete writes nothing: the operator's
+	// delete wins over a refill that read the record before it.
 	Complete(ctx context.Context, ref Ref, owner string, e *Entry, ttl time.Duration) error
 	// Release drops the caller's in-flight entry so that the next delivery is
 	// forwarded. ErrNotOwner if the caller no longer owns it.
 	Release(ctx context.Context, ref Ref, owner string) error
-	// Forget removes whatever the screen holds for ref (operator delete).
+	// Forget removes whatever the screen holds for ref (operator delete),
+	// and refuses Completes of ref until ForgetTombstone has passed or ref
+	// is claimed again.
 	Forget(ctx context.Context, ref Ref) error
 	// Wait blocks until the in-flight entry held by owner may have changed
 	// (completed, released, expired, forgotten) or ctx is done. It may return
 	// early; callers claim again to learn the new state.
 	Wait(ctx context.Context, ref Ref, owner string) error
 }
+
+// ForgetTombstone is how long a deleted key refuses refills. A repeat that
+// read a record just before an operator deleted it goes on to put it back
+// in the screen and the in-process cache; without a tombstone the deleted
+// record would be replayed for the screen's TTL. Refills follow their read
+// within an operation timeout (seconds), so a minute covers them with room;
+// a new delivery's claim ends the tombstone at once.
+const ForgetTombstone = time.Minute
 
 // Ledger is the durable source of truth. Commit writes the record and its
 // response in one transaction, after the upstream answered and before the

@@ -65,6 +65,7 @@ func RunScreen(t *testing.T, open func(t *testing.T) idempotency.Screen) {
 		{"complete by a stale owner onto an empty key records it", screenCompleteStaleEmpty},
 		{"complete over another owner's claim records it", screenCompleteOverOther},
 		{"complete when done keeps the first", screenCompleteKeepsFirst},
+		{"complete after forget is refused until a new claim", screenCompleteAfterForget},
 		{"forget frees an in-flight key", screenForgetInFlight},
 		{"forget frees a done key", screenForgetDone},
 		{"forget of an absent key succeeds", screenForgetAbsent},
@@ -324,6 +325,22 @@ func screenCompleteKeepsFirst(t *testing.T, s idempotency.Screen) {
 	second.Fingerprint = screenFingerprint("second")
 	screenComplete(t, s, screenRef, "b", second)
 	screenWantDone(t, s, screenRef, first)
+}
+
+// A refill that read the record before an operator deleted it must not
+// bring it back; the next delivery's own complete counts.
+func screenCompleteAfterForget(t *testing.T, s idempotency.Screen) {
+	screenWantStatus(t, screenClaim(t, s, screenRef, "a", nil, screenLease), idempotency.Acquired)
+	screenComplete(t, s, screenRef, "a", screenEntry())
+	if err := s.Forget(context.Background(), screenRef); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	screenComplete(t, s, screenRef, "stale", screenEntry())
+	screenWantStatus(t, screenClaim(t, s, screenRef, "b", nil, screenLease), idempotency.Acquired)
+	next := screenEntry()
+	next.Body = []byte("after the delete")
+	screenComplete(t, s, screenRef, "b", next)
+	screenWantDone(t, s, screenRef, next)
 }
 
 func screenForgetInFlight(t *testing.T, s idempotency.Screen) {

@@ -80,6 +80,9 @@ type shard struct {
 	done      []doneItem
 	doneHead  int
 	doneBytes int
+	// forgotten holds, for ForgetTombstone after a Forget, the refs whose
+	// Complete is refused until they are claimed again.
+	forgotten map[idempotency.Ref]time.Time
 }
 
 type doneItem struct {
@@ -167,6 +170,9 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 	sh := s.shard(req.Ref)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if len(sh.forgotten) > 0 {
+		delete(sh.forgotten, req.Ref) // a new delivery: its complete counts
+	}
 	status := idempotency.Acquired
 	if e := sh.m[req.Ref]; e != nil {
 		switch {
@@ -209,6 +215,9 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	sh := s.shard(ref)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if until, ok := sh.forgotten[ref]; ok && now.Before(until) {
+		return nil // deleted by an operator after the caller read it
+	}
 	if old := sh.m[ref]; old != nil {
 		if old.done && now.Before(old.dropAt) {
 			return nil // a done record never changes
@@ -277,6 +286,7 @@ func (s *Screen) Release(_ context.Context, ref idempotency.Ref, owner string) e
 // Forget drops whatever the screen holds for ref.
 func (s *Screen) Forget(_ context.Context, ref idempotency.Ref) error {
 	sh := s.shard(ref)
+	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.m[ref]; e != nil {
@@ -284,6 +294,15 @@ func (s *Screen) Forget(_ context.Context, ref idempotency.Ref) error {
 		sh.forgetDone(e)
 		delete(sh.m, ref)
 	}
+	if sh.forgotten == nil {
+		sh.forgotten = make(map[idempotency.Ref]time.Time)
+	}
+	for r, until := range sh.forgotten { // forgets are operators' acts: few
+		if !now.Before(until) {
+			delete(sh.forgotten, r)
+		}
+	}
+	sh.forgotten[ref] = now.Add(idempotency.ForgetTombstone)
 	return nil
 }
 

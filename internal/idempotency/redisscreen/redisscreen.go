@@ -310,7 +310,7 @@ func (s *Screen) Release(ctx context.Context, ref idempotency.Ref, owner string)
 func (s *Screen) Forget(ctx context.Context, ref idempotency.Ref) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	if err := forgetScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel).Err(); err != nil {
+	if err := forgetScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel, millis(idempotency.ForgetTombstone)).Err(); err != nil {
 		return fail("forget", ref, err)
 	}
 	return nil

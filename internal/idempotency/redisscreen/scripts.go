@@ -6,7 +6,8 @@ import "github.com/redis/go-redis/v9"
 // each script touches one key and works on Redis Cluster whatever slot the
 // key hashes to. Fields:
 //
-//	s  state: "f" in flight, "d" done
+//	s  state: "f" in flight, "d" done, "x" forgotten (a tombstone, see
+//	   forgetScript)
 //	o  owner token (in flight)
 //	u  lease deadline, ms since the epoch by the Redis server's clock (in flight)
 //	f  fingerprint, "" for none
@@ -64,10 +65,11 @@ return {status}
 `)
 
 // completeScript: ARGV = channel, ttl ms, fingerprint, entry.
-// Returns 1 when written, 0 when a done entry was kept.
+// Returns 1 when written, 0 when a done entry was kept or the key was
+// forgotten (s = "x", see forgetScript).
 var completeScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 's', 'w')
-if v[1] == 'd' then
+if v[1] == 'd' or v[1] == 'x' then
   return 0
 end
 redis.call('DEL', KEYS[1])
@@ -93,13 +95,20 @@ end
 return 1
 `)
 
-// forgetScript: ARGV = channel. Returns the number of keys deleted.
+// forgetScript: ARGV = channel, tombstone ms. Returns 1 when the key held
+// an entry. The entry becomes a tombstone (s = "x") for the given time:
+// a complete refuses it (a refill that read the record before the delete
+// must not put it back), a claim takes it like an absent key.
 var forgetScript = redis.NewScript(`
-local n = redis.call('DEL', KEYS[1])
-if n > 0 then
+local old = redis.call('HGET', KEYS[1], 's')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'x')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if old and old ~= 'x' then
   redis.call('PUBLISH', ARGV[1], KEYS[1])
+  return 1
 end
-return n
+return 0
 `)
 
 // heldScript: ARGV = owner. Returns the ms left of owner's live claim, or
