@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,4 +121,36 @@ func countRows(tb testing.TB, db *gorm.DB, where string, args ...any) int64 {
 		tb.Fatalf("count rows where %s: %v", where, err)
 	}
 	return n
+}
+
+// A record the screen still remembers without its body (larger than
+// screen.max_cached_body) and the sweeper has deleted (record.retention
+// shorter than screen.ttl): the ledger is reachable and holds nothing, so
+// the delivery is claimed afresh and forwarded, not answered 503 until the
+// screen's entry expires. The same holds after an operator's delete.
+func TestSweptRecordTheScreenRemembersIsForwardedAgain(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		big := strings.Repeat("b", 2000)
+		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { fmt.Fprint(w, big) })
+		g := startGateway(t, s.config(t, up.URL, "    retention: 1h\n", "screen:\n  max_cached_body: 100\n  local_cache: 0\n"))
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_swept"}`), 200, "forwarded")
+		if r := send(t, g, "/hooks", `{"id":"evt_swept"}`); r.outcome() != "replayed" || string(r.body) != big {
+			t.Fatalf("repeat before the sweep: %d %q", r.status, r.outcome())
+		}
+		if n, err := g.Ledger().SweepAll(context.Background(), time.Now().Add(2*time.Hour), 100); err != nil || n != 1 {
+			t.Fatalf("sweep: %d rows, %v", n, err)
+		}
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_swept"}`), 200, "forwarded")
+		if r := send(t, g, "/hooks", `{"id":"evt_swept"}`); r.outcome() != "replayed" || string(r.body) != big {
+			t.Fatalf("repeat after the new forward: %d %q", r.status, r.outcome())
+		}
+		if n := up.count("evt_swept"); n != 2 {
+			t.Fatalf("upstream received %d, want 2 (before and after the sweep)", n)
+		}
+		if rec := lookup(t, g, "hooks", "evt_swept"); rec.State != idempotency.StateDone {
+			t.Fatalf("re-forwarded delivery not recorded: %+v", rec)
+		}
+	})
 }

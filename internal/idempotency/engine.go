@@ -197,6 +197,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	req := ClaimRequest{Ref: d.Ref, Owner: newOwner(), Fingerprint: d.Fingerprint,
 		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source}
 	var deadline time.Time
+	gone := false
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			// After a wait: the delivery waited for may have been cached.
@@ -225,7 +226,14 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if cache := e.o.Cache; cache != nil && c.Entry != nil {
 				cache.Put(d.Ref, c.Entry)
 			}
-			return e.done(ctx, p, d, fwd, c.Entry)
+			r, ok := e.done(ctx, p, d, fwd, c.Entry)
+			if ok {
+				return r
+			}
+			if gone {
+				return e.unavailable(fmt.Errorf("replay of %q: the record keeps vanishing", d.Key))
+			}
+			gone = true // the screen was cleared: claim afresh
 		case Held:
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
@@ -257,7 +265,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
 	if c := e.o.Cache; c != nil {
 		if ent, ok := c.Get(d.Ref); ok {
-			return e.done(ctx, p, d, fwd, ent), true
+			return e.done(ctx, p, d, fwd, ent)
 		}
 	}
 	return Result{}, false
@@ -446,7 +454,9 @@ func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, f
 	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil {
 		switch rec.State {
 		case StateDone:
-			return e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec))
+			if r, ok := e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec)); ok {
+				return r
+			}
 		case StateHeld:
 			if !p.Shadow {
 				return e.held()
@@ -596,29 +606,42 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 
 // done answers a delivery whose record exists: replay it, or reject a
 // different delivery reusing the key, or forward anyway in shadow mode.
-func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) Result {
+//
+// It reports false when the record is gone: the screen remembered a record
+// whose body only the ledger keeps, and the ledger row has since been swept
+// (record.retention shorter than screen.ttl) or deleted by an operator. The
+// screen and cache entries are then dropped and the delivery is claimed
+// afresh — the ledger is the truth, and it is reachable, so a 503 would
+// only make the provider retry into the same answer until the screen's TTL.
+func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
 	if p.Shadow {
-		return e.shadow(ctx, fwd)
+		return e.shadow(ctx, fwd), true
 	}
 	if !sameFingerprint(ent.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
-		r := e.mismatch(ent)
-		return r
+		return e.mismatch(ent), true
 	}
 	resp := ent.Response
 	if !ent.BodyCached && !ent.BodyOmitted {
 		rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
-		if err != nil {
-			if !errors.Is(err, ErrNotFound) {
-				e.depError("ledger", "lookup", err)
+		if errors.Is(err, ErrNotFound) {
+			e.o.Logger.InfoContext(ctx, "the screen remembered a record the ledger no longer holds; claiming afresh",
+				"route", d.Route, "key", d.Key)
+			if err := e.Forget(ctx, d.Ref); err != nil {
+				e.o.Logger.WarnContext(ctx, "could not drop the screen's entry of a record the ledger no longer holds",
+					"route", d.Route, "key", d.Key, "err", err)
 			}
-			return e.unavailable(fmt.Errorf("replay body of %q: %w", d.Key, err))
+			return Result{}, false
+		}
+		if err != nil {
+			e.depError("ledger", "lookup", err)
+			return e.unavailable(fmt.Errorf("replay body of %q: %w", d.Key, err)), true
 		}
 		resp = rec.Response
 		if c := e.o.Cache; c != nil {
 			c.Put(d.Ref, EntryOf(rec))
 		}
 	}
-	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}
+	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}, true
 }
 
 // shadow forwards a repeat that enforce mode would have intercepted.
