@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
@@ -337,22 +339,55 @@ func entryOf(rec *idempotency.Record) *idempotency.Entry {
 }
 
 // encodeHeaders stores kept headers as a JSON object (keys sorted, so equal
-// maps give equal text).
+// maps give equal text). JSON strings are UTF-8, and encoding/json turns
+// other bytes into U+FFFD, but a header value may carry any octet
+// (RFC 9110 obs-text): a map with such a value is stored as binaryHeaders
+// followed by a JSON object of base64 values, so that a replay from the
+// ledger is byte for byte. Rows written before keep reading as plain JSON:
+// that text starts with "{".
 func encodeHeaders(h map[string]string) (string, error) {
 	if len(h) == 0 {
 		return "{}", nil
 	}
-	b, err := json.Marshal(h)
+	var v any = h
+	prefix := ""
+	for name, val := range h {
+		if !utf8.ValidString(name) || !utf8.ValidString(val) {
+			b := make(map[string][]byte, len(h))
+			for name, val := range h {
+				b[name] = []byte(val)
+			}
+			// Names are HTTP tokens (ASCII); a name that is not is stored
+			// as JSON would store it.
+			v, prefix = b, binaryHeaders
+			break
+		}
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("encode headers: %w", err)
 	}
-	return string(b), nil
+	return prefix + string(b), nil
 }
+
+// binaryHeaders marks headers stored with base64 values (encodeHeaders).
+const binaryHeaders = "b64:"
 
 // decodeHeaders returns nil for an empty object.
 func decodeHeaders(s string) (map[string]string, error) {
 	if s == "" || s == "{}" {
 		return nil, nil
+	}
+	if rest, ok := strings.CutPrefix(s, binaryHeaders); ok {
+		var b map[string][]byte
+		if err := json.Unmarshal([]byte(rest), &b); err != nil {
+			return nil, fmt.Errorf("decode headers: %w", err)
+		}
+		h := make(map[string]string, len(b))
+		for name, val := range b {
+			h[name] = string(val)
+		}
+		return h, nil
 	}
 	var h map[string]string
 	if err := json.Unmarshal([]byte(s), &h); err != nil {
