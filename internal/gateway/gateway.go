@@ -188,6 +188,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Middleware:      []fiber.Handler{g.tel.Middleware()},
 		Observe:         g.observe,
 		ObserveUpstream: g.tel.ObserveUpstream,
+		Around:          g.tel.Around(),
 		Logger:          g.log,
 	})
 	return g, nil

@@ -60,7 +60,12 @@ type Options struct {
 	// ObserveUpstream is called after every forward to the upstream of
 	// route with its duration, failures included (nil = none).
 	ObserveUpstream func(ctx context.Context, route string, d time.Duration)
-	Logger          *slog.Logger
+	// Around runs answer as the Middleware would have run the handler, for
+	// requests fasthttp refuses before any middleware ran (a body over
+	// server.body_limit), so that they get their server span too (nil =
+	// answer alone).
+	Around func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error
+	Logger *slog.Logger
 }
 
 // Server is the webhook-facing HTTP server.
@@ -380,6 +385,10 @@ func (s *Server) source(c *fiber.Ctx, route *Route) string {
 // errorHandler answers Fiber's own errors (body too large, bad requests)
 // as problem documents with the route's outcome where one applies.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	if s.o.Around != nil && !trace.SpanContextFromContext(c.UserContext()).IsValid() {
+		// Refused while reading, before the middleware: no span yet.
+		return s.o.Around(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
+	}
 	var fe *fiber.Error
 	status := http.StatusInternalServerError
 	if errors.As(err, &fe) {
@@ -395,9 +404,14 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		// be unknown here (and the event unobserved): still too_large.
 		outcome = idempotency.TooLarge
 	}
-	if route != nil && s.o.Observe != nil && outcome != "" {
+	if route != nil && outcome != "" {
+		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
-		s.o.Observe(c.UserContext(), &Event{Route: route.Name, Method: c.Method(), Result: &res})
+		ev := Event{Route: route.Name, Method: c.Method(), Result: &res, Duration: time.Since(c.Context().Time())}
+		annotateSpan(c.UserContext(), &ev)
+		if s.o.Observe != nil {
+			s.o.Observe(c.UserContext(), &ev)
+		}
 	}
 	return writeProblem(c, status, outcome, detail, 0)
 }

@@ -31,14 +31,22 @@ import (
 // from memory a quarter of its CPU. Attributes are computed only for a
 // span that records.
 func (t *Telemetry) Middleware() fiber.Handler {
+	around := t.Around()
+	return func(c *fiber.Ctx) error { return around(c, (*fiber.Ctx).Next) }
+}
+
+// Around runs answer inside the request's server span: the Middleware's
+// work, for requests fasthttp refuses before any middleware runs
+// (ingress.Options.Around).
+func (t *Telemetry) Around() func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error {
 	tracer := t.tp.Tracer(instrumentation + "/http")
 	serverKind := trace.WithSpanKind(trace.SpanKindServer)
-	return func(c *fiber.Ctx) error {
+	return func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error {
 		parent := c.UserContext()
 		ctx := t.prop.Extract(parent, headerCarrier{&c.Request().Header})
 		ctx, span := tracer.Start(ctx, c.Method(), serverKind)
 		c.SetUserContext(ctx)
-		if err := c.Next(); err != nil {
+		if err := answer(c); err != nil {
 			span.RecordError(err)
 			_ = c.App().Config().ErrorHandler(c, err)
 		}

@@ -398,3 +398,27 @@ func TestStoreSpansUnderTheStateMachine(t *testing.T) {
 		}
 	}
 }
+
+// A body over server.body_limit is refused while fasthttp reads it, before
+// any middleware runs: it still gets its server span (SPEC §7), named after
+// its route and carrying route and outcome.
+func TestOversizedBodyHasAServerSpan(t *testing.T) {
+	up := newUpstream(t)
+	exp, o := spanRecorder()
+	cfg := gatewayConfig(t, up.URL, oneRoute, "")
+	cfg.Server.BodyLimit = 1024
+	g := startGateway(t, cfg, o)
+
+	r := send(t, g, "/hooks", strings.Repeat("x", 4096), "X-Event-Id", "evt_big")
+	wantOutcome(t, r, 413, "too_large")
+	srv := oneServerSpan(t, exp, "too_large")
+	if srv.Name != "POST /hooks" || attr(srv.Attributes, "hookstamp.route") != "hooks" {
+		t.Fatalf("server span %q, route %q; want POST /hooks, hooks", srv.Name, attr(srv.Attributes, "hookstamp.route"))
+	}
+	if got := attr(srv.Attributes, "http.response.status_code"); got != "413" {
+		t.Errorf("status code attribute %q, want 413", got)
+	}
+	if keys, _ := up.received(); len(keys) != 0 {
+		t.Fatalf("upstream received %q", keys)
+	}
+}
