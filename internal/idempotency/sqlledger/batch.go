@@ -223,24 +223,23 @@ func (l *Ledger) runCommits(batch []*commitJob) {
 	}
 	var err error
 	results := make([]error, len(batch))
+	// settled marks the rows whose result is known even if err is not nil:
+	// those of the rounds commitStatements wrote before one failed.
+	settled := make([]bool, len(batch))
 	if l.d.name == DriverPostgres {
-		err = l.commitStatements(ctx, batch, results)
+		err = l.commitStatements(ctx, batch, results, settled)
 	} else {
 		err = l.commitTransaction(ctx, batch, results)
 	}
-	switch {
-	case err == nil:
-		for i, j := range batch {
+	for i, j := range batch {
+		switch {
+		case err == nil || settled[i]:
 			j.done <- results[i]
-		}
-	case l.unavailable(err):
-		for _, j := range batch {
+		case l.unavailable(err):
 			j.done <- l.fail(fmt.Sprintf("commit %s", ref(j.row.ref)), err)
-		}
-	default:
-		// One row the database refused must not fail the others: commit
-		// them one by one.
-		for _, j := range batch {
+		default:
+			// One row the database refused must not fail the others:
+			// commit them one by one.
 			jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
 			j.done <- l.execCommit(jctx, &j.row)
 			jcancel()
@@ -270,10 +269,10 @@ func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, resu
 // round trip, one transaction) per round of distinct keys — a key
 // committed twice in one batch goes to a later round, where it finds the
 // row the first wrote, as it would one after the other. An error leaves
-// the rounds already written in place; their callers are answered by the
-// row-by-row retry, which finds their rows done and reports ErrNotOwner
-// only for rows another owner wrote.
-func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, results []error) error {
+// the rounds already written in place, and marks their rows settled: their
+// results stand (a retry would find a row its own caller wrote and call it
+// another owner's).
+func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, results []error, settled []bool) error {
 	pending := make([]int, len(batch))
 	for i := range pending {
 		pending[i] = i
@@ -322,6 +321,7 @@ func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, resul
 			if !written[batch[i].row.ref] {
 				results[i] = fmt.Errorf("commit %s: %w", ref(batch[i].row.ref), idempotency.ErrNotOwner)
 			}
+			settled[i] = true
 		}
 		pending = later
 	}

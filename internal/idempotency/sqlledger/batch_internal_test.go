@@ -94,6 +94,30 @@ func TestCommitBatchStatementKeepsPerRowResults(t *testing.T) {
 	}
 }
 
+// A round that fails after an earlier round of the same batch was written
+// (a key committed twice, the second row refused): the first commit is
+// reported as made — its own row is there — not as another owner's, and
+// the refused row fails alone.
+func TestCommitBatchFailingLaterRoundKeepsEarlierResults(t *testing.T) {
+	l := openPG(t)
+	now := time.Now()
+	r := idempotency.Ref{Route: "r", Key: "twice-refused"}
+	first := commitJobFor(r, "first", now)
+	second := commitJobFor(r, "second", now)
+	second.row.source = "bad\x00source" // PostgreSQL refuses NUL in text
+	l.runCommits([]*commitJob{first, second})
+	if err := <-first.done; err != nil {
+		t.Fatalf("the first commit, written in the first round: %v, want success", err)
+	}
+	if err := <-second.done; err == nil || errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("the refused row: %v, want the database's refusal", err)
+	}
+	rec, err := l.Lookup(context.Background(), r)
+	if err != nil || string(rec.Body) != "answer of first" {
+		t.Fatalf("row: %+v %v, want the first commit's", rec, err)
+	}
+}
+
 // A batch of claims: each fresh key is made pending for its owner, two
 // claims of one key in the same batch yield one row (the other claim finds
 // it taken), and a key that has a row is reported as not inserted.
