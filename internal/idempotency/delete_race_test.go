@@ -63,21 +63,41 @@ func (s *onDoneScreen) Claim(ctx context.Context, req idempotency.ClaimRequest) 
 	return c, err
 }
 
+func fwdCount(n *atomic.Int64) idempotency.ForwardFunc {
+	return func(context.Context) (*idempotency.Upstream, error) {
+		n.Add(1)
+		return &idempotency.Upstream{Status: 200, Header: http.Header{}, Body: []byte("ok")}, nil
+	}
+}
+
+var racePolicy = &idempotency.Policy{Route: "r", Final: idempotency.DefaultFinal, MaxBody: 1 << 20,
+	Retention: time.Hour, WaitTimeout: time.Second}
+
+// raceThenDeliver sends d through racing (whose hook deletes the record
+// after it read it: still a replay), then through next, which must
+// forward: the delete was not undone. The upstream has seen d once before.
+func raceThenDeliver(t *testing.T, racing, next *idempotency.Engine, d idempotency.Delivery, forwards *atomic.Int64) {
+	t.Helper()
+	ctx := context.Background()
+	if r := racing.Handle(ctx, racePolicy, d, fwdCount(forwards)); r.Outcome != idempotency.Replayed {
+		t.Fatalf("repeat that read before the delete: %s", r.Outcome)
+	}
+	if r := next.Handle(ctx, racePolicy, d, fwdCount(forwards)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("delivery after the DELETE: %s, want forwarded (a refill brought the deleted record back)", r.Outcome)
+	}
+	if n := forwards.Load(); n != 2 {
+		t.Fatalf("upstream received %d, want 2", n)
+	}
+}
+
 // An operator's DELETE that lands while a repeat is between reading the
 // record and putting it back in the screen or the in-process cache: the
 // repeat may still be replayed (it read first), but the next delivery is
 // forwarded — the deleted record is not brought back for the screen's TTL
 // or the cache's age.
 func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
-	fwdCount := func(n *atomic.Int64) idempotency.ForwardFunc {
-		return func(context.Context) (*idempotency.Upstream, error) {
-			n.Add(1)
-			return &idempotency.Upstream{Status: 200, Header: http.Header{}, Body: []byte("ok")}, nil
-		}
-	}
-	p := &idempotency.Policy{Route: "r", Final: idempotency.DefaultFinal, MaxBody: 1 << 20,
-		Retention: time.Hour, WaitTimeout: time.Second}
 	ctx := context.Background()
+	p := racePolicy
 
 	t.Run("screen refill after a ledger confirm", func(t *testing.T) {
 		l, s := productionStores(t)
@@ -107,15 +127,7 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := repeat.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Replayed {
-			t.Fatalf("repeat that read before the delete: %s", r.Outcome)
-		}
-		if r := e.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
-			t.Fatalf("delivery after the DELETE: %s, want forwarded (the refill brought the deleted record back)", r.Outcome)
-		}
-		if n := forwards.Load(); n != 2 {
-			t.Fatalf("upstream received %d, want 2", n)
-		}
+		raceThenDeliver(t, repeat, e, d, &forwards)
 	})
 
 	t.Run("cache put after a screen read", func(t *testing.T) {
@@ -148,14 +160,6 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := e.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Replayed {
-			t.Fatalf("repeat that read before the delete: %s", r.Outcome)
-		}
-		if r := e.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
-			t.Fatalf("delivery after the DELETE: %s, want forwarded (the cache put the deleted record back)", r.Outcome)
-		}
-		if n := forwards.Load(); n != 2 {
-			t.Fatalf("upstream received %d, want 2", n)
-		}
+		raceThenDeliver(t, e, e, d, &forwards)
 	})
 }
