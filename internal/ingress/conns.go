@@ -6,18 +6,19 @@ import (
 	"sync/atomic"
 )
 
-// connListener tracks the connections it accepts so that Shutdown can close
+// connListener tracks the connections it accepts so that Shutdown can end
 // those that never sent a byte.
 //
 // fasthttp counts a new connection as active from the moment it starts
 // reading the first request, so a connection a client opened and never
 // used (an HTTP client's spare dial that lost the race to an idle
 // connection, a health checker's TCP probe) would hold Shutdown for the
-// whole read_timeout. Such a connection carries no request: closing it
-// loses nothing (bytes that have arrived unread count as use), and a client that wanted to use it sees it closed before
-// it wrote anything, which HTTP clients retry on a fresh connection.
-// Connections that have read anything are left to fasthttp, which finishes
-// the request they carry and closes them after its response.
+// whole read_timeout. Such a connection carries no request (bytes that
+// have arrived unread count as use): ending it loses nothing, and a client
+// that wanted to use it finds it closed before it wrote anything, which
+// HTTP clients retry on a fresh connection. Connections that have read
+// anything are left to fasthttp, which finishes the request they carry and
+// closes them after its response.
 type connListener struct {
 	net.Listener
 
@@ -41,8 +42,8 @@ func (l *connListener) Accept() (net.Conn, error) {
 	return tc, nil
 }
 
-// closeUnused closes every connection that has neither read a byte nor
-// has bytes waiting to be read (a request that arrived before the server's
+// closeUnused ends every connection that has neither read a byte nor has
+// bytes waiting to be read (a request that arrived before the server's
 // goroutine got to it is served).
 func (l *connListener) closeUnused() {
 	l.mu.Lock()
