@@ -314,14 +314,10 @@ func checkHeader(name, value string) string {
 		return "a header name is not a valid HTTP token"
 	}
 	c := http.CanonicalHeaderKey(name)
-	switch c {
-	case "Set-Cookie":
+	if c == "Set-Cookie" {
 		return "Set-Cookie cannot be recorded: a replay would hand it to whoever repeats the delivery"
-	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade",
-		"Idempotent-Replayed":
-		return fmt.Sprintf("header %q is set by the replay itself", c)
 	}
-	if strings.HasPrefix(c, "Hookstamp-") {
+	if idempotency.SetByReplay(c) {
 		return fmt.Sprintf("header %q is set by the replay itself", c)
 	}
 	for i := 0; i < len(value); i++ {

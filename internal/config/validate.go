@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
@@ -420,22 +420,12 @@ func validateRecord(errs *Errors, p string, r Record) {
 			errs.add(index(join(p, "headers"), i), "%q is not a valid header name", h)
 		case strings.EqualFold(h, "Set-Cookie"):
 			errs.add(index(join(p, "headers"), i), "%s must not be recorded: a replay would hand one client's cookies to whoever repeats the key", h)
-		case setByReplay(h):
+		case idempotency.SetByReplay(h):
 			errs.add(index(join(p, "headers"), i), "%s cannot be recorded: the replay sets it itself", h)
 		}
 	}
 	nonNegativeSize(errs, join(p, "max_body"), r.MaxBody)
 	oneOf(errs, join(p, "ambiguous"), r.Ambiguous, AmbiguousRelease, AmbiguousHold)
-}
-
-// setByReplay reports whether a replay sets header h itself: its outcome
-// headers and the message framing.
-func setByReplay(h string) bool {
-	switch http.CanonicalHeaderKey(h) {
-	case "Content-Length", "Transfer-Encoding", "Connection", "Idempotent-Replayed":
-		return true
-	}
-	return len(h) >= len("Hookstamp-") && strings.EqualFold(h[:len("Hookstamp-")], "Hookstamp-")
 }
 
 func checkHostPort(s string) error {

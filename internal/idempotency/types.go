@@ -13,6 +13,8 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 	"time"
 )
 
@@ -50,6 +52,19 @@ type Response struct {
 	// recorded: the replay carries status and headers, an empty body and
 	// Hookstamp-Body-Omitted: true.
 	BodyOmitted bool
+}
+
+// SetByReplay reports whether a replay writes header name itself — its
+// framing, the hop-by-hop headers and hookstamp's own outcome headers — so
+// that it can be neither recorded (record.headers) nor resolved in.
+func SetByReplay(name string) bool {
+	switch c := http.CanonicalHeaderKey(name); c {
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade",
+		"Idempotent-Replayed":
+		return true
+	default:
+		return strings.HasPrefix(c, "Hookstamp-")
+	}
 }
 
 // Record is one ledger row.

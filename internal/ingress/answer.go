@@ -41,8 +41,7 @@ func writeReplay(c *fiber.Ctx, r *idempotency.Response) error {
 	h := &c.Response().Header
 	h.SetNoDefaultContentType(true)
 	for name, v := range r.Headers {
-		switch name {
-		case "Content-Length", "Transfer-Encoding", "Connection", HeaderOutcome, HeaderReplayed, HeaderBodyOmitted:
+		if idempotency.SetByReplay(name) {
 			// The replay's own (a record kept from before the
 			// configuration refused these must not override them).
 			continue
