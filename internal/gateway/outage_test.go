@@ -274,18 +274,7 @@ func TestPartialScreenOutage(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
 	proxy := testenv.StartFaultProxy(t, c.addrs[0])
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	up := newUpstream(t)
-	t.Cleanup(release)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			<-hold
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"copy":%d}`, n)
-	})
+	up, release := holdFirstCopy(t, "evt_split")
 	b := startGateway(t, c.replicaConfig(t, up.URL, config.ScreenUnavailableStore))
 	cut := c // replica a reaches Redis through the proxy
 	cut.addrs = []string{proxy.Addr}
@@ -316,18 +305,7 @@ func TestPartialScreenOutage(t *testing.T) {
 func TestScreenLossDuringFlight(t *testing.T) {
 	t.Parallel()
 	c, _ := dedicatedCluster(t)
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	up := newUpstream(t)
-	t.Cleanup(release)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			<-hold
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"copy":%d}`, n)
-	})
+	up, release := holdFirstCopy(t, "evt_flush")
 	a := startGateway(t, c.replicaConfig(t, up.URL, config.ScreenUnavailableStore))
 	cfgB := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
 	cfgB.Routes[0].Inflight = config.InflightReject // answer at once instead of waiting
@@ -352,4 +330,70 @@ func TestScreenLossDuringFlight(t *testing.T) {
 	if n := up.count("evt_flush"); n != 1 {
 		t.Fatalf("upstream received the event %d times, want 1", n)
 	}
+}
+
+// A screen claim whose answer was lost — Redis ran it, the reply came
+// after the operation timeout — is replaced by a ledger claim
+// (screen.on_unavailable: store). When that delivery is recorded, the claim
+// left in the screen must be settled too: left alone, it would answer every
+// repeat at another replica 409 until its lease ran out.
+func TestLostScreenClaimAnswer(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	proxy := testenv.StartFaultProxy(t, c.addrs[0])
+	up, release := holdFirstCopy(t, "evt_lost_answer")
+	cfgB := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfgB.Routes[0].Inflight = config.InflightReject // answer at once instead of waiting
+	b := startGateway(t, cfgB)
+	slow := c // replica a reaches Redis through the proxy
+	slow.addrs = []string{proxy.Addr}
+	a := startGateway(t, slow.replicaConfig(t, up.URL, config.ScreenUnavailableStore))
+	rc := c.redisClient(t)
+	// A first delivery loads the screen's scripts into Redis: with Redis
+	// slowed, a NOSCRIPT round trip alone would use up the timeout.
+	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_warm"}`), 200, "forwarded")
+
+	// Each way takes 700ms: the claim reaches Redis, its answer comes
+	// after the 1s operation timeout.
+	proxy.Slow(700 * time.Millisecond)
+	first := make(chan reply, 1)
+	go func() { first <- send(t, a, "/hooks", `{"id":"evt_lost_answer"}`) }()
+	eventually(t, 5*time.Second, "the first copy forwarded on a ledger claim", func() bool { return up.count("evt_lost_answer") == 1 })
+	proxy.Restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s, err := rc.HGet(ctx, c.prefix+"hooks:evt_lost_answer", "s").Result(); err != nil || s != "f" {
+		t.Fatalf("the screen does not hold the claim whose answer was lost (state %q, %v); the test proves nothing", s, err)
+	}
+	wantOutcome(t, send(t, b, "/hooks", `{"id":"evt_lost_answer"}`), 409, "conflict")
+
+	release()
+	r := <-first
+	wantOutcome(t, r, 200, "forwarded")
+	again := send(t, b, "/hooks", `{"id":"evt_lost_answer"}`)
+	wantOutcome(t, again, 200, "replayed")
+	sameReply(t, r, again)
+	if n := up.count("evt_lost_answer"); n != 1 {
+		t.Fatalf("upstream received the event %d times, want 1", n)
+	}
+}
+
+// holdFirstCopy is an upstream that holds the first copy of key until
+// release is called (at the latest when the test ends) and answers every
+// other request at once, each copy with its own body.
+func holdFirstCopy(tb testing.TB, key string) (up *upstream, release func()) {
+	tb.Helper()
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	up = newUpstream(tb)
+	tb.Cleanup(release)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 && r.Header.Get("Idempotency-Key") == key {
+			<-hold
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	return up, release
 }

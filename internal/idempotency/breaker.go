@@ -55,6 +55,15 @@ func (b *breaker) allow() (ok, probe bool) {
 	return true, true
 }
 
+// closed reports whether the screen is not known to be failing: calls
+// that only tidy up after a failed claim ask it only then, and do not
+// count as probes.
+func (b *breaker) closed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.until.IsZero()
+}
+
 // abandon ends a call allow let through that says nothing about the
 // screen (its caller went away).
 func (b *breaker) abandon(probe bool) {

@@ -179,10 +179,27 @@ const (
 	// viaLocal: the key is in flight in this process (flights); nothing
 	// was asked of the screen or the ledger.
 	viaLocal
+	// viaLedgerLostScreen: the claim is a pending ledger row
+	// (screen.on_unavailable: store) taken after a screen claim that got no
+	// answer — a timeout, a dropped connection — so the screen may hold
+	// the claim too. The ledger is the claim; the screen is settled as
+	// well when it answers again (Engine.screenHolds), since a claim left
+	// there would answer repeats at every other replica 409 until its
+	// lease ran out.
+	viaLedgerLostScreen
 )
 
 // screen reports whether the claim lives in the screen.
 func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || v == viaBoth }
+
+// screenHolds reports whether settling a claim held via v must settle it
+// in the screen too: always when the screen granted it, and after a lost
+// screen claim while the screen is not known to be failing (a call to a
+// screen the breaker skips would only wait out its timeout, and its claim
+// expires with the lease anyway).
+func (e *Engine) screenHolds(v via) bool {
+	return v.screen() || v == viaLedgerLostScreen && e.breaker.closed()
+}
 
 // Handle decides what happens to one delivery, calling fwd at most once.
 //
@@ -282,7 +299,11 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 	if err != nil {
 		switch e.o.ScreenUnavailable {
 		case FailStore:
-			return e.ledgerClaim(ctx, req, fwd)
+			c, v, stop := e.ledgerClaim(ctx, req, fwd)
+			if !errors.Is(err, errBreakerOpen) {
+				c, v = e.afterLostScreenClaim(ctx, req, c, v, stop != nil)
+			}
+			return c, v, stop
 		case FailPass:
 			r := e.passthrough(ctx, p, req, fwd, err)
 			return Claim{}, viaNone, &r
@@ -438,6 +459,26 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 	return c, viaLedger, nil
 }
 
+// afterLostScreenClaim settles a screen claim that got no answer but may
+// have been made, once the ledger claim that replaced it is known: a claim
+// the ledger granted is settled in both stores when the delivery ends
+// (viaLedgerLostScreen); otherwise the screen's claim is dropped, or
+// turned into the record the ledger holds, now.
+func (e *Engine) afterLostScreenClaim(ctx context.Context, req ClaimRequest, c Claim, v via, failed bool) (Claim, via) {
+	if !failed && (c.Status == Acquired || c.Status == TakenOver) {
+		return c, viaLedgerLostScreen
+	}
+	if !e.screenHolds(viaLedgerLostScreen) {
+		return c, v
+	}
+	if !failed && c.Status == Done {
+		e.complete(ctx, req.Ref, req.Owner, c.Entry) // as a confirm refills it
+	} else {
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+	}
+	return c, v
+}
+
 // mayHaveLanded reports whether a ledger claim that failed because the
 // delivery was cut (shutdown abandoned it, the provider hung up) may still
 // have been made: a batch carrying its row can commit after the caller
@@ -549,7 +590,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	endSpan(span, err)
 	switch {
 	case err == nil:
-		if v.screen() {
+		if e.screenHolds(v) {
 			e.complete(sctx, d.Ref, owner, ent)
 		}
 		if c := e.o.Cache; c != nil {
@@ -561,7 +602,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		// that won stays; this provider still gets what its upstream said.
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
-		if v.screen() {
+		if e.screenHolds(v) {
 			e.release(sctx, v, d.Ref, owner)
 		}
 	default:
@@ -569,7 +610,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
-		if v.screen() {
+		if e.screenHolds(v) {
 			e.complete(sctx, d.Ref, owner, ent)
 		}
 	}
@@ -593,7 +634,7 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 			"route", d.Route, "key", d.Key, "err", err)
 		return Result{}, false
 	}
-	if v.screen() {
+	if e.screenHolds(v) {
 		// Repeats confirm in the ledger and find the hold there.
 		e.release(ctx, v, d.Ref, owner)
 	}
@@ -705,26 +746,29 @@ func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	defer cancel()
 	var err error
 	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
+	mine := func(err error) error {
+		if errors.Is(err, ErrNotOwner) {
+			return nil
+		}
+		return err
+	}
 	switch v {
 	case viaScreen, viaScreenNoLedger:
-		err = e.o.Screen.Release(rctx, ref, owner)
-	case viaBoth:
+		err = mine(e.o.Screen.Release(rctx, ref, owner))
+	case viaBoth, viaLedgerLostScreen:
 		// The ledger row first: a repeat woken by the screen's release
 		// must not find it still pending.
-		if err = e.o.Ledger.Release(rctx, ref, owner); errors.Is(err, ErrNotOwner) {
-			err = nil
+		err = mine(e.o.Ledger.Release(rctx, ref, owner))
+		if e.screenHolds(v) {
+			err = errors.Join(err, mine(e.o.Screen.Release(rctx, ref, owner)))
 		}
-		err = errors.Join(err, e.o.Screen.Release(rctx, ref, owner))
 	case viaLedger:
-		err = e.o.Ledger.Release(rctx, ref, owner)
-	}
-	if errors.Is(err, ErrNotOwner) {
-		err = nil
+		err = mine(e.o.Ledger.Release(rctx, ref, owner))
 	}
 	endSpan(span, err)
 	if err != nil {
 		dep := "screen"
-		if v == viaLedger {
+		if v == viaLedger || v == viaLedgerLostScreen {
 			dep = "ledger"
 		}
 		e.depError(dep, "release", err)

@@ -1,0 +1,87 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+)
+
+// lostAnswerScreen makes each screen claim land in Redis and then lose its
+// answer, as when the reply comes after the operation timeout.
+type lostAnswerScreen struct {
+	*redisscreen.Screen
+}
+
+func (s lostAnswerScreen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
+	if _, err := s.Screen.Claim(ctx, req); err != nil {
+		return idempotency.Claim{}, err
+	}
+	return idempotency.Claim{}, fmt.Errorf("%w: the answer was lost", idempotency.ErrUnavailable)
+}
+
+// A screen claim whose answer was lost is replaced by a ledger claim
+// (screen.on_unavailable: store). When the ledger does not grant it, the
+// claim left in the screen is settled at once: turned into the record the
+// ledger holds, or dropped when another replica's ledger claim holds the
+// key — not left to answer repeats at other replicas 409 for its lease.
+// (A claim the ledger grants is settled with the delivery:
+// gateway.TestLostScreenClaimAnswer.)
+func TestLostScreenClaimIsSettled(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+	e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
+		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second,
+		// Every claim here fails; the breaker must not open, or the
+		// screen would rightly be left alone.
+		BreakerFailures: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forwards atomic.Int64
+	p := *racePolicy
+	p.RejectInflight = true
+	// screenSees is what a claim at another replica finds in the screen.
+	screenSees := func(ref idempotency.Ref) idempotency.ClaimStatus {
+		t.Helper()
+		c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "another-replica", Lease: time.Second, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Status
+	}
+
+	// Recorded in the ledger, not in the screen (flushed, say).
+	done := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_recorded"}}
+	if r := e.Handle(ctx, &p, done, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	if err := s.Forget(ctx, done.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Handle(ctx, &p, done, fwdCount(&forwards)); r.Outcome != idempotency.Replayed {
+		t.Fatalf("repeat: %s (%v), want replayed", r.Outcome, r.Err)
+	}
+	if st := screenSees(done.Ref); st != idempotency.Done {
+		t.Fatalf("after the repeat, the screen answers another replica %v, want done: the lost claim was left in flight", st)
+	}
+
+	// Held in the ledger by a replica that could not reach the screen.
+	busy := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_busy"}}
+	if _, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: busy.Ref, Owner: "ledger-replica", Lease: 30 * time.Second, Retention: time.Hour}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Handle(ctx, &p, busy, fwdCount(&forwards)); r.Outcome != idempotency.Conflict {
+		t.Fatalf("repeat of a delivery in flight elsewhere: %s (%v), want conflict", r.Outcome, r.Err)
+	}
+	if st := screenSees(busy.Ref); st != idempotency.Acquired {
+		t.Fatalf("the screen answers another replica %v, want acquired: the lost claim was left behind", st)
+	}
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("upstream received %d forwards, want 1", n)
+	}
+}
