@@ -473,11 +473,21 @@ func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
 		cfg := s.config(t, up.URL, "", "")
 		cfg.Routes[0].Path = "/hooks/*"
 		g := startGateway(t, cfg)
-		wantOutcome(t, send(t, g, "/hooks/shop/a%20b?x=1", `{"id":"p1"}`), 200, "forwarded")
-		mu.Lock()
-		defer mu.Unlock()
-		if gotPath != "/up/shop/a%20b?x=1" {
-			t.Fatalf("upstream path %q, want /up/shop/a%%20b?x=1", gotPath)
+		for i, tc := range []struct{ path, want string }{
+			{"/hooks/shop/a%20b?x=1", "/up/shop/a%20b?x=1"},
+			// An escaped slash is part of a segment, not a separator.
+			{"/hooks/files/a%2Fb", "/up/files/a%2Fb"},
+			// Dot segments are resolved before matching; the upstream
+			// gets the path that was matched.
+			{"/hooks/x/../shop/c", "/up/shop/c"},
+		} {
+			wantOutcome(t, send(t, g, tc.path, fmt.Sprintf(`{"id":"p%d"}`, i)), 200, "forwarded")
+			mu.Lock()
+			got := gotPath
+			mu.Unlock()
+			if got != tc.want {
+				t.Fatalf("%s: upstream path %q, want %q", tc.path, got, tc.want)
+			}
 		}
 	})
 }

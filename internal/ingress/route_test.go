@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -85,4 +86,45 @@ func TestSafeDetailEchoesNothingRaw(t *testing.T) {
 			t.Fatalf("non-printable %q in %q", r, out)
 		}
 	}
+}
+
+func TestEscapedRest(t *testing.T) {
+	cases := []struct {
+		name, decoded, raw, rest, want string
+	}{
+		{"escaped slash stays one segment", "/hooks/files/a/b", "/hooks/files/a%2Fb", "files/a/b", "files/a%2Fb"},
+		{"escapes kept as sent", "/hooks/a b/%", "/hooks/a%20b/%25", "a b/%", "a%20b/%25"},
+		{"escaped prefix", "/hooks/a/b", "/hook%73/a%2fb", "a/b", "a%2fb"},
+		{"dot segments resolved, rest escaped anew", "/hooks/c d", "/hooks/x/../c%20d", "c d", "c%20d"},
+		{"doubled slash normalized", "/hooks/a/b", "/hooks//a%2Fb", "a/b", "a/b"},
+		{"unescaped non-ASCII", "/hooks/ü/x", "/hooks/ü/x", "ü/x", "%C3%BC/x"},
+		{"no rest", "/hooks", "/hooks", "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := escapedRest(tc.rest, []byte(tc.decoded), []byte(tc.raw)); got != tc.want {
+				t.Fatalf("escapedRest(%q, %q, %q) = %q, want %q", tc.rest, tc.decoded, tc.raw, got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzEscapedRest: whatever the sender's escaping, the rest sent upstream
+// decodes to exactly the rest the route matched.
+func FuzzEscapedRest(f *testing.F) {
+	f.Add("/hooks/a%2Fb", 7)
+	f.Add("/hook%73/%20x", 7)
+	f.Add("/hooks/%C3%BC", 3)
+	f.Fuzz(func(t *testing.T, raw string, cut int) {
+		decoded, err := url.PathUnescape(raw)
+		if err != nil || cut < 0 || cut > len(decoded) {
+			return
+		}
+		rest := decoded[cut:]
+		got := escapedRest(rest, []byte(decoded), []byte(raw))
+		back, err := url.PathUnescape(got)
+		if err != nil || back != rest {
+			t.Fatalf("escapedRest(%q, %q, %q) = %q, which decodes to %q (%v)", rest, decoded, raw, got, back, err)
+		}
+	})
 }

@@ -292,7 +292,7 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	})
 	req := &forward.Request{
 		Method:    c.Method(),
-		URL:       forward.JoinURL(route.UpstreamURL, (&url.URL{Path: rest}).EscapedPath(), string(fr.URI().QueryString())),
+		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), string(fr.URI().QueryString())),
 		Header:    hdr,
 		Body:      append([]byte(nil), fr.Body()...),
 		ClientIP:  s.clientIP(c),
@@ -367,6 +367,32 @@ func (s *Server) trusted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// escapedRest is a prefix route's rest of the path as the sender escaped
+// it, so that "a%2Fb" reaches the upstream as one segment, not as "a/b".
+// rest is the tail of the decoded, normalized path the route matched. The
+// received path is used only when it is a plain escaping of that path;
+// when normalizing changed it (dot segments, doubled slashes), the decoded
+// rest is escaped anew, so that what the upstream sees is what was matched.
+func escapedRest(rest string, decoded, raw []byte) string {
+	if rest == "" {
+		return ""
+	}
+	u := url.URL{Path: string(decoded), RawPath: string(raw)}
+	if u.EscapedPath() != u.RawPath { // RawPath is not an escaping of Path
+		return (&url.URL{Path: rest}).EscapedPath()
+	}
+	// Every "%XY" of raw decodes to one byte, every other byte to itself:
+	// skip as many decoded bytes as the prefix took.
+	i := 0
+	for range len(decoded) - len(rest) {
+		if raw[i] == '%' {
+			i += 2
+		}
+		i++
+	}
+	return u.RawPath[i:]
 }
 
 // source identifies the sender for the top-duplicate-sources statistics.
