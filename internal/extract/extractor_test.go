@@ -259,7 +259,7 @@ func TestKeyIsAnErrInvalidKey(t *testing.T) {
 // A huge body must cost the key no more than max length, whatever the source.
 func TestKeyHugeValueIsCapped(t *testing.T) {
 	big := strings.Repeat("x", 1<<20)
-	e := newExtractor(t, "r", tmpl("{json:a}{json:a}{json:a}{json:a}"))
+	e := newExtractor(t, "r", tmpl("{json:a}-{json:a}-{json:a}-{json:a}"))
 	var r extract.Request = jsonReq(`{"a":"` + big + `"}`)
 	var got []byte
 	var err error

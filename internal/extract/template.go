@@ -3,7 +3,9 @@ package extract
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Template builds a key from several request values, e.g.
@@ -13,10 +15,24 @@ import (
 // '{' always opens a placeholder and '}' always closes one.
 //
 // A template yields a key only when every placeholder resolves to a
-// non-empty value. Values are concatenated as they are, so the literal
-// separators should be characters the values cannot contain.
+// non-empty value.
+//
+// Distinct events must not share a key: with "{json:order}-{json:event}",
+// order "A-1" + event "PAY" and order "A" + event "1-PAY" would both give
+// "A-1-PAY". So when a template has two placeholders or more, each value
+// is escaped before it is joined: '%' and the first character of every
+// separator (the text after a placeholder) are written as %XX, uppercase
+// hex. Values without those characters — the usual ids, codes and
+// sequence numbers — are joined as they are, and the key stays readable.
+// Such a template needs text between any two placeholders, and that text
+// must start with an ASCII character (escaping one byte of a multi-byte
+// character would break the value's UTF-8).
 type Template struct {
 	parts []ref
+	// escape is the set of bytes escaped in placeholder values; nil when
+	// the template has a single placeholder (its value is whatever lies
+	// between the fixed text around it: nothing to escape).
+	escape *[256]bool
 }
 
 // ParseTemplate compiles a template. It rejects unbalanced braces, unknown
@@ -38,6 +54,7 @@ func parseTemplate(s string) (*Template, error) {
 	}
 	t := &Template{}
 	fromRequest := false
+	placeholders := 0
 	for i := 0; i < len(s); {
 		switch s[i] {
 		case '}':
@@ -58,6 +75,10 @@ func parseTemplate(s string) (*Template, error) {
 			if p.kind != kindRoute && p.kind != kindMethod {
 				fromRequest = true
 			}
+			if n := len(t.parts); n > 0 && t.parts[n-1].kind != kindLiteral {
+				return nil, fmt.Errorf("placeholder at offset %d follows another with no text between them: their values could not be told apart", i)
+			}
+			placeholders++
 			t.parts = append(t.parts, p)
 			i = end + 1
 		default:
@@ -71,6 +92,17 @@ func parseTemplate(s string) (*Template, error) {
 	}
 	if !fromRequest {
 		return nil, errors.New("no {header:…}, {json:…}, {form:…} or {query:…} placeholder: every delivery would get the same key")
+	}
+	if placeholders > 1 {
+		t.escape = &[256]bool{'%': true}
+		for j := 1; j < len(t.parts); j++ {
+			if p := t.parts[j]; p.kind == kindLiteral && t.parts[j-1].kind != kindLiteral {
+				if p.arg[0] >= utf8.RuneSelf {
+					return nil, fmt.Errorf("the text %q after a placeholder must start with an ASCII character: it separates values", p.arg)
+				}
+				t.escape[p.arg[0]] = true
+			}
+		}
 	}
 	return t, nil
 }
@@ -150,7 +182,14 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 	res := found
 	for _, p := range t.parts {
 		var st status
+		mark := len(dst)
 		dst, st = l.appendValue(dst, p, limit)
+		if t.escape != nil && p.kind != kindLiteral && st != absent && st != tooLong {
+			var ok bool
+			if dst, ok = escapeFrom(dst, mark, t.escape, limit); !ok {
+				st = tooLong
+			}
+		}
 		switch st {
 		case absent:
 			return dst[:start], absent
@@ -163,4 +202,39 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 		}
 	}
 	return dst, res
+}
+
+// escapeFrom writes the bytes of dst[from:] that are in set as %XX, in
+// place (dst grows within its capacity when it can: no allocation). It
+// reports false, with dst cut at limit, when the escaped value would not
+// fit within limit.
+func escapeFrom(dst []byte, from int, set *[256]bool, limit int) ([]byte, bool) {
+	n := 0
+	for _, c := range dst[from:] {
+		if set[c] {
+			n++
+		}
+	}
+	if n == 0 {
+		return dst, true
+	}
+	end := len(dst)
+	grown := end + 2*n
+	if grown > limit {
+		return dst[:min(end, limit)], false
+	}
+	dst = slices.Grow(dst, 2*n)[:grown]
+	const hexDigits = "0123456789ABCDEF"
+	w := grown
+	for r := end - 1; r >= from; r-- {
+		c := dst[r]
+		if set[c] {
+			w -= 3
+			dst[w], dst[w+1], dst[w+2] = '%', hexDigits[c>>4], hexDigits[c&15]
+		} else {
+			w--
+			dst[w] = c
+		}
+	}
+	return dst, true
 }

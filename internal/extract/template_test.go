@@ -1,6 +1,7 @@
 package extract_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
@@ -14,7 +15,6 @@ func TestParseTemplate(t *testing.T) {
 		"{route}:{method}:{query:id}",
 		"pre {form:notify_id} post",
 		"{json:items.#(type==\"a\").id}",
-		"{json:a}{json:b}",
 		"{json:a\\.b}",
 		"{header:x-A_b.c~1}",
 		"ünïcode {json:ключ}",
@@ -54,6 +54,9 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"{method:}-{json:a}", `template "{method:}-{json:a}": placeholder {method:} takes no name`},
 		{"fixed", `template "fixed": no {header:…}, {json:…}, {form:…} or {query:…} placeholder: every delivery would get the same key`},
 		{"{route}-{method}", `template "{route}-{method}": no {header:…}, {json:…}, {form:…} or {query:…} placeholder: every delivery would get the same key`},
+		{"{json:a}{json:b}", `template "{json:a}{json:b}": placeholder at offset 8 follows another with no text between them: their values could not be told apart`},
+		{"{route}{json:a}", `template "{route}{json:a}": placeholder at offset 7 follows another with no text between them: their values could not be told apart`},
+		{"{json:a}→{json:b}", `template "{json:a}→{json:b}": the text "→" after a placeholder must start with an ASCII character: it separates values`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -65,5 +68,57 @@ func TestParseTemplateErrors(t *testing.T) {
 				t.Errorf("ParseTemplate(%q) error = %q, want %q", tt.in, err, tt.want)
 			}
 		})
+	}
+}
+
+// Distinct events never share a template key: values are escaped where
+// they hold a separator's first character or '%'; plain values are joined
+// as they are.
+func TestTemplateKeysDoNotCollide(t *testing.T) {
+	e := newExtractor(t, "pay-in", tmpl("{json:order_id}-{json:event}-{json:seq}"))
+	key := func(body string) string {
+		t.Helper()
+		k, err := e.Key(jsonReq(body), nil)
+		if err != nil {
+			t.Fatalf("Key(%s): %v", body, err)
+		}
+		return string(k)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{`{"order_id":"20260612001","event":"CREATE","seq":"01"}`, "20260612001-CREATE-01"},
+		{`{"order_id":"A-1","event":"PAY","seq":"01"}`, "A%2D1-PAY-01"},
+		{`{"order_id":"A","event":"1-PAY","seq":"01"}`, "A-1%2DPAY-01"},
+		{`{"order_id":"A%2D1","event":"PAY","seq":"01"}`, "A%252D1-PAY-01"},
+		{`{"order_id":"ü-x","event":"PAY","seq":1}`, "ü%2Dx-PAY-1"},
+	} {
+		if got := key(tc.body); got != tc.want {
+			t.Errorf("Key(%s) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+
+	// {route} is a value like any other; a single placeholder is never
+	// escaped (the fixed text around it delimits it).
+	r := newExtractor(t, "pay-in", tmpl("{route}:{json:id}"))
+	if k, err := r.Key(jsonReq(`{"id":"a:b"}`), nil); err != nil || string(k) != "pay-in:a%3Ab" {
+		t.Errorf("{route}:{json:id} = %q, %v; want %q", k, err, "pay-in:a%3Ab")
+	}
+	one := newExtractor(t, "r", tmpl("evt-{json:id}-x"))
+	if k, err := one.Key(jsonReq(`{"id":"a-b%"}`), nil); err != nil || string(k) != "evt-a-b%-x" {
+		t.Errorf("evt-{json:id}-x = %q, %v; want %q", k, err, "evt-a-b%-x")
+	}
+}
+
+// An escaped value that outgrows key.max_length is too long, like any
+// other.
+func TestTemplateEscapesCountTowardsMaxLength(t *testing.T) {
+	e, err := extract.NewExtractor("r", []extract.Source{tmpl("{json:a}-{json:b}")}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := e.Key(jsonReq(`{"a":"1-2","b":"3"}`), nil); err != nil || string(k) != "1%2D2-3" {
+		t.Fatalf("Key = %q, %v; want 1%%2D2-3", k, err)
+	}
+	if k, err := e.Key(jsonReq(`{"a":"1-2-","b":"3"}`), nil); !errors.Is(err, extract.ErrKeyTooLong) || len(k) > 8 {
+		t.Fatalf("Key = %q, %v; want at most 8 bytes, ErrKeyTooLong", k, err)
 	}
 }
