@@ -520,7 +520,19 @@ routes:
 		{"bad source", route2("    source: cookie\n"), "routes[2].source", `bad source "cookie"`},
 		{"unknown preset", route2("    preset: strip\n"), "routes[2].preset", `unknown preset "strip"`},
 		{"bad key_header", edit(`url: "http://127.0.0.1:9000/b"`, `url: "http://127.0.0.1:9000/b", key_header: "Idem Key"`), "routes[1].upstream.key_header", "not a valid header name"},
-		{"zero max_length", edit("key: {sources: [{header: X-Event-Id}]}\n  - name: b", "key: {sources: [{header: X-Event-Id}], max_length: 0}\n  - name: b"), "routes[0].key.max_length", "at least 1"},
+		{"zero max_length", edit("key: {sources: [{header: X-Event-Id}]}\n  - name: b", "key: {sources: [{header: X-Event-Id}], max_length: 0}\n  - name: b"), "routes[0].key.max_length", "between 1 and 2048"},
+		// PostgreSQL cannot index a key much over 2.7 KB: it could never be recorded.
+		{"max_length beyond the ledger", edit("key: {sources: [{header: X-Event-Id}]}\n  - name: b", "key: {sources: [{header: X-Event-Id}], max_length: 4096}\n  - name: b"), "routes[0].key.max_length", "between 1 and 2048"},
+		// What `gateway serve` refuses, `gateway check` refuses too.
+		{"optional key without sources", edit("key: {sources: [{header: X-Event-Id}]}\n  - name: b", "key: {required: false}\n  - name: b"), "routes[0].key.sources", "at least one source"},
+		{"json source with spaces", edit("sources: [{header: X-Event-Id}]}\n  - name: b", "sources: [{json: ' id'}]}\n  - name: b"), "routes[0].key.sources[0]", "surrounding spaces"},
+		{"placeholder with spaces", edit("sources: [{header: X-Event-Id}]}\n  - name: b", "sources: [{template: '{json: order_id}-{json:seq}'}]}\n  - name: b"), "routes[0].key.sources[0]", "surrounding spaces"},
+		{"adjacent placeholders", edit("sources: [{header: X-Event-Id}]}\n  - name: b", "sources: [{template: '{json:a}{json:b}'}]}\n  - name: b"), "routes[0].key.sources[0]", "no text between them"},
+		{"fingerprint field twice", route2("    fingerprint: {mode: fields, fields: ['json:amount', 'json:amount']}\n"), "routes[2].fingerprint.fields[1]", "already fields[0]"},
+		{"fingerprint field with a space", route2("    fingerprint: {mode: fields, fields: ['json: amount']}\n"), "routes[2].fingerprint.fields[0]", "surrounding spaces"},
+		// A key or URL without a scheme would verify nothing, silently.
+		{"public_key without scheme", route2("    verify: {public_key: 'MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA'}\n"), "routes[2].verify.scheme", "public_key set but no scheme"},
+		{"url without scheme", route2("    verify: {url: 'https://example.com/hook'}\n"), "routes[2].verify.scheme", "url set but no scheme"},
 		{"bad store driver", base + "store: {driver: mysql}\n", "store.driver", `unknown value "mysql" (want sqlite or postgres)`},
 		{"empty dsn", base + "store: {dsn: ''}\n", "store.dsn", "required"},
 		{"bad store on_unavailable", base + "store: {on_unavailable: store}\n", "store.on_unavailable", "unknown value"},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
@@ -196,7 +197,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 		}
 	}
 	c.validateUpstream(errs, join(p, "upstream"), r.Upstream)
-	validateKey(errs, join(p, "key"), r.Key)
+	validateKey(errs, join(p, "key"), r.Name, r.Key)
 	validateFingerprint(errs, join(p, "fingerprint"), r.Fingerprint)
 	validateVerify(errs, join(p, "verify"), r.Verify)
 	oneOf(errs, join(p, "inflight"), r.Inflight, InflightWait, InflightReject)
@@ -272,9 +273,15 @@ func checkHTTPURL(s string) error {
 	return nil
 }
 
-func validateKey(errs *Errors, p string, k Key) {
-	if k.Required && len(k.Sources) == 0 {
-		errs.add(join(p, "sources"), "at least one source is required when key.required is true (or name a preset)")
+// MaxKeyLength bounds key.max_length: PostgreSQL cannot index a
+// (route, key) pair much over 2.7 KB, so a longer key could never be
+// recorded. Provider ids are tens of bytes.
+const MaxKeyLength = 2048
+
+func validateKey(errs *Errors, p, route string, k Key) {
+	before := len(*errs)
+	if len(k.Sources) == 0 {
+		errs.add(join(p, "sources"), "at least one source is required (or name a preset)")
 	}
 	for i, s := range k.Sources {
 		sp := index(join(p, "sources"), i)
@@ -299,12 +306,36 @@ func validateKey(errs *Errors, p string, k Key) {
 			errs.add(sp, "unknown source %q (want header, json, form, query, template or body_hash)", s.Kind)
 		}
 	}
-	if k.MaxLength <= 0 {
-		errs.add(join(p, "max_length"), "must be at least 1, got %d", k.MaxLength)
+	if k.MaxLength <= 0 || k.MaxLength > MaxKeyLength {
+		errs.add(join(p, "max_length"), "must be between 1 and %d bytes (the longest key PostgreSQL can index), got %d", MaxKeyLength, k.MaxLength)
+	}
+	if len(*errs) == before {
+		// The extractor has the last word, so that `gateway check` rejects
+		// everything `gateway serve` would. Its errors start with the
+		// source ("sources[1]: …").
+		src := make([]extract.Source, len(k.Sources))
+		for i, s := range k.Sources {
+			src[i] = extract.Source{Kind: s.Kind, Arg: s.Arg}
+		}
+		if _, err := extract.NewExtractor(route, src, k.MaxLength); err != nil {
+			addBuildError(errs, p, "sources", err)
+		}
 	}
 }
 
+// addBuildError reports an error of a constructor that `gateway serve`
+// calls, under the configuration key its message starts with (or under
+// fallback).
+func addBuildError(errs *Errors, p, fallback string, err error) {
+	key, msg, ok := strings.Cut(err.Error(), ": ")
+	if !ok {
+		key, msg = fallback, err.Error()
+	}
+	errs.add(join(p, key), "%s", msg)
+}
+
 func validateFingerprint(errs *Errors, p string, f Fingerprint) {
+	before := len(*errs)
 	oneOf(errs, join(p, "mode"), f.Mode, FingerprintBody, FingerprintFields, FingerprintNone)
 	switch {
 	case f.Mode == FingerprintFields && len(f.Fields) == 0:
@@ -327,6 +358,13 @@ func validateFingerprint(errs *Errors, p string, f Fingerprint) {
 		}
 	}
 	oneOf(errs, join(p, "on_mismatch"), f.OnMismatch, OnMismatchReject, OnMismatchReplay)
+	if len(*errs) == before {
+		// The fingerprinter has the last word (duplicate fields, names
+		// with spaces); its errors start with the field ("fields[1]: …").
+		if _, err := extract.NewFingerprinter(f.Mode, f.Fields); err != nil {
+			addBuildError(errs, p, "fields", err)
+		}
+	}
 }
 
 func validateVerify(errs *Errors, p string, v Verify) {
@@ -339,8 +377,17 @@ func validateVerify(errs *Errors, p string, v Verify) {
 	}
 	switch {
 	case v.Scheme == "":
+		var set []string
 		if nonEmpty > 0 {
-			errs.add(join(p, "scheme"), "secrets are set but no scheme is: nothing would be verified")
+			set = append(set, "secrets")
+		}
+		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix}} {
+			if strings.TrimSpace(f.v) != "" {
+				set = append(set, f.name)
+			}
+		}
+		if len(set) > 0 {
+			errs.add(join(p, "scheme"), "%s set but no scheme is: nothing would be verified", strings.Join(set, ", "))
 		}
 	case !contains(schemes, v.Scheme):
 		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(schemes))
@@ -384,11 +431,7 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		// the last word (key formats, sizes), so `gateway check` rejects
 		// everything `gateway serve` would. Its errors start with the key.
 		if _, err := verify.New(verifyOptions(v)); err != nil {
-			key, msg, ok := strings.Cut(err.Error(), ": ")
-			if !ok {
-				key, msg = "scheme", err.Error()
-			}
-			errs.add(join(p, key), "%s", msg)
+			addBuildError(errs, p, "scheme", err)
 		}
 	}
 }
