@@ -108,7 +108,7 @@ type setup struct {
 //   - shadow: /shadow, mode shadow.
 func (s *setup) config(tb testing.TB) *config.Config {
 	tb.Helper()
-	screen := "screen:\n  driver: memory\n"
+	screen := "screen:\n  driver: " + s.screen + "\n"
 	if s.screen == "redis" {
 		screen = fmt.Sprintf("screen:\n  driver: redis\n  prefix: %q\n  redis:\n    addrs: [%q]\n", s.pfx, s.redis)
 	}
@@ -692,4 +692,25 @@ func TestAdminDeleteReachesOtherReplicas(t *testing.T) {
 	}
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
 	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "replayed")
+}
+
+// With screen.driver none, replicas share PostgreSQL but no channel for
+// invalidations: a DELETE through one replica must still make the next
+// delivery at another forwarded (SPEC §8), not replayed from that
+// replica's in-process cache for minutes.
+func TestAdminDeleteReachesOtherReplicasWithoutScreen(t *testing.T) {
+	s := sharedSetup(t)
+	s.screen = "none" // and the default local_cache
+	a, b := s.start(t), s.start(t)
+	body := `{"id":"evt_none"}`
+	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "forwarded")
+	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
+	if r := adminDo(t, a, http.MethodDelete, recordURL("hooks", "evt_none"), ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE via A: %d %s", r.status, r.body)
+	}
+	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "forwarded")
+	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "replayed")
+	if n := s.upstream.count("evt_none"); n != 2 {
+		t.Fatalf("upstream saw evt_none %d times, want 2", n)
+	}
 }

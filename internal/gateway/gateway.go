@@ -144,17 +144,14 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},
-		Cache:  idempotency.NewCache(int(cfg.Screen.LocalCache), int(cfg.Screen.MaxCachedBody), 0),
+		Cache:  idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), 0),
 		Now:    g.now,
 		Logger: g.log,
 		Tracer: g.tel.Tracer(),
 		Hooks:  g.tel.Hooks(),
 	}
 	if g.screen == nil {
-		// Screen "none" is the seed's design: every delivery confirmed in
-		// the ledger. An in-process cache would hide that; it stays on only
-		// when configured.
-		eo.Screen = nil
+		eo.Screen = nil // a nil *Screen in the interface would not be nil
 	}
 	g.engine, err = idempotency.New(eo)
 	if err != nil {
@@ -365,4 +362,20 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 		attrs = append(attrs, "err", ev.Result.Err.Error())
 	}
 	g.log.Log(ctx, level, "delivery", attrs...)
+}
+
+// localCacheBytes is the in-process cache's budget (screen.local_cache),
+// or 0 when nothing could carry an operator's DELETE to other replicas'
+// caches: with screen "none" on PostgreSQL, replicas share the ledger but
+// no channel (that is Redis pub/sub's job with the Redis screen), and they
+// would go on replaying a deleted record for up to
+// idempotency.DefaultCacheMaxAge. A SQLite ledger, or the memory screen,
+// is one process's, and its deletes reach its own cache.
+func (g *Gateway) localCacheBytes() int {
+	n := int(g.cfg.Screen.LocalCache)
+	if n > 0 && g.cfg.Screen.Driver == config.ScreenNone && g.cfg.Store.Driver == config.StorePostgres {
+		g.log.Info("screen.local_cache is off: with screen.driver none, nothing would carry an operator's DELETE to other replicas' caches")
+		return 0
+	}
+	return n
 }
