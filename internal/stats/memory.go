@@ -95,7 +95,7 @@ func (m *Memory) route(name string) *memRoute {
 	if r = m.routes[name]; r == nil {
 		r = &memRoute{}
 		for t := range tiers {
-			r.rings[t] = make([]memBucket, tiers[t].slots)
+			r.rings[t] = make([]memBucket, tiers[t].slots+1)
 		}
 		m.routes[name] = r
 	}
@@ -105,7 +105,7 @@ func (m *Memory) route(name string) *memRoute {
 // bucket returns the slot of epoch e in tier t, emptied if it held an
 // older bucket. The caller holds r.mu.
 func (r *memRoute) bucket(t int, e int64, capacity int) *memBucket {
-	b := &r.rings[t][e%int64(tiers[t].slots)]
+	b := &r.rings[t][e%int64(tiers[t].slots+1)]
 	if b.used && b.epoch == e {
 		return b
 	}

@@ -74,7 +74,9 @@ type Item struct {
 	Count int64
 }
 
-// tier is one resolution of buckets: a ring of slots buckets of width each.
+// tier is one resolution of buckets of width each, for windows of up to
+// slots buckets. A window reads one bucket more than it spans, the current
+// one being partly elapsed, so rings hold slots+1 buckets.
 type tier struct {
 	name  string // in Redis key names
 	width time.Duration
@@ -95,16 +97,17 @@ type span struct {
 	first, last int64
 }
 
-// spanFor picks the buckets covering window ending at now.
+// spanFor picks the buckets covering window ending at now: from the one
+// holding now-window to the current one, so that the window is covered
+// whole, rounded up to bucket boundaries (at 10:00:05 a one-minute window
+// reads 09:59 and 10:00).
 func spanFor(window time.Duration, now time.Time) (span, error) {
 	if window <= 0 || window > MaxWindow {
 		return span{}, fmt.Errorf("%w: got %v", ErrWindow, window)
 	}
 	for i, t := range tiers {
 		if window <= t.width*time.Duration(t.slots) {
-			n := int64((window + t.width - 1) / t.width)
-			last := epoch(now, t.width)
-			return span{t: i, first: last - n + 1, last: last}, nil
+			return span{t: i, first: epoch(now.Add(-window), t.width), last: epoch(now, t.width)}, nil
 		}
 	}
 	return span{}, fmt.Errorf("%w: got %v", ErrWindow, window)

@@ -221,7 +221,7 @@ func TestMemoryExpiry(t *testing.T) {
 	clk := newClock()
 	m := NewMemory(MemoryOptions{Now: clk.Now})
 	m.Record(context.Background(), "pay", idempotency.Replayed, "k", "s")
-	clk.Set(clk.Now().Add(time.Hour)) // the same minute slot, one hour on
+	clk.Set(clk.Now().Add(time.Hour + time.Minute)) // the same minute slot, one bucket past the longest window
 	m.Record(context.Background(), "pay", idempotency.Forwarded, "j", "s")
 	snap, err := m.Query(context.Background(), time.Hour, 10)
 	if err != nil {
@@ -364,5 +364,45 @@ func TestMemoryConcurrent(t *testing.T) {
 		if got := snap.Routes[r].TopKeys[0].Count; got != 200 {
 			t.Errorf("%s top key count %d, want 200", r, got)
 		}
+	}
+}
+
+// A window covers at least what it asks, rounded up to whole buckets: at
+// 10:00:05 a one-minute window counts a repeat of 09:59:35, and a two-hour
+// window one of 08:59:05 (the minute and hour buckets both).
+func TestWindowCoversWhatItAsks(t *testing.T) {
+	now := time.Date(2026, 6, 12, 10, 0, 5, 0, time.UTC)
+	for name, newRec := range map[string]func(*testing.T, *clock) recorder{
+		"memory": func(_ *testing.T, clk *clock) recorder { return NewMemory(MemoryOptions{Now: clk.Now}) },
+		"redis": func(t *testing.T, clk *clock) recorder {
+			c, prefix := sharedRedis(t)
+			return newRedis(t, c, prefix, clk, nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := newClock()
+			r := newRec(t, clk)
+			for _, at := range []time.Duration{61 * time.Minute, 30 * time.Second} {
+				clk.Set(now.Add(-at))
+				r.Record(context.Background(), "pay", idempotency.Replayed, "k", "s")
+				if rr, ok := r.(*Redis); ok {
+					flush(t, rr)
+				}
+			}
+			clk.Set(now)
+			for w, want := range map[time.Duration]int64{time.Minute: 1, 2 * time.Hour: 2, MaxWindow: 2} {
+				snap, err := r.Query(context.Background(), w, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got int64
+				if rs := snap.Routes["pay"]; rs != nil {
+					got = rs.Outcomes[idempotency.Replayed]
+				}
+				if got != want {
+					t.Errorf("window %v at 10:00:05: %d replayed, want %d", w, got, want)
+				}
+			}
+		})
 	}
 }
