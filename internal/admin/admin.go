@@ -152,7 +152,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/metrics":
 		if s.o.Metrics == nil {
-			problem(w, http.StatusNotFound, "metrics are off")
+			problem(w, http.StatusNotFound, "metrics are off (telemetry.metrics.prometheus: false)")
 			return
 		}
 		s.o.Metrics.ServeHTTP(w, r)

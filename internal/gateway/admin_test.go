@@ -99,6 +99,7 @@ type setup struct {
 	logs               *syncBuffer
 	localCache         string
 	upstream           *countingUpstream
+	mutate             func(*config.Config) // applied last, if set
 }
 
 // config is a gateway with three routes:
@@ -159,6 +160,9 @@ routes:
 	}
 	if !s.adminOff {
 		cfg.Admin.Listen = "127.0.0.1:0"
+	}
+	if s.mutate != nil {
+		s.mutate(cfg)
 	}
 	return cfg
 }
@@ -713,4 +717,13 @@ func TestAdminDeleteReachesOtherReplicasWithoutScreen(t *testing.T) {
 	if n := s.upstream.count("evt_none"); n != 2 {
 		t.Fatalf("upstream saw evt_none %d times, want 2", n)
 	}
+}
+
+// With telemetry.metrics.prometheus off, /metrics answers 404 with a
+// problem document, like every other refusal of the admin listener.
+func TestAdminMetricsOff(t *testing.T) {
+	s := newSetup(t)
+	s.mutate = func(c *config.Config) { c.Telemetry.Metrics.Prometheus = false }
+	g := s.start(t)
+	wantAdminProblem(t, adminDo(t, g, http.MethodGet, "/metrics", ""), http.StatusNotFound)
 }

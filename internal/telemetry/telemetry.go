@@ -218,12 +218,12 @@ func (t *Telemetry) InjectTrace(ctx context.Context, h http.Header) {
 
 // MetricsHandler serves the metrics in Prometheus text format (and in
 // OpenMetrics, with exemplars carrying trace ids when traces are exported,
-// to scrapers that ask for it). With telemetry.metrics.prometheus false it answers 404.
+// to scrapers that ask for it). With telemetry.metrics.prometheus false it
+// is nil: the admin listener then answers 404 with a problem document,
+// like its other refusals.
 func (t *Telemetry) MetricsHandler() http.Handler {
 	if t.registry == nil {
-		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			http.Error(w, "metrics are off (telemetry.metrics.prometheus: false)", http.StatusNotFound)
-		})
+		return nil
 	}
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{
 		EnableOpenMetrics: true,
