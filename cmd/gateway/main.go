@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,6 +51,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve", "check", "migrate":
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0 // -h asked for the usage, which was printed
+			}
+			return 2
+		}
+		if fs.NArg() > 0 {
+			// "gateway -config f.yaml check" would otherwise serve.
+			fmt.Fprintf(stderr, "gateway %s: unexpected argument %q (the command comes first: gateway check -config FILE)\n", cmd, fs.Arg(0))
 			return 2
 		}
 	case "version":

@@ -108,3 +108,21 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// A command after the flags is refused rather than ignored: "gateway
+// -config f.yaml check" would otherwise start serving.
+func TestCommandAfterFlags(t *testing.T) {
+	code, out, errOut := runCLI(t, nil, "-config", "../../config.yaml", "check")
+	if code != 2 || out != "" || !strings.Contains(errOut, `unexpected argument "check"`) {
+		t.Fatalf("gateway -config … check: exit %d, stdout %q, stderr %q; want exit 2 naming the argument", code, out, errOut)
+	}
+}
+
+// -h prints the usage and succeeds.
+func TestHelpFlag(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"check", "-h"}} {
+		if code, _, errOut := runCLI(t, nil, args...); code != 0 || !strings.Contains(errOut, "-config") {
+			t.Errorf("gateway %v: exit %d, stderr %q; want 0 and the usage", args, code, errOut)
+		}
+	}
+}
