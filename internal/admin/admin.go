@@ -78,6 +78,11 @@ type Options struct {
 	Metrics http.Handler
 	// Checks are the dependencies /readyz asks, concurrently.
 	Checks []Check
+	// Draining reports that the webhook listener is shutting down: /readyz
+	// then answers 503 with "server": {"ok": false, "error": "shutting
+	// down"}, so that a load balancer stops sending deliveries to a
+	// replica that no longer accepts them. Nil: never.
+	Draining func() bool
 	// ReadyTimeout bounds each readiness check (2s).
 	ReadyTimeout time.Duration
 	// TopN is how many keys and sources /admin/stats lists per route

@@ -39,6 +39,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	wg.Wait()
+	if s.o.Draining != nil && s.o.Draining() {
+		out["server"] = depStatus{Error: "shutting down"}
+	}
 	status := http.StatusOK
 	for _, st := range out {
 		if !st.OK {

@@ -133,6 +133,7 @@ func (g *Gateway) startAdmin() error {
 		Stats:       a.stats,
 		Metrics:     g.tel.MetricsHandler(),
 		Checks:      checks,
+		Draining:    g.draining.Load,
 		Logger:      g.log,
 	})
 	go func() {

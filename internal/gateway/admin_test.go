@@ -727,3 +727,45 @@ func TestAdminMetricsOff(t *testing.T) {
 	g := s.start(t)
 	wantAdminProblem(t, adminDo(t, g, http.MethodGet, "/metrics", ""), http.StatusNotFound)
 }
+
+// While a replica drains after SIGTERM, /readyz answers 503 ("server":
+// shutting down) so that a load balancer stops sending it deliveries; the
+// delivery in flight is still answered.
+func TestAdminReadyzWhileDraining(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	release := s.upstream.gate("evt_drain")
+	defer release()
+	first := make(chan answer, 1)
+	go func() { first <- deliver(t, g, "/hooks", `{"id":"evt_drain"}`) }()
+	<-s.upstream.arrived
+	ready := func() answer { return exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/readyz", "") }
+	if a := ready(); a.status != http.StatusOK {
+		t.Fatalf("/readyz before shutdown: %d %s", a.status, a.body)
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopped <- g.Shutdown(ctx)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a := ready()
+		if a.status == http.StatusServiceUnavailable {
+			if !strings.Contains(string(a.body), `"server":{"ok":false,"error":"shutting down"}`) {
+				t.Errorf("/readyz while draining: %s", a.body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d while the replica drains", a.status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	want(t, <-first, http.StatusOK, "forwarded")
+	if err := <-stopped; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}

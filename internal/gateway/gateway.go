@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -56,6 +57,7 @@ type Gateway struct {
 
 	ln       net.Listener
 	serveErr chan error
+	draining atomic.Bool        // Shutdown has begun: /readyz answers 503
 	stop     context.CancelFunc // stops background loops (sweeper)
 	bg       sync.WaitGroup
 }
@@ -280,6 +282,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 // Shutdown drains in-flight deliveries until ctx is done, releases the
 // claims of those it abandons, then closes everything in reverse order.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.draining.Store(true)
 	err := g.server.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		g.log.Warn("shutdown timeout: abandoned in-flight deliveries; their claims were released")
