@@ -743,6 +743,12 @@ func TestRepositoryConfigLoads(t *testing.T) {
 	if err != nil || c.Admin.Token != "tok" {
 		t.Errorf("HOOKSTAMP_ADMIN_TOKEN does not reach admin.token through ${...}: %v, %+v", err, c)
 	}
+	// Read from a secret file, a token often ends in a newline; kept, it
+	// could never be presented (the admin API trims the bearer token).
+	c, err = Load(path, []string{"HOOKSTAMP_ADMIN_TOKEN=tok\n"})
+	if err != nil || c.Admin.Token != "tok" {
+		t.Errorf("admin.token from %q: %q, %v; want %q", "tok\n", c.Admin.Token, err, "tok")
+	}
 }
 
 func TestLoadFileErrors(t *testing.T) {

@@ -107,6 +107,10 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		// The schema pass normalised every value, so this is a bug here.
 		return nil, fmt.Errorf("decode configuration: %w", err)
 	}
+	// A bearer token has no spaces (RFC 6750), and the admin API trims the
+	// presented one; a token read from a secret file often ends in a
+	// newline, which would make it impossible to present.
+	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err
 	}
