@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -33,12 +32,6 @@ func setup(tb testing.TB, cfg config.Telemetry, o ...telemetry.Overrides) *telem
 
 // noTraces are gateway options with the configured (no-op) exporter.
 func noTraces() gateway.Options { return gateway.Options{} }
-
-func newRecorder(h http.Handler) int {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	return rec.Code
-}
 
 // sampledParent is a context whose remote parent span is sampled (or not).
 func sampledParent(sampled bool) context.Context {
