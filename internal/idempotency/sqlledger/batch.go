@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -360,6 +361,49 @@ type claimJob struct {
 	req  *idempotency.ClaimRequest
 	now  time.Time // lease and expiry are computed from it
 	done chan claimInsert
+	// state settles a claim whose caller leaves (its delivery was cut)
+	// while the job is queued or running: the caller and the worker race
+	// to move it from claimWaiting, and whoever wins owns the outcome. A
+	// caller that wins gives up; a worker that wins answers. A worker that
+	// loses, having made the row, deletes it: nobody else knows it exists,
+	// and left alone it would answer every retry "in flight" for the lease.
+	state atomic.Int32
+}
+
+// claimJob states.
+const (
+	claimWaiting int32 = iota
+	claimAnswered
+	claimAbandoned
+)
+
+// answerClaim hands r to j's caller, or, if the caller left, undoes the
+// row r made for it.
+func (l *Ledger) answerClaim(j *claimJob, r claimInsert) {
+	if j.state.CompareAndSwap(claimWaiting, claimAnswered) {
+		j.done <- r
+		return
+	}
+	if r.inserted {
+		ctx, cancel := l.op(context.WithoutCancel(j.ctx))
+		defer cancel()
+		// A failure leaves the row to expire with its lease.
+		_ = l.w.WithContext(ctx).Exec(releaseSQL, j.req.Route, j.req.Key, j.req.Owner).Error
+	}
+}
+
+// waitClaim returns j's result, or a failure if the caller's ctx ends
+// first and the worker has not answered yet (see claimJob.state).
+func (l *Ledger) waitClaim(ctx context.Context, j *claimJob) claimInsert {
+	select {
+	case r := <-j.done:
+		return r
+	case <-ctx.Done():
+		if j.state.CompareAndSwap(claimWaiting, claimAbandoned) || j.state.Load() == claimAbandoned {
+			return claimInsert{err: l.fail("insert: wait", ctx.Err())}
+		}
+		return <-j.done // answered as the caller gave up: the result stands
+	}
 }
 
 // claimInsert is what a batched claim insert did for one row.
@@ -380,16 +424,30 @@ const claimBatchSQL = `INSERT INTO hookstamp_records ` +
 	`ON CONFLICT (route, "key") DO NOTHING RETURNING owner`
 
 func (l *Ledger) newClaimer(workers, max int) *batcher[*claimJob] {
-	return newBatcher(workers, max, l.runClaims, func(j *claimJob) { j.done <- claimInsert{err: l.check()} })
+	return newBatcher(workers, max, l.runClaims, func(j *claimJob) { l.answerClaim(j, claimInsert{err: l.check()}) })
 }
 
-// runClaims makes the pending rows of one batch of claims.
+// runClaims makes the pending rows of one batch of claims. Claims whose
+// caller has already left are dropped: a row made for them would be a
+// claim nobody holds.
 func (l *Ledger) runClaims(batch []*claimJob) {
+	live := batch[:0]
+	for _, j := range batch {
+		if j.ctx.Err() != nil {
+			j.state.CompareAndSwap(claimWaiting, claimAbandoned)
+		}
+		if j.state.Load() != claimAbandoned {
+			live = append(live, j)
+		}
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	ctx, cancel := l.batchCtx(batch[0].ctx)
 	defer cancel()
 	if len(batch) == 1 {
 		ok, err := l.insertClaim(ctx, batch[0].req, batch[0].now)
-		batch[0].done <- claimInsert{inserted: ok, err: err}
+		l.answerClaim(batch[0], claimInsert{inserted: ok, err: err})
 		return
 	}
 	slices.SortStableFunc(batch, func(a, b *claimJob) int { return byRef(a.req.Ref, b.req.Ref) })
@@ -406,17 +464,17 @@ func (l *Ledger) runClaims(batch []*claimJob) {
 	switch {
 	case err == nil:
 		for _, j := range batch {
-			j.done <- claimInsert{inserted: made[j.req.Owner]}
+			l.answerClaim(j, claimInsert{inserted: made[j.req.Owner]})
 		}
 	case l.unavailable(err):
 		for _, j := range batch {
-			j.done <- claimInsert{err: l.fail("insert", err)}
+			l.answerClaim(j, claimInsert{err: l.fail("insert", err)})
 		}
 	default:
 		for _, j := range batch {
 			jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
 			ok, err := l.insertClaim(jctx, j.req, j.now)
-			j.done <- claimInsert{inserted: ok, err: err}
+			l.answerClaim(j, claimInsert{inserted: ok, err: err})
 			jcancel()
 		}
 	}

@@ -18,7 +18,14 @@ import (
 
 func openPG(t *testing.T) *Ledger {
 	t.Helper()
-	l, err := Open(context.Background(), Options{Driver: DriverPostgres, DSN: testenv.Postgres(t), MaxOpenConns: 4, CommitBatch: 1, LookupBatch: 1})
+	return openPGWith(t, Options{CommitBatch: 1, LookupBatch: 1})
+}
+
+// openPGWith opens a PostgreSQL ledger of the test's own with o's batching.
+func openPGWith(t *testing.T, o Options) *Ledger {
+	t.Helper()
+	o.Driver, o.DSN, o.MaxOpenConns = DriverPostgres, testenv.Postgres(t), 4
+	l, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,4 +342,86 @@ func TestSweepAllRestsBetweenBatches(t *testing.T) {
 			t.Errorf("rest %v: want SweepRest times the batch's duration", d)
 		}
 	}
+}
+
+// holdRow inserts key's row in a transaction left open, so that a claim
+// statement on the same key waits on it (as a batch waits on a slow disk
+// or a lock); the returned func rolls it back.
+func holdRow(t *testing.T, l *Ledger, key string, now time.Time) func() {
+	t.Helper()
+	tx := l.w.Begin()
+	if err := tx.Exec(claimInsertSQL, "r", key, "o-other", now.Add(time.Minute), nil, "", now, now.Add(time.Hour)).Error; err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	rollback := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(rollback)
+	return rollback
+}
+
+// claimAfterCut claims key for owner under a context that ends after d,
+// as a delivery cut while its claim waits; it must fail.
+func claimAfterCut(t *testing.T, l *Ledger, key, owner string, now time.Time, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req := idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: key}, Owner: owner, Lease: time.Minute, Retention: time.Hour}
+	if _, err := l.Claim(ctx, req, now); err == nil {
+		t.Fatalf("claim of %s succeeded although its caller left", key)
+	}
+}
+
+// retryAcquires checks that the provider's retry of key is forwarded: no
+// row of a caller that left stands in its way.
+func retryAcquires(t *testing.T, l *Ledger, key string, now time.Time) {
+	t.Helper()
+	req := idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: key}, Owner: "o-retry", Lease: time.Minute, Retention: time.Hour}
+	c, err := l.Claim(context.Background(), req, now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != idempotency.Acquired {
+		t.Fatalf("retry's claim of %s = %v (owner %q), want acquired: a claim whose caller left was made after all", key, c.Status, c.Owner)
+	}
+}
+
+// A claim whose caller left while it was queued behind a slow batch is not
+// made afterwards: the engine's release of it has already run and found
+// nothing, so a row made later would be a claim nobody holds, answering
+// every retry "in flight" (409) for a whole lease.
+func TestQueuedClaimOfAGoneCallerIsNotMade(t *testing.T) {
+	l := openPGWith(t, Options{}) // claims batched, one worker
+	now := dbTime(time.Now())
+	rollback := holdRow(t, l, "blocker", now)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(context.Background(), idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: "blocker"},
+			Owner: "o-blocked", Lease: time.Minute, Retention: time.Hour}, now)
+		blocked <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the claim worker now waits on "blocker"
+	claimAfterCut(t, l, "evt", "o-gone", now, 200*time.Millisecond)
+	if err := l.Release(context.Background(), idempotency.Ref{Route: "r", Key: "evt"}, "o-gone"); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("the engine's release of the cut claim: %v, want ErrNotOwner (nothing made yet)", err)
+	}
+	rollback()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	retryAcquires(t, l, "evt", now)
+}
+
+// A claim whose caller left while its statement ran is undone when the
+// statement makes the row after all.
+func TestRunningClaimOfAGoneCallerIsUndone(t *testing.T) {
+	l := openPGWith(t, Options{})
+	now := dbTime(time.Now())
+	rollback := holdRow(t, l, "evt2", now)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		rollback() // the claim's statement goes on, and makes its row
+	}()
+	claimAfterCut(t, l, "evt2", "o-gone", now, 200*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the statement completes, the worker answers
+	retryAcquires(t, l, "evt2", now)
 }

@@ -202,7 +202,7 @@ func (l *Ledger) claimInsert(ctx context.Context, req *idempotency.ClaimRequest,
 	if err := l.claims.enqueue(ctx, j); err != nil {
 		return false, l.queueFailed("insert", err)
 	}
-	res := wait(ctx, l, "insert", nil, j.done, func(err error) claimInsert { return claimInsert{err: err} })
+	res := l.waitClaim(ctx, j)
 	return res.inserted, res.err
 }
 
