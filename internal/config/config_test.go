@@ -472,6 +472,7 @@ routes:
 		{"bad route name", edit("name: b", "name: Billing!"), "routes[1].name", "not a valid route name"},
 		{"route name too long", edit("name: b", "name: "+strings.Repeat("x", 65)), "routes[1].name", "not a valid route name"},
 		{"missing route name", edit("  - name: b\n", "  - methods: [POST]\n"), "routes[1].name", "required"},
+		{"retention not above lease", route2("    retention: 20s\n"), "routes[2].retention", "not longer than screen.lease"},
 		{"lease not above timeout", edit(`url: "http://127.0.0.1:9000/b"}`, `url: "http://127.0.0.1:9000/b", timeout: 30s}`), "routes[1].upstream.timeout", "not shorter than screen.lease"},
 		{"Set-Cookie recorded", route2("    record: {headers: [Content-Type, set-cookie]}\n"), "routes[2].record.headers[1]", "must not be recorded"},
 		{"outcome header recorded", route2("    record: {headers: [Content-Type, hookstamp-outcome]}\n"), "routes[2].record.headers[1]", "the replay sets it itself"},

@@ -206,6 +206,12 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 	}
 	validateRecord(errs, join(p, "record"), r.Record)
 	positive(errs, join(p, "retention"), r.Retention)
+	if r.Retention > 0 && c.Screen.Lease > 0 && r.Retention <= c.Screen.Lease {
+		// A ledger claim's row expires with the route's retention: the
+		// sweeper would delete a claim still in flight, letting a retry
+		// through beside it.
+		errs.add(join(p, "retention"), "%s is not longer than screen.lease (%s): the sweeper would delete claims still in flight", r.Retention, c.Screen.Lease)
+	}
 	if r.Source != "ip" {
 		name, ok := strings.CutPrefix(r.Source, "header:")
 		if !ok || !isToken(name) {
