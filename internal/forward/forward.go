@@ -235,7 +235,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	// I/O; a connection it touched is not reused.
 	stop := context.AfterFunc(tctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	mark := c.cc.written.Load()
-	resp, reuse, err := f.roundTrip(c, r, u, h)
+	resp, reuse, err := f.roundTrip(tctx, c, r, u, h)
 	// Read before the connection may be closed: closing a TLS connection
 	// writes its close_notify alert.
 	sent := c.cc.written.Load() != mark
@@ -263,10 +263,42 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // roundTrip writes the request on c and reads the complete answer. reuse
 // says whether c can carry another request.
-func (f *Forwarder) roundTrip(c *conn, r *Request, u *url.URL, h http.Header) (_ *Response, reuse bool, _ error) {
+func (f *Forwarder) roundTrip(ctx context.Context, c *conn, r *Request, u *url.URL, h http.Header) (_ *Response, reuse bool, _ error) {
 	if err := writeRequest(c.bw, r, u, h); err != nil {
+		if resp, ok := f.earlyAnswer(ctx, c, r); ok {
+			return resp, false, nil
+		}
 		return nil, false, err
 	}
+	return f.readAnswer(c, r)
+}
+
+// earlyAnswerWait bounds how long a failed write waits for an answer that
+// may already have been sent (earlyAnswer).
+const earlyAnswerWait = time.Second
+
+// earlyAnswer reads, after the request could not be written whole, a final
+// answer the upstream may have sent already: an upstream can refuse a
+// delivery from its headers alone (401 for a bad signature, 413) and close
+// without reading a large body, which makes the write fail. That answer is
+// the upstream's word on the delivery; reporting "no answer" instead would
+// hold the key (record.ambiguous: hold) or have the provider retry a
+// delivery the upstream refused.
+func (f *Forwarder) earlyAnswer(ctx context.Context, c *conn, r *Request) (*Response, bool) {
+	wait := time.Now().Add(earlyAnswerWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(wait) {
+		wait = d
+	}
+	_ = c.nc.SetReadDeadline(wait)
+	if ctx.Err() != nil {
+		return nil, false // ended: Do's AfterFunc may have set the deadline before us
+	}
+	resp, _, err := f.readAnswer(c, r)
+	return resp, err == nil && resp.Status >= 200
+}
+
+// readAnswer reads the complete answer to the request just written on c.
+func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ error) {
 	req := &http.Request{Method: r.Method} // ReadResponse needs the method (HEAD)
 	var resp *http.Response
 	c.lim.left = maxResponseHead - int64(c.br.Buffered())

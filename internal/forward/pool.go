@@ -107,7 +107,7 @@ func (p *hostPool) get(ctx context.Context) (*conn, error) {
 			p.idle[n-1] = nil
 			p.idle = p.idle[:n-1]
 			p.mu.Unlock()
-			if time.Since(c.idleAt) < p.f.idleTimeout && alive(c) {
+			if time.Since(c.idleAt) < p.f.idleTimeout && alive(c) && tlsIdle(c) {
 				return c, nil
 			}
 			p.discard(c)
@@ -245,4 +245,23 @@ func (p *hostPool) closeIdle() {
 		p.sweep.Stop()
 		p.sweep = nil
 	}
+}
+
+// tlsIdle reports whether a TLS connection holds nothing unread above the
+// socket. crypto/tls reads ahead whole records, so bytes the upstream sent
+// after its answer (a body on a 204, a second answer, a close_notify) can
+// sit in the TLS layer where neither the bufio.Reader nor a peek at the
+// socket (alive) sees them; the next delivery on the connection would
+// take them for its answer. A read that may not wait finds them: it
+// returns buffered data or the alert's EOF, and only a timeout — which
+// crypto/tls does not keep as an error — means the connection is idle.
+func tlsIdle(c *conn) bool {
+	if c.nc == net.Conn(c.cc) {
+		return true // plain TCP: alive looked at everything
+	}
+	_ = c.nc.SetReadDeadline(aLongTimeAgo)
+	_, err := c.br.Peek(1)
+	_ = c.nc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
