@@ -476,6 +476,7 @@ routes:
 		{"lease not above timeout", edit(`url: "http://127.0.0.1:9000/b"}`, `url: "http://127.0.0.1:9000/b", timeout: 30s}`), "routes[1].upstream.timeout", "not shorter than screen.lease"},
 		{"Set-Cookie recorded", route2("    record: {headers: [Content-Type, set-cookie]}\n"), "routes[2].record.headers[1]", "must not be recorded"},
 		{"outcome header recorded", route2("    record: {headers: [Content-Type, hookstamp-outcome]}\n"), "routes[2].record.headers[1]", "the replay sets it itself"},
+		{"Date recorded", route2("    record: {headers: [Content-Type, date]}\n"), "routes[2].record.headers[1]", "the replay sets it itself"},
 		{"Idempotent-Replayed recorded", route2("    record: {headers: [Idempotent-Replayed]}\n"), "routes[2].record.headers[0]", "the replay sets it itself"},
 		{"503 listed", route2("    record: {statuses: [2xx, 503]}\n"), "routes[2].record.statuses[1]", "503 is never final"},
 		{"5xx listed", route2("    record: {statuses: [5xx]}\n"), "routes[2].record.statuses[0]", "never final"},

@@ -55,12 +55,14 @@ type Response struct {
 }
 
 // SetByReplay reports whether a replay writes header name itself — its
-// framing, the hop-by-hop headers and hookstamp's own outcome headers — so
-// that it can be neither recorded (record.headers) nor resolved in.
+// framing, the hop-by-hop headers, hookstamp's own outcome headers and
+// Date, which the server stamps on every answer — so that it can be
+// neither recorded (record.headers) nor resolved in: a recorded value
+// would not be what the replay carries.
 func SetByReplay(name string) bool {
 	switch c := http.CanonicalHeaderKey(name); c {
 	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade",
-		"Idempotent-Replayed":
+		"Idempotent-Replayed", "Date":
 		return true
 	default:
 		return strings.HasPrefix(c, "Hookstamp-")
