@@ -433,10 +433,13 @@ func TestRoutesSharingAPathSplitByMethod(t *testing.T) {
 func TestForwardedHeadersBelieveOnlyTrustedProxies(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, trusted, wantFor, wantProto string
+		name, trusted, xff, wantFor, wantProto string
 	}{
-		{"untrusted peer", "", "127.0.0.1", "http"},
-		{"trusted proxy", "127.0.0.1/32", "203.0.113.7", "https"},
+		{"untrusted peer", "", "203.0.113.7", "127.0.0.1", "http"},
+		{"trusted proxy", "127.0.0.1/32", "203.0.113.7", "203.0.113.7", "https"},
+		// Some proxies (Azure Application Gateway) write ip:port.
+		{"trusted proxy writing ports", "127.0.0.1/32", "203.0.113.7:52011", "203.0.113.7", "https"},
+		{"trusted proxy writing IPv6 and port", "127.0.0.1/32", "[2001:db8::7]:52011", "2001:db8::7", "https"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newUpstream(t)
@@ -446,7 +449,7 @@ func TestForwardedHeadersBelieveOnlyTrustedProxies(t *testing.T) {
 			}
 			g := startGateway(t, cfg)
 			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_xf"}`,
-				"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https"), 200, "forwarded")
+				"X-Forwarded-For", tc.xff, "X-Forwarded-Proto", "https"), 200, "forwarded")
 			h := up.lastHeader()
 			if got := h.Get("X-Forwarded-For"); got != tc.wantFor {
 				t.Errorf("upstream X-Forwarded-For %q, want %q", got, tc.wantFor)

@@ -332,7 +332,7 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	xff := string(c.Request().Header.Peek(fiber.HeaderXForwardedFor))
 	parts := strings.Split(xff, ",")
 	for i := len(parts) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
+		a, err := xffAddr(strings.TrimSpace(parts[i]))
 		if err != nil {
 			break
 		}
@@ -342,6 +342,17 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 		}
 	}
 	return peer.String()
+}
+
+// xffAddr parses one X-Forwarded-For entry: an address, or an address and
+// port ("203.0.113.7:52011", "[2001:db8::7]:52011"), which some proxies
+// write.
+func xffAddr(s string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	return ap.Addr(), err
 }
 
 // scheme is the scheme the request arrived with: the connection's own, or
