@@ -297,6 +297,9 @@ func (g *Gateway) closeAll() {
 		g.stop()
 	}
 	g.bg.Wait()
+	if g.engine != nil {
+		g.engine.Wait() // its background calls use the screen closed below
+	}
 	for i := len(g.closers) - 1; i >= 0; i-- {
 		if err := g.closers[i](); err != nil {
 			g.log.Warn("close", "err", err)

@@ -370,7 +370,12 @@ func TestLostScreenClaimAnswer(t *testing.T) {
 	release()
 	r := <-first
 	wantOutcome(t, r, 200, "forwarded")
-	again := send(t, b, "/hooks", `{"id":"evt_lost_answer"}`)
+	// The claim left in Redis is settled in the background, at once.
+	var again reply
+	eventually(t, 5*time.Second, "a repeat at replica b replayed", func() bool {
+		again = send(t, b, "/hooks", `{"id":"evt_lost_answer"}`)
+		return again.header.Get("Hookstamp-Outcome") == "replayed"
+	})
 	wantOutcome(t, again, 200, "replayed")
 	sameReply(t, r, again)
 	if n := up.count("evt_lost_answer"); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -117,7 +118,8 @@ type Options struct {
 type Engine struct {
 	o       Options
 	breaker *breaker
-	flights *flights // nil without a screen: the seed's ledger-only design
+	tidy    sync.WaitGroup // tidyScreen's calls
+	flights *flights       // nil without a screen: the seed's ledger-only design
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -182,24 +184,46 @@ const (
 	// viaLedgerLostScreen: the claim is a pending ledger row
 	// (screen.on_unavailable: store) taken after a screen claim that got no
 	// answer — a timeout, a dropped connection — so the screen may hold
-	// the claim too. The ledger is the claim; the screen is settled as
-	// well when it answers again (Engine.screenHolds), since a claim left
-	// there would answer repeats at every other replica 409 until its
-	// lease ran out.
+	// the claim too. The ledger is the claim; the screen's is settled in
+	// the background (Engine.tidyScreen), since left there it would answer
+	// repeats at every other replica 409 until its lease ran out.
 	viaLedgerLostScreen
 )
 
 // screen reports whether the claim lives in the screen.
 func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || v == viaBoth }
 
-// screenHolds reports whether settling a claim held via v must settle it
-// in the screen too: always when the screen granted it, and after a lost
-// screen claim while the screen is not known to be failing (a call to a
-// screen the breaker skips would only wait out its timeout, and its claim
-// expires with the lease anyway).
-func (e *Engine) screenHolds(v via) bool {
-	return v.screen() || v == viaLedgerLostScreen && e.breaker.closed()
+// tidyScreen settles, in the background, a claim the screen may hold
+// although its answer was lost (viaLedgerLostScreen): it turns it into
+// ent's record, or releases it when ent is nil (only the owner's claim is
+// released). In the background because the claim most likely never
+// landed — Redis was refusing or hung — and the provider's answer must not
+// wait out another timeout for it; skipped while the breaker says the
+// screen keeps failing (the claim, if any, expires with its lease). Wait
+// waits for these calls.
+func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
+	if e.o.Screen == nil || !e.breaker.closed() {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	e.tidy.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, e.o.OpTimeout)
+		defer cancel()
+		var err error
+		if ent != nil {
+			err = e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL)
+		} else if err = e.o.Screen.Release(ctx, ref, owner); errors.Is(err, ErrNotOwner) {
+			err = nil // the claim never landed, or is no longer ours
+		}
+		if err != nil {
+			e.depError("screen", "tidy", err)
+		}
+	})
 }
+
+// Wait returns once the background calls of tidyScreen have finished:
+// call it before closing the screen.
+func (e *Engine) Wait() { e.tidy.Wait() }
 
 // Handle decides what happens to one delivery, calling fwd at most once.
 //
@@ -465,16 +489,13 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 // (viaLedgerLostScreen); otherwise the screen's claim is dropped, or
 // turned into the record the ledger holds, now.
 func (e *Engine) afterLostScreenClaim(ctx context.Context, req ClaimRequest, c Claim, v via, failed bool) (Claim, via) {
-	if !failed && (c.Status == Acquired || c.Status == TakenOver) {
+	switch {
+	case !failed && (c.Status == Acquired || c.Status == TakenOver):
 		return c, viaLedgerLostScreen
-	}
-	if !e.screenHolds(viaLedgerLostScreen) {
-		return c, v
-	}
-	if !failed && c.Status == Done {
-		e.complete(ctx, req.Ref, req.Owner, c.Entry) // as a confirm refills it
-	} else {
-		e.release(ctx, viaScreen, req.Ref, req.Owner)
+	case !failed && c.Status == Done:
+		e.tidyScreen(ctx, req.Ref, req.Owner, c.Entry) // as a confirm refills it
+	default:
+		e.tidyScreen(ctx, req.Ref, req.Owner, nil)
 	}
 	return c, v
 }
@@ -590,8 +611,10 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	endSpan(span, err)
 	switch {
 	case err == nil:
-		if e.screenHolds(v) {
+		if v.screen() {
 			e.complete(sctx, d.Ref, owner, ent)
+		} else if v == viaLedgerLostScreen {
+			e.tidyScreen(sctx, d.Ref, owner, ent)
 		}
 		if c := e.o.Cache; c != nil {
 			c.Put(d.Ref, ent)
@@ -602,16 +625,20 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		// that won stays; this provider still gets what its upstream said.
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
-		if e.screenHolds(v) {
+		if v.screen() {
 			e.release(sctx, v, d.Ref, owner)
+		} else if v == viaLedgerLostScreen {
+			e.tidyScreen(sctx, d.Ref, owner, nil)
 		}
 	default:
 		e.depError("ledger", "commit", err)
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
-		if e.screenHolds(v) {
+		if v.screen() {
 			e.complete(sctx, d.Ref, owner, ent)
+		} else if v == viaLedgerLostScreen {
+			e.tidyScreen(sctx, d.Ref, owner, ent)
 		}
 	}
 	return Result{Outcome: outcome, Upstream: up, TakenOver: takenOver}
@@ -634,9 +661,11 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 			"route", d.Route, "key", d.Key, "err", err)
 		return Result{}, false
 	}
-	if e.screenHolds(v) {
-		// Repeats confirm in the ledger and find the hold there.
+	// Repeats confirm in the ledger and find the hold there.
+	if v.screen() {
 		e.release(ctx, v, d.Ref, owner)
+	} else if v == viaLedgerLostScreen {
+		e.tidyScreen(ctx, d.Ref, owner, nil)
 	}
 	e.hookDelta(e.o.Hooks.HeldChanged, d.Route, 1)
 	e.o.Logger.WarnContext(ctx, "key held after an ambiguous upstream result; resolve it through the admin API",
@@ -755,13 +784,14 @@ func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	switch v {
 	case viaScreen, viaScreenNoLedger:
 		err = mine(e.o.Screen.Release(rctx, ref, owner))
-	case viaBoth, viaLedgerLostScreen:
+	case viaBoth:
 		// The ledger row first: a repeat woken by the screen's release
 		// must not find it still pending.
 		err = mine(e.o.Ledger.Release(rctx, ref, owner))
-		if e.screenHolds(v) {
-			err = errors.Join(err, mine(e.o.Screen.Release(rctx, ref, owner)))
-		}
+		err = errors.Join(err, mine(e.o.Screen.Release(rctx, ref, owner)))
+	case viaLedgerLostScreen:
+		err = mine(e.o.Ledger.Release(rctx, ref, owner))
+		e.tidyScreen(ctx, ref, owner, nil)
 	case viaLedger:
 		err = mine(e.o.Ledger.Release(rctx, ref, owner))
 	}
