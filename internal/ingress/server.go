@@ -39,6 +39,8 @@ type Event struct {
 	Key      string // empty when no key was extracted
 	Source   string
 	Result   *idempotency.Result
+	// Duration is how long the request took; 0 when unknown (a body
+	// refused while fasthttp read it).
 	Duration time.Duration
 }
 
@@ -444,7 +446,10 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
-		ev := Event{Route: route.Name, Method: c.Method(), Result: &res, Duration: time.Since(c.Context().Time())}
+		ev := Event{Route: route.Name, Method: c.Method(), Result: &res}
+		if t := c.Context().Time(); !t.IsZero() {
+			ev.Duration = time.Since(t)
+		} // else refused while fasthttp read it: when it began is unknown
 		annotateSpan(c.UserContext(), &ev)
 		if s.o.Observe != nil {
 			s.o.Observe(c.UserContext(), &ev)

@@ -165,7 +165,9 @@ func (t *Telemetry) Observe(ctx context.Context, ev *ingress.Event) {
 	o := ev.Result.Outcome
 	attrs := m.byOutcome.get(ev.Route, string(o), outcomeAttrSet)
 	m.requests.Add(ctx, 1, attrs.add...)
-	m.duration.Record(ctx, ev.Duration.Seconds(), attrs.record...)
+	if ev.Duration > 0 { // 0: unknown (a body refused while it was read)
+		m.duration.Record(ctx, ev.Duration.Seconds(), attrs.record...)
+	}
 	if o.IsDuplicate() {
 		m.duplicates.Add(ctx, 1, m.bySource.get(ev.Route, m.sourceLabel(ev.Route, ev.Source), sourceAttrSet).add...)
 	}

@@ -421,4 +421,13 @@ func TestOversizedBodyHasAServerSpan(t *testing.T) {
 	if keys, _ := up.received(); len(keys) != 0 {
 		t.Fatalf("upstream received %q", keys)
 	}
+	// Counted; with no duration, since when it began is unknown (not the
+	// 292 years that time.Since of a zero start gives).
+	fams := scrape(t, g.Telemetry().MetricsHandler())
+	if got := value(fams, "hookstamp_requests_total", "route", "hooks", "outcome", "too_large"); got != 1 {
+		t.Errorf("hookstamp_requests_total{outcome=too_large} = %v, want 1", got)
+	}
+	if m := series(fams, "hookstamp_request_duration_seconds", "route", "hooks", "outcome", "too_large"); m != nil && m.Histogram.GetSampleSum() > 60 {
+		t.Errorf("too_large duration sum %vs: a refused body's duration is not known", m.Histogram.GetSampleSum())
+	}
 }
