@@ -34,11 +34,11 @@ type Forwarder interface {
 
 // Event describes one finished request on a route, for metrics and logs.
 type Event struct {
-	Route    string
-	Method   string
-	Key      string // empty when no key was extracted
-	Source   string
-	Result   *idempotency.Result
+	Route  string
+	Method string
+	Key    string // empty when no key was extracted
+	Source string
+	Result *idempotency.Result
 	// Duration is how long the request took; 0 when unknown (a body
 	// refused while fasthttp read it).
 	Duration time.Duration
