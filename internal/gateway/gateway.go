@@ -298,7 +298,7 @@ func (g *Gateway) closeAll() {
 	}
 	g.bg.Wait()
 	if g.engine != nil {
-		g.engine.Wait() // its background calls use the screen closed below
+		g.engine.Close() // its background calls use the screen closed below
 	}
 	for i := len(g.closers) - 1; i >= 0; i-- {
 		if err := g.closers[i](); err != nil {

@@ -118,8 +118,11 @@ type Options struct {
 type Engine struct {
 	o       Options
 	breaker *breaker
-	tidy    sync.WaitGroup // tidyScreen's calls
-	flights *flights       // nil without a screen: the seed's ledger-only design
+	// tidyScreen's background calls; none start once tidyClosed is set.
+	tidyMu     sync.Mutex
+	tidyClosed bool
+	tidy       sync.WaitGroup
+	flights    *flights // nil without a screen: the seed's ledger-only design
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -199,10 +202,15 @@ func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || 
 // released). In the background because the claim most likely never
 // landed — Redis was refusing or hung — and the provider's answer must not
 // wait out another timeout for it; skipped while the breaker says the
-// screen keeps failing (the claim, if any, expires with its lease). Wait
-// waits for these calls.
+// screen keeps failing (the claim, if any, expires with its lease), and
+// once Close has begun. Close waits for these calls.
 func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
 	if e.o.Screen == nil || !e.breaker.closed() {
+		return
+	}
+	e.tidyMu.Lock()
+	defer e.tidyMu.Unlock()
+	if e.tidyClosed {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -221,9 +229,15 @@ func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Ent
 	})
 }
 
-// Wait returns once the background calls of tidyScreen have finished:
-// call it before closing the screen.
-func (e *Engine) Wait() { e.tidy.Wait() }
+// Close stops the background calls of tidyScreen and waits for those
+// under way: call it before closing the screen. A delivery still running
+// (shutdown gave up on it) no longer starts any.
+func (e *Engine) Close() {
+	e.tidyMu.Lock()
+	e.tidyClosed = true
+	e.tidyMu.Unlock()
+	e.tidy.Wait()
+}
 
 // Handle decides what happens to one delivery, calling fwd at most once.
 //
@@ -245,6 +259,11 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if r, ok := e.cached(ctx, p, d, fwd); ok {
 				return r
 			}
+			// A claim of an earlier attempt holds nothing (it found the key
+			// busy), but a screen claim whose answer was lost may still be
+			// being released in the background (tidyScreen): under a new
+			// owner, that release cannot drop this attempt's claim.
+			req.Owner = newOwner()
 		}
 		var c Claim
 		var v via

@@ -35,14 +35,21 @@ func (s lostAnswerScreen) Claim(ctx context.Context, req idempotency.ClaimReques
 func TestLostScreenClaimIsSettled(t *testing.T) {
 	ctx := context.Background()
 	l, s := productionStores(t)
-	e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
-		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second,
-		// Every claim here fails; the breaker must not open, or the
-		// screen would rightly be left alone.
-		BreakerFailures: 100})
-	if err != nil {
-		t.Fatal(err)
+	// Each case has an engine of its own: Close waits for its background
+	// calls, and no more start after it.
+	newEngine := func() *idempotency.Engine {
+		t.Helper()
+		e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
+			ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second,
+			// Every claim here fails; the breaker must not open, or the
+			// screen would rightly be left alone.
+			BreakerFailures: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
+	e := newEngine()
 	var forwards atomic.Int64
 	p := *racePolicy
 	p.RejectInflight = true
@@ -67,7 +74,7 @@ func TestLostScreenClaimIsSettled(t *testing.T) {
 	if r := e.Handle(ctx, &p, done, fwdCount(&forwards)); r.Outcome != idempotency.Replayed {
 		t.Fatalf("repeat: %s (%v), want replayed", r.Outcome, r.Err)
 	}
-	e.Wait() // the screen is settled in the background
+	e.Close() // the screen is settled in the background; Close waits for it
 	if st := screenSees(done.Ref); st != idempotency.Done {
 		t.Fatalf("after the repeat, the screen answers another replica %v, want done: the lost claim was left in flight", st)
 	}
@@ -77,14 +84,42 @@ func TestLostScreenClaimIsSettled(t *testing.T) {
 	if _, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: busy.Ref, Owner: "ledger-replica", Lease: 30 * time.Second, Retention: time.Hour}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	e = newEngine()
 	if r := e.Handle(ctx, &p, busy, fwdCount(&forwards)); r.Outcome != idempotency.Conflict {
 		t.Fatalf("repeat of a delivery in flight elsewhere: %s (%v), want conflict", r.Outcome, r.Err)
 	}
-	e.Wait()
+	e.Close()
 	if st := screenSees(busy.Ref); st != idempotency.Acquired {
 		t.Fatalf("the screen answers another replica %v, want acquired: the lost claim was left behind", st)
 	}
 	if n := forwards.Load(); n != 1 {
 		t.Fatalf("upstream received %d forwards, want 1", n)
+	}
+}
+
+// Once Close has begun (shutdown gave up on a delivery still running), no
+// background call starts: the screen is about to be closed. The claim left
+// in the screen expires with its lease.
+func TestNoTidyingAfterClose(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+	e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
+		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second, BreakerFailures: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_late"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("delivery after Close: %s (%v), want forwarded", r.Outcome, r.Err)
+	}
+	e.Close() // waits for nothing
+	c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: d.Ref, Owner: "another-replica", Lease: time.Second, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != idempotency.InFlight {
+		t.Fatalf("the screen answers %v: a background call ran after Close", c.Status)
 	}
 }
