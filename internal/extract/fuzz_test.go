@@ -476,21 +476,37 @@ func FuzzTemplateKeysAreDistinct(f *testing.F) {
 	f.Add("A-1", "PAY", "A", "1-PAY")
 	f.Add("a%2D", "b", "a-", "b")
 	f.Add("x", "y", "x", "y")
-	e, err := NewExtractor("r", []Source{{Kind: KindTemplate, Arg: "{json:a}-{json:b}:{header:X-C}"}}, 1<<10)
-	if err != nil {
-		f.Fatal(err)
+	f.Add("a", "25%", "a%", "25")
+	f.Add("%", "5%", "%%", "5")
+	// Separators that share characters with the escapes (%XX: '%', hex
+	// digits) and with each other.
+	var extractors []*Extractor
+	for _, tpl := range []string{"{json:a}-{json:b}:{header:X-C}", "{json:a}2{json:b}5{header:X-C}", "{json:a}A{json:b}-%{header:X-C}", "{json:a}::{json:b}:{header:X-C}"} {
+		e, err := NewExtractor("r", []Source{{Kind: KindTemplate, Arg: tpl}}, 1<<10)
+		if err != nil {
+			f.Fatal(err)
+		}
+		extractors = append(extractors, e)
 	}
 	f.Fuzz(func(t *testing.T, a1, b1, a2, b2 string) {
-		key := func(a, b string) ([]byte, bool) {
-			body, _ := json.Marshal(map[string]string{"a": a, "b": b})
-			k, err := e.Key(MapRequest{HTTPMethod: "POST", Headers: map[string]string{"Content-Type": "application/json", "X-C": a + b},
-				RawBody: body}, nil)
-			return k, err == nil && k != nil
-		}
-		k1, ok1 := key(a1, b1)
-		k2, ok2 := key(a2, b2)
-		if ok1 && ok2 && string(k1) == string(k2) && (a1 != a2 || b1 != b2) {
-			t.Fatalf("(%q, %q) and (%q, %q) share the key %q", a1, b1, a2, b2, k1)
+		for _, e := range extractors {
+			distinct(t, e, a1, b1, a2, b2)
 		}
 	})
+}
+
+// distinct fails when e gives (a1, b1) and (a2, b2) the same key although
+// they differ.
+func distinct(t *testing.T, e *Extractor, a1, b1, a2, b2 string) {
+	key := func(a, b string) ([]byte, bool) {
+		body, _ := json.Marshal(map[string]string{"a": a, "b": b})
+		k, err := e.Key(MapRequest{HTTPMethod: "POST", Headers: map[string]string{"Content-Type": "application/json", "X-C": a + b},
+			RawBody: body}, nil)
+		return k, err == nil && k != nil
+	}
+	k1, ok1 := key(a1, b1)
+	k2, ok2 := key(a2, b2)
+	if ok1 && ok2 && string(k1) == string(k2) && (a1 != a2 || b1 != b2) {
+		t.Fatalf("(%q, %q) and (%q, %q) share the key %q", a1, b1, a2, b2, k1)
+	}
 }

@@ -25,8 +25,9 @@ import (
 // hex. Values without those characters — the usual ids, codes and
 // sequence numbers — are joined as they are, and the key stays readable.
 // Such a template needs text between any two placeholders, and that text
-// must start with an ASCII character (escaping one byte of a multi-byte
-// character would break the value's UTF-8).
+// must start with an ASCII character other than '%' (escaping one byte of
+// a multi-byte character would break the value's UTF-8, and a separator's
+// '%' could not be told from an escape's).
 type Template struct {
 	parts []ref
 	// escape is the set of bytes escaped in placeholder values; nil when
@@ -99,6 +100,9 @@ func parseTemplate(s string) (*Template, error) {
 			if p := t.parts[j]; p.kind == kindLiteral && t.parts[j-1].kind != kindLiteral {
 				if p.arg[0] >= utf8.RuneSelf {
 					return nil, fmt.Errorf("the text %q after a placeholder must start with an ASCII character: it separates values", p.arg)
+				}
+				if p.arg[0] == '%' {
+					return nil, fmt.Errorf("the text %q after a placeholder must not start with '%%': it could not be told from an escaped value", p.arg)
 				}
 				t.escape[p.arg[0]] = true
 			}

@@ -56,6 +56,8 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"{route}-{method}", `template "{route}-{method}": no {header:…}, {json:…}, {form:…} or {query:…} placeholder: every delivery would get the same key`},
 		{"{json:a}{json:b}", `template "{json:a}{json:b}": placeholder at offset 8 follows another with no text between them: their values could not be told apart`},
 		{"{route}{json:a}", `template "{route}{json:a}": placeholder at offset 7 follows another with no text between them: their values could not be told apart`},
+		{"{json:a}%{json:b}", `template "{json:a}%{json:b}": the text "%" after a placeholder must not start with '%': it could not be told from an escaped value`},
+		{"{json:a}%2{json:b}", `template "{json:a}%2{json:b}": the text "%2" after a placeholder must not start with '%': it could not be told from an escaped value`},
 		{"{json:a}→{json:b}", `template "{json:a}→{json:b}": the text "→" after a placeholder must start with an ASCII character: it separates values`},
 	}
 	for _, tt := range tests {
