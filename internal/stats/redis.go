@@ -365,9 +365,10 @@ func (r *Redis) flush() error {
 // within any one flush, less than the names already kept: re-added at its
 // flush's count and trimmed again every second, the most repeated key of a
 // retry storm never showed. The zset keeps flushKeysPer × Capacity names,
-// of which queries report Capacity at most: a name that takes the place of
-// the smallest inherits its count, and the margin keeps that inflation
-// among the names below the ones reported.
+// of which queries report Capacity at most. A name that takes the place of
+// the smallest inherits its count, so a count is an upper bound, too high
+// by at most the smallest count kept; keeping four times the names
+// reported keeps that smallest count, and so the error, low.
 func (r *Redis) incr(ctx context.Context, p redis.Pipeliner, k string, counts map[string]int64, ttl time.Duration) {
 	if len(counts) == 0 {
 		return
