@@ -217,14 +217,14 @@ func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Ent
 	e.tidy.Go(func() {
 		ctx, cancel := context.WithTimeout(ctx, e.o.OpTimeout)
 		defer cancel()
-		var err error
+		op, err := "complete", error(nil)
 		if ent != nil {
 			err = e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL)
-		} else if err = e.o.Screen.Release(ctx, ref, owner); errors.Is(err, ErrNotOwner) {
+		} else if op, err = "release", e.o.Screen.Release(ctx, ref, owner); errors.Is(err, ErrNotOwner) {
 			err = nil // the claim never landed, or is no longer ours
 		}
 		if err != nil {
-			e.depError("screen", "tidy", err)
+			e.depError("screen", op, err)
 		}
 	})
 }
