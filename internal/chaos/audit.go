@@ -484,7 +484,12 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 		return
 	}
 	switch s.Outcome {
-	case "forwarded", "replayed", "released", "conflict", "unavailable":
+	case "released", "conflict", "unavailable":
+		if s.Status >= 200 && s.Status < 300 {
+			// A provider stops on any 2xx: the event would be lost.
+			violate(CheckOutcome, ev.ID, "a %s copy got %d with outcome %q: a provider takes a 2xx as delivered", s.Kind, s.Status, s.Outcome)
+		}
+	case "forwarded", "replayed":
 	case "passthrough":
 		if !storePass {
 			violate(CheckOutcome, ev.ID, "a %s copy was passed through without deduplication (%d)", s.Kind, s.Status)
@@ -504,17 +509,33 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 	ref := refKey(earlier.Route, earlier.Key)
 	life := lives[earlier.Gateway]
 	_, earlierAnswered := answered[earlier.Seq]
+	// A takeover after a crash: the earlier copy's gateway was SIGKILLed
+	// while that copy was in flight (within the upstream timeout of its
+	// arrival), and the later copy came no sooner than a lease after the
+	// earliest unanswered send to that gateway (its claim cannot be older).
+	sentAt, sent := time.Time{}, false
+	for _, s := range ev.Sends {
+		if s.Incarnation == earlier.Gateway && !s.Answered && !s.Start.After(earlier.Time) && (!sent || s.Start.Before(sentAt)) {
+			sentAt, sent = s.Start, true
+		}
+	}
 	switch {
 	case life != nil && life.Crashed() && !earlierAnswered &&
-		!life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) && life.Stopping.Before(later.Time):
+		!life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) && life.Stopping.Before(later.Time) &&
+		life.Stopping.Before(earlier.Time.Add(in.Timeout+500*time.Millisecond)) &&
+		sent && !later.Time.Before(sentAt.Add(in.Lease-200*time.Millisecond)):
 		d.Cause = CauseCrashTakeover
 		d.Evidence = fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
 			life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq)
 		return d
 	}
+	// An ambiguous result released: the earlier copy went unanswered, and
+	// its gateway logged the release of an ambiguous forward while that
+	// copy was in flight (not some other copy's, at another time).
 	if l, ok := loggedAny(earlier.Gateway, ref, func(l LogLine) bool {
-		return l.Outcome == "released" && strings.Contains(l.Err, "after sending")
-	}); ok {
+		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") &&
+			!l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
+	}); ok && !earlierAnswered {
 		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
 		return d
 	}
@@ -558,10 +579,16 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 			return d
 		}
 	}
+	// A takeover after a host stall: the earlier copy went unanswered and
+	// the host stalled while it was in flight (between its arrival and the
+	// upstream timeout), long enough to let its lease run out.
 	var stalled time.Duration
 	var first Stall
 	for _, st := range in.Stalls {
-		if st.Start.Before(later.Time) && st.End.After(earlier.Time) {
+		if earlierAnswered {
+			break
+		}
+		if st.Start.Before(later.Time) && st.Start.Before(earlier.Time.Add(in.Timeout)) && st.End.After(earlier.Time) {
 			if stalled == 0 {
 				first = st
 			}

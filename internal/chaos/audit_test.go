@@ -72,6 +72,13 @@ func (f *fixture) record(ev *Event, up *UpRecord) {
 		Headers: map[string]string{"Content-Type": up.ContentType}, Body: up.Response, CompletedAt: up.Time}
 }
 
+// cut records a genuine send to gw from start to end that got no answer
+// (its gateway died under it).
+func (f *fixture) cut(ev *Event, gw string, start, end time.Duration) {
+	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: gw,
+		Start: f.at(start), End: f.at(end), Err: "connection reset"})
+}
+
 func (f *fixture) delivered(id string) (*Event, *UpRecord) {
 	ev := f.event(id)
 	up := f.apply(ev, "g1.1", 0)
@@ -122,6 +129,7 @@ func TestAudit(t *testing.T) {
 				f.apply(ev, "g1.1", 0)
 				l := f.life("g1.1")
 				l.How, l.Stopping = "killed", f.at(5*time.Millisecond)
+				f.cut(ev, "g1.1", -5*time.Millisecond, 6*time.Millisecond)
 				up := f.apply(ev, "g2.1", 3*time.Second)
 				f.answer(ev, KindGenuine, "g2.1", 3*time.Second, up, "forwarded")
 				f.record(ev, up)
@@ -265,6 +273,7 @@ func TestAuditComparesTakeoversWithTheMetric(t *testing.T) {
 	f.apply(ev, "g1.1", 0)
 	l := f.life("g1.1")
 	l.How, l.Stopping = "killed", f.at(5*time.Millisecond)
+	f.cut(ev, "g1.1", -5*time.Millisecond, 6*time.Millisecond)
 	up := f.apply(ev, "g2.1", 3*time.Second)
 	f.answer(ev, KindGenuine, "g2.1", 3*time.Second, up, "forwarded")
 	f.record(ev, up)
