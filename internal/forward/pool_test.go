@@ -27,6 +27,13 @@ type rawUpstream struct {
 
 func newRawUpstream(tb testing.TB, answer func(c net.Conn, req *http.Request, body []byte) (keep bool)) *rawUpstream {
 	tb.Helper()
+	return newRawUpstreamOver(tb, nil, answer)
+}
+
+// newRawUpstreamOver is newRawUpstream serving each connection through
+// wrap (a TLS server, say); answer gets the wrapped connection.
+func newRawUpstreamOver(tb testing.TB, wrap func(net.Conn) net.Conn, answer func(c net.Conn, req *http.Request, body []byte) (keep bool)) *rawUpstream {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -46,6 +53,9 @@ func newRawUpstream(tb testing.TB, answer func(c net.Conn, req *http.Request, bo
 			mu.Unlock()
 			u.conns.Add(1)
 			wg.Go(func() {
+				if wrap != nil {
+					c = wrap(c)
+				}
 				defer c.Close()
 				br := bufio.NewReader(c)
 				for {

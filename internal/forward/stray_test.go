@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,65 +58,33 @@ func TestStrayBytesAfterAnswerNeverAnswerTheNextDelivery(t *testing.T) {
 	ts.Close()
 	for _, scheme := range []string{"http", "https"} {
 		t.Run(scheme, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
+			wrap := func(c net.Conn) net.Conn { return &coalescingConn{Conn: c} }
+			if scheme == "https" {
+				wrap = func(c net.Conn) net.Conn { return tls.Server(&coalescingConn{Conn: c}, scfg) }
 			}
-			var (
-				wg     sync.WaitGroup
-				mu     sync.Mutex
-				conns  []net.Conn
-				served atomic.Int64
-			)
-			f := forward.New(forward.Options{TLSConfig: ccfg})
-			defer func() {
-				f.Close()
-				_ = ln.Close()
-				mu.Lock()
-				for _, c := range conns {
-					_ = c.Close()
+			var u *rawUpstream
+			u = newRawUpstreamOver(t, wrap, func(c net.Conn, _ *http.Request, _ []byte) bool {
+				if u.reqs.Load() > 1 {
+					_, err := io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nfailed")
+					return err == nil
 				}
-				mu.Unlock()
-				wg.Wait()
-			}()
-			wg.Go(func() {
-				for {
-					raw, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					conns = append(conns, raw)
-					mu.Unlock()
-					wg.Go(func() {
-						cc := &coalescingConn{Conn: raw}
-						var sc net.Conn = cc
-						if scheme == "https" {
-							sc = tls.Server(cc, scfg)
-						}
-						defer sc.Close()
-						br := bufio.NewReader(sc)
-						for {
-							req, err := http.ReadRequest(br)
-							if err != nil {
-								return
-							}
-							_, _ = io.Copy(io.Discard, req.Body)
-							if served.Add(1) == 1 {
-								cc.setHold()
-								_, _ = io.WriteString(sc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
-								_, _ = io.WriteString(sc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
-								if cc.flush() != nil {
-									return
-								}
-								continue
-							}
-							_, _ = io.WriteString(sc, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nfailed")
-						}
-					})
+				// The answer and a stray one, as two TLS records in one TCP
+				// segment: the client's TLS layer reads both at once.
+				cc, ok := c.(*coalescingConn)
+				if tc, isTLS := c.(*tls.Conn); isTLS {
+					cc, ok = tc.NetConn().(*coalescingConn)
 				}
+				if !ok {
+					return false
+				}
+				cc.setHold()
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+				return cc.flush() == nil
 			})
-			r := &forward.Request{Method: "POST", URL: scheme + "://" + ln.Addr().String() + "/x",
+			f := forward.New(forward.Options{TLSConfig: ccfg})
+			defer f.Close()
+			r := &forward.Request{Method: "POST", URL: scheme + "://" + u.addr + "/x",
 				Body: []byte("{}"), Timeout: 2 * time.Second}
 			resp, err := f.Do(context.Background(), r)
 			if err != nil || string(resp.Body) != "first" {
