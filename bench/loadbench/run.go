@@ -27,7 +27,7 @@ type Options struct {
 	Cell        time.Duration // measured time of one closed-loop cell
 
 	OpenRate    float64       // open-loop requests per second
-	OpenDur     time.Duration // measured time of one open-loop cell
+	OpenDur     time.Duration // measured open-loop time of each system, split over the rounds
 	OpenWorkers int
 
 	Prefill      int // rows in the prefilled ledger
@@ -395,19 +395,30 @@ func (r *run) main(ctx context.Context) error {
 	}
 
 	// Open loop at a fixed rate, for latency without coordinated omission.
-	r.logf("open loop at %.0f req/s", o.OpenRate)
-	for k := range systems {
-		s := systems[k]
-		w := &window{child: s.child}
-		seed++
-		cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, o.OpenDur, seed, w)
-		if ctx.Err() != nil {
-			return ctx.Err()
+	// Interleaved like the closed loop: OpenDur is split over the rounds,
+	// each round visits every system in a rotated order, and a system's
+	// percentiles come from all its slices together. One slice per system
+	// in a fixed order let whatever the machine did at one moment (a
+	// checkpoint after the ledger systems' inserts, autovacuum) land on
+	// one system's whole tail.
+	r.logf("open loop at %.0f req/s, %d rounds", o.OpenRate, o.Rounds)
+	slice := o.OpenDur / time.Duration(max(1, o.Rounds))
+	for round := range max(1, o.Rounds) {
+		for k := range systems {
+			s := systems[(k+round)%len(systems)]
+			w := &window{child: s.child}
+			seed++
+			cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, slice, seed, w)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if s.open == nil {
+				s.open = &agg{}
+			}
+			s.open.add(cell, w)
+			r.logf("  %-4s %6.0f/s  p50 %-8v p99 %-8v p99.9 %-8v err %d", s.name, cell.Throughput(), cell.Hist.Quantile(0.5).Round(time.Microsecond),
+				cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Hist.Quantile(0.999).Round(time.Microsecond), cell.Errors)
 		}
-		s.open = &agg{}
-		s.open.add(cell, w)
-		r.logf("  %-4s %6.0f/s  p50 %-8v p99 %-8v p99.9 %-8v err %d", s.name, cell.Throughput(), cell.Hist.Quantile(0.5).Round(time.Microsecond),
-			cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Hist.Quantile(0.999).Round(time.Microsecond), cell.Errors)
 	}
 	for _, s := range systems {
 		r.report.addSystem(s)
