@@ -9,10 +9,12 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/gateway"
@@ -239,6 +241,49 @@ func TestDuplicateSourcesAreBounded(t *testing.T) {
 	}
 	if n := len(fams["hookstamp_duplicates_total"].GetMetric()); n != telemetry.MaxSourcesPerRoute+3 {
 		t.Errorf("%d duplicate series, want %d", n, telemetry.MaxSourcesPerRoute+3)
+	}
+}
+
+// Requests and duplicates counted from many goroutines at once, on series
+// none of them has seen before, add up exactly — with the counts in
+// atomics (no trace exporter) and in synchronous counters (traces
+// exported, for exemplars) alike.
+func TestConcurrentCountsAddUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    telemetry.Overrides
+	}{{"atomics", telemetry.Overrides{}}, {"synchronous", telemetry.Overrides{SpanExporter: tracetest.NewInMemoryExporter()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tel := setup(t, config.Default().Telemetry, tc.o)
+			const goroutines, each = 16, 200
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range each {
+						route := fmt.Sprintf("r%d", i%5) // new series while others count
+						tel.Observe(context.Background(), &ingress.Event{Route: route, Source: fmt.Sprintf("s%d", g%3),
+							Result: &idempotency.Result{Outcome: idempotency.Replayed}, Duration: time.Millisecond})
+					}
+				}()
+			}
+			wg.Wait()
+			fams := scrape(t, tel.MetricsHandler())
+			for r := range 5 {
+				route := fmt.Sprintf("r%d", r)
+				if got, want := value(fams, "hookstamp_requests_total", "route", route, "outcome", "replayed"), float64(goroutines*each/5); got != want {
+					t.Errorf("requests{route=%s} = %v, want %v", route, got, want)
+				}
+				sum := 0.0
+				for s := range 3 {
+					sum += value(fams, "hookstamp_duplicates_total", "route", route, "source", fmt.Sprintf("s%d", s))
+				}
+				if want := float64(goroutines * each / 5); sum != want {
+					t.Errorf("duplicates{route=%s} = %v, want %v", route, sum, want)
+				}
+			}
+		})
 	}
 }
 

@@ -168,7 +168,7 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		mopts = append(mopts, sdkmetric.WithReader(o.MetricReader))
 	}
 	t.mp = sdkmetric.NewMeterProvider(mopts...)
-	t.m, err = newMetrics(t.mp.Meter(instrumentation, metric.WithInstrumentationVersion(version)), log)
+	t.m, err = newMetrics(t.mp.Meter(instrumentation, metric.WithInstrumentationVersion(version)), log, t.sdk != nil)
 	if err != nil {
 		_ = t.Shutdown(ctx)
 		return nil, err
