@@ -1,8 +1,8 @@
 package idempotency
 
 import (
-	"container/list"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
@@ -17,12 +17,21 @@ import (
 // message) stops replaying the deleted record when its copy expires.
 //
 // It is a byte-bounded LRU split into shards so that concurrent repeats do
-// not all queue on one mutex.
+// not all queue on one mutex. It is laid out for the garbage collector,
+// which marks every pointer of a full cache (tens of thousands of entries)
+// in every cycle: one object per entry (list links and the entry itself
+// inline), a shard map keyed by the ref's hash rather than by two strings,
+// and expiry as a duration rather than a time.Time (which holds a
+// pointer), and the kept headers of entries shared when they are equal (a
+// route's answers mostly carry the same Content-Type: one map for all, not
+// two objects per entry). BenchmarkCacheGC measures it.
 type Cache struct {
 	seed    maphash.Seed
 	maxBody int
 	maxAge  time.Duration
 	now     func() time.Time
+	epoch   time.Time // expiries are durations since it (monotonic)
+	headers headerSets
 	shards  [cacheShards]cacheShard
 }
 
@@ -33,21 +42,25 @@ const cacheShards = 16
 const DefaultCacheMaxAge = 5 * time.Minute
 
 type cacheShard struct {
-	mu    sync.Mutex
-	max   int
-	used  int
-	items map[Ref]*list.Element
-	lru   list.List // front = most recent
+	mu   sync.Mutex
+	max  int
+	used int
+	// items is keyed by the ref's 64-bit hash; an item whose ref differs
+	// (a collision) is a miss for Get and replaced by Put.
+	items map[uint64]*cacheItem
+	lru   cacheItem // sentinel of a circular list: lru.next = most recent
 	// deleted holds, for ForgetTombstone after a Delete, when the refs
 	// deleted may be cached again (see Put).
 	deleted map[Ref]time.Time
 }
 
 type cacheItem struct {
-	ref     Ref
-	ent     *Entry
-	size    int
-	expires time.Time
+	prev, next *cacheItem
+	hash       uint64
+	size       int
+	expires    time.Duration // since Cache.epoch
+	ref        Ref
+	ent        Entry
 }
 
 // NewCache returns a cache holding about maxBytes of entries whose bodies
@@ -61,40 +74,49 @@ func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 	if maxAge <= 0 {
 		maxAge = DefaultCacheMaxAge
 	}
-	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody, maxAge: maxAge, now: time.Now}
+	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody, maxAge: maxAge, now: time.Now, epoch: time.Now()}
 	per := maxBytes / cacheShards
 	for i := range c.shards {
-		c.shards[i].max = per
-		c.shards[i].items = make(map[Ref]*list.Element)
+		s := &c.shards[i]
+		s.max = per
+		s.items = make(map[uint64]*cacheItem)
+		s.lru.next, s.lru.prev = &s.lru, &s.lru
 	}
 	return c
 }
 
-func (c *Cache) shard(ref Ref) *cacheShard {
+// since is now as a duration since the cache's epoch.
+func (c *Cache) since() time.Duration { return c.now().Sub(c.epoch) }
+
+func (c *Cache) hash(ref Ref) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	h.WriteString(ref.Route)
 	h.WriteByte(0)
 	h.WriteString(ref.Key)
-	return &c.shards[h.Sum64()%cacheShards]
+	return h.Sum64()
 }
 
-// Get returns the cached entry for ref.
+func (c *Cache) shard(h uint64) *cacheShard { return &c.shards[h%cacheShards] }
+
+// Get returns the cached entry for ref. The entry is shared: callers must
+// not change it.
 func (c *Cache) Get(ref Ref) (*Entry, bool) {
-	s := c.shard(ref)
+	h := c.hash(ref)
+	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el, ok := s.items[ref]
-	if !ok {
+	it, ok := s.items[h]
+	if !ok || it.ref != ref {
 		return nil, false
 	}
-	it := el.Value.(*cacheItem)
-	if c.now().After(it.expires) {
-		s.remove(el)
+	if c.since() > it.expires {
+		s.remove(it)
 		return nil, false
 	}
-	s.lru.MoveToFront(el)
-	return it.ent, true
+	s.unlink(it)
+	s.pushFront(it)
+	return &it.ent, true
 }
 
 // Put caches a complete entry (its body present or omitted by design).
@@ -102,12 +124,16 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 // ForgetTombstone, entries of a deleted ref: a delivery that read the record
 // before an operator deleted it must not put it back (the cost is that a
 // ref delivered again right after its delete is not cached for a minute).
+// The cache keeps a copy of *ent (sharing its headers and body, which are
+// never changed once recorded).
 func (c *Cache) Put(ref Ref, ent *Entry) {
 	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody {
 		return
 	}
-	size := entrySize(ref, ent)
-	s := c.shard(ref)
+	hdr, shared := c.headers.share(ent.Headers)
+	size := entrySize(ref, ent, !shared)
+	h := c.hash(ref)
+	s := c.shard(h)
 	if size > s.max {
 		return
 	}
@@ -121,32 +147,99 @@ func (c *Cache) Put(ref Ref, ent *Entry) {
 			delete(s.deleted, ref)
 		}
 	}
-	if el, ok := s.items[ref]; ok {
-		s.lru.MoveToFront(el)
-		return
+	if it, ok := s.items[h]; ok {
+		if it.ref == ref {
+			s.unlink(it)
+			s.pushFront(it)
+			return
+		}
+		s.remove(it) // a collision: the newer ref wins
 	}
-	s.items[ref] = s.lru.PushFront(&cacheItem{ref: ref, ent: ent, size: size, expires: c.now().Add(c.maxAge)})
+	it := &cacheItem{hash: h, size: size, expires: c.since() + c.maxAge, ref: ref, ent: *ent}
+	it.ent.Headers = hdr
+	s.items[h] = it
+	s.pushFront(it)
 	s.used += size
 	for s.used > s.max {
-		s.remove(s.lru.Back())
+		s.remove(s.lru.prev)
 	}
 }
 
-func (s *cacheShard) remove(el *list.Element) {
-	it := el.Value.(*cacheItem)
-	s.lru.Remove(el)
-	delete(s.items, it.ref)
+// headerSets shares equal header maps among cached entries. Recorded
+// headers never change, so one map can serve every entry that carries the
+// same names and values. At most maxHeaderSets distinct sets are kept
+// (routes that keep a header unique to each answer, such as a request id,
+// would fill any table); entries past that keep their own map.
+type headerSets struct {
+	mu   sync.Mutex
+	sets map[string]map[string]string
+	buf  []byte
+}
+
+const maxHeaderSets = 1024
+
+// share returns the map an entry with headers h keeps, and whether it is
+// one that other entries already hold (and its memory is not the entry's):
+// an equal shared map, or h itself when h becomes the shared one or the
+// table is full.
+func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
+	if len(h) == 0 || len(h) > 4 {
+		return h, false
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	// The key lists the pairs in name order: NUL cannot occur in a header
+	// name or value (RFC 9110 §5.5), so it separates unambiguously.
+	var names [4]string
+	n := 0
+	for k := range h {
+		names[n] = k
+		n++
+	}
+	slices.Sort(names[:n])
+	b := hs.buf[:0]
+	for _, k := range names[:n] {
+		b = append(append(append(append(b, k...), 0), h[k]...), 0)
+	}
+	hs.buf = b
+	if shared, ok := hs.sets[string(b)]; ok { // no allocation for the lookup
+		return shared, true
+	}
+	if len(hs.sets) >= maxHeaderSets {
+		return h, false
+	}
+	if hs.sets == nil {
+		hs.sets = make(map[string]map[string]string)
+	}
+	hs.sets[string(b)] = h
+	return h, false
+}
+
+func (s *cacheShard) pushFront(it *cacheItem) {
+	it.prev, it.next = &s.lru, s.lru.next
+	s.lru.next.prev = it
+	s.lru.next = it
+}
+
+func (s *cacheShard) unlink(it *cacheItem) {
+	it.prev.next, it.next.prev = it.next, it.prev
+	it.prev, it.next = nil, nil
+}
+
+func (s *cacheShard) remove(it *cacheItem) {
+	s.unlink(it)
+	delete(s.items, it.hash)
 	s.used -= it.size
 }
 
 // Delete drops ref from the cache and keeps it out for ForgetTombstone.
 func (c *Cache) Delete(ref Ref) {
-	s := c.shard(ref)
+	s := c.shard(c.hash(ref))
 	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if el, ok := s.items[ref]; ok {
-		s.remove(el)
+	if it, ok := s.items[c.hash(ref)]; ok && it.ref == ref {
+		s.remove(it)
 	}
 	if s.deleted == nil {
 		s.deleted = make(map[Ref]time.Time)
@@ -166,7 +259,7 @@ func (c *Cache) Clear() {
 		s := &c.shards[i]
 		s.mu.Lock()
 		clear(s.items)
-		s.lru.Init()
+		s.lru.next, s.lru.prev = &s.lru, &s.lru
 		s.used = 0
 		s.mu.Unlock()
 	}
@@ -187,11 +280,16 @@ func (c *Cache) Len() int {
 // entrySize approximates the memory an entry holds, so that the budget
 // (screen.local_cache) is what the process actually spends: the backing
 // arrays of body and fingerprint (their capacity, not their length), the
-// headers map, and the fixed cost of the entry, its LRU element and its
-// slot in the shard's map (about 600 bytes, measured with a heap profile).
-func entrySize(ref Ref, e *Entry) int {
-	const fixed, perHeader, headersMap = 600, 48, 200
+// headers map unless other entries share it (ownHeaders false; the shared
+// sets are few and not charged), and the fixed cost of the item (entry and
+// list links) and its slot in the shard's map (about 165 bytes, read from
+// the heap of a full cache: TestCacheBudgetIsWhatItHolds).
+func entrySize(ref Ref, e *Entry, ownHeaders bool) int {
+	const fixed, perHeader, headersMap = 165, 48, 200
 	n := fixed + len(ref.Route) + len(ref.Key) + cap(e.Body) + cap(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
+	if !ownHeaders {
+		return n
+	}
 	if len(e.Headers) > 0 {
 		n += headersMap
 	}

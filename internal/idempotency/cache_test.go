@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +131,88 @@ func TestCacheDeleteKeepsTheRefOut(t *testing.T) {
 	c.Put(ref, ent)
 	if _, ok := c.Get(ref); !ok {
 		t.Fatal("the ref is still kept out after ForgetTombstone")
+	}
+}
+
+// TestCacheBudgetIsWhatItHolds: screen.local_cache is the memory the
+// entries really take. A full cache's heap, read from the runtime, is
+// within 15% of its budget (entrySize is neither far over, wasting the
+// budget, nor under, growing the process past it), whether the entries
+// share their header map or each keeps its own.
+func TestCacheBudgetIsWhatItHolds(t *testing.T) {
+	for _, unique := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unique headers %v", unique), func(t *testing.T) {
+			const budget = 8 << 20
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			c, _ := fullCache(t, budget, unique)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			if ratio := float64(held) / budget; ratio < 0.85 || ratio > 1.15 {
+				t.Fatalf("a full cache of %d entries holds %d bytes of heap for a budget of %d (%.2f×)", c.Len(), held, budget, ratio)
+			}
+			t.Logf("%d entries, %d bytes of heap each (%.2f× the budget)", c.Len(), held/int64(c.Len()), float64(held)/budget)
+			runtime.KeepAlive(c)
+		})
+	}
+}
+
+// Entries whose kept headers are equal share one map; entries with other
+// headers replay their own, unchanged.
+func TestCacheSharesEqualHeaders(t *testing.T) {
+	c := NewCache(1<<20, 1024, 0)
+	put := func(key string, hdr map[string]string) {
+		c.Put(Ref{Route: "r", Key: key}, &Entry{Response: Response{Status: 200, Headers: hdr, Body: []byte("ok")}, BodyCached: true})
+	}
+	get := func(key string) map[string]string {
+		e, ok := c.Get(Ref{Route: "r", Key: key})
+		if !ok {
+			t.Fatalf("%s not cached", key)
+		}
+		return e.Headers
+	}
+	for i := range 10 {
+		put(fmt.Sprint("json", i), map[string]string{"Content-Type": "application/json"})
+	}
+	put("text", map[string]string{"Content-Type": "text/plain"})
+	put("two", map[string]string{"Content-Type": "application/json", "X-Request-Id": "a"})
+	first := reflect.ValueOf(get("json0")).UnsafePointer()
+	for i := range 10 {
+		h := get(fmt.Sprint("json", i))
+		if reflect.ValueOf(h).UnsafePointer() != first {
+			t.Errorf("json%d keeps a map of its own", i)
+		}
+		if len(h) != 1 || h["Content-Type"] != "application/json" {
+			t.Errorf("json%d headers = %v", i, h)
+		}
+	}
+	if h := get("text"); len(h) != 1 || h["Content-Type"] != "text/plain" {
+		t.Errorf("text headers = %v", h)
+	}
+	if h := get("two"); len(h) != 2 || h["Content-Type"] != "application/json" || h["X-Request-Id"] != "a" {
+		t.Errorf("two headers = %v", h)
+	}
+}
+
+// Two refs whose hashes collide: the one in the slot is a miss for the
+// other, and a Put of the other replaces it.
+func TestCacheHashCollision(t *testing.T) {
+	c := NewCache(1<<20, 1024, 0)
+	a, b := Ref{Route: "r", Key: "a"}, Ref{Route: "r", Key: "b"}
+	c.Put(a, &Entry{Response: Response{Status: 200, Body: []byte("a")}, BodyCached: true})
+	// Make the slot of a's hash hold b, as a collision would.
+	h := c.hash(a)
+	c.shard(h).items[h].ref = b
+	if _, ok := c.Get(a); ok {
+		t.Fatal("a ref served another ref's entry from a shared hash slot")
+	}
+	c.Put(a, &Entry{Response: Response{Status: 201, Body: []byte("a2")}, BodyCached: true})
+	if e, ok := c.Get(a); !ok || e.Status != 201 {
+		t.Fatalf("Put over a colliding slot: %v, %v", e, ok)
+	}
+	if c.Len() != 1 {
+		t.Fatalf("%d entries after replacing a colliding one", c.Len())
 	}
 }
