@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"hash/maphash"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
@@ -63,10 +64,18 @@ type cacheItem struct {
 	ent        Entry
 }
 
-// NewCache returns a cache holding about maxBytes of entries whose bodies
-// are at most maxBody bytes (screen.max_cached_body: larger responses are
-// replayed from the ledger), each for at most maxAge (DefaultCacheMaxAge
-// when 0); nil when maxBytes <= 0 (off).
+// NewCache returns a cache whose entries cost the process about maxBytes,
+// holding entries whose bodies are at most maxBody bytes
+// (screen.max_cached_body: larger responses are replayed from the ledger),
+// each for at most maxAge (DefaultCacheMaxAge when 0); nil when maxBytes
+// <= 0 (off).
+//
+// What entries cost the process is their heap and the collector's headroom
+// for it: with GOGC at its default of 100 the heap grows by as much as is
+// live before the next collection, so a live byte is two bytes of the
+// process's peak memory. The entries are held to maxBytes / (1 + GOGC/100)
+// of heap, so that screen.local_cache is what the cache adds to the
+// process, as operators sizing a container read it.
 func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 	if maxBytes <= 0 {
 		return nil
@@ -75,7 +84,7 @@ func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 		maxAge = DefaultCacheMaxAge
 	}
 	c := &Cache{seed: maphash.MakeSeed(), maxBody: maxBody, maxAge: maxAge, now: time.Now, epoch: time.Now()}
-	per := maxBytes / cacheShards
+	per := int(float64(maxBytes)/gcHeadroom()) / cacheShards
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.max = per
@@ -83,6 +92,21 @@ func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 	}
 	return c
+}
+
+// gcHeadroom is the factor by which the collector lets a live heap grow
+// before it collects again: 1 + GOGC/100, or 1 with the collector off.
+func gcHeadroom() float64 {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 2 // GOGC's default
+	}
+	percent := int64(sample[0].Value.Uint64()) // GOGC=off reads as -1
+	if percent < 0 {
+		return 1
+	}
+	return 1 + float64(percent)/100
 }
 
 // since is now as a duration since the cache's epoch.
