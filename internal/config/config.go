@@ -93,6 +93,8 @@ type Screen struct {
 	// responses are replayed from the ledger. Default 64KiB.
 	MaxCachedBody Size `koanf:"max_cached_body" yaml:"max_cached_body"`
 	// LocalCache is the in-process cache of done records; 0 turns it off.
+	// It is what the cache adds to the process's memory: its heap and the
+	// collector's headroom for it (half of it in heap with GOGC=100).
 	// Default 32MiB.
 	LocalCache Size `koanf:"local_cache" yaml:"local_cache"`
 	// OnUnavailable is ScreenUnavailableStore (claim in the ledger),
