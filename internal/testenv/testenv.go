@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/hookstamp/hookstamp/internal/freeport"
 )
 
 // PostgresAdminDSN is the server the tests use; HOOKSTAMP_TEST_PG overrides it.
@@ -105,15 +106,16 @@ func RedisPrefix(tb testing.TB) (addr, prefix string) {
 	return addr, prefix
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port for a server another process binds
+// later, and again after a restart (freeport.Port: outside the ephemeral
+// range, where an outgoing connection could take it meanwhile).
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		tb.Fatalf("testenv: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // RedisServer is a redis-server process of the test's own, for outage tests.
