@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"runtime/metrics"
 	"slices"
@@ -22,10 +23,10 @@ import (
 // which marks every pointer of a full cache (tens of thousands of entries)
 // in every cycle: one object per entry (list links and the entry itself
 // inline), a shard map keyed by the ref's hash rather than by two strings,
-// and expiry as a duration rather than a time.Time (which holds a
-// pointer), and the kept headers of entries shared when they are equal (a
-// route's answers mostly carry the same Content-Type: one map for all, not
-// two objects per entry). BenchmarkCacheGC measures it.
+// expiry as a duration rather than a time.Time (which holds a pointer),
+// and one header map for all the entries whose kept headers are equal (a
+// route's answers mostly carry the same Content-Type) instead of two
+// objects per entry. BenchmarkCacheGC measures it.
 type Cache struct {
 	seed    maphash.Seed
 	maxBody int
@@ -212,8 +213,9 @@ func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
 	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	// The key lists the pairs in name order: NUL cannot occur in a header
-	// name or value (RFC 9110 §5.5), so it separates unambiguously.
+	// The key lists the pairs in name order, each name and value preceded
+	// by its length, so that no two different sets share a key whatever
+	// bytes a recorded value holds.
 	var names [4]string
 	n := 0
 	for k := range h {
@@ -223,7 +225,9 @@ func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
 	slices.Sort(names[:n])
 	b := hs.buf[:0]
 	for _, k := range names[:n] {
-		b = append(append(append(append(b, k...), 0), h[k]...), 0)
+		v := h[k]
+		b = append(binary.AppendUvarint(b, uint64(len(k))), k...)
+		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
 	hs.buf = b
 	if shared, ok := hs.sets[string(b)]; ok { // no allocation for the lookup
@@ -258,11 +262,12 @@ func (s *cacheShard) remove(it *cacheItem) {
 
 // Delete drops ref from the cache and keeps it out for ForgetTombstone.
 func (c *Cache) Delete(ref Ref) {
-	s := c.shard(c.hash(ref))
+	h := c.hash(ref)
+	s := c.shard(h)
 	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it, ok := s.items[c.hash(ref)]; ok && it.ref == ref {
+	if it, ok := s.items[h]; ok && it.ref == ref {
 		s.remove(it)
 	}
 	if s.deleted == nil {

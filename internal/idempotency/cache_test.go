@@ -179,6 +179,10 @@ func TestCacheSharesEqualHeaders(t *testing.T) {
 		put(fmt.Sprint("json", i), map[string]string{"Content-Type": "application/json"})
 	}
 	put("text", map[string]string{"Content-Type": "text/plain"})
+	// Values that would read alike if pairs were only separated, not
+	// length-prefixed.
+	put("nul1", map[string]string{"A": "x\x00B\x00y"})
+	put("nul2", map[string]string{"A": "x", "B": "y"})
 	put("two", map[string]string{"Content-Type": "application/json", "X-Request-Id": "a"})
 	first := reflect.ValueOf(get("json0")).UnsafePointer()
 	for i := range 10 {
@@ -192,6 +196,12 @@ func TestCacheSharesEqualHeaders(t *testing.T) {
 	}
 	if h := get("text"); len(h) != 1 || h["Content-Type"] != "text/plain" {
 		t.Errorf("text headers = %v", h)
+	}
+	if h := get("nul1"); len(h) != 1 || h["A"] != "x\x00B\x00y" {
+		t.Errorf("nul1 headers = %v", h)
+	}
+	if h := get("nul2"); len(h) != 2 || h["A"] != "x" || h["B"] != "y" {
+		t.Errorf("nul2 headers = %v", h)
 	}
 	if h := get("two"); len(h) != 2 || h["Content-Type"] != "application/json" || h["X-Request-Id"] != "a" {
 		t.Errorf("two headers = %v", h)
