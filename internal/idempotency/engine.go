@@ -630,11 +630,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	endSpan(span, err)
 	switch {
 	case err == nil:
-		if v.screen() {
-			e.complete(sctx, d.Ref, owner, ent)
-		} else if v == viaLedgerLostScreen {
-			e.tidyScreen(sctx, d.Ref, owner, ent)
-		}
+		e.settleScreen(sctx, v, d.Ref, owner, ent)
 		if c := e.o.Cache; c != nil {
 			c.Put(d.Ref, ent)
 		}
@@ -644,21 +640,13 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		// that won stays; this provider still gets what its upstream said.
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
-		if v.screen() {
-			e.release(sctx, v, d.Ref, owner)
-		} else if v == viaLedgerLostScreen {
-			e.tidyScreen(sctx, d.Ref, owner, nil)
-		}
+		e.settleScreen(sctx, v, d.Ref, owner, nil)
 	default:
 		e.depError("ledger", "commit", err)
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
-		if v.screen() {
-			e.complete(sctx, d.Ref, owner, ent)
-		} else if v == viaLedgerLostScreen {
-			e.tidyScreen(sctx, d.Ref, owner, ent)
-		}
+		e.settleScreen(sctx, v, d.Ref, owner, ent)
 	}
 	return Result{Outcome: outcome, Upstream: up, TakenOver: takenOver}
 }
@@ -681,11 +669,7 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 		return Result{}, false
 	}
 	// Repeats confirm in the ledger and find the hold there.
-	if v.screen() {
-		e.release(ctx, v, d.Ref, owner)
-	} else if v == viaLedgerLostScreen {
-		e.tidyScreen(ctx, d.Ref, owner, nil)
-	}
+	e.settleScreen(ctx, v, d.Ref, owner, nil)
 	e.hookDelta(e.o.Hooks.HeldChanged, d.Route, 1)
 	e.o.Logger.WarnContext(ctx, "key held after an ambiguous upstream result; resolve it through the admin API",
 		"route", d.Route, "key", d.Key, "err", cause)
@@ -834,6 +818,23 @@ func (e *Engine) complete(ctx context.Context, ref Ref, owner string, ent *Entry
 	}
 	if err := e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL); err != nil {
 		e.depError("screen", "complete", err)
+	}
+}
+
+// settleScreen ends the screen's side of a claim whose ledger side is
+// settled: the screen gets ent as the record, or, with ent nil, drops the
+// claim (a release of v, which also releases a pending ledger row of
+// owner's). A screen claim whose answer was lost is settled in the
+// background (tidyScreen); a claim the screen never held needs nothing.
+func (e *Engine) settleScreen(ctx context.Context, v via, ref Ref, owner string, ent *Entry) {
+	switch {
+	case v == viaLedgerLostScreen:
+		e.tidyScreen(ctx, ref, owner, ent)
+	case !v.screen():
+	case ent != nil:
+		e.complete(ctx, ref, owner, ent)
+	default:
+		e.release(ctx, v, ref, owner)
 	}
 }
 
