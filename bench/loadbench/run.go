@@ -52,8 +52,8 @@ type Options struct {
 	SkipRSS    bool
 	ProfileDir string // CPU profiles of each gateway child at the headline concurrency
 	// Baseline is another build of this program (e.g. from an earlier
-	// commit): the Redis+PostgreSQL and ledger-only gateways are run from
-	// it as well, as systems B1@base … B4s@base, interleaved with the
+	// commit): the Redis+PostgreSQL, ledger-only and embedded gateways are run from
+	// it as well, as systems B1@base … B5@base, interleaved with the
 	// others, for before/after numbers from one run.
 	Baseline string
 	// Keep leaves the work directory (configurations, child logs) in place.
@@ -332,6 +332,10 @@ func (r *run) main(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		bEmbedded, err := r.gatewayExe(ctx, o.Baseline, "base-embedded", GatewayConfig{Store: "sqlite", DSN: filepath.Join(r.dir, "b5-base.db"), Screen: "memory"})
+		if err != nil {
+			return err
+		}
 		bmT, blT := NewHTTPTarget(bMain.Addr, nil), NewHTTPTarget(bLedger.Addr, nil)
 		r.logf("recording B2's working set on the baseline")
 		if failed := Prerecord(ctx, bmT, working, 64); failed > 0 {
@@ -344,6 +348,7 @@ func (r *run) main(ctx context.Context) error {
 			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain},
 			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger},
 			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger},
+			&system{name: "B5@base", desc: "baseline: embedded SQLite+memory, 70/30", doer: NewHTTPTarget(bEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: bEmbedded},
 		)
 	}
 	if len(o.Systems) > 0 {

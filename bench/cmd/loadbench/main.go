@@ -49,7 +49,7 @@ func run() int {
 	rss := flag.Duration("rss", 0, "override the duration of the memory run")
 	l1 := flag.Int("l1-conns", 0, "override L1's connection cap")
 	onUnavailable := flag.String("screen-on-unavailable", "", "screen.on_unavailable of the Redis gateways (default: hookstamp's, store; reject confirms first deliveries by a lookup instead of a ledger claim)")
-	baseline := flag.String("baseline", "", "also run the Redis+PG and ledger-only gateways from this other build of loadbench (systems B1@base…), interleaved, for before/after")
+	baseline := flag.String("baseline", "", "also run the Redis+PG, ledger-only and embedded gateways from this other build of loadbench (systems B1@base…), interleaved, for before/after")
 	concs := flag.String("concurrency", "", "comma-separated closed-loop concurrencies (default 16,64,256)")
 	keep := flag.Bool("keep", false, "keep the work directory (child configurations and logs)")
 	waitLoad := flag.Float64("wait-load", 0, "before starting, wait until the 1-minute load average is below this (0 = don't wait)")
