@@ -315,6 +315,7 @@ func (r *run) main(ctx context.Context) error {
 		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1},
 		{name: "L2", desc: "Redis SET NX, unpipelined", doer: l2},
 	}
+	var baseChildren []*Child
 	if o.Baseline != "" {
 		bmDSN, err := r.pg.Schema(ctx, r.id+"_bmain")
 		if err != nil {
@@ -336,6 +337,7 @@ func (r *run) main(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		baseChildren = []*Child{bMain, bLedger, bEmbedded}
 		bmT, blT := NewHTTPTarget(bMain.Addr, nil), NewHTTPTarget(bLedger.Addr, nil)
 		r.logf("recording B2's working set on the baseline")
 		if failed := Prerecord(ctx, bmT, working, 64); failed > 0 {
@@ -428,7 +430,7 @@ func (r *run) main(ctx context.Context) error {
 	for _, s := range systems {
 		r.report.addSystem(s)
 	}
-	for _, c := range []*Child{proxy, gwLedger, gwEmbedded} {
+	for _, c := range append([]*Child{proxy, gwLedger, gwEmbedded}, baseChildren...) {
 		if s, err := c.Sample(); err == nil {
 			r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
 		}
