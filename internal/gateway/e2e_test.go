@@ -83,13 +83,7 @@ func TestConcurrentIdenticalDeliveriesWaitMode(t *testing.T) {
 func TestConcurrentIdenticalDeliveriesRejectMode(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {
-		up := newUpstream(t)
-		release := make(chan struct{})
-		up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-			<-release
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"n":%d}`, n)
-		})
+		up, release := heldUpstream(t)
 		g := startGateway(t, s.config(t, up.URL, "    inflight: reject", ""))
 
 		var first reply

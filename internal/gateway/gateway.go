@@ -102,7 +102,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 
 	switch cfg.Screen.Driver {
 	case "memory":
-		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody)})
+		// Done records are kept once, in the engine's local cache (which
+		// repeats consult first), not twice in one process.
+		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: true})
 		g.screen = s
 		g.closers = append(g.closers, func() error { s.Close(); return nil })
 	case "redis":
@@ -146,7 +148,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},
-		Cache:  idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), 0),
+		Cache:  idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), g.localCacheMaxAge()),
 		Now:    g.now,
 		Logger: g.log,
 		Tracer: g.tel.Tracer(),
@@ -368,6 +370,18 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 		attrs = append(attrs, "err", ev.Result.Err.Error())
 	}
 	g.log.Log(ctx, level, "delivery", attrs...)
+}
+
+// localCacheMaxAge is how long the local cache keeps an entry: with the
+// memory screen on SQLite the gateway is one process, every delete reaches
+// its cache, and the cache is where its done records live, for screen.ttl
+// as a screen keeps them. Otherwise a replica may miss another's delete,
+// and idempotency.DefaultCacheMaxAge bounds how long it replays it.
+func (g *Gateway) localCacheMaxAge() time.Duration {
+	if g.cfg.Screen.Driver == config.ScreenMemory && g.cfg.Store.Driver == config.StoreSQLite {
+		return g.cfg.Screen.TTL
+	}
+	return 0
 }
 
 // localCacheBytes is the in-process cache's budget (screen.local_cache),

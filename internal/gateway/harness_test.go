@@ -56,6 +56,19 @@ func newUpstream(tb testing.TB) *upstream {
 	return u
 }
 
+// heldUpstream is an upstream that answers {"n":N} (N the request's
+// number) only once release is closed: deliveries stay in flight until
+// then.
+func heldUpstream(tb testing.TB) (up *upstream, release chan struct{}) {
+	up, release = newUpstream(tb), make(chan struct{})
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"n":%d}`, n)
+	})
+	return up, release
+}
+
 func (u *upstream) setReply(f func(w http.ResponseWriter, r *http.Request, n int)) {
 	u.mu.Lock()
 	u.reply = f

@@ -145,3 +145,39 @@ func TestRepeatsWaitingInProcessTakeOverAReleasedDelivery(t *testing.T) {
 		t.Fatalf("upstream received evt_released %d times, want 2 (the released one and one retry)", n)
 	}
 }
+
+// The embedded default keeps done records once, in the local cache; its
+// memory screen keeps claims only. Without the cache (local_cache: 0)
+// nothing in the process remembers a done delivery, so every repeat —
+// those that waited for the first delivery and those that came after it —
+// is confirmed in the ledger and replayed from it: the upstream still sees
+// the event once and every repeat gets its answer byte for byte.
+func TestEmbeddedRepeatsWithoutAScreenCopy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, screen string }{
+		{"local cache", ""},
+		{"no local cache", "screen:\n  local_cache: 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up, release := heldUpstream(t)
+			g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    inflight: wait\n    wait_timeout: 10s", tc.screen))
+			body := `{"id":"evt_embedded"}`
+			first, waited := repeatWhileInFlight(t, g, up, "evt_embedded", body, 10, release, func() {})
+			wantOutcome(t, first, 200, "forwarded")
+			later := race(t, 10, func(int) reply { return send(t, g, "/hooks", body) })
+			for i, r := range append(waited, later...) {
+				if r.outcome() != "replayed" {
+					t.Fatalf("repeat %d: %d %q, want replayed", i, r.status, r.outcome())
+				}
+				sameReply(t, first, r)
+			}
+			if n := up.count("evt_embedded"); n != 1 {
+				t.Fatalf("upstream received %d, want 1", n)
+			}
+			if rec := lookup(t, g, "hooks", "evt_embedded"); rec.State != idempotency.StateDone || string(rec.Body) != string(first.body) {
+				t.Fatalf("ledger holds %s %q, want done with the first answer", rec.State, rec.Body)
+			}
+		})
+	}
+}

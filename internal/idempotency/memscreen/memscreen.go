@@ -43,6 +43,12 @@ type Options struct {
 	// bound a busy gateway would keep every delivery of the last
 	// screen.ttl (24h) in memory.
 	MaxDoneBytes int
+	// NoDone keeps no done entries: Complete ends the claim and wakes its
+	// waiters, and the next claim of the key is granted, for the ledger to
+	// confirm. The gateway sets it when the engine's local cache keeps the
+	// done records in the same process: a second copy here doubled their
+	// memory and answered no repeat the cache, consulted first, did not.
+	NoDone bool
 }
 
 // DefaultMaxDoneBytes is Options.MaxDoneBytes when zero.
@@ -56,6 +62,7 @@ const shardCount = 64
 // concurrent use. The zero value is not usable: call New.
 type Screen struct {
 	maxBody int
+	noDone  bool
 	// maxDone is each shard's share of MaxDoneBytes; 0 = no bound.
 	maxDone int
 	now     func() time.Time
@@ -127,6 +134,7 @@ func New(o Options) *Screen {
 	}
 	s := &Screen{
 		maxBody: o.MaxCachedBody,
+		noDone:  o.NoDone,
 		maxDone: max(maxDone, 0) / shardCount,
 		now:     o.Now,
 		seed:    maphash.MakeSeed(),
@@ -210,7 +218,10 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	if ttl <= 0 {
 		return fmt.Errorf("memscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
 	}
-	kept := s.keep(e)
+	var kept *idempotency.Entry
+	if !s.noDone {
+		kept = s.keep(e)
+	}
 	now := s.now()
 	sh := s.shard(ref)
 	sh.mu.Lock()
@@ -224,6 +235,12 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 		}
 		old.wake()
 		sh.forgetDone(old)
+		if s.noDone {
+			delete(sh.m, ref)
+		}
+	}
+	if s.noDone {
+		return nil
 	}
 	sh.seq++
 	ne := &entry{done: true, val: kept, dropAt: now.Add(ttl), seq: sh.seq, size: doneSize(ref, kept)}

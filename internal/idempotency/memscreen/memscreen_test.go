@@ -264,3 +264,43 @@ func TestDoneEntriesStayWithinTheirBudget(t *testing.T) {
 		t.Errorf("the oldest done entry is still there: %v", c.Status)
 	}
 }
+
+// With NoDone the screen holds claims only: Complete ends the claim, wakes
+// the repeats waiting on it, and leaves nothing behind, so the next claim
+// is granted and the ledger confirms it (the gateway keeps done records
+// in the engine's local cache instead, once).
+func TestNoDoneKeepsClaimsOnly(t *testing.T) {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 1 << 10, NoDone: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "r", Key: "evt_1"}
+	c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "first", Lease: time.Hour})
+	if err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("first claim: %v %v", c.Status, err)
+	}
+	c, err = s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "repeat", Lease: time.Hour})
+	if err != nil || c.Status != idempotency.InFlight || c.Owner != "first" {
+		t.Fatalf("claim while in flight: %v %q %v, want in flight for first", c.Status, c.Owner, err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- s.Wait(ctx, ref, "first") }()
+	time.Sleep(20 * time.Millisecond) // let the waiter block (it returns at once if it is late)
+	if err := s.Complete(ctx, ref, "first", &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by Complete")
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("screen holds %d entries after the claim was completed, want 0", n)
+	}
+	c, err = s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "later", Lease: time.Hour})
+	if err != nil || c.Status != idempotency.Acquired || c.Entry != nil {
+		t.Fatalf("claim after complete: %v %v, want acquired (for the ledger to confirm)", c.Status, err)
+	}
+}
