@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,5 +122,65 @@ func TestNoTidyingAfterClose(t *testing.T) {
 	}
 	if c.Status != idempotency.InFlight {
 		t.Fatalf("the screen answers %v: a background call ran after Close", c.Status)
+	}
+}
+
+// lateClaimScreen loses each claim's answer before the claim reaches
+// Redis; the test lands it later (land), as a command that was still on
+// its way when its caller gave up.
+type lateClaimScreen struct {
+	*redisscreen.Screen
+	pending chan idempotency.ClaimRequest
+}
+
+func (s lateClaimScreen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
+	s.pending <- req
+	return idempotency.Claim{}, fmt.Errorf("%w: the answer was lost", idempotency.ErrUnavailable)
+}
+
+func (s lateClaimScreen) land(t *testing.T) {
+	t.Helper()
+	_, _ = s.Screen.Claim(context.Background(), <-s.pending) // nobody reads its answer
+}
+
+// The upstream fails, so the delivery — claimed in the ledger after the
+// screen claim's answer was lost — is released, and the claim in the
+// screen with it, in the background. When the screen claim reaches Redis
+// only after that release, it must not hold the key: the provider's retry
+// at another replica is forwarded at once, not answered 409 for a lease.
+func TestLostScreenClaimLandingAfterItsRelease(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+	screen := lateClaimScreen{Screen: s, pending: make(chan idempotency.ClaimRequest, 1)}
+	e, err := idempotency.New(idempotency.Options{Screen: screen, Ledger: l, ConfirmByClaim: true,
+		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second, BreakerFailures: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forwards atomic.Int64
+	failing := func(context.Context) (*idempotency.Upstream, error) {
+		forwards.Add(1)
+		return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
+	}
+	p := *racePolicy
+	p.RejectInflight = true
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_overtaken"}}
+	if r := e.Handle(ctx, &p, d, failing); r.Outcome != idempotency.Released {
+		t.Fatalf("delivery the upstream failed: %s (%v), want released", r.Outcome, r.Err)
+	}
+	e.Close() // the screen's release runs in the background; Close waits for it
+	screen.land(t)
+
+	other, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true,
+		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if r := other.Handle(ctx, &p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("the provider's retry at another replica: %s (%v), want forwarded", r.Outcome, r.Err)
+	}
+	if n := forwards.Load(); n != 2 {
+		t.Fatalf("upstream received %d forwards, want 2 (the failed one and the retry)", n)
 	}
 }

@@ -237,6 +237,10 @@ func (s *Screen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idemp
 	return c, nil
 }
 
+// errReleasedClaim answers a claim that reached Redis after its owner had
+// released it (see releaseScript); its caller has long given up on it.
+var errReleasedClaim = errors.New("the claim was released before it reached Redis")
+
 func parseClaim(res []any) (idempotency.Claim, error) {
 	if len(res) == 0 {
 		return idempotency.Claim{}, fmt.Errorf("%w: empty claim reply", errCorrupt)
@@ -250,6 +254,8 @@ func parseClaim(res []any) (idempotency.Claim, error) {
 	case status == 3 && len(res) == 4:
 		owner, _ := res[1].(string)
 		return idempotency.Claim{Status: idempotency.InFlight, Owner: owner, Fingerprint: bytesOf(res[2])}, nil
+	case status == 5 && len(res) == 1:
+		return idempotency.Claim{}, errReleasedClaim
 	case status == 4 && len(res) == 3:
 		blob, _ := res[2].(string)
 		e, err := decodeEntry(blob)
@@ -291,12 +297,18 @@ func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e 
 	return nil
 }
 
+// releaseTombstone is how long a release that found no entry refuses its
+// owner's claim (see releaseScript): far longer than a command can take to
+// reach Redis over a connection the client has given up on.
+const releaseTombstone = time.Minute
+
 // Release drops owner's in-flight entry; ErrNotOwner when the key is not
-// in flight for owner.
+// in flight for owner. When the key holds nothing, owner's claim is
+// refused for releaseTombstone, in case it is still on its way.
 func (s *Screen) Release(ctx context.Context, ref idempotency.Ref, owner string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	n, err := releaseScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel, owner).Int64()
+	n, err := releaseScript.Run(ctx, s.client, []string{s.key(ref)}, s.channel, owner, millis(releaseTombstone)).Int64()
 	if err != nil {
 		return fail("release", ref, err)
 	}

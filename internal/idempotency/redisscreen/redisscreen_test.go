@@ -471,3 +471,46 @@ func TestPublishesOnlyWhenWaitedFor(t *testing.T) {
 		}
 	}
 }
+
+// A release can overtake its own claim (the claim's reply was lost and the
+// delivery was settled through the ledger while the claim was still on its
+// way). The claim landing afterwards must not hold the key: repeats at
+// every replica would wait or get 409 for its whole lease. The release
+// leaves a tombstone that refuses that owner's claim and no other, and
+// expires.
+func TestReleaseOvertakenByItsClaim(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix})
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "stripe", Key: "evt_overtaken"}
+	claim := func(owner string) (idempotency.Claim, error) {
+		return s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: owner, Lease: time.Minute})
+	}
+	if err := s.Release(ctx, ref, "lost"); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("release of a claim that has not landed: %v, want ErrNotOwner", err)
+	}
+	if c, err := claim("lost"); err == nil {
+		t.Fatalf("the released owner's late claim = %v, want refused", c.Status)
+	}
+	if c, err := claim("next"); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("the next delivery's claim = %v, %v; want acquired (the late claim must hold nothing)", c.Status, err)
+	}
+	if err := s.Complete(ctx, ref, "next", &idempotency.Entry{Response: idempotency.Response{Status: 200}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := claim("lost"); err != nil || c.Status != idempotency.Done {
+		t.Fatalf("claim after the record = %v, %v; want done", c.Status, err)
+	}
+
+	// The tombstone is short-lived and refuses nobody else.
+	other := idempotency.Ref{Route: "stripe", Key: "evt_tomb"}
+	if err := s.Release(ctx, other, "lost"); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatal(err)
+	}
+	if ttl := s.Client().PTTL(ctx, prefix+"stripe:evt_tomb").Val(); ttl <= 0 || ttl > releaseTombstone {
+		t.Fatalf("tombstone PTTL = %v, want (0, %v]", ttl, releaseTombstone)
+	}
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: other, Owner: "someone", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("another owner's claim on a tombstone = %v, %v; want acquired", c.Status, err)
+	}
+}

@@ -7,8 +7,9 @@ import "github.com/redis/go-redis/v9"
 // key hashes to. Fields:
 //
 //	s  state: "f" in flight, "d" done, "x" forgotten (a tombstone, see
-//	   forgetScript)
-//	o  owner token (in flight)
+//	   forgetScript), "r" released before its claim landed (a tombstone,
+//	   see releaseScript)
+//	o  owner token (in flight; released: the owner whose claim is refused)
 //	u  lease deadline, ms since the epoch by the Redis server's clock (in flight)
 //	f  fingerprint, "" for none
 //	e  the encoded response (done; see codec.go)
@@ -34,12 +35,16 @@ import "github.com/redis/go-redis/v9"
 
 // claimScript: ARGV = channel, owner, fingerprint, lease ms.
 // Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
-// in flight, {4, fingerprint, entry} done.
+// in flight, {4, fingerprint, entry} done, {5} refused: owner's claim was
+// released before it landed (its caller gave up on it long ago).
 var claimScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 's', 'o', 'u', 'f', 'e')
 local status = 1
 if v[1] == 'd' then
   return {4, v[4], v[5]}
+end
+if v[1] == 'r' and v[2] == ARGV[2] then
+  return {5}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,10 +86,24 @@ end
 return 1
 `)
 
-// releaseScript: ARGV = channel, owner. Returns 1 when released, 0 when
-// the key is not in flight for owner.
+// releaseScript: ARGV = channel, owner, tombstone ms. Returns 1 when
+// released, 0 when the key is not in flight for owner.
+//
+// A release can overtake its own claim: a claim whose reply was lost
+// (a timeout) may still be on its way to Redis when the delivery, settled
+// through the ledger, releases it over another connection. Landing after
+// the release, it would hold the key for a lease that nobody will end, and
+// repeats at every replica would wait or get 409 until it ran out. So a
+// release that finds the key empty leaves a tombstone naming the owner
+// (s = "r") for the given time: that owner's claim is refused, and any
+// other claim takes the key as an absent one.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 's', 'o', 'w')
+if not v[1] then
+  redis.call('HSET', KEYS[1], 's', 'r', 'o', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
 if v[1] ~= 'f' or v[2] ~= ARGV[2] then
   return 0
 end
