@@ -2,6 +2,7 @@ package sqlledger
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"gorm.io/gorm"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
@@ -251,19 +251,60 @@ func (l *Ledger) runCommits(batch []*commitJob) {
 // commitTransaction runs a batch's statements in order in one transaction
 // (SQLite: one fsync for the lot), so that two commits of the same key
 // behave as they would one after the other.
+//
+// It runs through database/sql with commitSQL prepared once on the writer
+// connection: GORM's PrepareStmt prepares a statement first met inside a
+// transaction on that transaction, which closes it, so every batch would
+// parse and compile the statement again.
 func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, results []error) error {
-	return l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for i, j := range batch {
-			res := tx.Exec(commitSQL, j.row.args()...)
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected == 0 {
-				results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
-			}
+	stmt, err := l.sqliteCommitStmt(ctx)
+	if err != nil {
+		return err
+	}
+	db, err := l.w.DB()
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op once committed
+	s := tx.StmtContext(ctx, stmt)
+	for i, j := range batch {
+		res, err := s.ExecContext(ctx, j.row.args()...)
+		if err != nil {
+			return err
 		}
-		return nil
-	})
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
+		}
+	}
+	return tx.Commit()
+}
+
+// sqliteCommitStmt returns commitSQL prepared on the writer, preparing it
+// the first time.
+func (l *Ledger) sqliteCommitStmt(ctx context.Context) (*sql.Stmt, error) {
+	l.commitStmtMu.Lock()
+	defer l.commitStmtMu.Unlock()
+	if l.commitStmt != nil {
+		return l.commitStmt, nil
+	}
+	db, err := l.w.DB()
+	if err != nil {
+		return nil, err
+	}
+	stmt, err := db.PrepareContext(ctx, commitSQL)
+	if err != nil {
+		return nil, err
+	}
+	l.commitStmt = stmt
+	return stmt, nil
 }
 
 // commitStatements writes a batch with commitBatchSQL: one statement (one

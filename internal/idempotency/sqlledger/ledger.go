@@ -11,9 +11,11 @@ package sqlledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +115,10 @@ type Ledger struct {
 	commits *batcher[*commitJob]
 	claims  *batcher[*claimJob] // PostgreSQL only
 	lookups *batcher[*lookupJob]
+	// commitStmt is commitSQL prepared on the SQLite writer, for batches
+	// (sqliteCommitTx); made at first use, as the table must exist.
+	commitStmtMu sync.Mutex
+	commitStmt   *sql.Stmt
 }
 
 var _ idempotency.Ledger = (*Ledger)(nil)
@@ -260,6 +266,11 @@ func (l *Ledger) Close() error {
 		l.lookups.close()
 	}
 	var errs []error
+	l.commitStmtMu.Lock()
+	if l.commitStmt != nil {
+		errs = append(errs, l.commitStmt.Close())
+	}
+	l.commitStmtMu.Unlock()
 	for _, db := range l.handles() {
 		if db == nil {
 			continue

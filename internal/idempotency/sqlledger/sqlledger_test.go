@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/glebarez/go-sqlite" // database/sql driver "sqlite", for a second process's view
 	"gorm.io/gorm"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite", for a second process's view
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
