@@ -218,10 +218,11 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	if ttl <= 0 {
 		return fmt.Errorf("memscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
 	}
-	var kept *idempotency.Entry
-	if !s.noDone {
-		kept = s.keep(e)
+	if s.noDone {
+		s.endClaim(ref)
+		return nil
 	}
+	kept := s.keep(e)
 	now := s.now()
 	sh := s.shard(ref)
 	sh.mu.Lock()
@@ -235,12 +236,6 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 		}
 		old.wake()
 		sh.forgetDone(old)
-		if s.noDone {
-			delete(sh.m, ref)
-		}
-	}
-	if s.noDone {
-		return nil
 	}
 	sh.seq++
 	ne := &entry{done: true, val: kept, dropAt: now.Add(ttl), seq: sh.seq, size: doneSize(ref, kept)}
@@ -260,6 +255,18 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 		sh.doneHead = 0
 	}
 	return nil
+}
+
+// endClaim is Complete with NoDone: the claim on ref, whoever holds it,
+// is dropped and its waiters woken; nothing is left behind.
+func (s *Screen) endClaim(ref idempotency.Ref) {
+	sh := s.shard(ref)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[ref]; e != nil {
+		e.wake()
+		delete(sh.m, ref)
+	}
 }
 
 // forgetDone takes a done entry leaving the map out of the shard's

@@ -254,8 +254,6 @@ func parseClaim(res []any) (idempotency.Claim, error) {
 	case status == 3 && len(res) == 4:
 		owner, _ := res[1].(string)
 		return idempotency.Claim{Status: idempotency.InFlight, Owner: owner, Fingerprint: bytesOf(res[2])}, nil
-	case status == 5 && len(res) == 1:
-		return idempotency.Claim{}, errReleasedClaim
 	case status == 4 && len(res) == 3:
 		blob, _ := res[2].(string)
 		e, err := decodeEntry(blob)
@@ -264,6 +262,8 @@ func parseClaim(res []any) (idempotency.Claim, error) {
 		}
 		e.Fingerprint = bytesOf(res[1])
 		return idempotency.Claim{Status: idempotency.Done, Fingerprint: bytesOf(res[1]), Entry: e}, nil
+	case status == 5 && len(res) == 1:
+		return idempotency.Claim{}, errReleasedClaim
 	}
 	return idempotency.Claim{}, fmt.Errorf("%w: claim reply %v", errCorrupt, res)
 }
