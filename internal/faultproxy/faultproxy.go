@@ -59,33 +59,61 @@ type Proxy struct {
 	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+	// dial connects to the target (tests hold a link between its accept
+	// and its connection with it).
+	dial func(target string) (net.Conn, error)
 }
 
 // link is one proxied connection.
 type link struct {
-	client, server net.Conn
-	once           sync.Once
+	client net.Conn
+
+	mu     sync.Mutex
+	server net.Conn // nil until connected
+	closed bool
 }
 
 func (l *link) close() {
-	l.once.Do(func() {
-		if tc, ok := l.client.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // a reset, like a dropped network
-		}
-		_ = l.client.Close()
-		if l.server != nil {
-			_ = l.server.Close()
-		}
-	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	if tc, ok := l.client.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // a reset, like a dropped network
+	}
+	_ = l.client.Close()
+	if l.server != nil {
+		_ = l.server.Close()
+	}
+}
+
+// connect attaches the server side, unless the link was closed (cut, or
+// the proxy closed) while it was being dialled: then the caller closes s.
+// Without this a link closed mid-dial kept its server connection open
+// for good, and Close waited on it forever.
+func (l *link) connect(s net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.server = s
+	return true
 }
 
 // New listens on a free loopback port and forwards to target.
 func New(name, target string) (*Proxy, error) {
+	return newProxy(name, target, func(target string) (net.Conn, error) { return net.DialTimeout("tcp", target, 5*time.Second) })
+}
+
+func newProxy(name, target string, dial func(string) (net.Conn, error)) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: listen: %w", name, err)
 	}
-	p := &Proxy{name: name, target: target, ln: ln, changed: make(chan struct{}), links: map[*link]struct{}{}}
+	p := &Proxy{name: name, target: target, ln: ln, changed: make(chan struct{}), links: map[*link]struct{}{}, dial: dial}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -202,15 +230,11 @@ func (p *Proxy) serve(c net.Conn) {
 	if _, ok := p.gate(l); !ok {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	s, err := p.dial(p.target)
 	if err != nil {
 		return
 	}
-	p.mu.Lock()
-	l.server = s
-	_, alive := p.links[l]
-	p.mu.Unlock()
-	if !alive {
+	if !l.connect(s) {
 		_ = s.Close()
 		return
 	}

@@ -111,3 +111,82 @@ func TestProxyCutsHangsSlowsAndRestores(t *testing.T) {
 		t.Fatalf("a round trip through a proxy slowed by 150ms each way took %v", el)
 	}
 }
+
+// A link cut, or closed with the proxy, while its server side is being
+// dialled must not keep the server connection once the dial completes. It
+// did: the server connection stayed open for good, and Close waited on it
+// forever (a hung make test).
+func TestStopWhileDialling(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(p *Proxy) (done <-chan struct{})
+	}{
+		{"cut", func(p *Proxy) <-chan struct{} {
+			p.Cut()
+			return nil
+		}},
+		{"close", func(p *Proxy) <-chan struct{} {
+			done := make(chan struct{})
+			go func() { p.Close(); close(done) }()
+			return done
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				if c, err := ln.Accept(); err == nil {
+					accepted <- c
+				}
+			}()
+			dialling, release := make(chan struct{}), make(chan struct{})
+			p, err := newProxy("held", ln.Addr().String(), func(target string) (net.Conn, error) {
+				close(dialling)
+				<-release
+				return net.DialTimeout("tcp", target, time.Second)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, _ := dial(t, p.Addr())
+			<-dialling
+			closed := tc.stop(p)
+			// The client side is reset when the link is closed.
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				t.Fatal("the client read a byte from a stopped link")
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the client side was not closed by the stop")
+			}
+			close(release)
+
+			var s net.Conn
+			select {
+			case s = <-accepted:
+			case <-time.After(2 * time.Second):
+				t.Fatal("the held dial never connected")
+			}
+			defer s.Close()
+			_ = s.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := s.Read(make([]byte, 1)); err == nil {
+				t.Fatal("the server read a byte from a stopped link")
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the server connection of a link stopped mid-dial stayed open")
+			}
+			if closed == nil {
+				done := make(chan struct{})
+				go func() { p.Close(); close(done) }()
+				closed = done
+			}
+			select {
+			case <-closed:
+			case <-time.After(2 * time.Second):
+				t.Fatal("Close hung on a link stopped mid-dial")
+			}
+		})
+	}
+}
