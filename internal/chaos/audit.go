@@ -101,6 +101,8 @@ const (
 	CheckOutcome    = "outcome"          // each copy got an outcome it may get
 	CheckTakeovers  = "takeover-metric"  // crash duplicates ≤ hookstamp_takeovers_total
 	CheckShutdown   = "graceful-stop"    // SIGTERM exits 0
+	CheckDrain      = "drain"            // SIGTERM answers what it had accepted
+	CheckExpires    = "claim-expires"    // a 409 has a claim younger than the lease behind it
 	CheckUpstreamID = "upstream-key"     // every forward carries the event's Idempotency-Key
 	CheckHealth     = "gateway-health"   // no data race, panic or fatal error
 )
@@ -163,9 +165,10 @@ type AuditInput struct {
 	LogProblems []string
 	// Stalls are the moments the harness's own clock jumped: the host froze.
 	Stalls []Stall
-	// Lease and Timeout are screen.lease and upstream.timeout.
-	Lease, Timeout time.Duration
-	StorePass      bool
+	// Lease and Timeout are screen.lease and upstream.timeout;
+	// ShutdownTimeout is server.shutdown_timeout.
+	Lease, Timeout, ShutdownTimeout time.Duration
+	StorePass                       bool
 }
 
 // Audit is the auditor's findings.
@@ -445,8 +448,119 @@ func RunAudit(in *AuditInput) *Audit {
 			violate(CheckTakeovers, "", "%d duplicates came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
 		}
 	}
+	checkLiveness(in, lives, violate)
 	sort.SliceStable(a.Violations, func(i, j int) bool { return a.Violations[i].Check < a.Violations[j].Check })
 	return a
+}
+
+// checkLiveness holds the gateways to the two promises that keep a key
+// from being stuck (SPEC §6): a claim dies with its lease, and SIGTERM
+// finishes the deliveries it had accepted.
+//
+// Claims: a 409 (outcome conflict) says another copy of the event holds
+// the key. Some other send of the event must then have been able to claim
+// it no more than a lease before the 409 was decided — a claim is made
+// between its send's start and its answer (or, unanswered, until its
+// gateway process exited), and a Redis or PostgreSQL command stuck in a
+// hung or slowed network can land until that fault ends. A 409 later than
+// that, plus a second and the host's stalls, is a key wedged beyond its
+// lease: the provider's retries are refused for nothing.
+//
+// Drain: a send that reached a gateway well before its SIGTERM must be
+// answered, unless the drain ran out of server.shutdown_timeout (the
+// abandoned deliveries' claims are released, and their connections cut).
+func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, ev, format string, args ...any)) {
+	const slack = time.Second
+	// drainMargin: how long before SIGTERM a request must have been sent to
+	// count as accepted (the gateway has read it off the connection).
+	const drainMargin = 250 * time.Millisecond
+	stalled := func(from, to time.Time) time.Duration {
+		var d time.Duration
+		for _, st := range in.Stalls {
+			if st.Start.Before(to) && st.End.After(from) {
+				d += st.End.Sub(st.Start)
+			}
+		}
+		return d
+	}
+	// claimBy is the latest a claim made for o can have landed.
+	claimBy := func(o *Send) (time.Time, bool) {
+		by := o.End
+		if !o.Answered {
+			switch l := lives[o.Incarnation]; {
+			case l == nil:
+				return by, true // nothing was listening
+			case l.End.IsZero():
+				return time.Time{}, false // still running at the end: any time
+			case l.End.After(by):
+				by = l.End
+			}
+		}
+		for _, f := range in.Faults {
+			switch f.Kind {
+			case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow:
+			default:
+				continue
+			}
+			if f.Start.Before(by) && f.End.After(o.Start) && f.End.Add(f.Latency).After(by) {
+				by = f.End.Add(f.Latency)
+			}
+		}
+		return by, true
+	}
+	for _, ev := range in.Events {
+		for _, s := range ev.Sends {
+			if !s.Answered || s.Outcome != "conflict" {
+				continue
+			}
+			var latest time.Time
+			var holder *Send
+			unbounded := false
+			for _, o := range ev.Sends {
+				if o == s || o.Kind == KindForged || o.Start.After(s.End) {
+					continue
+				}
+				by, ok := claimBy(o)
+				if !ok {
+					unbounded = true
+					break
+				}
+				if by.After(latest) {
+					latest, holder = by, o
+				}
+			}
+			if unbounded {
+				continue
+			}
+			deadline := latest.Add(in.Lease + slack)
+			if holder == nil || s.Start.After(deadline.Add(stalled(latest, s.Start))) {
+				what := "no other copy of the event was in flight"
+				if holder != nil {
+					what = fmt.Sprintf("the last claim could have been made by %s's %s send (attempt %d) by %s, lease %v",
+						holder.Incarnation, holder.Kind, holder.Attempt, latest.Format("15:04:05.000"), in.Lease)
+				}
+				violate(CheckExpires, ev.ID, "%s send (attempt %d) to %s got 409 conflict at %s, but %s",
+					s.Kind, s.Attempt, s.Incarnation, s.Start.Format("15:04:05.000"), what)
+			}
+		}
+	}
+	for _, ev := range in.Events {
+		for _, s := range ev.Sends {
+			l := lives[s.Incarnation]
+			if s.Answered || s.Aborted || l == nil || l.How != "terminated" || l.Ready.IsZero() || s.Start.Before(l.Ready) ||
+				s.End.Before(l.Stopping.Add(-50*time.Millisecond)) { // failed while serving: CheckLost's
+				continue
+			}
+			if !s.Start.Before(l.Stopping.Add(-drainMargin - stalled(s.Start, l.Stopping))) {
+				continue // may have reached the gateway after it stopped listening
+			}
+			if !l.End.IsZero() && l.End.Sub(l.Stopping) >= in.ShutdownTimeout {
+				continue // the drain ran out of time: abandoning is allowed
+			}
+			violate(CheckDrain, ev.ID, "%s send (attempt %d) to %s, sent %v before its SIGTERM, got no answer: %s",
+				s.Kind, s.Attempt, s.Incarnation, l.Stopping.Sub(s.Start).Round(time.Millisecond), s.Err)
+		}
+	}
 }
 
 // isCommitFailure matches the error a gateway logs when the ledger commit

@@ -19,7 +19,7 @@ type fixture struct {
 func newFixture() *fixture {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	f := &fixture{t0: t0, in: &AuditInput{Ledger: map[string]*LedgerRow{}, Logs: map[string][]LogLine{},
-		Lease: 3 * time.Second, Timeout: time.Second}}
+		Lease: 3 * time.Second, Timeout: time.Second, ShutdownTimeout: 5 * time.Second}}
 	for _, name := range []string{"g1.1", "g2.1"} {
 		f.in.Lives = append(f.in.Lives, &Life{Name: name, Start: t0.Add(-2 * time.Second), Ready: t0.Add(-time.Second)})
 	}
@@ -77,6 +77,24 @@ func (f *fixture) record(ev *Event, up *UpRecord) {
 func (f *fixture) cut(ev *Event, gw string, start, end time.Duration) {
 	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: gw,
 		Start: f.at(start), End: f.at(end), Err: "connection reset"})
+}
+
+// conflict records a send of ev to gw at offset d answered 409: another
+// copy holds the key.
+func (f *fixture) conflict(ev *Event, kind SendKind, gw string, d time.Duration) *Send {
+	s := &Send{Event: ev, EventID: ev.ID, Kind: kind, Attempt: 2, Incarnation: gw, Start: f.at(d), End: f.at(d + 10*time.Millisecond),
+		Answered: true, Status: 409, Outcome: "conflict", ContentType: "application/problem+json"}
+	ev.Sends = append(ev.Sends, s)
+	return s
+}
+
+// cutBySIGTERM records a late copy of ev sent to gw at offset sent and
+// left unanswered when gw, SIGTERMed at stop, exited at exit.
+func (f *fixture) cutBySIGTERM(ev *Event, gw string, sent, stop, exit time.Duration) {
+	l := f.life(gw)
+	l.How, l.Stopping, l.End = "terminated", f.at(stop), f.at(exit)
+	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: gw,
+		Start: f.at(sent), End: f.at(exit - 50*time.Millisecond), Err: "connection reset"})
 }
 
 func (f *fixture) delivered(id string) (*Event, *UpRecord) {
@@ -250,6 +268,73 @@ func TestAudit(t *testing.T) {
 				l.How, l.ExitCode = "terminated", 1
 			},
 			wantChecks: []string{CheckShutdown},
+		},
+		{
+			name: "409 while another copy is in flight",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				up := f.apply(ev, "g1.1", 500*time.Millisecond)
+				first := f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
+				first.End = f.at(600 * time.Millisecond)
+				f.record(ev, up)
+				f.conflict(ev, KindDuplicate, "g2.1", 200*time.Millisecond)
+			},
+		},
+		{
+			name: "409 within a lease of a copy cut by a kill",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				l := f.life("g1.1")
+				l.How, l.Stopping, l.End = "killed", f.at(100*time.Millisecond), f.at(110*time.Millisecond)
+				f.cut(ev, "g1.1", 0, 110*time.Millisecond)
+				f.conflict(ev, KindGenuine, "g2.1", 3*time.Second) // the dead copy's lease: 3 s
+				up := f.apply(ev, "g2.1", 5*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 5*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+		},
+		{
+			name: "409 long after every claim of the key expired",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: 1, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
+					Key: ev.Key, Body: ev.Body, Action: ActFail, Status: 503})
+				f.seq = 1
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+					Start: f.at(0), End: f.at(20 * time.Millisecond), Answered: true, Status: 503, Outcome: "released"})
+				f.conflict(ev, KindGenuine, "g2.1", 10*time.Second) // wedged: nothing holds it
+				ev.GaveUp = "harness stopped"
+			},
+			wantChecks: []string{CheckExpires},
+		},
+		{
+			name: "409 from a claim a hung Redis delivered late",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				up := f.apply(ev, "g1.1", 100*time.Millisecond)
+				f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
+				f.record(ev, up)
+				f.in.Faults = append(f.in.Faults, FaultRecord{Fault: Fault{Kind: FaultRedisBlackhole},
+					Start: f.at(-time.Second), End: f.at(4 * time.Second)})
+				f.conflict(ev, KindLate, "g2.1", 6*time.Second) // within a lease of the fault's end
+			},
+		},
+		{
+			name: "a delivery accepted before SIGTERM was never answered",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				f.cutBySIGTERM(ev, "g2.1", time.Second, 2*time.Second, 2100*time.Millisecond)
+			},
+			wantChecks: []string{CheckDrain},
+		},
+		{
+			name: "a delivery sent as SIGTERM arrived, or abandoned by a drain out of time",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				f.cutBySIGTERM(ev, "g2.1", 1950*time.Millisecond, 2*time.Second, 2100*time.Millisecond)
+				ev2, _ := f.delivered("e2")
+				f.cutBySIGTERM(ev2, "g1.1", time.Second, 2*time.Second, 7*time.Second)
+			},
 		},
 	}
 	for _, tc := range tests {

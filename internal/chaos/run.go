@@ -248,7 +248,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := r.up.Close(); err != nil {
 		return rep, fmt.Errorf("close upstream: %w", err)
 	}
-	in := &AuditInput{Events: providers.Events(), Lease: o.Lease, Timeout: o.Timeout, StorePass: o.StorePass}
+	in := &AuditInput{Events: providers.Events(), Lease: o.Lease, Timeout: o.Timeout, ShutdownTimeout: r.shutdownTimeout(),
+		StorePass: o.StorePass}
 	if in.Upstream, err = ReadUpstreamLog(filepath.Join(r.work, "upstream.log")); err != nil {
 		return rep, err
 	}
