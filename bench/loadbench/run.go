@@ -156,6 +156,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Log == nil {
 		o.Log = os.Stderr
 	}
+	if o.ProfileDir != "" {
+		// Made before an hour of measuring, not found missing at its end.
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("profile directory: %w", err)
+		}
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	r := &run{o: o, id: "hsbench_" + hex.EncodeToString(b[:])}
