@@ -34,6 +34,21 @@ func TestCacheKeepsWithinBudget(t *testing.T) {
 	}
 }
 
+// An entry that keeps being repeated stays cached however many other
+// entries pass through: eviction takes what is not read.
+func TestCacheKeepsWhatRepeatsRead(t *testing.T) {
+	c := NewCache(16*4096, 1024, 0)
+	body := []byte(strings.Repeat("b", 512))
+	hot := Ref{Route: "r", Key: "hot"}
+	c.Put(hot, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+	for i := 0; i < 10000; i++ {
+		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+		if _, ok := c.Get(hot); !ok {
+			t.Fatalf("the entry read after every put was evicted after %d puts", i+1)
+		}
+	}
+}
+
 func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
 	c := NewCache(1<<20, 1024, 0)
 	cases := []struct {
