@@ -483,6 +483,33 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 		}
 		return d
 	}
+	depFault := func(f FaultRecord) bool {
+		switch f.Kind {
+		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart,
+			FaultPGCut, FaultPGBlackhole, FaultPGSlow:
+			return true
+		}
+		return false
+	}
+	// heldNothing: an answer that says its delivery took no claim of its
+	// own (it found the key held or done, or was refused) leaves none
+	// behind, unless a Redis or PostgreSQL fault around it could have
+	// failed the release of a screen claim it made before the ledger
+	// answered. Without this a provider's own chain of 409s would vouch
+	// for itself, and a wedged key would never be caught.
+	heldNothing := func(o *Send) bool {
+		switch o.Outcome {
+		case "conflict", "replayed", "mismatch", "unverified":
+		default:
+			return false
+		}
+		for _, f := range in.Faults {
+			if depFault(f) && f.Start.Before(o.End.Add(slack)) && f.End.Add(slack).After(o.Start) {
+				return false
+			}
+		}
+		return true
+	}
 	// claimBy is the latest a claim made for o can have landed.
 	claimBy := func(o *Send) (time.Time, bool) {
 		by := o.End
@@ -517,7 +544,7 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 			var holder *Send
 			unbounded := false
 			for _, o := range ev.Sends {
-				if o == s || o.Kind == KindForged || o.Start.After(s.End) {
+				if o == s || o.Kind == KindForged || o.Start.After(s.End) || o.Answered && heldNothing(o) {
 					continue
 				}
 				by, ok := claimBy(o)

@@ -88,6 +88,14 @@ func (f *fixture) conflict(ev *Event, kind SendKind, gw string, d time.Duration)
 	return s
 }
 
+// killedUnder records a genuine send of ev to gw at 0 cut by gw's
+// SIGKILL at 100 ms.
+func (f *fixture) killedUnder(ev *Event, gw string) {
+	l := f.life(gw)
+	l.How, l.Stopping, l.End = "killed", f.at(100*time.Millisecond), f.at(110*time.Millisecond)
+	f.cut(ev, gw, 0, 110*time.Millisecond)
+}
+
 // cutBySIGTERM records a late copy of ev sent to gw at offset sent and
 // left unanswered when gw, SIGTERMed at stop, exited at exit.
 func (f *fixture) cutBySIGTERM(ev *Event, gw string, sent, stop, exit time.Duration) {
@@ -284,9 +292,7 @@ func TestAudit(t *testing.T) {
 			name: "409 within a lease of a copy cut by a kill",
 			build: func(f *fixture) {
 				ev := f.event("e1")
-				l := f.life("g1.1")
-				l.How, l.Stopping, l.End = "killed", f.at(100*time.Millisecond), f.at(110*time.Millisecond)
-				f.cut(ev, "g1.1", 0, 110*time.Millisecond)
+				f.killedUnder(ev, "g1.1")
 				f.conflict(ev, KindGenuine, "g2.1", 3*time.Second) // the dead copy's lease: 3 s
 				up := f.apply(ev, "g2.1", 5*time.Second)
 				f.answer(ev, KindGenuine, "g2.1", 5*time.Second, up, "forwarded")
@@ -303,6 +309,18 @@ func TestAudit(t *testing.T) {
 				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
 					Start: f.at(0), End: f.at(20 * time.Millisecond), Answered: true, Status: 503, Outcome: "released"})
 				f.conflict(ev, KindGenuine, "g2.1", 10*time.Second) // wedged: nothing holds it
+				ev.GaveUp = "harness stopped"
+			},
+			wantChecks: []string{CheckExpires},
+		},
+		{
+			name: "a provider's retries answered 409 long after the claim's lease",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.killedUnder(ev, "g1.1")
+				for d := time.Second; d <= 12*time.Second; d += 1500 * time.Millisecond {
+					f.conflict(ev, KindGenuine, "g2.1", d) // each 409 within a lease of the one before
+				}
 				ev.GaveUp = "harness stopped"
 			},
 			wantChecks: []string{CheckExpires},
