@@ -370,6 +370,49 @@ func TestBodyOverLimit(t *testing.T) {
 	})
 }
 
+// A chunked body over the limit is counted on its route like any other
+// 413 (fasthttp resets such a request before the error handler runs), also
+// after more chunked deliveries that went through than the gateway keeps
+// notes of: theirs must not fill the set and stop the counting.
+func TestOversizedChunkedBodyCountedOnItsRoute(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Admin.Listen = "127.0.0.1:0"
+	g := startGateway(t, cfg)
+	const through = 300 // more than the notes held at once
+	for i := range through {
+		// A reader of unknown length: net/http sends it chunked.
+		body := io.MultiReader(strings.NewReader(fmt.Sprintf(`{"id":"evt_chunked_%d"}`, i)))
+		resp, err := client.Post("http://"+g.Addr()+"/hooks", "application/json", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Hookstamp-Outcome") != "forwarded" {
+			t.Fatalf("chunked delivery %d: %d %s", i, resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+		}
+	}
+	big := `{"id":"evt_big","pad":"` + strings.Repeat("x", 70<<10) + `"}`
+	head, _ := oversized(t, g, "POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+		func(w io.Writer) error {
+			_, err := io.WriteString(w, chunked(big, 4096))
+			return err
+		})
+	if !strings.HasPrefix(head, "HTTP/1.1 413") || !strings.Contains(head, "Hookstamp-Outcome: too_large") {
+		t.Fatalf("chunked oversized body: %q", head)
+	}
+	metrics := adminGet(t, g, "/metrics", "")
+	if !strings.Contains(metrics, `hookstamp_requests_total{outcome="too_large",route="hooks"} 1`) ||
+		!strings.Contains(metrics, fmt.Sprintf(`hookstamp_requests_total{outcome="forwarded",route="hooks"} %d`, through)) {
+		t.Fatalf("the chunked 413 is not counted on its route:\n%s", grepLines(metrics, "hookstamp_requests_total"))
+	}
+	if n := up.total.Load(); n != through {
+		t.Fatalf("upstream received %d, want %d", n, through)
+	}
+}
+
 func TestUnknownPathAndPassthroughMethod(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

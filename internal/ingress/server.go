@@ -85,6 +85,8 @@ type Server struct {
 
 	lnMu sync.Mutex
 	ln   *connListener // set by Serve
+
+	chunked chunkedRoutes
 }
 
 // MaxHeaderBytes bounds the request line and headers of one request
@@ -126,6 +128,7 @@ func New(o Options) *Server {
 		s.app.Use(m)
 	}
 	s.app.All("/*", s.handle)
+	s.app.Server().HeaderReceived = s.headerReceived
 	return s
 }
 
@@ -200,6 +203,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
+	_, _ = s.chunked.take(&c.Request().Header) // read in full: nothing to carry
 
 	route, rest := s.router.match(c.Method(), string(c.Request().URI().Path()))
 	if route == nil {
@@ -433,20 +437,22 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		status = fe.Code
 	}
-	route, _ := s.router.match(c.Method(), string(c.Request().URI().Path()))
+	method := c.Method()
+	route, _ := s.router.match(method, string(c.Request().URI().Path()))
+	if cr, ok := s.chunked.take(&c.Request().Header); ok {
+		route, method = cr.route, cr.method // a chunked request fasthttp reset
+	}
 	var outcome idempotency.Outcome
 	detail := http.StatusText(status)
 	if status == http.StatusRequestEntityTooLarge {
 		detail = "the request body is larger than the gateway's body limit"
-		// server.body_limit holds on every path. fasthttp discards the
-		// request line of a chunked body that overflows, so the route can
-		// be unknown here (and the event unobserved): still too_large.
+		// server.body_limit holds on every path, routed or not.
 		outcome = idempotency.TooLarge
 	}
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
-		ev := Event{Route: route.Name, Method: c.Method(), Result: &res}
+		ev := Event{Route: route.Name, Method: method, Result: &res}
 		if t := c.Context().Time(); !t.IsZero() {
 			ev.Duration = time.Since(t)
 		} // else refused while fasthttp read it: when it began is unknown

@@ -1,0 +1,85 @@
+package ingress
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+)
+
+// chunkedRoutes carries the route of each request with a chunked body from
+// its header to its handler.
+//
+// fasthttp reads a chunked body after Server.HeaderReceived, and when the
+// body overflows server.body_limit it resets the whole request, request
+// line included, before the error handler runs: without this the 413
+// could not be counted on its route (hookstamp_requests_total{route,
+// outcome}, SPEC §7), and chunked floods would go unseen. The header lives
+// in the connection's RequestCtx, which the error handler gets too, so its
+// address is the key. A request that reaches a handler takes its entry
+// out; the few a client leaves behind by vanishing mid-body are replaced or
+// taken out as soon as the next request's header is read on the same
+// RequestCtx (so an entry the error handler finds is always its request's),
+// and no more than maxChunked are held.
+type chunkedRoutes struct {
+	m sync.Map // *fasthttp.RequestHeader → chunkedRequest
+	n atomic.Int64
+}
+
+// chunkedRequest is what the reset takes away that the error handler needs.
+type chunkedRequest struct {
+	route  *Route
+	method string
+}
+
+// maxChunked bounds the entries held (each keeps its RequestCtx from the
+// collector until taken out); past it, chunked overflows are still
+// answered 413 but not counted on their route.
+const maxChunked = 256
+
+func (cr *chunkedRoutes) put(h *fasthttp.RequestHeader, r chunkedRequest) {
+	if cr.n.Load() >= maxChunked {
+		_, _ = cr.take(h) // not this request's
+		return
+	}
+	if _, loaded := cr.m.Swap(h, r); !loaded {
+		cr.n.Add(1)
+	}
+}
+
+// take returns and forgets what was put for h, if anything. With nothing
+// held (the usual case: providers send Content-Length) it costs one atomic
+// load.
+func (cr *chunkedRoutes) take(h *fasthttp.RequestHeader) (chunkedRequest, bool) {
+	if cr.n.Load() == 0 {
+		return chunkedRequest{}, false
+	}
+	v, ok := cr.m.LoadAndDelete(h)
+	if !ok {
+		return chunkedRequest{}, false
+	}
+	cr.n.Add(-1)
+	return v.(chunkedRequest), true
+}
+
+// headerReceived is fasthttp's Server.HeaderReceived: it notes the route
+// of a request whose body is chunked, before the body is read. The zero
+// RequestConfig keeps the server's own limits and timeouts.
+func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if h.ContentLength() != -1 { // -1: Transfer-Encoding: chunked
+		// An entry left by an earlier request on this RequestCtx must not
+		// be taken for this one's.
+		_, _ = s.chunked.take(h)
+		return fasthttp.RequestConfig{}
+	}
+	u := fasthttp.AcquireURI()
+	defer fasthttp.ReleaseURI(u)
+	if err := u.Parse(h.Host(), h.RequestURI()); err != nil {
+		return fasthttp.RequestConfig{}
+	}
+	method := string(h.Method())
+	if route, _ := s.router.match(method, string(u.Path())); route != nil {
+		s.chunked.put(h, chunkedRequest{route: route, method: method})
+	}
+	return fasthttp.RequestConfig{}
+}
