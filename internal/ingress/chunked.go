@@ -3,6 +3,7 @@ package ingress
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -17,10 +18,12 @@ import (
 // outcome}, SPEC §7), and chunked floods would go unseen. The header lives
 // in the connection's RequestCtx, which the error handler gets too, so its
 // address is the key. A request that reaches a handler takes its entry
-// out; the few a client leaves behind by vanishing mid-body are replaced or
-// taken out as soon as the next request's header is read on the same
-// RequestCtx (so an entry the error handler finds is always its request's),
-// and no more than maxChunked are held.
+// out; one a client leaves behind by vanishing between two chunks (fasthttp
+// then calls neither) is replaced or taken out as soon as the next
+// request's header is read on the same RequestCtx, so an entry the error
+// handler finds is always its request's. No more than maxChunked are held;
+// when full, entries older than the server's read timeout — requests that
+// can no longer be read — are dropped first.
 type chunkedRoutes struct {
 	m sync.Map // *fasthttp.RequestHeader → chunkedRequest
 	n atomic.Int64
@@ -30,6 +33,7 @@ type chunkedRoutes struct {
 type chunkedRequest struct {
 	route  *Route
 	method string
+	at     time.Time // when its header was read
 }
 
 // maxChunked bounds the entries held (each keeps its RequestCtx from the
@@ -37,7 +41,17 @@ type chunkedRequest struct {
 // answered 413 but not counted on their route.
 const maxChunked = 256
 
-func (cr *chunkedRoutes) put(h *fasthttp.RequestHeader, r chunkedRequest) {
+// put notes r for h; entries noted more than stale before r are dropped
+// if the set is full.
+func (cr *chunkedRoutes) put(h *fasthttp.RequestHeader, r chunkedRequest, stale time.Duration) {
+	if cr.n.Load() >= maxChunked {
+		cr.m.Range(func(k, v any) bool { // rare: maxChunked clients gone mid-body
+			if r.at.Sub(v.(chunkedRequest).at) > stale && cr.m.CompareAndDelete(k, v) {
+				cr.n.Add(-1)
+			}
+			return true
+		})
+	}
 	if cr.n.Load() >= maxChunked {
 		_, _ = cr.take(h) // not this request's
 		return
@@ -79,7 +93,11 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	}
 	method := string(h.Method())
 	if route, _ := s.router.match(method, string(u.Path())); route != nil {
-		s.chunked.put(h, chunkedRequest{route: route, method: method})
+		stale := s.o.ReadTimeout // the longest a body can take to arrive
+		if stale <= 0 {
+			stale = time.Minute
+		}
+		s.chunked.put(h, chunkedRequest{route: route, method: method, at: time.Now()}, stale)
 	}
 	return fasthttp.RequestConfig{}
 }
