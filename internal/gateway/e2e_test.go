@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
@@ -413,6 +414,94 @@ func TestOversizedChunkedBodyCountedOnItsRoute(t *testing.T) {
 	}
 }
 
+// Chunked requests racing on many connections, some over the limit on
+// one route while the others go through on another: every 413 is counted
+// on the route it was sent to, and nothing else is.
+func TestChunkedOverflowsRacingAcrossRoutes(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	route := func(name string) string {
+		return fmt.Sprintf(`
+  - name: %[1]s
+    path: /%[1]s
+    upstream:
+      url: %[2]s/up
+      timeout: 2s
+    key:
+      sources:
+        - json: id`, name, up.URL)
+	}
+	y := fmt.Sprintf(`
+server:
+  listen: "127.0.0.1:0"
+  body_limit: 64KiB
+admin:
+  listen: "127.0.0.1:0"
+store:
+  driver: sqlite
+  dsn: %q
+routes:%s%s
+`, dbPath(t), route("big"), route("small"))
+	cfg, err := config.LoadFromBytes([]byte(y), nil)
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, y)
+	}
+	g := startGateway(t, cfg)
+	big := chunked(`{"id":"evt_big","pad":"`+strings.Repeat("x", 70<<10)+`"}`, 4096)
+	const workers, each = 8, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if w%2 == 0 {
+					head, _, err := sendOversized(g, "POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+						func(wr io.Writer) error { _, err := io.WriteString(wr, big); return err })
+					if err != nil {
+						errs <- err
+					} else if !strings.HasPrefix(head, "HTTP/1.1 413") {
+						errs <- fmt.Errorf("oversized chunked body: %q", head)
+					}
+					continue
+				}
+				body := io.MultiReader(strings.NewReader(fmt.Sprintf(`{"id":"evt_%d_%d"}`, w, i)))
+				resp, err := client.Post("http://"+g.Addr()+"/small", "application/json", body)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("chunked delivery: %d", resp.StatusCode)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n := workers / 2 * each
+	metrics := adminGet(t, g, "/metrics", "")
+	for _, want := range []string{
+		fmt.Sprintf(`hookstamp_requests_total{outcome="too_large",route="big"} %d`, n),
+		fmt.Sprintf(`hookstamp_requests_total{outcome="forwarded",route="small"} %d`, n),
+		`hookstamp_requests_total{outcome="too_large",route="small"} 0`,
+		`hookstamp_requests_total{outcome="forwarded",route="big"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "hookstamp_requests_total"))
+		}
+	}
+	if got := up.total.Load(); got != int64(n) {
+		t.Errorf("upstream received %d, want %d", got, n)
+	}
+}
+
 func TestUnknownPathAndPassthroughMethod(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {
@@ -579,9 +668,18 @@ func rawPost(tb testing.TB, g *Gateway, path, extraHeaders, body string) string 
 // the answer: the response head and body.
 func oversized(tb testing.TB, g *Gateway, head string, writeBody func(io.Writer) error) (string, string) {
 	tb.Helper()
-	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+	h, b, err := sendOversized(g, head, writeBody)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return h, b
+}
+
+// sendOversized is oversized for goroutines other than the test's.
+func sendOversized(g *Gateway, head string, writeBody func(io.Writer) error) (string, string, error) {
+	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+	if err != nil {
+		return "", "", err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
@@ -592,12 +690,12 @@ func oversized(tb testing.TB, g *Gateway, head string, writeBody func(io.Writer)
 	}()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		tb.Fatalf("reading the answer to an oversized body: %v", err)
+		return "", "", fmt.Errorf("reading the answer to an oversized body: %w", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "HTTP/1.1 %s\r\n", resp.Status)
 	_ = resp.Header.Write(&sb)
-	return sb.String(), string(b)
+	return sb.String(), string(b), nil
 }
