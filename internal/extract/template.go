@@ -194,15 +194,19 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 				st = tooLong
 			}
 		}
+		// A bad part is reported once every placeholder resolved: a
+		// template with an absent part yields no key at all, and the next
+		// source is tried. Past the limit, dst stays cut there and the
+		// parts left are only looked up (a present one is tooLong again).
 		switch st {
 		case absent:
 			return dst[:start], absent
 		case tooLong:
-			return dst, tooLong
+			res = tooLong
 		case notUTF8:
-			// Reported once every placeholder resolved: a template
-			// with an absent part yields no key at all.
-			res = notUTF8
+			if res != tooLong {
+				res = notUTF8
+			}
 		}
 	}
 	return dst, res
