@@ -21,9 +21,10 @@ import (
 // out; one a client leaves behind by vanishing between two chunks (fasthttp
 // then calls neither) is replaced or taken out as soon as the next
 // request's header is read on the same RequestCtx, so an entry the error
-// handler finds is always its request's. No more than maxChunked are held;
-// when full, entries older than the server's read timeout — requests that
-// can no longer be read — are dropped first.
+// handler finds is always its request's. About maxChunked are held at most
+// (racing puts may pass it by a few); when full, entries older than the
+// server's read timeout — requests that can no longer be read — are
+// dropped first.
 type chunkedRoutes struct {
 	m sync.Map // *fasthttp.RequestHeader → chunkedRequest
 	n atomic.Int64
@@ -88,16 +89,19 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	}
 	u := fasthttp.AcquireURI()
 	defer fasthttp.ReleaseURI(u)
-	if err := u.Parse(h.Host(), h.RequestURI()); err != nil {
+	var route *Route
+	method := string(h.Method())
+	if u.Parse(h.Host(), h.RequestURI()) == nil {
+		route, _ = s.router.match(method, string(u.Path()))
+	}
+	if route == nil {
+		_, _ = s.chunked.take(h) // no route: nothing of an earlier request's either
 		return fasthttp.RequestConfig{}
 	}
-	method := string(h.Method())
-	if route, _ := s.router.match(method, string(u.Path())); route != nil {
-		stale := s.o.ReadTimeout // the longest a body can take to arrive
-		if stale <= 0 {
-			stale = time.Minute
-		}
-		s.chunked.put(h, chunkedRequest{route: route, method: method, at: time.Now()}, stale)
+	stale := s.o.ReadTimeout // the longest a body can take to arrive
+	if stale <= 0 {
+		stale = time.Minute
 	}
+	s.chunked.put(h, chunkedRequest{route: route, method: method, at: time.Now()}, stale)
 	return fasthttp.RequestConfig{}
 }

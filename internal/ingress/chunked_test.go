@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"bufio"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +66,48 @@ func TestChunkedRoutesBounded(t *testing.T) {
 	}
 	if n := cr.n.Load(); n != 0 {
 		t.Fatalf("%d entries held after the stale ones were dropped and the fresh one taken", n)
+	}
+}
+
+// What the error handler finds for a RequestCtx's header is its current
+// request's, or nothing: a note an earlier request left behind on the same
+// header (its client gone mid-body) is replaced, or dropped when the new
+// request is not chunked or has no route.
+func TestHeaderReceivedNotesOnlyTheCurrentRequest(t *testing.T) {
+	s := &Server{router: newRouter([]*Route{{Name: "a", Path: "/a"}, {Name: "b", Path: "/b"}})}
+	h := new(fasthttp.RequestHeader)
+	receive := func(raw string) {
+		t.Helper()
+		h.Reset()
+		if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatalf("header %q: %v", raw, err)
+		}
+		s.headerReceived(h)
+	}
+	chunkedTo := func(path string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		name, next string
+		want       string // route the note names; "" = no note
+	}{
+		{"chunked to another route", chunkedTo("/b"), "b"},
+		{"not chunked", "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", ""},
+		{"chunked to no route", chunkedTo("/nowhere"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			receive(chunkedTo("/a")) // its client vanishes: the note stays
+			receive(tc.next)
+			got, ok := s.chunked.take(h)
+			switch {
+			case tc.want == "" && ok:
+				t.Fatalf("the next request found the note of route %q", got.route.Name)
+			case tc.want != "" && (!ok || got.route.Name != tc.want):
+				t.Fatalf("note = %+v, %v; want route %q", got, ok, tc.want)
+			}
+			if n := s.chunked.n.Load(); n != 0 {
+				t.Fatalf("%d notes left", n)
+			}
+		})
 	}
 }
