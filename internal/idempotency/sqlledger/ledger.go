@@ -116,7 +116,8 @@ type Ledger struct {
 	claims  *batcher[*claimJob] // PostgreSQL only
 	lookups *batcher[*lookupJob]
 	// commitStmt is commitSQL prepared on the SQLite writer, for batches
-	// (sqliteCommitTx); made at first use, as the table must exist.
+	// (commitTransaction, through sqliteCommitStmt); made at first use, as
+	// the table must exist.
 	commitStmtMu sync.Mutex
 	commitStmt   *sql.Stmt
 }
