@@ -103,8 +103,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	switch cfg.Screen.Driver {
 	case "memory":
 		// Done records are kept once, in the engine's local cache (which
-		// repeats consult first), not twice in one process.
-		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: true})
+		// repeats consult first), not twice in one process; with the cache
+		// off, the screen keeps them.
+		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: g.localCacheBytes() > 0})
 		g.screen = s
 		g.closers = append(g.closers, func() error { s.Close(); return nil })
 	case "redis":

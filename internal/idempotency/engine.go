@@ -646,6 +646,9 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
+		// The screen's entry is the only record: it must replay without
+		// the ledger and outlive the local cache.
+		ent.Unrecorded = true
 		e.settleScreen(sctx, v, d.Ref, owner, ent)
 	}
 	return Result{Outcome: outcome, Upstream: up, TakenOver: takenOver}
@@ -682,10 +685,12 @@ func (e *Engine) hold(ctx context.Context, p *Policy, d Delivery, owner string, 
 //
 // It reports false when the record is gone: the screen remembered a record
 // whose body only the ledger keeps, and the ledger row has since been swept
-// (record.retention shorter than screen.ttl) or deleted by an operator. The
+// (record.retention shorter than screen.ttl) or deleted by an operator —
+// and perhaps claimed again, so that the row is not a done one. The
 // screen and cache entries are then dropped and the delivery is claimed
 // afresh — the ledger is the truth, and it is reachable, so a 503 would
 // only make the provider retry into the same answer until the screen's TTL.
+// (An entry whose commit failed never comes here: it keeps its body.)
 func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
 	if p.Shadow {
 		return e.shadow(ctx, fwd), true
@@ -696,6 +701,9 @@ func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFun
 	resp := ent.Response
 	if !ent.BodyCached && !ent.BodyOmitted {
 		rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+		if err == nil && rec.State != StateDone {
+			err = ErrNotFound // a pending or held row has no answer to replay
+		}
 		if errors.Is(err, ErrNotFound) {
 			e.o.Logger.InfoContext(ctx, "the screen remembered a record the ledger no longer holds; claiming afresh",
 				"route", d.Route, "key", d.Key)

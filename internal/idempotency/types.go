@@ -141,7 +141,13 @@ type Entry struct {
 	Response
 	// BodyCached is false when the screen kept status and headers only; the
 	// replay then reads the body from the ledger.
-	BodyCached  bool
+	BodyCached bool
+	// Unrecorded: the ledger has no record of this answer (its commit
+	// failed after the forward, SPEC §1). The screen entry is then all that
+	// intercepts repeats, so a screen keeps it whole — body included,
+	// whatever max_cached_body says — and keeps it even where done entries
+	// are otherwise left to the local cache.
+	Unrecorded  bool
 	Fingerprint []byte
 	TraceID     string
 	SpanID      string
@@ -185,7 +191,9 @@ type Screen interface {
 	// is the truth), except that a done entry already there is kept (a done
 	// record never changes) and that within ForgetTombstone of a Forget of
 	// ref, with no Claim since, Complete writes nothing: the operator's
-	// delete wins over a refill that read the record before it.
+	// delete wins over a refill that read the record before it. An
+	// Unrecorded entry is the exception to the first rule (nothing durable
+	// stands behind it) and is kept with its body.
 	Complete(ctx context.Context, ref Ref, owner string, e *Entry, ttl time.Duration) error
 	// Release drops the caller's in-flight entry so that the next delivery is
 	// forwarded. ErrNotOwner if the caller no longer owns it.

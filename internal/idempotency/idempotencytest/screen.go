@@ -55,6 +55,7 @@ func RunScreen(t *testing.T, open func(t *testing.T) idempotency.Screen) {
 		{"complete then claim replays the exact entry", screenCompleteReplays},
 		{"body of max cached body is kept", screenBodyAtLimit},
 		{"body over max cached body keeps status and headers", screenBodyOverLimit},
+		{"unrecorded entry keeps a body over max cached body", screenUnrecordedKeepsBody},
 		{"omitted body round-trips", screenOmittedBody},
 		{"empty response round-trips", screenEmptyResponse},
 		{"entries are copies", screenEntriesAreCopies},
@@ -237,6 +238,19 @@ func screenBodyOverLimit(t *testing.T, s idempotency.Screen) {
 	want.Body = nil
 	want.BodyCached = false
 	screenWantDone(t, s, screenRef, want)
+}
+
+// An entry whose ledger commit failed is the only record of the answer:
+// no ledger row could give a replay its body.
+func screenUnrecordedKeepsBody(t *testing.T, s idempotency.Screen) {
+	e := screenEntry()
+	e.Body = bytes.Repeat([]byte{'x'}, ScreenMaxCachedBody+1)
+	e.Unrecorded = true
+	screenWantStatus(t, screenClaim(t, s, screenRef, "a", nil, screenLease), idempotency.Acquired)
+	screenComplete(t, s, screenRef, "a", e)
+	want := *e
+	want.Unrecorded = false
+	screenWantDone(t, s, screenRef, &want)
 }
 
 func screenOmittedBody(t *testing.T, s idempotency.Screen) {

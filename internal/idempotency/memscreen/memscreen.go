@@ -48,6 +48,8 @@ type Options struct {
 	// confirm. The gateway sets it when the engine's local cache keeps the
 	// done records in the same process: a second copy here doubled their
 	// memory and answered no repeat the cache, consulted first, did not.
+	// Unrecorded entries are kept all the same: the cache may evict them,
+	// and no ledger row would catch the repeat then.
 	NoDone bool
 }
 
@@ -210,7 +212,8 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 
 // Complete records e as done for ttl, whoever holds the key, unless a done
 // entry is there already. The screen keeps its own copy; BodyCached in the
-// stored entry is decided by MaxCachedBody, not taken from e.
+// stored entry is decided by MaxCachedBody (and Unrecorded), not taken
+// from e.
 func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("memscreen: complete %s %q: nil entry", ref.Route, ref.Key)
@@ -218,7 +221,7 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	if ttl <= 0 {
 		return fmt.Errorf("memscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
 	}
-	if s.noDone {
+	if s.noDone && !e.Unrecorded {
 		s.endClaim(ref)
 		return nil
 	}
@@ -429,10 +432,10 @@ func (s *Screen) sweep() {
 }
 
 // keep is the screen's own copy of e, without its body when the body is
-// larger than MaxCachedBody.
+// larger than MaxCachedBody and the ledger has it.
 func (s *Screen) keep(e *idempotency.Entry) *idempotency.Entry {
 	c := cloneEntry(e)
-	c.BodyCached = len(e.Body) <= s.maxBody
+	c.BodyCached = len(e.Body) <= s.maxBody || e.Unrecorded
 	if !c.BodyCached {
 		c.Body = nil
 	}

@@ -304,3 +304,27 @@ func TestNoDoneKeepsClaimsOnly(t *testing.T) {
 		t.Fatalf("claim after complete: %v %v, want acquired (for the ledger to confirm)", c.Status, err)
 	}
 }
+
+// NoDone leaves done records to the local cache, which may evict them: a
+// record whose ledger commit failed has no row behind it, so the screen
+// keeps it, body included, and repeats are intercepted (SPEC §1).
+func TestNoDoneKeepsUnrecordedEntries(t *testing.T) {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 4, NoDone: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "r", Key: "evt_unrecorded"}
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "first", Lease: time.Hour}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("first claim: %v %v", c.Status, err)
+	}
+	e := &idempotency.Entry{Response: idempotency.Response{Status: 201, Body: []byte("booked, longer than four bytes")}, Unrecorded: true}
+	if err := s.Complete(ctx, ref, "first", e, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "repeat", Lease: time.Hour})
+	if err != nil || c.Status != idempotency.Done || c.Entry == nil {
+		t.Fatalf("repeat: %v %v, want done", c.Status, err)
+	}
+	if !c.Entry.BodyCached || c.Entry.Status != 201 || string(c.Entry.Body) != "booked, longer than four bytes" {
+		t.Fatalf("repeat's entry: %d %q (body cached %v), want 201 and the whole body", c.Entry.Status, c.Entry.Body, c.Entry.BodyCached)
+	}
+}

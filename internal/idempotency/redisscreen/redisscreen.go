@@ -278,7 +278,8 @@ func bytesOf(v any) []byte {
 
 // Complete records e as done for ttl, whoever holds the key, unless a done
 // entry is there already. BodyCached in the stored entry is decided by
-// MaxCachedBody, not taken from e.
+// MaxCachedBody, not taken from e, except that an Unrecorded entry keeps
+// its body: no ledger row has it.
 func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("redisscreen: complete %s %q: nil entry", ref.Route, ref.Key)
@@ -286,7 +287,7 @@ func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e 
 	if ttl <= 0 {
 		return fmt.Errorf("redisscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
 	}
-	blob := encodeEntry(make([]byte, 0, encodedSize(e)), e, len(e.Body) <= s.maxBody)
+	blob := encodeEntry(make([]byte, 0, encodedSize(e)), e, len(e.Body) <= s.maxBody || e.Unrecorded)
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	_, err := s.pipe.run(ctx, completeScript, []string{s.key(ref)},

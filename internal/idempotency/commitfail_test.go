@@ -1,0 +1,167 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+)
+
+// failCommitLedger fails the first Commit as an unreachable ledger would
+// (the statement never reached the database); everything else works.
+type failCommitLedger struct {
+	idempotency.Ledger
+	failed atomic.Bool
+}
+
+func (l *failCommitLedger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+	if l.failed.CompareAndSwap(false, true) {
+		return fmt.Errorf("commit: %w: connection reset", idempotency.ErrUnavailable)
+	}
+	return l.Ledger.Commit(ctx, rec, owner, now)
+}
+
+func fwdBody(n *atomic.Int64, body []byte) idempotency.ForwardFunc {
+	return func(context.Context) (*idempotency.Upstream, error) {
+		n.Add(1)
+		return &idempotency.Upstream{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}, nil
+	}
+}
+
+// wantReplayOf asserts that r replays the first delivery's answer and
+// that the upstream saw one copy.
+func wantReplayOf(t *testing.T, r idempotency.Result, forwards *atomic.Int64, body []byte) {
+	t.Helper()
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("repeat after a failed commit: outcome %s, upstream received %d copies, want 1 (SPEC §1: repeats are still intercepted)", r.Outcome, n)
+	}
+	if r.Outcome != idempotency.Replayed || r.Replay == nil || r.Replay.Status != 200 || !bytes.Equal(r.Replay.Body, body) {
+		t.Fatalf("repeat: outcome %s, want a replay of the first answer (200, %d bytes)", r.Outcome, len(body))
+	}
+}
+
+// SPEC §1 "Commit failure": after a successful forward whose commit fails,
+// the screen entry is kept as done so that repeats are still intercepted
+// while it lives. The embedded default builds its memory screen with
+// NoDone (the local cache keeps done records); the screen must keep this
+// one all the same, whether or not the cache is on.
+func TestCommitFailureMemoryScreenInterceptsRepeats(t *testing.T) {
+	for _, cache := range []int{32 << 20, 0} {
+		t.Run(fmt.Sprintf("local cache %d", cache), func(t *testing.T) {
+			commitFailureMemoryScreen(t, cache)
+		})
+	}
+}
+
+func commitFailureMemoryScreen(t *testing.T, cacheBytes int) {
+	ctx := context.Background()
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(t.TempDir(), "l.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As gateway.New builds them for screen.driver: memory.
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: cacheBytes > 0})
+	t.Cleanup(s.Close)
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
+		ScreenUnavailable: idempotency.FailStore, Cache: idempotency.NewCache(cacheBytes, 64<<10, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_fails"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+}
+
+// The same with the Redis screen and a response larger than
+// screen.max_cached_body, which a done entry normally leaves to the ledger.
+// With ConfirmByClaim (redis + on_unavailable: store, the production
+// setting) the failed commit leaves the pending ledger row behind: a replay
+// that read its body from there replayed status 0 and an empty body.
+func TestCommitFailureLargeBodyReplaysTheAnswer(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t) // MaxCachedBody 64 KiB
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
+		ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), 100<<10)
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)), &forwards, big)
+}
+
+// Redis screen with lookup confirms (screen.on_unavailable: reject or pass),
+// response larger than screen.max_cached_body: a repeat that went to the
+// ledger for the body found no row (the commit failed), took the record for
+// deleted, and was forwarded again.
+func TestCommitFailureLargeBodyLookupConfirm(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
+		ScreenUnavailable: idempotency.FailReject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("y"), 100<<10)
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails2"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)), &forwards, big)
+}
+
+// A done screen entry without its body sends the replay to the ledger for
+// it. If the row there is no longer done — deleted from the ledger alone,
+// then claimed by a replica that could not reach Redis — it has no answer
+// to replay: the repeat must not get the pending row's empty "response"
+// (status 0), but be claimed afresh and meet that claim.
+func TestReplayFromLedgerSkipsARowThatIsNotDone(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t) // MaxCachedBody 64 KiB
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("z"), 100<<10)
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_reclaimed"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	if err := l.Delete(ctx, d.Ref); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: d.Ref, Owner: "other-replica", Lease: time.Hour, Retention: time.Hour}, time.Now())
+	if err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("ledger claim of the deleted key: %v %v", c.Status, err)
+	}
+	p := *racePolicy
+	p.RejectInflight = true
+	r := e.Handle(ctx, &p, d, fwdBody(&forwards, big))
+	if r.Outcome == idempotency.Replayed {
+		t.Fatalf("repeat replayed status %d with %d body bytes from a pending row", r.Replay.Status, len(r.Replay.Body))
+	}
+	if r.Outcome != idempotency.Conflict || forwards.Load() != 1 {
+		t.Fatalf("repeat: %s, upstream received %d; want conflict (another replica holds the key) and 1", r.Outcome, forwards.Load())
+	}
+}
