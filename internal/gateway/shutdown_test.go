@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
@@ -166,4 +167,45 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 		t.Fatalf("half-sent delivery not recorded: %+v", rec)
 	}
 	g.closeAll()
+}
+
+// On a record.ambiguous: hold route, a forward that shutdown abandoned
+// after sending may have been acted on like one that timed out: it is held
+// for an operator, not released, and the provider's retry is not forwarded.
+func TestShutdownHoldsAbandonedForwardOnHoldRoute(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	})
+	db := dbPath(t)
+	cfg := func() *config.Config {
+		c := gwConfig(t, up.URL, db, "    record:\n      ambiguous: hold", "screen:\n  driver: none\n  lease: 30s\n  local_cache: 0")
+		c.Routes[0].Upstream.Timeout = 20 * time.Second
+		return c
+	}
+	g := startGateway(t, cfg())
+	got := make(chan reply, 1)
+	go func() { got <- send(t, g, "/hooks", `{"id":"evt_abandon_held"}`) }()
+	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := g.server.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown: %v, want the deadline to pass", err)
+	}
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_abandon_held"}
+	if rec, err := g.Ledger().Lookup(context.Background(), ref); err != nil || rec.State != idempotency.StateHeld {
+		t.Fatalf("abandoned forward on a hold route: ledger %+v %v, want a held row", rec, err)
+	}
+	<-got
+	g.closeAll()
+
+	g2 := startGateway(t, cfg())
+	wantOutcome(t, send(t, g2, "/hooks", `{"id":"evt_abandon_held"}`), 409, "held")
+	if n := up.count("evt_abandon_held"); n != 1 {
+		t.Fatalf("upstream received %d, want 1: the held key was forwarded again", n)
+	}
 }

@@ -599,7 +599,10 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	}
 	if ferr != nil {
 		status, ambiguous := e.o.Classify(ferr)
-		if ambiguous && p.HoldAmbiguous && ctx.Err() == nil && v != viaNone {
+		// A forward that shutdown abandoned after sending is as ambiguous
+		// as a timeout: on a hold route it is held, not released (SPEC §1's
+		// hold outranks §6's release of abandoned claims there).
+		if ambiguous && p.HoldAmbiguous && v != viaNone {
 			if r, ok := e.hold(sctx, p, d, owner, v, status, ferr); ok {
 				return r
 			}
