@@ -691,6 +691,10 @@ func TestRedactDSN(t *testing.T) {
 		{"host=db user=u password='a b' dbname=x", "host=db user=u password=[redacted] dbname=x"},
 		{"host=db password=secret sslpassword=k", "host=db password=[redacted] sslpassword=[redacted]"},
 		{"host=db password='' dbname=x", "host=db password='' dbname=x"},
+		// Passwords pasted unescaped, with "/", "?" or "#" in them.
+		{"postgres://app:pa/ss@db:5432/hooks", "postgres://app:[redacted]@db:5432/hooks"},
+		{"postgres://app:p?s#s@db/hooks", "postgres://app:[redacted]@db/hooks"},
+		{"http://h:8080/a", "http://h:8080/a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -64,6 +64,10 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	}
 	maps.IntfaceKeysToStrings(doc)
 	dropNulls(doc)
+	// ${NAME} is substituted in the file's values only: a value set by an
+	// environment override is taken literally (a password may hold "${").
+	var phases [3]Errors
+	interpolate(doc, "", lookupIn(environ), &phases[0])
 
 	k := koanf.New(".")
 	defaults := toRaw(reflect.ValueOf(Default())).(map[string]any)
@@ -96,8 +100,6 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	}
 
 	raw := k.Raw()
-	var phases [3]Errors
-	interpolate(raw, "", lookupIn(environ), &phases[0])
 	applyRouteDefaults(raw)
 	sc := schema{errs: &phases[1], routeDefault: toRaw(reflect.ValueOf(DefaultRoute()))}
 	norm := sc.value("", reflect.TypeOf(Config{}), raw, defaults)

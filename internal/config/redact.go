@@ -47,6 +47,13 @@ func RedactDSN(dsn string) string {
 		if end < 0 {
 			end = len(rest)
 		}
+		// A password pasted unescaped may hold "/", "?" or "#": with a
+		// user:… but no "@" before the first of them, the userinfo ends at
+		// the last "@" of all. That may take a path's "@" for it and hide
+		// too much, never too little.
+		if strings.Contains(rest[:end], ":") && !strings.Contains(rest[:end], "@") {
+			end = len(rest)
+		}
 		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
 			if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 && colon+1 < at {
 				rest = rest[:colon+1] + RedactedValue + rest[at:]

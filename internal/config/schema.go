@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 				return d
 			}
 		}
-		return s.bad(path, t, def, "bad duration %s (want a Go duration such as \"10s\" or \"1m30s\")", show(v))
+		return s.bad(path, t, def, "bad duration %s (want a Go duration such as \"10s\" or \"1m30s\")", showAt(path, v))
 	case t == sizeType:
 		switch x := v.(type) {
 		case Size:
@@ -59,7 +60,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 			}
 			return n
 		}
-		return s.bad(path, t, def, "bad size %s (want whole bytes or a unit such as 64KiB, 1MiB, 1GiB)", show(v))
+		return s.bad(path, t, def, "bad size %s (want whole bytes or a unit such as 64KiB, 1MiB, 1GiB)", showAt(path, v))
 	case t == keySourceType:
 		return s.keySource(path, v, def)
 	}
@@ -76,7 +77,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 		case int, int64, uint64, float64, bool:
 			return fmt.Sprint(x)
 		}
-		return s.bad(path, t, def, "want a text value, got %s", describe(v))
+		return s.bad(path, t, def, "want a text value, got %s", describeAt(path, v))
 	case reflect.Bool:
 		switch x := v.(type) {
 		case bool:
@@ -86,7 +87,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 				return b
 			}
 		}
-		return s.bad(path, t, def, "want true or false, got %s", show(v))
+		return s.bad(path, t, def, "want true or false, got %s", showAt(path, v))
 	case reflect.Int:
 		switch x := v.(type) {
 		case int:
@@ -100,7 +101,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 				return n
 			}
 		}
-		return s.bad(path, t, def, "want an integer, got %s", show(v))
+		return s.bad(path, t, def, "want an integer, got %s", showAt(path, v))
 	case reflect.Float64:
 		switch x := v.(type) {
 		case float64:
@@ -114,7 +115,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 				return f
 			}
 		}
-		return s.bad(path, t, def, "want a number, got %s", show(v))
+		return s.bad(path, t, def, "want a number, got %s", showAt(path, v))
 	}
 	// Every field type of Config is handled above.
 	panic(fmt.Sprintf("config: no schema rule for %s at %s", t, path))
@@ -123,7 +124,7 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 func (s *schema) structure(path string, t reflect.Type, v, def any) any {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return s.bad(path, t, def, "want a mapping of keys, got %s", describe(v))
+		return s.bad(path, t, def, "want a mapping of keys, got %s", describeAt(path, v))
 	}
 	defs, _ := def.(map[string]any)
 	fields := make(map[string]reflect.StructField, t.NumField())
@@ -149,7 +150,7 @@ func (s *schema) structure(path string, t reflect.Type, v, def any) any {
 func (s *schema) list(path string, t reflect.Type, v, def any) any {
 	l, ok := v.([]any)
 	if !ok {
-		return s.bad(path, t, def, "want a list, got %s", describe(v))
+		return s.bad(path, t, def, "want a list, got %s", describeAt(path, v))
 	}
 	var elemDef any
 	if t.Elem() == routeType {
@@ -174,7 +175,7 @@ func (s *schema) list(path string, t reflect.Type, v, def any) any {
 func (s *schema) keySource(path string, v, def any) any {
 	m, ok := v.(map[string]any)
 	if !ok || len(m) != 1 {
-		return s.bad(path, keySourceType, def, "want a one-entry mapping such as \"header: X-Event-Id\" or \"json: id\", got %s", describe(v))
+		return s.bad(path, keySourceType, def, "want a one-entry mapping such as \"header: X-Event-Id\" or \"json: id\", got %s", describeAt(path, v))
 	}
 	for kind, arg := range m {
 		switch a := arg.(type) {
@@ -201,6 +202,30 @@ func (s *schema) bad(path string, t reflect.Type, def any, format string, args .
 	}
 	quiet := schema{errs: new(Errors), routeDefault: s.routeDefault}
 	return quiet.value(path, t, def, nil)
+}
+
+// secretPath matches the paths whose values are secrets (or may hold one,
+// as a URL's userinfo does): error messages name their kind, never their
+// text — the error list goes to a terminal or a log (SPEC §9, §7).
+var secretPath = regexp.MustCompile(`^(admin\.token|screen\.redis\.password|store\.dsn|routes\[\d+\]\.(verify\.secrets(\[\d+\])?|upstream\.url))$`)
+
+// notShown stands for the text of a secret in an error message.
+const notShown = "a text value (not shown: it may be a secret)"
+
+// describeAt is describe(v) for the value at path, without a secret's text.
+func describeAt(path string, v any) string {
+	if _, text := v.(string); text && secretPath.MatchString(path) {
+		return notShown
+	}
+	return describe(v)
+}
+
+// showAt is show(v) for the value at path, without a secret's text.
+func showAt(path string, v any) string {
+	if _, text := v.(string); text && secretPath.MatchString(path) {
+		return notShown
+	}
+	return show(v)
 }
 
 // describe names the YAML kind of a value, for "want X, got Y".

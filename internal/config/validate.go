@@ -268,7 +268,12 @@ func checkHTTPURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("bad URL: %v", err)
+		// url.Error quotes the whole URL, credentials included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("bad URL %q: %v", RedactDSN(s), err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an absolute http:// or https:// URL", u.Redacted())

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// The error list `gateway check` and `gateway serve` print for a bad file
+// goes to a terminal or a log: it must not quote a secret (SPEC §9, §7),
+// even one written in the wrong shape.
+func TestErrorsNeverQuoteSecrets(t *testing.T) {
+	const secret = "whsec_TOPSECRETVALUE"
+	tests := []struct{ name, doc, want string }{
+		{"secrets written as one value (a common slip)", `
+routes:
+  - name: a
+    path: /a
+    preset: stripe
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    verify: {secrets: "${STRIPE_WEBHOOK_SECRET}"}
+`, "routes[0].verify.secrets: want a list, got a text value (not shown"},
+		{"upstream url with credentials and a bad port", `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "http://app:` + secret + `@127.0.0.1:90x0/a"}
+    key: {sources: [{header: X-Event-Id}]}
+`, `bad URL "http://app:[redacted]@127.0.0.1:90x0/a"`},
+		{"admin token written as a list", `
+admin: {token: ["` + secret + `"]}
+` + minimal, "admin.token: want a text value, got a list"},
+		{"store dsn written as a mapping", `
+store: {driver: postgres, dsn: {password: "` + secret + `"}}
+` + minimal, "store.dsn: want a text value, got a mapping"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := mustFail(t, tt.doc, "STRIPE_WEBHOOK_SECRET="+secret).Error()
+			if strings.Contains(msg, "TOPSECRETVALUE") {
+				t.Errorf("the configuration error quotes the secret:\n%s", msg)
+			}
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("the error does not say what is wrong (want %q):\n%s", tt.want, msg)
+			}
+		})
+	}
+}
+
+// SPEC §3: an environment override sets the value it names; ${NAME}
+// substitution is for the file's values. A password holding "${" must be
+// settable through the environment, and taken literally.
+func TestEnvOverrideIsLiteral(t *testing.T) {
+	for _, pw := range []string{"Zq${x9", "a${HOME}b"} {
+		c, err := LoadFromBytes([]byte(minimal), []string{"HOOKSTAMP_SCREEN__REDIS__PASSWORD=" + pw, "HOME=/root"})
+		if err != nil {
+			t.Fatalf("HOOKSTAMP_SCREEN__REDIS__PASSWORD=%s refused: %v", pw, err)
+		}
+		if c.Screen.Redis.Password != pw {
+			t.Fatalf("screen.redis.password = %q, want %q", c.Screen.Redis.Password, pw)
+		}
+	}
+	// The file's own references are still substituted.
+	c, err := LoadFromBytes([]byte(minimal+"screen: {redis: {password: \"${PW}\"}}\n"), []string{"PW=from-env"})
+	if err != nil || c.Screen.Redis.Password != "from-env" {
+		t.Fatalf("${PW} in the file: %q, %v", c.Screen.Redis.Password, err)
+	}
+}
