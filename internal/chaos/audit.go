@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -104,6 +105,7 @@ const (
 	CheckDrain      = "drain"            // SIGTERM answers what it had accepted
 	CheckExpires    = "claim-expires"    // a 409 has a claim younger than the lease behind it
 	CheckUpstreamID = "upstream-key"     // every forward carries the event's Idempotency-Key
+	CheckHold       = "hold"             // a held key reaches the upstream only once resolved
 	CheckHealth     = "gateway-health"   // no data race, panic or fatal error
 )
 
@@ -169,6 +171,11 @@ type AuditInput struct {
 	// ShutdownTimeout is server.shutdown_timeout.
 	Lease, Timeout, ShutdownTimeout time.Duration
 	StorePass                       bool
+	// Resolutions are the operator's resolutions of keys held on
+	// holdRoute; HoldCutoff is the cutoff of its last complete pass: every
+	// key held before it had been listed and resolved.
+	Resolutions []Resolution
+	HoldCutoff  time.Time
 }
 
 // Audit is the auditor's findings.
@@ -187,6 +194,10 @@ type Audit struct {
 	UpstreamByAction                map[string]int
 	DuplicatesByCause               map[DuplicateCause]int
 	LedgerByState                   map[string]int
+	// Holds are the keys gateways logged held (holdRoute); Resolved the
+	// operator's resolutions by action.
+	Holds    int
+	Resolved map[string]int
 	// Unrecorded are acknowledged events whose commit failed after the
 	// upstream answered (SPEC §1), one line each.
 	Unrecorded                      []string
@@ -210,7 +221,8 @@ func deliveryOf(body []byte) int64 {
 // RunAudit checks every guarantee against the evidence.
 func RunAudit(in *AuditInput) *Audit {
 	a := &Audit{GaveUpReasons: map[string]int{}, SendsByKind: map[SendKind]int{}, Outcomes: map[string]int{},
-		UpstreamByAction: map[string]int{}, DuplicatesByCause: map[DuplicateCause]int{}, LedgerByState: map[string]int{}}
+		UpstreamByAction: map[string]int{}, DuplicatesByCause: map[DuplicateCause]int{}, LedgerByState: map[string]int{},
+		Resolved: map[string]int{}}
 	violate := func(check, ev, format string, args ...any) {
 		a.Violations = append(a.Violations, Violation{Check: check, Event: ev, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -449,6 +461,10 @@ func RunAudit(in *AuditInput) *Audit {
 		}
 	}
 	checkLiveness(in, lives, violate)
+	a.Holds = checkHolds(in, events, violate)
+	for _, r := range in.Resolutions {
+		a.Resolved[r.Action]++
+	}
 	sort.SliceStable(a.Violations, func(i, j int) bool { return a.Violations[i].Check < a.Violations[j].Check })
 	return a
 }
@@ -618,7 +634,9 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 		return
 	case KindTamper:
 		switch s.Outcome {
-		case "mismatch", "conflict", "unavailable", "held":
+		case "mismatch", "conflict", "unavailable":
+		case "held":
+			checkHeldAnswer(s, violate)
 		default:
 			violate(CheckKeyReuse, ev.ID, "the key reused with a different body got %d %s, want 422 mismatch", s.Status, s.Outcome)
 		}
@@ -631,6 +649,8 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 			violate(CheckOutcome, ev.ID, "a %s copy got %d with outcome %q: a provider takes a 2xx as delivered", s.Kind, s.Status, s.Outcome)
 		}
 	case "forwarded", "replayed":
+	case "held":
+		checkHeldAnswer(s, violate)
 	case "passthrough":
 		if !storePass {
 			violate(CheckOutcome, ev.ID, "a %s copy was passed through without deduplication (%d)", s.Kind, s.Status)
@@ -640,6 +660,89 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 	default:
 		violate(CheckOutcome, ev.ID, "a %s copy got %d with outcome %q", s.Kind, s.Status, s.Outcome)
 	}
+}
+
+// checkHeldAnswer: only holdRoute holds keys; the delivery whose forward
+// got no answer is told so (502 or 504), its repeats get 409.
+func checkHeldAnswer(s *Send, violate func(check, ev, format string, args ...any)) {
+	switch {
+	case s.Event.Route != holdRoute:
+		violate(CheckHold, s.Event.ID, "a %s copy got %d held on route %s, which releases ambiguous results", s.Kind, s.Status, s.Event.Route)
+	case s.Status != http.StatusConflict && s.Status != http.StatusBadGateway && s.Status != http.StatusGatewayTimeout:
+		violate(CheckHold, s.Event.ID, "a %s copy got %d held, want 409 (a repeat), 502 or 504", s.Kind, s.Status)
+	}
+}
+
+// Log messages of the engine that the hold audit reads.
+const (
+	msgHeld       = "key held after an ambiguous upstream result"
+	msgHoldFailed = "could not hold an ambiguous delivery"
+)
+
+// checkHolds holds holdRoute to record.ambiguous: hold (SPEC §1): once a
+// gateway logged a key held, no copy of it reaches the upstream until the
+// operator resolves it, and no key stays held unseen: the ledger keeps no
+// held row from before the operator's last complete pass over the held
+// list (GET /admin/routes/{route}/held), which resolved every key it
+// listed that was old enough.
+// It returns the number of holds logged.
+func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev, format string, args ...any)) int {
+	holds, n := map[string][]time.Time{}, 0
+	for _, lines := range in.Logs {
+		for _, l := range lines {
+			if strings.HasPrefix(l.Msg, msgHeld) {
+				ref := refKey(l.Route, l.Key)
+				holds[ref] = append(holds[ref], l.Time)
+				n++
+			}
+		}
+	}
+	resolved := map[string][]Resolution{}
+	for _, r := range in.Resolutions {
+		ref := refKey(r.Route, r.Key)
+		resolved[ref] = append(resolved[ref], r)
+	}
+	evID := func(ref string) string {
+		if ev := events[ref]; ev != nil {
+			return ev.ID
+		}
+		return ""
+	}
+	for _, up := range in.Upstream {
+		ref := refKey(up.Route, up.Key)
+		for _, h := range holds[ref] {
+			if !up.Time.After(h) {
+				continue
+			}
+			var end time.Time // the first resolution after the hold; zero: none
+			for _, r := range resolved[ref] {
+				if r.Start.After(h) && (end.IsZero() || r.Start.Before(end)) {
+					end = r.Start
+				}
+			}
+			if end.IsZero() || up.Time.Before(end) {
+				what := "never resolved"
+				if !end.IsZero() {
+					what = fmt.Sprintf("resolved %v later", end.Sub(up.Time).Round(time.Millisecond))
+				}
+				violate(CheckHold, evID(ref), "delivery %d via %s reached the upstream %v after the key was held (%s)",
+					up.Seq, up.Gateway, up.Time.Sub(h).Round(time.Millisecond), what)
+			}
+		}
+	}
+	for ref, row := range in.Ledger {
+		if row.Route == holdRoute && row.State == "held" && row.CreatedAt.Before(in.HoldCutoff) {
+			violate(CheckHold, evID(ref), "key %q is still held, from %s, but the operator's last complete pass over the held list (everything before %s) did not resolve it",
+				row.Key, row.CreatedAt.Format("15:04:05.000"), in.HoldCutoff.Format("15:04:05.000"))
+		}
+	}
+	return n
+}
+
+// holdFailed: life logged, within when, that it could not hold ref.
+func holdFailed(life, ref string, when func(LogLine) bool, loggedAny func(life, ref string, match func(LogLine) bool) (LogLine, bool)) bool {
+	_, ok := loggedAny(life, ref, func(l LogLine) bool { return strings.HasPrefix(l.Msg, msgHoldFailed) && when(l) })
+	return ok
 }
 
 // classify finds why the upstream applied later after earlier.
@@ -673,10 +776,13 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 	// An ambiguous result released: the earlier copy went unanswered, and
 	// its gateway logged the release of an ambiguous forward while that
 	// copy was in flight (not some other copy's, at another time).
+	// On holdRoute only when the hold itself could not be written.
+	inFlight := func(l LogLine) bool {
+		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
+	}
 	if l, ok := loggedAny(earlier.Gateway, ref, func(l LogLine) bool {
-		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") &&
-			!l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
-	}); ok && !earlierAnswered {
+		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l)
+	}); ok && !earlierAnswered && (ev.Route != holdRoute || holdFailed(earlier.Gateway, ref, inFlight, loggedAny)) {
 		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
 		return d
 	}

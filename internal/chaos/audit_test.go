@@ -105,6 +105,24 @@ func (f *fixture) cutBySIGTERM(ev *Event, gw string, sent, stop, exit time.Durat
 		Start: f.at(sent), End: f.at(exit - 50*time.Millisecond), Err: "connection reset"})
 }
 
+// heldAt records ev's first copy sent to gw at 0 and reaching the
+// upstream at 100 ms with action act (ActHang: not applied, ActLost:
+// applied), its forward held by gw at d and answered 504 held.
+func (f *fixture) heldAt(ev *Event, gw, act string, d time.Duration) {
+	f.seq++
+	f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(100 * time.Millisecond), Gateway: gw,
+		Route: ev.Route, Key: ev.Key, Body: ev.Body, Action: act, Applied: act == ActLost, Status: 200})
+	f.in.Logs[gw] = append(f.in.Logs[gw], LogLine{Time: f.at(d), Msg: msgHeld + "; resolve it through the admin API", Route: ev.Route, Key: ev.Key})
+	ev.Sends = append(ev.Sends, &Send{Event: ev, EventID: ev.ID, Kind: KindGenuine, Attempt: 1, Incarnation: gw,
+		Start: f.at(0), End: f.at(d), Answered: true, Status: 504, Outcome: "held"})
+}
+
+// resolved records the operator's resolution of ev's key at d.
+func (f *fixture) resolved(ev *Event, action string, d time.Duration) {
+	f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: action,
+		Start: f.at(d), End: f.at(d + 5*time.Millisecond), Life: "g2.1"})
+}
+
 func (f *fixture) delivered(id string) (*Event, *UpRecord) {
 	ev := f.event(id)
 	up := f.apply(ev, "g1.1", 0)
@@ -353,6 +371,87 @@ func TestAudit(t *testing.T) {
 				ev2, _ := f.delivered("e2")
 				f.cutBySIGTERM(ev2, "g1.1", time.Second, 2*time.Second, 7*time.Second)
 			},
+		},
+		{
+			name: "a held key forwarded again once the operator released it",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				held := f.conflict(ev, KindGenuine, "g2.1", 2*time.Second)
+				held.Outcome = "held"
+				f.resolved(ev, "release", 3*time.Second)
+				up := f.apply(ev, "g2.1", 4*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 4*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+		},
+		{
+			name: "a held key forwarded before the operator resolved it",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				up := f.apply(ev, "g2.1", 2*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
+				f.record(ev, up)
+				f.resolved(ev, "release", 3*time.Second)
+			},
+			wantChecks: []string{CheckHold},
+		},
+		{
+			name: "a held answer on a route that releases ambiguous results",
+			build: func(f *fixture) {
+				ev := f.event("e1") // route generic
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+			},
+			wantChecks: []string{CheckHold},
+		},
+		{
+			name: "a held key the operator's complete pass did not resolve",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				f.in.Ledger[refKey(ev.Route, ev.Key)] = &LedgerRow{Route: ev.Route, Key: ev.Key, State: "held", CreatedAt: f.at(0)}
+				f.in.HoldCutoff = f.at(5 * time.Second)
+			},
+			wantChecks: []string{CheckHold},
+		},
+		{
+			name: "an applied, unanswered forward released on the hold route",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.seq++
+				f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
+					Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
+				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(time.Second), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+					Outcome: "released", Err: "upstream timed out after sending"}}
+				up := f.apply(ev, "g2.1", 2*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+			wantChecks: []string{CheckDuplicate},
+			wantCauses: []DuplicateCause{CauseUnexplained},
+		},
+		{
+			name: "the same, when the hold itself could not be written",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.seq++
+				f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
+					Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
+				f.in.Logs["g1.1"] = []LogLine{
+					{Time: f.at(time.Second), Msg: msgHoldFailed + "; releasing it", Route: ev.Route, Key: ev.Key},
+					{Time: f.at(time.Second), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+						Outcome: "released", Err: "upstream timed out after sending"}}
+				up := f.apply(ev, "g2.1", 2*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},
 	}
 	for _, tc := range tests {

@@ -211,6 +211,7 @@ type LedgerRow struct {
 	Status            int
 	Headers           map[string]string
 	Body              []byte
+	CreatedAt         time.Time
 	CompletedAt       time.Time
 }
 
@@ -221,7 +222,7 @@ func (d *Database) Ledger(ctx context.Context) (map[string]*LedgerRow, error) {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT route, "key", state, status, headers, body, completed_at FROM hookstamp_records`)
+	rows, err := conn.Query(ctx, `SELECT route, "key", state, status, headers, body, created_at, completed_at FROM hookstamp_records`)
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
@@ -233,7 +234,7 @@ func (d *Database) Ledger(ctx context.Context) (map[string]*LedgerRow, error) {
 			headers   string
 			completed *time.Time
 		)
-		if err := rows.Scan(&r.Route, &r.Key, &r.State, &r.Status, &headers, &r.Body, &completed); err != nil {
+		if err := rows.Scan(&r.Route, &r.Key, &r.State, &r.Status, &headers, &r.Body, &r.CreatedAt, &completed); err != nil {
 			return nil, fmt.Errorf("read ledger: %w", err)
 		}
 		r.Headers = parseHeaders(headers)

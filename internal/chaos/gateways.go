@@ -63,7 +63,8 @@ type GatewaySettings struct {
 
 // configYAML renders the configuration of one incarnation. Every route
 // claims in Redis, confirms in PostgreSQL, and claims in PostgreSQL when
-// Redis cannot be reached (screen.on_unavailable: store).
+// Redis cannot be reached (screen.on_unavailable: store); holdRoute holds
+// ambiguous results (record.ambiguous: hold), the others release them.
 func configYAML(s GatewaySettings, listen, admin, incarnation string) string {
 	up := func(route string) string { return s.UpstreamURL + "/g/" + incarnation + "/" + route }
 	return fmt.Sprintf(`# chaos harness: gateway incarnation %[1]s
@@ -74,7 +75,7 @@ server:
   write_timeout: 30s
 admin:
   listen: %[4]q
-  token: ""
+  token: %[18]q
 store:
   driver: postgres
   dsn: %[5]q
@@ -132,8 +133,23 @@ routes:
         - header: X-Event-Id
     inflight: reject
     source: header:X-Sender
+  # Payouts must happen at most once: a forward that got no answer holds
+  # its key until the harness's operator resolves it (admin API).
+  - name: %[19]s
+    path: /webhooks/payouts
+    upstream:
+      url: %[17]q
+      timeout: %[13]s
+    key:
+      sources:
+        - json: payout_id
+    record:
+      ambiguous: hold
+    wait_timeout: %[14]s
+    source: header:X-Sender
 `, incarnation, listen, s.Shutdown, admin, s.PostgresDSN, s.StoreFailMode, s.RedisAddr, s.Lease,
-		s.LocalCache, s.LogLevel, s.StripeSecret, up("stripe"), s.Timeout, s.WaitTimeout, up("orders"), up("generic"))
+		s.LocalCache, s.LogLevel, s.StripeSecret, up("stripe"), s.Timeout, s.WaitTimeout, up("orders"), up("generic"),
+		up(holdRoute), adminToken, holdRoute)
 }
 
 // GatewayProc is one gateway replica: a fixed listener and admin address,
@@ -183,6 +199,17 @@ func (g *GatewayProc) ConfigPath(name string) (string, error) {
 func (g *GatewayProc) Current() *Life {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.cur
+}
+
+// Serving is the running incarnation if it is ready and not being
+// stopped, or nil.
+func (g *GatewayProc) Serving() *Life {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur == nil || g.cur.Ready.IsZero() || !g.cur.Stopping.IsZero() {
+		return nil
+	}
 	return g.cur
 }
 

@@ -105,7 +105,7 @@ func (e *Event) Acked() bool {
 // ProviderOptions shape the simulated providers.
 type ProviderOptions struct {
 	Seed    uint64
-	Senders int // independent senders, spread over the three routes
+	Senders int // independent senders, spread over the four routes
 	// Think is the mean pause between a sender's events.
 	Think time.Duration
 	// ClientTimeout is each request's timeout; a timed-out request is resent.
@@ -187,7 +187,7 @@ func (p *Providers) Run(gen, hard context.Context) {
 	p.extras.Wait()
 }
 
-var routesBySender = []string{"stripe", "orders", "generic"}
+var routesBySender = []string{"stripe", "orders", "generic", holdRoute}
 
 type sender struct {
 	p      *Providers
@@ -254,6 +254,10 @@ func (s *sender) newEvent(rng *rand.Rand) *Event {
 		ev.Key = order + "-CREATE-" + seq
 		ev.Body = fmt.Appendf(nil, `{"order_id":%q,"event":"CREATE","seq":%q,"chaos_event":%q,"chaos_effect":%q,"total_amount":"%d.%02d"}`,
 			order, seq, ev.ID, effect, amount/100, amount%100)
+	case holdRoute:
+		ev.Key = fmt.Sprintf("po_%s_%s_%06d", tag, s.id, s.n)
+		ev.Body = fmt.Appendf(nil, `{"payout_id":%q,"chaos_event":%q,"chaos_effect":%q,"amount":%d,"currency":"eur"}`,
+			ev.Key, ev.ID, effect, amount)
 	default:
 		ev.Key = fmt.Sprintf("gen-%s-%s-%06d", tag, s.id, s.n)
 		ev.Body = fmt.Appendf(nil, `{"chaos_event":%q,"chaos_effect":%q,"amount":%d}`, ev.ID, effect, amount)
@@ -398,7 +402,7 @@ func (s *sender) send(ctx context.Context, ev *Event, kind SendKind, attempt, gw
 	case KindTamper, KindForged:
 		body = tamperedBody(ev)
 	}
-	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders"}[ev.Route]
+	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders", holdRoute: "/webhooks/payouts"}[ev.Route]
 	if path == "" {
 		path = "/hooks/" + ev.Sender + "/events"
 	}

@@ -61,6 +61,8 @@ func (r *Report) Write(w io.Writer) {
 	if len(a.Unrecorded) > 0 {
 		row("acknowledged, unrecorded", len(a.Unrecorded), "commit failed after the upstream answered (SPEC §1: answered, counted, logged; repeats caught only while the screen remembers)")
 	}
+	row("keys held ("+holdRoute+")", a.Holds, fmt.Sprintf("resolved by the operator: %s; admin calls failed: %d",
+		joinCounts(a.Resolved), r.OperatorFailures))
 	row("replays", a.Replays, fmt.Sprintf("byte-identical to the original answer: %d", a.ReplaysIdentical))
 	switch {
 	case a.HasTakeovers:

@@ -129,6 +129,9 @@ type Report struct {
 	Samples [3][]Sample
 	// Stalls are the moments the harness process was frozen.
 	Stalls []Stall
+	// OperatorFailures are admin calls of the operator that failed (a
+	// gateway or the ledger down at the time).
+	OperatorFailures int
 	// SoakProblems are resource growths beyond tolerance (Soak only).
 	SoakProblems []string
 }
@@ -217,6 +220,13 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	go func() { defer bg.Done(); r.status(sampleCtx, providers) }()
 	loadDone := make(chan struct{})
 	go func() { providers.Run(genCtx, hardCtx); close(loadDone) }()
+	// The operator resolves keys held on holdRoute while providers retry
+	// them, as on-call would.
+	op := newOperator(r.gws, r.up, 2500*time.Millisecond)
+	opCtx, stopOp := context.WithCancel(ctx)
+	defer stopOp()
+	bg.Add(1)
+	go func() { defer bg.Done(); op.run(opCtx, 500*time.Millisecond) }()
 
 	faultErr := r.runSchedule(ctx, rep.Schedule)
 	if faultErr == nil {
@@ -230,6 +240,10 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.Load = time.Since(r.start)
 	r.logf("load stopped after %v; waiting for providers to settle their events", rep.Load.Round(time.Second))
 	<-loadDone
+	stopOp()
+	if !op.pass(ctx) {
+		r.logf("the operator's last pass over the held keys did not complete")
+	}
 	r.logf("providers done; stopping the gateways (SIGTERM)")
 	for _, g := range r.gws {
 		r.scrape(ctx, g)
@@ -250,6 +264,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	in := &AuditInput{Events: providers.Events(), Lease: o.Lease, Timeout: o.Timeout, ShutdownTimeout: r.shutdownTimeout(),
 		StorePass: o.StorePass}
+	in.Resolutions, in.HoldCutoff, rep.OperatorFailures = op.results()
 	if in.Upstream, err = ReadUpstreamLog(filepath.Join(r.work, "upstream.log")); err != nil {
 		return rep, err
 	}
@@ -533,6 +548,10 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		r.up.SetMode(UpstreamMode{})
 	case FaultUpReset:
 		r.up.SetMode(UpstreamMode{Reset: true})
+		hold()
+		r.up.SetMode(UpstreamMode{})
+	case FaultUpLost:
+		r.up.SetMode(UpstreamMode{LoseAnswers: true})
 		hold()
 		r.up.SetMode(UpstreamMode{})
 	default:

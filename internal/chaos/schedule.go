@@ -37,6 +37,9 @@ const (
 	FaultUpFailing FaultKind = "upstream_failing" // a share of 5xx, nothing applied
 	FaultUpHang    FaultKind = "upstream_hang"    // no answer: the gateways time out
 	FaultUpReset   FaultKind = "upstream_reset"   // connections dropped after the request
+	// FaultUpLost: requests are applied but never answered; the gateways
+	// time out on an effect that happened (record.ambiguous).
+	FaultUpLost FaultKind = "upstream_lost_answers"
 )
 
 // AllFaults is every fault kind, the schedule of make chaos.
@@ -44,7 +47,7 @@ var AllFaults = []FaultKind{
 	FaultKill, FaultRolling,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
 	FaultPGCut, FaultPGBlackhole, FaultPGSlow,
-	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset,
+	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 
 // ParseFaults reads a comma-separated list of fault kinds ("all" = AllFaults,
@@ -184,7 +187,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 var SoakFaults = []FaultKind{
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
 	FaultPGCut, FaultPGBlackhole, FaultPGSlow,
-	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset,
+	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 
 // ShortFaults are the faults of the short run inside make test: one of
@@ -193,5 +196,5 @@ var ShortFaults = []FaultKind{
 	FaultKill, FaultRolling,
 	FaultRedisCut, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
 	FaultPGCut,
-	FaultUpFailing, FaultUpHang,
+	FaultUpFailing, FaultUpHang, FaultUpLost,
 }

@@ -25,6 +25,10 @@ const (
 	ActFail    = "fail"    // answered 5xx, nothing applied
 	ActHang    = "hang"    // never answered, nothing applied
 	ActReset   = "reset"   // connection dropped after reading, nothing applied
+	// ActLost: effect applied, then the answer was never sent (the
+	// connection dropped when the gateway gave up): the ambiguous result
+	// record.ambiguous is about.
+	ActLost = "lost"
 )
 
 // UpRecord is one request the upstream received, as its log keeps it.
@@ -56,6 +60,9 @@ type UpstreamMode struct {
 	Hang bool
 	// Reset: every connection is dropped after the request was read.
 	Reset bool
+	// LoseAnswers: every request is applied, then left unanswered until
+	// the gateway gives up (its connection is then dropped).
+	LoseAnswers bool
 }
 
 func (m UpstreamMode) String() string {
@@ -64,6 +71,8 @@ func (m UpstreamMode) String() string {
 		return "hang"
 	case m.Reset:
 		return "reset"
+	case m.LoseAnswers:
+		return "losing answers"
 	case m.FailRatio > 0:
 		return fmt.Sprintf("failing %.0f%%", m.FailRatio*100)
 	case m.SlowMax > 0:
@@ -91,9 +100,10 @@ type Upstream struct {
 
 	mu       sync.Mutex
 	mode     UpstreamMode
-	holdFrom map[string]bool // gateway incarnations whose requests are held
-	holding  map[string]int  // requests currently held, per incarnation
-	wake     chan struct{}   // closed when the mode changes (hung requests re-check)
+	holdFrom map[string]bool      // gateway incarnations whose requests are held
+	holding  map[string]int       // requests currently held, per incarnation
+	applied  map[string]*UpRecord // the first applied request of each route and key
+	wake     chan struct{}        // closed when the mode changes (hung requests re-check)
 }
 
 // StartUpstream listens on a free loopback port and logs to path.
@@ -108,7 +118,8 @@ func StartUpstream(path string) (*Upstream, error) {
 		return nil, fmt.Errorf("upstream: listen: %w", err)
 	}
 	u := &Upstream{ln: ln, log: lg, hold: 800 * time.Millisecond,
-		holdFrom: map[string]bool{}, holding: map[string]int{}, wake: make(chan struct{})}
+		holdFrom: map[string]bool{}, holding: map[string]int{},
+		applied: map[string]*UpRecord{}, wake: make(chan struct{})}
 	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 5 * time.Second, ErrorLog: discardLogger()}
 	go func() { _ = u.srv.Serve(ln) }()
 	return u, nil
@@ -193,14 +204,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if u.log.append(rec) != nil {
 			panic(http.ErrAbortHandler)
 		}
-		t := time.NewTimer(10 * time.Second)
-		defer t.Stop()
-		select {
-		case <-r.Context().Done():
-		case <-t.C:
-		case <-wake:
-		}
-		panic(http.ErrAbortHandler)
+		hang(r, wake)
 	case mode.Reset:
 		rec.Action = ActReset
 		_ = u.log.append(rec)
@@ -226,8 +230,20 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rec.Response = fmt.Appendf(nil, `{"booked":%s,"delivery":%d,"gw":%q}`, strconv.Quote(rec.Key), rec.Seq, rec.Gateway)
 	}
+	lose := !held && mode.LoseAnswers
+	if lose {
+		rec.Action = ActLost
+	}
 	if err := u.log.append(rec); err != nil {
 		panic(http.ErrAbortHandler) // not logged: not applied
+	}
+	u.mu.Lock()
+	if _, ok := u.applied[refKey(rec.Route, rec.Key)]; !ok {
+		u.applied[refKey(rec.Route, rec.Key)] = rec
+	}
+	u.mu.Unlock()
+	if lose {
+		hang(r, wake)
 	}
 	var delay time.Duration
 	switch {
@@ -247,6 +263,28 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.Stop()
 	}
 	write(w, rec)
+}
+
+// hang leaves r unanswered until its gateway gives up or the mode
+// changes, then drops the connection.
+func hang(r *http.Request, wake <-chan struct{}) {
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-r.Context().Done():
+	case <-t.C:
+	case <-wake:
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// FirstApplied is the first request of key on route that the upstream
+// applied, if any: what an operator checks before resolving a held key.
+func (u *Upstream) FirstApplied(route, key string) (*UpRecord, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	rec, ok := u.applied[refKey(route, key)]
+	return rec, ok
 }
 
 func write(w http.ResponseWriter, rec *UpRecord) {
