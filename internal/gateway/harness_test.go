@@ -29,6 +29,8 @@ type upstream struct {
 	// reply answers request n (1-based) of a key; nil = 200 JSON receipt.
 	reply func(w http.ResponseWriter, r *http.Request, n int)
 	last  http.Header
+	// lastBody and lastURI are the last request's body and request-URI.
+	lastBody, lastURI string
 }
 
 func newUpstream(tb testing.TB) *upstream {
@@ -42,6 +44,7 @@ func newUpstream(tb testing.TB) *upstream {
 		u.byKey[key]++
 		n := u.byKey[key]
 		u.last = r.Header.Clone()
+		u.lastBody, u.lastURI = string(body), r.RequestURI
 		reply := u.reply
 		u.mu.Unlock()
 		if reply != nil {
@@ -79,6 +82,13 @@ func (u *upstream) count(key string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.byKey[key]
+}
+
+// lastRequest is the last request's body, request-URI and Idempotency-Key.
+func (u *upstream) lastRequest() (body, uri, key string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.lastBody, u.lastURI, u.last.Get("Idempotency-Key")
 }
 
 func (u *upstream) lastHeader() http.Header {

@@ -98,6 +98,9 @@ func TestEscapedRest(t *testing.T) {
 		{"dot segments resolved, rest escaped anew", "/hooks/c d", "/hooks/x/../c%20d", "c d", "c%20d"},
 		{"doubled slash normalized", "/hooks/a/b", "/hooks//a%2Fb", "a/b", "a/b"},
 		{"unescaped non-ASCII", "/hooks/ü/x", "/hooks/ü/x", "ü/x", "%C3%BC/x"},
+		{"escaped slash beside a raw |", "/hooks/files/a/b|c", "/hooks/files/a%2Fb|c", "files/a/b|c", "files/a%2Fb%7Cc"},
+		{"escaped slash beside raw UTF-8", "/hooks/für/a/b", "/hooks/für/a%2Fb", "für/a/b", "f%C3%BCr/a%2Fb"},
+		{"escaped slash beside a raw space", "/hooks/a b/c/d", "/hooks/a b/c%2Fd", "a b/c/d", "a%20b/c%2Fd"},
 		{"no rest", "/hooks", "/hooks", "", ""},
 	}
 	for _, tc := range cases {

@@ -106,7 +106,9 @@ func New(o Options) *Server {
 	s := &Server{o: o, router: newRouter(o.Routes)}
 	s.abandon, s.cancel = context.WithCancel(context.Background())
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	methods := requestMethods(o.Routes)
 	s.app = fiber.New(fiber.Config{
+		RequestMethods:        methods,
 		BodyLimit:             o.BodyLimit,
 		ReadBufferSize:        MaxHeaderBytes,
 		ReadTimeout:           o.ReadTimeout,
@@ -116,6 +118,11 @@ func New(o Options) *Server {
 		ErrorHandler:          s.errorHandler,
 		// Keys and bodies are copied out where they outlive the handler.
 		Immutable: false,
+		// A body is forwarded, fingerprinted and verified as sent: fasthttp
+		// would otherwise parse a multipart one and rebuild it from the
+		// parsed form (part headers lost, fields in map order), and refuse
+		// one it cannot parse with a bare 400.
+		DisablePreParseMultipartForm: true,
 	})
 	// Every request's context descends from abandon (its values, such as
 	// the server span, are added by the middleware below): cutting
@@ -128,7 +135,9 @@ func New(o Options) *Server {
 		s.app.Use(m)
 	}
 	s.app.All("/*", s.handle)
-	s.app.Server().HeaderReceived = s.headerReceived
+	srv := s.app.Server()
+	srv.HeaderReceived = s.headerReceived
+	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
 	return s
 }
 
@@ -392,12 +401,15 @@ func (s *Server) trusted(a netip.Addr) bool {
 // received path is used only when it is a plain escaping of that path;
 // when normalizing changed it (dot segments, doubled slashes), the decoded
 // rest is escaped anew, so that what the upstream sees is what was matched.
+//
+// Bytes the sender left unescaped that a path must not carry raw (a space,
+// "|", UTF-8) are escaped; its own escapes are kept as they are.
 func escapedRest(rest string, decoded, raw []byte) string {
 	if rest == "" {
 		return ""
 	}
-	u := url.URL{Path: string(decoded), RawPath: string(raw)}
-	if u.EscapedPath() != u.RawPath { // RawPath is not an escaping of Path
+	if unescaped, err := url.PathUnescape(string(raw)); err != nil || unescaped != string(decoded) {
+		// raw is not an escaping of the matched path: normalizing changed it.
 		return (&url.URL{Path: rest}).EscapedPath()
 	}
 	// Every "%XY" of raw decodes to one byte, every other byte to itself:
@@ -409,7 +421,34 @@ func escapedRest(rest string, decoded, raw []byte) string {
 		}
 		i++
 	}
-	return u.RawPath[i:]
+	tail := raw[i:]
+	var b strings.Builder
+	b.Grow(len(tail))
+	for j := 0; j < len(tail); j++ {
+		switch c := tail[j]; {
+		case c == '%':
+			b.Write(tail[j : j+3])
+			j += 2
+		case pathSafe(c):
+			b.WriteByte(c)
+		default:
+			const hex = "0123456789ABCDEF"
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
+// pathSafe reports whether c may appear raw in a URI path (RFC 3986
+// pchar and "/").
+func pathSafe(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,;=:@/", c) >= 0
 }
 
 // source identifies the sender for the top-duplicate-sources statistics.

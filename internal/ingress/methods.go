@@ -1,0 +1,61 @@
+package ingress
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// registeredMethods are the methods of the IANA HTTP Method Registry that
+// Fiber does not know by default (fiber.DefaultMethods), PRI excepted (the
+// HTTP/2 preface, never a request).
+var registeredMethods = []string{
+	"ACL", "BASELINE-CONTROL", "BIND", "CHECKIN", "CHECKOUT", "COPY", "LABEL", "LINK", "LOCK",
+	"MERGE", "MKACTIVITY", "MKCALENDAR", "MKCOL", "MKREDIRECTREF", "MKWORKSPACE", "MOVE",
+	"ORDERPATCH", "PROPFIND", "PROPPATCH", "QUERY", "REBIND", "REPORT", "SEARCH", "UNBIND",
+	"UNCHECKOUT", "UNLINK", "UNLOCK", "UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
+}
+
+// requestMethods are the methods the server serves: Fiber's defaults
+// first (the common ones are found in a few comparisons), the rest of the
+// registry, and any other method a route deduplicates. Fiber answers a
+// method outside its list before any handler runs, so a route's
+// "methods: [POST, NOTIFY]" would otherwise never see a NOTIFY.
+func requestMethods(routes []*Route) []string {
+	out := append(slices.Clone(fiber.DefaultMethods), registeredMethods...)
+	for _, r := range routes {
+		for _, m := range r.Methods {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// refuseUnknownMethods answers a method outside methods with a 501 problem
+// document (RFC 9110 §15.6.2: a method the server does not recognise),
+// where Fiber would send a plain-text 400 "Invalid http method". Such a
+// request is refused before routing, like a path no route serves, so it
+// has no outcome.
+func refuseUnknownMethods(methods []string, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	known := make(map[string]bool, len(methods))
+	for _, m := range methods {
+		known[m] = true
+	}
+	body, _ := json.Marshal(Problem{Type: "about:blank", Title: http.StatusText(http.StatusNotImplemented),
+		Status: http.StatusNotImplemented,
+		Detail: "hookstamp does not forward this method: list it in a route's methods to have it deduplicated and forwarded"})
+	return func(rc *fasthttp.RequestCtx) {
+		if !known[string(rc.Method())] {
+			rc.Response.Header.SetContentType("application/problem+json")
+			rc.SetStatusCode(http.StatusNotImplemented)
+			rc.SetBody(body)
+			return
+		}
+		next(rc)
+	}
+}
