@@ -81,7 +81,10 @@ func TestKey(t *testing.T) {
 		{"header name is case-insensitive", []extract.Source{header("X-Event-Id")}, withHeaders(jsonReq(`{}`), "x-event-id", "evt_1"), "evt_1", nil},
 		{"header absent", []extract.Source{header("X-Event-Id")}, jsonReq(`{}`), "", nil},
 		{"header empty", []extract.Source{header("X-Event-Id")}, withHeaders(jsonReq(`{}`), "X-Event-Id", ""), "", nil},
-		{"header value is kept byte for byte", []extract.Source{header("X-Event-Id")}, withHeaders(jsonReq(`{}`), "X-Event-Id", " Evt 1 "), " Evt 1 ", nil},
+		{"header value is kept byte for byte", []extract.Source{header("X-Event-Id")}, withHeaders(jsonReq(`{}`), "X-Event-Id", "Evt  1"), "Evt  1", nil},
+		// key_header could not carry them: two records, one Idempotency-Key.
+		{"a key ending in a space is refused", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"evt_1 "}`), "evt_1 ", extract.ErrKeySpace},
+		{"a key beginning with a space is refused", []extract.Source{jsonPath("id")}, jsonReq(`{"id":" evt_1"}`), " evt_1", extract.ErrKeySpace},
 
 		// json
 		{"json string", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"evt_1"}`), "evt_1", nil},

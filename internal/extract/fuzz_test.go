@@ -91,7 +91,7 @@ const fuzzMaxLen = 64
 // panics and returns exactly the reference's key, or no key, or the
 // reference's error (ErrMalformedBody when a JSON source met an invalid body
 // that claims to be JSON; ErrKeyTooLong with the key cut at the limit;
-// ErrKeyNotUTF8; ErrKeyControl). Only one corner is checked loosely: a JSON
+// ErrKeyNotUTF8; ErrKeyControl; ErrKeySpace). Only one corner is checked loosely: a JSON
 // string with raw invalid UTF-8 must give ErrKeyNotUTF8 or ErrKeyTooLong,
 // since encoding/json would have replaced the bytes.
 func FuzzExtractKey(f *testing.F) {
@@ -344,6 +344,9 @@ func refValidate(key []byte) error {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
 			return ErrKeyControl
 		}
+	}
+	if strings.TrimPrefix(strings.TrimSuffix(string(key), " "), " ") != string(key) {
+		return ErrKeySpace
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ var (
 	ErrKeyTooLong = fmt.Errorf("%w: longer than the maximum length", ErrInvalidKey)
 	ErrKeyNotUTF8 = fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
 	ErrKeyControl = fmt.Errorf("%w: contains a control character", ErrInvalidKey)
+	ErrKeySpace   = fmt.Errorf("%w: begins or ends with a space", ErrInvalidKey)
 )
 
 // ValidateKey reports whether key may identify a record. Keys are
@@ -25,7 +26,10 @@ var (
 // (U+0000–U+001F, which includes TAB, CR, LF and NUL), DEL (U+007F), C1
 // (U+0080–U+009F, which includes NEL) and the line and paragraph separators
 // U+2028 and U+2029, which terminal and JavaScript log viewers treat as line
-// breaks. Other characters, spaces included, are allowed.
+// breaks. Other characters, inner spaces included, are allowed; a space at
+// either end is not: the key travels upstream in route.key_header, and an
+// HTTP field value cannot begin or end with one (RFC 9110 §5.5), so " a" and
+// "a" would be two records sent with one Idempotency-Key.
 //
 // Checks run in that order; the first that fails names the error.
 func ValidateKey(key []byte, maxLen int) error {
@@ -62,6 +66,9 @@ func validateChars(key []byte) error {
 	}
 	if control {
 		return ErrKeyControl
+	}
+	if key[0] == ' ' || key[len(key)-1] == ' ' {
+		return ErrKeySpace
 	}
 	return nil
 }

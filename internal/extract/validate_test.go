@@ -41,6 +41,11 @@ func TestValidateKey(t *testing.T) {
 		{"raw C1 byte is not UTF-8", "a\x85b", 255, extract.ErrKeyNotUTF8},
 		{"encoding wins over control", "\n\xff", 255, extract.ErrKeyNotUTF8},
 		{"length wins over encoding", "\xff" + strings.Repeat("a", 255), 255, extract.ErrKeyTooLong},
+		{"leading space", " evt_1", 255, extract.ErrKeySpace},
+		{"trailing space", "evt_1 ", 255, extract.ErrKeySpace},
+		{"only a space", " ", 255, extract.ErrKeySpace},
+		{"control wins over space", " a\n", 255, extract.ErrKeyControl},
+		{"no-break space at the end is not a space", "evt_1\u00a0", 255, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
