@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -110,11 +111,9 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	case cfg.Traces.Exporter == config.ExporterOTLP:
-		// The exporter reads OTEL_EXPORTER_OTLP_{,TRACES_}{ENDPOINT,HEADERS,
-		// TIMEOUT,COMPRESSION,CERTIFICATE…} itself; it connects lazily.
-		exp, err := otlptracehttp.New(ctx)
+		exp, err := otlpExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: otlp trace exporter: %w", err)
+			return nil, err
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	default:
@@ -265,3 +264,31 @@ func LogErrors(log *slog.Logger) {
 
 // ShutdownTimeout bounds the final flush when the caller has no deadline.
 const ShutdownTimeout = 5 * time.Second
+
+// otlpExporter is the OTLP trace exporter OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+// (or OTEL_EXPORTER_OTLP_PROTOCOL) asks for: http/protobuf, the default,
+// or grpc. The exporters read the other OTEL_EXPORTER_OTLP_{,TRACES_}*
+// variables (endpoint, headers, timeout, compression, certificates,
+// insecure) themselves, and connect lazily.
+func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch protocol {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("telemetry: OTLP protocol %q is not supported (want grpc or http/protobuf)", protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: otlp trace exporter (%s): %w", protocol, err)
+	}
+	return exp, nil
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -429,5 +431,72 @@ func TestOversizedBodyHasAServerSpan(t *testing.T) {
 	}
 	if m := series(fams, "hookstamp_request_duration_seconds", "route", "hooks", "outcome", "too_large"); m != nil && m.Histogram.GetSampleSum() > 60 {
 		t.Errorf("too_large duration sum %vs: a refused body's duration is not known", m.Histogram.GetSampleSum())
+	}
+}
+
+// grpcTraceReceiver is an OTLP/gRPC trace receiver (a collector's :4317).
+type grpcTraceReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *grpcTraceReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				r.names = append(r.names, s.GetName())
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc (SPEC §3: OTEL_EXPORTER_OTLP_* honoured)
+// sends spans over OTLP/gRPC; the exporter used to speak OTLP/HTTP
+// whatever it said. A protocol no exporter speaks is a start-up error.
+func TestOTLPExporterProtocol(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := &grpcTraceReceiver{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, recv)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	up := newUpstream(t)
+	cfg := gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}")
+	g, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_grpc"), 200, "forwarded")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recv.mu.Lock()
+	names := slices.Clone(recv.names)
+	recv.mu.Unlock()
+	if !slices.Contains(names, "POST /hooks") || !slices.Contains(names, "hookstamp.forward") {
+		t.Fatalf("the gRPC receiver got spans %q, want the server and forward spans", names)
+	}
+
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+	_, err = gateway.New(context.Background(), gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}"),
+		gateway.Options{Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), `"http/json" is not supported`) {
+		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v, want a start-up error naming it", err)
 	}
 }
