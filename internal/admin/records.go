@@ -94,7 +94,8 @@ func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempoten
 // and refills the screen or a cache after is refused by the tombstone they
 // keep for idempotency.ForgetTombstone). The screen and caches are cleared even when
 // the ledger has no row — a done entry can outlive a failed commit — and
-// the answer is then 404.
+// the answer is 204 either way (SPEC §8): the key is forgotten, and a
+// DELETE repeated by a script or a retrying client is not an error.
 func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
 	ctx := r.Context()
 	rec, err := s.o.Ledger.Lookup(ctx, ref)
@@ -103,24 +104,22 @@ func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempo
 	}
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
-		if ferr := s.forget(ctx, ref); ferr != nil {
-			s.o.Logger.WarnContext(ctx, "admin: forget after a delete of no record failed", "route", ref.Route, "key", ref.Key, "err", ferr)
-		}
-		problem(w, http.StatusNotFound, "no record for this key on this route")
-		return
+		rec = nil // no row: the screen and caches may still hold the key
 	case err != nil:
 		s.ledgerFailed(w, r, "delete", ref, err)
 		return
 	}
-	if rec.State == idempotency.StateHeld {
-		s.heldChanged(ref.Route, -1)
+	if rec != nil {
+		if rec.State == idempotency.StateHeld {
+			s.heldChanged(ref.Route, -1)
+		}
+		s.o.Logger.InfoContext(ctx, "admin: record deleted", "route", ref.Route, "key", ref.Key, "state", string(rec.State))
 	}
-	s.o.Logger.InfoContext(ctx, "admin: record deleted", "route", ref.Route, "key", ref.Key, "state", string(rec.State))
 	if err := s.forget(ctx, ref); err != nil {
-		s.o.Logger.ErrorContext(ctx, "admin: record deleted from the ledger but the screen did not forget it", "route", ref.Route, "key", ref.Key, "err", err)
+		s.o.Logger.ErrorContext(ctx, "admin: the screen did not forget a deleted key", "route", ref.Route, "key", ref.Key, "err", err)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable,
-			"the record was deleted from the ledger, but the screen did not answer: repeats may still be replayed from it; retry the DELETE")
+			"the ledger holds no record for this key, but the screen did not answer: repeats may still be replayed from it; retry the DELETE")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
