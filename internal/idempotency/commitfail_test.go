@@ -165,3 +165,49 @@ func TestReplayFromLedgerSkipsARowThatIsNotDone(t *testing.T) {
 		t.Fatalf("repeat: %s, upstream received %d; want conflict (another replica holds the key) and 1", r.Outcome, forwards.Load())
 	}
 }
+
+// downLedger is a ledger that cannot be reached at all.
+type downLedger struct{ idempotency.Ledger }
+
+func (downLedger) Claim(context.Context, idempotency.ClaimRequest, time.Time) (idempotency.Claim, error) {
+	return idempotency.Claim{}, fmt.Errorf("claim: %w", idempotency.ErrUnavailable)
+}
+
+func (downLedger) Lookup(context.Context, idempotency.Ref) (*idempotency.Record, error) {
+	return nil, fmt.Errorf("lookup: %w", idempotency.ErrUnavailable)
+}
+
+func (downLedger) Commit(context.Context, *idempotency.Record, string, time.Time) error {
+	return fmt.Errorf("commit: %w", idempotency.ErrUnavailable)
+}
+
+func (downLedger) Release(context.Context, idempotency.Ref, string) error {
+	return fmt.Errorf("release: %w", idempotency.ErrUnavailable)
+}
+
+// With store.on_unavailable: pass and the ledger down, deliveries are
+// passed through: their commits fail by design, and counting each one in
+// commit_failures would bury the failures that break a promise. The screen
+// still intercepts the repeat.
+func TestPassthroughCommitIsNoCommitFailure(t *testing.T) {
+	ctx := context.Background()
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
+	t.Cleanup(s.Close)
+	var failures atomic.Int64
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: downLedger{}, LedgerUnavailable: idempotency.FailPass,
+		Hooks: idempotency.Hooks{CommitFailure: func(string) { failures.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_pass"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte("ok"))); r.Outcome != idempotency.Passthrough {
+		t.Fatalf("delivery with the ledger down: %s, want passthrough", r.Outcome)
+	}
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("commit_failures counted %d for a passthrough delivery", n)
+	}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte("ok"))); r.Outcome != idempotency.Replayed || forwards.Load() != 1 {
+		t.Fatalf("repeat: %s, upstream received %d; want a replay from the screen and 1", r.Outcome, forwards.Load())
+	}
+}

@@ -644,6 +644,16 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
 		e.settleScreen(sctx, v, d.Ref, owner, nil)
+	case outcome == Passthrough:
+		// Forwarded without deduplication because the ledger could not be
+		// reached (store.on_unavailable: pass): recording it was a bonus,
+		// and a commit_failures count for every such delivery of an outage
+		// would bury the failures that break a promise.
+		e.depError("ledger", "commit", err)
+		e.o.Logger.WarnContext(ctx, "passthrough delivery not recorded: the ledger is unavailable",
+			"route", d.Route, "key", d.Key, "err", err)
+		ent.Unrecorded = true
+		e.settleScreen(sctx, v, d.Ref, owner, ent)
 	default:
 		e.depError("ledger", "commit", err)
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
