@@ -65,3 +65,22 @@ func TestEnvOverrideIsLiteral(t *testing.T) {
 		t.Fatalf("${PW} in the file: %q, %v", c.Screen.Redis.Password, err)
 	}
 }
+
+// A malformed PostgreSQL URL is a load-time error naming store.dsn, not
+// a failure of serve's first connection; its password stays hidden.
+func TestPostgresDSNIsChecked(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://app:pa/TOPSECRETVALUE@db:5432/hooks", "percent-encode reserved characters"},
+		{"mysql://app@db/hooks", "want a postgres:// or postgresql:// URL"},
+	} {
+		msg := mustFail(t, minimal+"store: {driver: postgres, dsn: \""+tc.dsn+"\"}\n").Error()
+		if !strings.Contains(msg, "store.dsn: bad URL") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "TOPSECRETVALUE") {
+			t.Errorf("store.dsn %q: %s", tc.dsn, msg)
+		}
+	}
+	for _, dsn := range []string{"postgres://app:p%2Fss@db:5432/hooks?sslmode=disable", "postgresql://db/hooks", "host=db dbname=hooks user=app"} {
+		if _, err := LoadFromBytes([]byte(minimal+"store: {driver: postgres, dsn: \""+dsn+"\"}\n"), nil); err != nil {
+			t.Errorf("store.dsn %q refused: %v", dsn, err)
+		}
+	}
+}

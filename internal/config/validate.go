@@ -78,11 +78,34 @@ func (c *Config) validateAdmin(errs *Errors) {
 	}
 }
 
+// checkPostgresDSN catches a malformed URL DSN at load time (gateway
+// check), where the driver would only refuse it when serve first connects.
+// Keyword/value DSNs ("host=db dbname=x") are left to the driver.
+func checkPostgresDSN(errs *Errors, dsn string) {
+	if !strings.Contains(dsn, "://") {
+		return
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the whole DSN, password included
+		}
+		errs.add("store.dsn", "bad URL %q: %v (percent-encode reserved characters such as / ? # @ : in the user name and password)", RedactDSN(dsn), err)
+		return
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		errs.add("store.dsn", "bad URL %q: want a postgres:// or postgresql:// URL (or host=… dbname=… keywords)", RedactDSN(dsn))
+	}
+}
+
 func (c *Config) validateStore(errs *Errors) {
 	s := c.Store
 	oneOf(errs, "store.driver", s.Driver, StoreSQLite, StorePostgres)
 	if s.DSN == "" {
 		errs.add("store.dsn", "required (a file for sqlite, a URL for postgres)")
+	} else if s.Driver == StorePostgres {
+		checkPostgresDSN(errs, s.DSN)
 	}
 	if s.MaxOpenConns <= 0 {
 		errs.add("store.max_open_conns", "must be at least 1, got %d", s.MaxOpenConns)

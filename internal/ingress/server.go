@@ -521,9 +521,10 @@ func SpanName(c *fiber.Ctx) string {
 	return c.Method() + " " + r.Path
 }
 
-// maxKeyAttr bounds the hookstamp.key span attribute: keys are chosen by
-// senders (key.max_length may be large).
-const maxKeyAttr = 256
+// maxKeyAttr bounds the hookstamp.key span attribute: the ceiling of
+// key.max_length (config.MaxKeyLength), so the attribute is the whole key
+// — a trace is found by the key it carries — yet bounded if that changes.
+const maxKeyAttr = 2048
 
 // annotateSpan adds route, key and outcome to the request's server span
 // (SPEC §7), and links a replay, or a mismatch, to the span of the original

@@ -267,6 +267,20 @@ func TestOTLPExporterEndToEnd(t *testing.T) {
 }
 
 // oneServerSpan waits for the only server span with outcome o.
+// hookstamp.key is the whole key, however long key.max_length lets it be:
+// traces are found by the key they carry (it was cut to 256 bytes).
+func TestSpanKeyIsTheWholeKey(t *testing.T) {
+	up := newUpstream(t)
+	exp, o := spanRecorder()
+	route := strings.Replace(oneRoute, "key: {sources: [{header: X-Event-Id}]}", "key: {sources: [{header: X-Event-Id}], max_length: 2048}", 1)
+	g := startGateway(t, gatewayConfig(t, up.URL, route, ""), o)
+	long := strings.Repeat("k", 2000)
+	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", long), 200, "forwarded")
+	if got := attr(oneServerSpan(t, exp, "forwarded").Attributes, "hookstamp.key"); got != long {
+		t.Errorf("hookstamp.key of a 2000-byte key has %d bytes, want all of them", len(got))
+	}
+}
+
 func oneServerSpan(tb testing.TB, exp *tracetest.InMemoryExporter, o string) tracetest.SpanStub {
 	tb.Helper()
 	eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
