@@ -388,7 +388,7 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 	switch rec.State {
 	case StateDone:
 		ent := EntryOf(rec)
-		e.complete(ctx, req.Ref, req.Owner, ent) // refill the screen
+		e.refill(ctx, req.Ref, req.Owner, ent)
 		return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, nil
 	case StateHeld:
 		e.release(ctx, viaScreen, req.Ref, req.Owner)
@@ -469,7 +469,7 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 		}
 		return lc, viaBoth, nil
 	case Done:
-		e.complete(ctx, req.Ref, req.Owner, lc.Entry) // refill the screen
+		e.refill(ctx, req.Ref, req.Owner, lc.Entry)
 		return lc, viaScreen, nil
 	}
 	// Held, or InFlight: a replica claimed in the ledger while it could not
@@ -840,6 +840,16 @@ func (e *Engine) complete(ctx context.Context, ref Ref, owner string, ent *Entry
 	if err := e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL); err != nil {
 		e.depError("screen", "complete", err)
 	}
+}
+
+// refill puts a record the ledger confirmed into the screen, over the
+// caller's claim. The record was read, not written: if an operator deleted
+// it meanwhile and another delivery claimed the key, the screen keeps that
+// claim (Entry.Refill).
+func (e *Engine) refill(ctx context.Context, ref Ref, owner string, ent *Entry) {
+	r := *ent
+	r.Refill = true
+	e.complete(ctx, ref, owner, &r)
 }
 
 // settleScreen ends the screen's side of a claim whose ledger side is

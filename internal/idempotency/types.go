@@ -147,7 +147,12 @@ type Entry struct {
 	// intercepts repeats, so a screen keeps it whole — body included,
 	// whatever max_cached_body says — and keeps it even where done entries
 	// are otherwise left to the local cache.
-	Unrecorded  bool
+	Unrecorded bool
+	// Refill: the entry was read from the ledger, not written by the
+	// caller, so it may be stale — an operator may have deleted the record
+	// since, and another delivery claimed the key. A screen writes it only
+	// when the key is not in flight for another owner.
+	Refill      bool
 	Fingerprint []byte
 	TraceID     string
 	SpanID      string
@@ -193,7 +198,8 @@ type Screen interface {
 	// ref, with no Claim since, Complete writes nothing: the operator's
 	// delete wins over a refill that read the record before it. An
 	// Unrecorded entry is the exception to the first rule (nothing durable
-	// stands behind it) and is kept with its body.
+	// stands behind it) and is kept with its body; a Refill entry is the
+	// exception to "whoever holds the key".
 	Complete(ctx context.Context, ref Ref, owner string, e *Entry, ttl time.Duration) error
 	// Release drops the caller's in-flight entry so that the next delivery is
 	// forwarded. ErrNotOwner if the caller no longer owns it.

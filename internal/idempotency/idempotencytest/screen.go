@@ -67,6 +67,7 @@ func RunScreen(t *testing.T, open func(t *testing.T) idempotency.Screen) {
 		{"complete over another owner's claim records it", screenCompleteOverOther},
 		{"complete when done keeps the first", screenCompleteKeepsFirst},
 		{"complete after forget is refused until a new claim", screenCompleteAfterForget},
+		{"a refill never ends another owner's claim", screenRefillKeepsOthersClaim},
 		{"forget frees an in-flight key", screenForgetInFlight},
 		{"forget frees a done key", screenForgetDone},
 		{"forget of an absent key succeeds", screenForgetAbsent},
@@ -343,6 +344,33 @@ func screenCompleteKeepsFirst(t *testing.T, s idempotency.Screen) {
 
 // A refill that read the record before an operator deleted it must not
 // bring it back; the next delivery's own complete counts.
+// A refill is a record read from the ledger: if an operator deleted it
+// after the read and a new delivery claimed the key, the refill must not
+// end that claim (a repeat would then claim and forward beside it). Over
+// the caller's own claim it records as any Complete does.
+func screenRefillKeepsOthersClaim(t *testing.T, s idempotency.Screen) {
+	screenWantStatus(t, screenClaim(t, s, screenRef, "reader", nil, screenLease), idempotency.Acquired)
+	if err := s.Forget(context.Background(), screenRef); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	screenWantStatus(t, screenClaim(t, s, screenRef, "new", nil, screenLease), idempotency.Acquired)
+	stale := screenEntry()
+	stale.Refill = true
+	screenComplete(t, s, screenRef, "reader", stale)
+	c := screenClaim(t, s, screenRef, "repeat", nil, screenLease)
+	screenWantStatus(t, c, idempotency.InFlight)
+	if c.Owner != "new" {
+		t.Fatalf("in flight for %q, want the new delivery's claim", c.Owner)
+	}
+
+	own := idempotency.Ref{Route: screenRef.Route, Key: "evt_refilled"}
+	screenWantStatus(t, screenClaim(t, s, own, "reader", nil, screenLease), idempotency.Acquired)
+	screenComplete(t, s, own, "reader", stale)
+	want := *stale
+	want.Refill = false
+	screenWantDone(t, s, own, &want)
+}
+
 func screenCompleteAfterForget(t *testing.T, s idempotency.Screen) {
 	screenWantStatus(t, screenClaim(t, s, screenRef, "a", nil, screenLease), idempotency.Acquired)
 	screenComplete(t, s, screenRef, "a", screenEntry())

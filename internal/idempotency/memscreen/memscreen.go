@@ -214,7 +214,7 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 // entry is there already. The screen keeps its own copy; BodyCached in the
 // stored entry is decided by MaxCachedBody (and Unrecorded), not taken
 // from e.
-func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *idempotency.Entry, ttl time.Duration) error {
+func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("memscreen: complete %s %q: nil entry", ref.Route, ref.Key)
 	}
@@ -222,7 +222,7 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 		return fmt.Errorf("memscreen: complete %s %q: ttl %v is not positive", ref.Route, ref.Key, ttl)
 	}
 	if s.noDone && !e.Unrecorded {
-		s.endClaim(ref)
+		s.endClaim(ref, owner, e.Refill)
 		return nil
 	}
 	kept := s.keep(e)
@@ -236,6 +236,9 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	if old := sh.m[ref]; old != nil {
 		if old.done && now.Before(old.dropAt) {
 			return nil // a done record never changes
+		}
+		if e.Refill && !old.done && old.owner != owner {
+			return nil // a stale read must not end another delivery's claim
 		}
 		old.wake()
 		sh.forgetDone(old)
@@ -260,13 +263,17 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, _ string, e *i
 	return nil
 }
 
-// endClaim is Complete with NoDone: the claim on ref, whoever holds it,
-// is dropped and its waiters woken; nothing is left behind.
-func (s *Screen) endClaim(ref idempotency.Ref) {
+// endClaim is Complete with NoDone: the claim on ref, whoever holds it
+// (only owner's for a refill), is dropped and its waiters woken; nothing
+// is left behind.
+func (s *Screen) endClaim(ref idempotency.Ref, owner string, refill bool) {
 	sh := s.shard(ref)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.m[ref]; e != nil {
+		if refill && !e.done && e.owner != owner {
+			return // a stale read must not end another delivery's claim
+		}
 		e.wake()
 		delete(sh.m, ref)
 	}

@@ -328,3 +328,37 @@ func TestNoDoneKeepsUnrecordedEntries(t *testing.T) {
 		t.Fatalf("repeat's entry: %d %q (body cached %v), want 201 and the whole body", c.Entry.Status, c.Entry.Body, c.Entry.BodyCached)
 	}
 }
+
+// With NoDone a Complete ends the claim on the key, whoever holds it — but
+// a refill (a record read from the ledger, perhaps deleted since) ends
+// only its caller's: ending a new delivery's claim would let its repeat
+// claim and be forwarded beside it.
+func TestNoDoneRefillEndsOnlyItsOwnClaim(t *testing.T) {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 1 << 10, NoDone: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "r", Key: "evt_deleted"}
+	claim := func(owner string) idempotency.Claim {
+		c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: owner, Lease: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := claim("reader"); c.Status != idempotency.Acquired {
+		t.Fatalf("reader's claim: %v", c.Status)
+	}
+	if err := s.Forget(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim("new"); c.Status != idempotency.Acquired {
+		t.Fatalf("new delivery's claim: %v", c.Status)
+	}
+	stale := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("deleted")}, BodyCached: true, Refill: true}
+	if err := s.Complete(ctx, ref, "reader", stale, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim("repeat"); c.Status != idempotency.InFlight || c.Owner != "new" {
+		t.Fatalf("repeat after the stale refill: %v owned by %q, want in flight for the new delivery", c.Status, c.Owner)
+	}
+}

@@ -37,7 +37,7 @@ func TestPipelinedBatchKeepsPerScriptResults(t *testing.T) {
 			}
 			blob := encodeEntry(nil, codecSample(), true)
 			complete := &scriptCall{ctx: ctx, script: completeScript, keys: []string{s.key(idempotency.Ref{Route: "r", Key: p + "done"})},
-				args: []any{s.channel, millis(time.Hour), "fp", blob}, done: make(chan scriptResult, 1)}
+				args: []any{s.channel, millis(time.Hour), "fp", blob, ""}, done: make(chan scriptResult, 1)}
 			batch := []*scriptCall{claim("a", "o1"), claim("same", "o2"), complete, claim("same", "o3"), claim("b", "o4")}
 			s.pipe.send(batch)
 			status := map[string]idempotency.ClaimStatus{}

@@ -280,7 +280,7 @@ func bytesOf(v any) []byte {
 // entry is there already. BodyCached in the stored entry is decided by
 // MaxCachedBody, not taken from e, except that an Unrecorded entry keeps
 // its body: no ledger row has it.
-func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e *idempotency.Entry, ttl time.Duration) error {
+func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("redisscreen: complete %s %q: nil entry", ref.Route, ref.Key)
 	}
@@ -290,8 +290,12 @@ func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, _ string, e 
 	blob := encodeEntry(make([]byte, 0, encodedSize(e)), e, len(e.Body) <= s.maxBody || e.Unrecorded)
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
+	refillOwner := ""
+	if e.Refill {
+		refillOwner = owner
+	}
 	_, err := s.pipe.run(ctx, completeScript, []string{s.key(ref)},
-		s.channel, millis(ttl), e.Fingerprint, blob)
+		s.channel, millis(ttl), e.Fingerprint, blob, refillOwner)
 	if err != nil {
 		return fail("complete", ref, err)
 	}

@@ -69,12 +69,17 @@ redis.call('PEXPIRE', KEYS[1], 2 * lease)
 return {status}
 `)
 
-// completeScript: ARGV = channel, ttl ms, fingerprint, entry.
-// Returns 1 when written, 0 when a done entry was kept or the key was
-// forgotten (s = "x", see forgetScript).
+// completeScript: ARGV = channel, ttl ms, fingerprint, entry, refill
+// owner ("" for a record the caller wrote). Returns 1 when written, 0 when
+// a done entry was kept, the key was forgotten (s = "x", see
+// forgetScript), or a refill found the key in flight for another owner (a
+// record read before an operator's delete must not end a new claim).
 var completeScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 's', 'w')
+local v = redis.call('HMGET', KEYS[1], 's', 'w', 'o')
 if v[1] == 'd' or v[1] == 'x' then
+  return 0
+end
+if ARGV[5] ~= '' and v[1] == 'f' and v[3] ~= ARGV[5] then
   return 0
 end
 redis.call('DEL', KEYS[1])
