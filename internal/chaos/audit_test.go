@@ -117,6 +117,23 @@ func (f *fixture) heldAt(ev *Event, gw, act string, d time.Duration) {
 		Start: f.at(0), End: f.at(d), Answered: true, Status: 504, Outcome: "held"})
 }
 
+// lostThenReleased records an event on route whose first copy the
+// upstream applied at 0 without answering, g1.1 releasing it at 1 s, and
+// whose retry was forwarded through g2.1 at 2 s.
+func (f *fixture) lostThenReleased(route string) *Event {
+	ev := f.event("e1")
+	ev.Route = route
+	f.seq++
+	f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
+		Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
+	f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(time.Second), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+		Outcome: "released", Err: "upstream timed out after sending"})
+	up := f.apply(ev, "g2.1", 2*time.Second)
+	f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
+	f.record(ev, up)
+	return ev
+}
+
 // resolved records the operator's resolution of ev's key at d.
 func (f *fixture) resolved(ev *Event, action string, d time.Duration) {
 	f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: action,
@@ -421,16 +438,7 @@ func TestAudit(t *testing.T) {
 		{
 			name: "an applied, unanswered forward released on the hold route",
 			build: func(f *fixture) {
-				ev := f.event("e1")
-				ev.Route = holdRoute
-				f.seq++
-				f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
-					Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
-				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(time.Second), Msg: "delivery", Route: ev.Route, Key: ev.Key,
-					Outcome: "released", Err: "upstream timed out after sending"}}
-				up := f.apply(ev, "g2.1", 2*time.Second)
-				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
-				f.record(ev, up)
+				f.lostThenReleased(holdRoute)
 			},
 			wantChecks: []string{CheckDuplicate},
 			wantCauses: []DuplicateCause{CauseUnexplained},
@@ -438,18 +446,9 @@ func TestAudit(t *testing.T) {
 		{
 			name: "the same, when the hold itself could not be written",
 			build: func(f *fixture) {
-				ev := f.event("e1")
-				ev.Route = holdRoute
-				f.seq++
-				f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
-					Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
-				f.in.Logs["g1.1"] = []LogLine{
-					{Time: f.at(time.Second), Msg: msgHoldFailed + "; releasing it", Route: ev.Route, Key: ev.Key},
-					{Time: f.at(time.Second), Msg: "delivery", Route: ev.Route, Key: ev.Key,
-						Outcome: "released", Err: "upstream timed out after sending"}}
-				up := f.apply(ev, "g2.1", 2*time.Second)
-				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
-				f.record(ev, up)
+				ev := f.lostThenReleased(holdRoute)
+				f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"],
+					LogLine{Time: f.at(time.Second), Msg: msgHoldFailed + "; releasing it", Route: ev.Route, Key: ev.Key})
 			},
 			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},

@@ -5,14 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
-	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
 // failCommitLedger fails the first Commit as an unreachable ledger would
@@ -63,14 +61,7 @@ func TestCommitFailureMemoryScreenInterceptsRepeats(t *testing.T) {
 
 func commitFailureMemoryScreen(t *testing.T, cacheBytes int) {
 	ctx := context.Background()
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(t.TempDir(), "l.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := sqliteLedger(t)
 	// As gateway.New builds them for screen.driver: memory.
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: cacheBytes > 0})
 	t.Cleanup(s.Close)
@@ -89,45 +80,38 @@ func commitFailureMemoryScreen(t *testing.T, cacheBytes int) {
 
 // The same with the Redis screen and a response larger than
 // screen.max_cached_body, which a done entry normally leaves to the ledger.
-// With ConfirmByClaim (redis + on_unavailable: store, the production
-// setting) the failed commit leaves the pending ledger row behind: a replay
-// that read its body from there replayed status 0 and an empty body.
-func TestCommitFailureLargeBodyReplaysTheAnswer(t *testing.T) {
-	ctx := context.Background()
-	l, s := productionStores(t) // MaxCachedBody 64 KiB
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
-		ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
-	if err != nil {
-		t.Fatal(err)
+// With ledger-claim confirms (redis + on_unavailable: store, the
+// production setting) the failed commit leaves the pending ledger row
+// behind: a replay that read its body from there replayed status 0 and an
+// empty body. With lookup confirms (on_unavailable: reject or pass) the
+// repeat found no row, took the record for deleted, and was forwarded
+// again.
+func TestCommitFailureLargeBody(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts idempotency.Options
+	}{
+		{"ledger-claim confirm", idempotency.Options{ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore}},
+		{"lookup confirm", idempotency.Options{ScreenUnavailable: idempotency.FailReject}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l, s := productionStores(t) // MaxCachedBody 64 KiB
+			o := tc.opts
+			o.Screen, o.Ledger = s, &failCommitLedger{Ledger: l}
+			e, err := idempotency.New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			big := bytes.Repeat([]byte("x"), 100<<10)
+			var forwards atomic.Int64
+			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails"}}
+			if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
+				t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+			}
+			wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)), &forwards, big)
+		})
 	}
-	big := bytes.Repeat([]byte("x"), 100<<10)
-	var forwards atomic.Int64
-	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails"}}
-	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
-		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
-	}
-	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)), &forwards, big)
-}
-
-// Redis screen with lookup confirms (screen.on_unavailable: reject or pass),
-// response larger than screen.max_cached_body: a repeat that went to the
-// ledger for the body found no row (the commit failed), took the record for
-// deleted, and was forwarded again.
-func TestCommitFailureLargeBodyLookupConfirm(t *testing.T) {
-	ctx := context.Background()
-	l, s := productionStores(t)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
-		ScreenUnavailable: idempotency.FailReject})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bytes.Repeat([]byte("y"), 100<<10)
-	var forwards atomic.Int64
-	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails2"}}
-	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)); r.Outcome != idempotency.Forwarded {
-		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
-	}
-	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, big)), &forwards, big)
 }
 
 // A done screen entry without its body sends the replay to the ledger for

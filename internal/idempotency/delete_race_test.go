@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,21 @@ func productionStores(t *testing.T) (*sqlledger.Ledger, *redisscreen.Screen) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return l, s
+}
+
+// sqliteLedger opens an embedded SQLite ledger in a temporary directory.
+func sqliteLedger(tb testing.TB) *sqlledger.Ledger {
+	tb.Helper()
+	ctx := context.Background()
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(tb.TempDir(), "ledger.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	if err := l.Migrate(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }
 
 // onDoneLedger runs hook when a ledger claim finds the key done.

@@ -3,7 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,22 +10,13 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
-	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
 // benchEngine is the embedded default: the memory screen, SQLite in a
 // temporary directory, the local cache.
 func benchEngine(b *testing.B) *idempotency.Engine {
 	b.Helper()
-	ctx := context.Background()
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(b.TempDir(), "bench.db")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	if err := l.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	l := sqliteLedger(b)
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	b.Cleanup(s.Close)
 	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, Cache: idempotency.NewCache(32<<20, 64<<10, 0)})
