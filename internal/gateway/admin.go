@@ -80,8 +80,12 @@ func (g *Gateway) initAdmin(cache *idempotency.Cache) error {
 	}
 	a.stats = rs
 	g.closers = append(g.closers, rs.Close)
+	// Every replica publishes its deletes, whether or not it keeps a cache
+	// itself (one with local_cache: 0 may be the one serving the admin
+	// API); the replicas with a cache subscribe.
+	a.inval = &invalidations{client: a.redis, channel: g.cfg.Screen.Prefix + "invalidate"}
 	if cache != nil {
-		a.inval = subscribeInvalidations(a.redis, g.cfg.Screen.Prefix+"invalidate", cache, g)
+		a.inval.subscribe(cache, g)
 		g.closers = append(g.closers, a.inval.close)
 	}
 	return nil
@@ -187,19 +191,22 @@ func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
 type invalidations struct {
 	client  redis.UniversalClient
 	channel string
-	ps      *redis.PubSub
-	done    chan struct{}
-	stop    chan struct{}
-	closed  atomic.Bool
-	once    sync.Once
+	// The subscription (subscribe): only a replica with a cache has one.
+	ps     *redis.PubSub
+	done   chan struct{}
+	stop   chan struct{}
+	closed atomic.Bool
+	once   sync.Once
 }
 
-func subscribeInvalidations(c redis.UniversalClient, channel string, cache *idempotency.Cache, g *Gateway) *invalidations {
+// subscribe clears keys from cache as other replicas publish their deletes.
+func (inv *invalidations) subscribe(cache *idempotency.Cache, g *Gateway) {
 	// Subscribe does not fail when Redis is down: go-redis keeps
 	// reconnecting and resubscribing in the background.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	inv := &invalidations{client: c, channel: channel, ps: c.Subscribe(ctx, channel), done: make(chan struct{}), stop: make(chan struct{})}
+	channel := inv.channel
+	inv.ps, inv.done, inv.stop = inv.client.Subscribe(ctx, channel), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(inv.done)
 		for {
@@ -236,7 +243,6 @@ func subscribeInvalidations(c redis.UniversalClient, channel string, cache *idem
 			}
 		}
 	}()
-	return inv
 }
 
 func (inv *invalidations) publish(ctx context.Context, ref idempotency.Ref) error {

@@ -667,11 +667,21 @@ func TestAdminReadyz(t *testing.T) {
 
 // TestAdminDeleteReachesOtherReplicas: replica A forwards and keeps the
 // record in its local cache; an operator deletes it through replica B; A's
-// cache drops it (Redis pub/sub), so the next delivery to A is forwarded.
+// cache drops it (Redis pub/sub), so the next delivery to A is forwarded —
+// also when B keeps no cache of its own (an admin-serving replica, say),
+// whose deletes were not published at all.
 func TestAdminDeleteReachesOtherReplicas(t *testing.T) {
+	for _, bCache := range []string{"1MiB", "0"} {
+		t.Run("B's local_cache "+bCache, func(t *testing.T) { deleteReachesOtherReplicas(t, bCache) })
+	}
+}
+
+func deleteReachesOtherReplicas(t *testing.T, bCache string) {
 	s := sharedSetup(t)
 	s.localCache = "1MiB"
-	a, b := s.start(t), s.start(t)
+	a := s.start(t)
+	s.localCache = bCache
+	b := s.start(t)
 	body := `{"id":"evt_x"}`
 	want(t, deliver(t, a, "/hooks", body), http.StatusOK, "forwarded")
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
