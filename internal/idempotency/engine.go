@@ -743,6 +743,13 @@ func (e *Engine) shadow(ctx context.Context, fwd ForwardFunc) Result {
 	return e.forwardUnclaimed(ctx, Shadowed, fwd)
 }
 
+// Passthrough forwards a request the route does not deduplicate (a method
+// it does not list, an optional key absent): no claim, no record, outcome
+// passthrough, inside the same forward span as every other forward.
+func (e *Engine) Passthrough(ctx context.Context, fwd ForwardFunc) Result {
+	return e.forwardUnclaimed(ctx, Passthrough, fwd)
+}
+
 // forwardUnclaimed forwards without holding a claim and without recording.
 func (e *Engine) forwardUnclaimed(ctx context.Context, o Outcome, fwd ForwardFunc) Result {
 	up, err := e.call(ctx, fwd)

@@ -22,9 +22,12 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// Engine is the state machine, as the ingress uses it.
+// Engine is the state machine, as the ingress uses it: Handle for a
+// delivery to deduplicate, Passthrough for a request the route does not
+// deduplicate.
 type Engine interface {
 	Handle(ctx context.Context, p *idempotency.Policy, d idempotency.Delivery, fwd idempotency.ForwardFunc) idempotency.Result
+	Passthrough(ctx context.Context, fwd idempotency.ForwardFunc) idempotency.Result
 }
 
 // Forwarder sends one request upstream.
@@ -239,7 +242,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		return s.forward(ctx, c, route, rest, ev.Key)
 	}
 	if !route.dedups(c.Method()) {
-		return s.unclaimed(ctx, fwd)
+		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 	req := newFastRequest(c)
 	// The sender is known before the signature is checked, so that the
@@ -262,7 +265,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	case err != nil || len(key) == 0:
 		// No key. A body the JSON sources could not parse says why.
 		if !route.KeyRequired {
-			return s.unclaimed(ctx, fwd)
+			return s.o.Engine.Passthrough(ctx, fwd)
 		}
 		detail := "no idempotency key found in the configured sources"
 		if errors.Is(err, extract.ErrMalformedBody) {
@@ -280,16 +283,6 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		d.Fingerprint = route.Fingerprinter.Fingerprint(req)
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
-}
-
-// unclaimed forwards without deduplication (outcome passthrough).
-func (s *Server) unclaimed(ctx context.Context, fwd idempotency.ForwardFunc) idempotency.Result {
-	up, err := fwd(ctx)
-	if err != nil {
-		return idempotency.Result{Outcome: idempotency.Passthrough, Status: forward.StatusFor(err),
-			Detail: "the upstream did not answer", Err: err}
-	}
-	return idempotency.Result{Outcome: idempotency.Passthrough, Upstream: up}
 }
 
 // forward copies the request out of fasthttp's buffers (the transport may

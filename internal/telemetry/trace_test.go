@@ -281,6 +281,27 @@ func TestSpanKeyIsTheWholeKey(t *testing.T) {
 	}
 }
 
+// A passthrough (here: an optional key absent) is a forward like any other
+// (SPEC §7): a hookstamp.forward client span under the server span, whose
+// context the upstream gets. It had neither.
+func TestPassthroughForwardHasForwardSpan(t *testing.T) {
+	up := newUpstream(t)
+	exp, o := spanRecorder()
+	route := strings.Replace(oneRoute, "key: {sources: [{header: X-Event-Id}]}", "key: {sources: [{header: X-Event-Id}], required: false}", 1)
+	g := startGateway(t, gatewayConfig(t, up.URL, route, ""), o)
+
+	wantOutcome(t, send(t, g, "/hooks", `{}`), 200, "passthrough")
+	srv := oneServerSpan(t, exp, "passthrough")
+	kids := children(exp, srv)
+	if got := names(kids); !slices.Equal(got, []string{"hookstamp.forward"}) {
+		t.Fatalf("children of the passthrough server span: %q, want the forward span", got)
+	}
+	want := fmt.Sprintf("00-%s-%s-01", srv.SpanContext.TraceID(), kids[0].SpanContext.SpanID())
+	if _, tps := up.received(); len(tps) != 1 || tps[0] != want {
+		t.Errorf("upstream traceparent %q, want %q", tps, want)
+	}
+}
+
 func oneServerSpan(tb testing.TB, exp *tracetest.InMemoryExporter, o string) tracetest.SpanStub {
 	tb.Helper()
 	eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
