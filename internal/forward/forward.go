@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -238,7 +239,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	resp, reuse, err := f.roundTrip(tctx, c, r, u, h)
 	// Read before the connection may be closed: closing a TLS connection
 	// writes its close_notify alert.
-	sent := c.cc.written.Load() != mark
+	sent := c.cc.written.Load() != mark && !refusedByTLS(c, err)
 	if !stop() {
 		reuse = false
 	}
@@ -405,6 +406,28 @@ func hostPort(u *url.URL) string {
 		port = "443"
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// refusedByTLS reports whether err is the upstream's TLS layer refusing a
+// new connection. Under TLS 1.3 a server checks the client's certificate
+// after the client has finished its side of the handshake, so the refusal
+// (certificate_required, bad_certificate, unknown_ca…) arrives as the
+// answer to the request already written: the request never reached the
+// application, which a TLS server cannot hand data before it accepted the
+// handshake. Only handshake alerts, and only on a connection's first
+// exchange, count.
+func refusedByTLS(c *conn, err error) bool {
+	var oe *net.OpError
+	if c.reused || !errors.As(err, &oe) || oe.Op != "remote error" || oe.Err == nil {
+		return false
+	}
+	switch strings.TrimPrefix(oe.Err.Error(), "tls: ") {
+	case "bad certificate", "unsupported certificate", "revoked certificate", "expired certificate",
+		"unknown certificate", "unknown certificate authority", "certificate required", "access denied",
+		"handshake failure", "insufficient security", "protocol version not supported":
+		return true
+	}
+	return false
 }
 
 // exchange names one forward in errors.

@@ -3,6 +3,7 @@ package forward_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -784,6 +785,34 @@ func waitFor(tb testing.TB, cond func() bool) {
 			return
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// An https upstream that requires a client certificate refuses a gateway
+// presenting none in its TLS layer: its application never sees the
+// request, so it is ErrUnreachable (never ambiguous: not held). Under
+// TLS 1.3 the refusal arrives after the request was written, and it was
+// taken for an upstream that received the request and gave no answer.
+func TestDoTLSClientCertRefusedIsUnreachable(t *testing.T) {
+	for name, maxVersion := range map[string]uint16{"TLS1.2": tls.VersionTLS12, "TLS1.3": tls.VersionTLS13} {
+		t.Run(name, func(t *testing.T) {
+			var got atomic.Int64
+			u := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got.Add(1)
+				_, _ = io.WriteString(w, "ok")
+			}))
+			u.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert, MaxVersion: maxVersion}
+			u.StartTLS()
+			defer u.Close()
+			f := newForwarder(t, forward.Options{TLSConfig: u.Client().Transport.(*http.Transport).TLSClientConfig})
+			_, err := f.Do(context.Background(), post(u.URL, "mtls"))
+			if got.Load() != 0 {
+				t.Fatalf("the upstream's handler ran")
+			}
+			if !errors.Is(err, forward.ErrUnreachable) || forward.Ambiguous(err) {
+				t.Fatalf("Do = %v (ambiguous %v), want ErrUnreachable", err, forward.Ambiguous(err))
+			}
+		})
 	}
 }
 

@@ -36,6 +36,8 @@ type conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	// reused: an exchange completed on c before (it came from the pool).
+	reused bool
 }
 
 // maxResponseHead bounds what is read of an answer before its body: the
@@ -175,7 +177,7 @@ func (p *hostPool) put(c *conn) {
 		p.release()
 		return
 	}
-	c.idleAt = time.Now()
+	c.idleAt, c.reused = time.Now(), true
 	p.idle = append(p.idle, c)
 	p.signal()
 	if p.sweep == nil {
