@@ -122,3 +122,23 @@ func TestKeyWithEdgeSpacesIsRefused(t *testing.T) {
 		t.Fatalf("upstream got %d requests, last key %q", up.total.Load(), key)
 	}
 }
+
+// A chunked delivery's trailer fields are not header fields (RFC 9110
+// §6.5.1): fasthttp merged them into the header, and the upstream got
+// them as such.
+func TestChunkedTrailerIsNotForwardedAsAHeader(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nTrailer: X-Checksum\r\nTransfer-Encoding: chunked\r\n" +
+		"Connection: close\r\n\r\n12\r\n{\"id\":\"evt_chunk\"}\r\n0\r\nX-Checksum: abc\r\n\r\n"
+	if out := rawExchange(t, g, req, 2*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("no 200 answer: %+v", out)
+	}
+	body, _, key := up.lastRequest()
+	if key != "evt_chunk" || body != `{"id":"evt_chunk"}` {
+		t.Fatalf("upstream got key %q body %q", key, body)
+	}
+	if v := up.lastHeader().Get("X-Checksum"); v != "" {
+		t.Errorf("the trailer field reached the upstream as a header field: X-Checksum: %q", v)
+	}
+}

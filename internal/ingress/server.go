@@ -298,6 +298,10 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		}
 		hdr[name] = append(hdr[name], string(v))
 	})
+	// fasthttp merges a chunked body's trailer fields into the header; they
+	// must not travel as header fields (RFC 9110 §6.5.1), and the body goes
+	// upstream with a Content-Length, which carries no trailers.
+	fr.Header.VisitAllTrailer(func(k []byte) { delete(hdr, http.CanonicalHeaderKey(string(k))) })
 	req := &forward.Request{
 		Method:    c.Method(),
 		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), string(fr.URI().QueryString())),
