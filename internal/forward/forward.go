@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -220,6 +221,13 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	x := exchange{method: r.Method, host: u.Host}
 	h := outgoingHeader(r)
+	if u.User != nil {
+		// Credentials in upstream.url are the gateway's to its upstream,
+		// sent as Basic auth (as net/http's Client does); they replace an
+		// Authorization the provider sent to the gateway.
+		pw, _ := u.User.Password()
+		h["Authorization"] = []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))}
+	}
 	if f.injectTrace != nil {
 		f.injectTrace(tctx, h)
 	}

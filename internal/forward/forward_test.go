@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -785,6 +787,35 @@ func waitFor(tb testing.TB, cond func() bool) {
 			return
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Credentials in upstream.url go to the upstream as Basic auth, in place of
+// an Authorization the provider sent; without them the provider's passes.
+func TestDoURLCredentialsAreBasicAuth(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer u.Close()
+	f := newForwarder(t, forward.Options{})
+	withCreds := strings.Replace(u.URL, "http://", "http://app:p%40ss@", 1)
+	for _, target := range []string{withCreds + "/x", u.URL + "/x"} {
+		r := post(target, "auth")
+		r.Header.Set("Authorization", "Basic cHJvdmlkZXI6c2VjcmV0")
+		if _, err := f.Do(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"Basic " + base64.StdEncoding.EncodeToString([]byte("app:p@ss")), "Basic cHJvdmlkZXI6c2VjcmV0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Authorization received %q, want %q", got, want)
 	}
 }
 
