@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ func (g *Gateway) initAdmin(cache *idempotency.Cache) error {
 	// API); the replicas with a cache subscribe.
 	a.inval = &invalidations{client: a.redis, channel: g.cfg.Screen.Prefix + "invalidate"}
 	if cache != nil {
-		a.inval.subscribe(cache, g)
+		a.inval.subscribe(cache, g.log)
 		g.closers = append(g.closers, a.inval.close)
 	}
 	return nil
@@ -187,11 +188,19 @@ func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
 // Pub/sub delivers at most once: a DELETE published while a replica's
 // subscription is down is lost to it. So every (re)subscription clears
 // the replica's cache, and cached entries expire anyway
-// (idempotency.DefaultCacheMaxAge).
+// (idempotency.DefaultCacheMaxAge). A subscription whose connection hangs
+// (a partition resets nothing) is found by a ping after a silent minute:
+// with no pong within a few seconds it is dropped, the cache cleared, and
+// a new one made.
 type invalidations struct {
 	client  redis.UniversalClient
 	channel string
+	// silence is how long the subscription may stay quiet before a ping
+	// (a minute), pongWait how long the pong may take (five seconds).
+	silence, pongWait time.Duration
+
 	// The subscription (subscribe): only a replica with a cache has one.
+	mu     sync.Mutex // guards ps against close
 	ps     *redis.PubSub
 	done   chan struct{}
 	stop   chan struct{}
@@ -200,25 +209,41 @@ type invalidations struct {
 }
 
 // subscribe clears keys from cache as other replicas publish their deletes.
-func (inv *invalidations) subscribe(cache *idempotency.Cache, g *Gateway) {
-	// Subscribe does not fail when Redis is down: go-redis keeps
-	// reconnecting and resubscribing in the background.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	channel := inv.channel
-	inv.ps, inv.done, inv.stop = inv.client.Subscribe(ctx, channel), make(chan struct{}), make(chan struct{})
+func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) {
+	if inv.silence <= 0 {
+		inv.silence = time.Minute
+	}
+	if inv.pongWait <= 0 {
+		inv.pongWait = 5 * time.Second
+	}
+	inv.done, inv.stop = make(chan struct{}), make(chan struct{})
+	ps := inv.resubscribe(nil)
 	go func() {
 		defer close(inv.done)
+		pinged := false
 		for {
-			msg, err := inv.ps.ReceiveTimeout(context.Background(), time.Minute)
-			if err != nil {
-				if inv.closed.Load() {
-					return
-				}
-				// A silent minute: make sure the connection is alive (a
-				// failed ping makes go-redis reconnect and resubscribe).
-				// Other errors: go-redis reconnects on the next receive.
-				_ = inv.ps.Ping(context.Background())
+			wait := inv.silence
+			if pinged {
+				wait = inv.pongWait
+			}
+			msg, err := ps.ReceiveTimeout(context.Background(), wait)
+			if inv.closed.Load() {
+				return
+			}
+			var ne net.Error
+			switch {
+			case err != nil && pinged && errors.As(err, &ne) && ne.Timeout():
+				// No pong: the connection hangs. Deletes published
+				// meanwhile are lost to this replica.
+				log.Warn("cache invalidations: the subscription does not answer; subscribing anew", "channel", inv.channel)
+				cache.Clear()
+				ps, pinged = inv.resubscribe(ps), false
+				continue
+			case err != nil:
+				// A silent spell, or a broken connection (go-redis
+				// reconnects and resubscribes on the next receive): make
+				// sure the connection answers.
+				pinged = ps.Ping(context.Background()) == nil
 				select {
 				case <-time.After(100 * time.Millisecond):
 				case <-inv.stop:
@@ -226,6 +251,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, g *Gateway) {
 				}
 				continue
 			}
+			pinged = false
 			switch m := msg.(type) {
 			case *redis.Subscription:
 				// (Re)subscribed: deletes published while the subscription
@@ -236,13 +262,32 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, g *Gateway) {
 			case *redis.Message:
 				route, key, ok := strings.Cut(m.Payload, "\x00")
 				if !ok {
-					g.log.Warn("ignored a malformed cache invalidation", "channel", channel)
+					log.Warn("ignored a malformed cache invalidation", "channel", inv.channel)
 					continue
 				}
 				cache.Delete(idempotency.Ref{Route: route, Key: key})
 			}
 		}
 	}()
+}
+
+// resubscribe closes old (if any) and subscribes anew. Subscribe does not
+// fail when Redis is down: go-redis keeps reconnecting and resubscribing
+// in the background.
+func (inv *invalidations) resubscribe(old *redis.PubSub) *redis.PubSub {
+	if old != nil {
+		_ = old.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ps := inv.client.Subscribe(ctx, inv.channel)
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if inv.closed.Load() {
+		_ = ps.Close() // close ran meanwhile: the loop's next receive ends it
+	}
+	inv.ps = ps
+	return ps
 }
 
 func (inv *invalidations) publish(ctx context.Context, ref idempotency.Ref) error {
@@ -259,7 +304,9 @@ func (inv *invalidations) close() error {
 	inv.once.Do(func() {
 		inv.closed.Store(true)
 		close(inv.stop)
+		inv.mu.Lock()
 		err = inv.ps.Close()
+		inv.mu.Unlock()
 		<-inv.done
 	})
 	return err

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// A subscription whose connection hangs — a partition resets nothing, so
+// go-redis sees no error and pings only fill the socket's buffer — would
+// miss every DELETE for as long as the hang lasts, and the replica replay
+// deleted records from its cache until they aged out. With no pong after
+// a silent spell, the cache is cleared and the subscription made anew;
+// once the network is back, invalidations arrive again.
+func TestInvalidationsRecoverFromAHungSubscription(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	proxy := testenv.StartFaultProxy(t, addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = direct.Close() })
+
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: prefix + "invalidate", silence: 200 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_hung"}
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	time.Sleep(300 * time.Millisecond) // subscribed (the subscription's own Clear is behind us)
+	cache.Put(ref, ent)
+	if _, ok := cache.Get(ref); !ok {
+		t.Fatal("the cache did not keep the entry")
+	}
+
+	proxy.Blackhole()
+	if err := direct.Publish(context.Background(), inv.channel, ref.Route+"\x00"+ref.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the hung subscription noticed and the cache cleared", func() bool {
+		_, ok := cache.Get(ref)
+		return !ok
+	})
+
+	// Back to normal: a delete published now reaches the cache.
+	proxy.Restore()
+	other := idempotency.Ref{Route: "hooks", Key: "evt_after"}
+	time.Sleep(time.Second) // resubscribed through the restored network
+	cache.Put(other, ent)
+	if err := direct.Publish(context.Background(), inv.channel, other.Route+"\x00"+other.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the delete after the recovery applied", func() bool {
+		_, ok := cache.Get(other)
+		return !ok
+	})
+}
