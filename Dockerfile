@@ -17,6 +17,9 @@ COPY --from=build /out/gateway /app/gateway
 COPY --from=build --chown=nonroot:nonroot /out/data /app/data
 COPY config.yaml /app/config.yaml
 USER nonroot:nonroot
+# config.yaml keeps the admin listener on loopback; in a container, probes
+# and Prometheus come from outside it. /admin/* stays off without a token.
+ENV HOOKSTAMP_ADMIN__LISTEN=:9090
 EXPOSE 8080 9090
 ENTRYPOINT ["/app/gateway"]
 CMD ["serve", "-config", "/app/config.yaml"]

@@ -43,7 +43,7 @@ fuzz: ## run every fuzz target for FUZZTIME each; new failing inputs land in tes
 	@scripts/fuzz.sh $(FUZZTIME)
 
 docker: ## build the container image
-	docker build -t hookstamp:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) -t hookstamp:$(VERSION) .
 
 clean:
 	rm -rf bin data/*.db data/*.db-*
