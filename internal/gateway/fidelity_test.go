@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"net/http"
 	"strings"
 	"testing"
@@ -124,21 +125,47 @@ func TestKeyWithEdgeSpacesIsRefused(t *testing.T) {
 }
 
 // A chunked delivery's trailer fields are not header fields (RFC 9110
-// §6.5.1): fasthttp merged them into the header, and the upstream got
-// them as such.
-func TestChunkedTrailerIsNotForwardedAsAHeader(t *testing.T) {
+// §6.5.1), declared or not: fasthttp merges them into the header, where
+// they reached the upstream as header fields, could supply the key, or —
+// merely declared — made the forward drop the real header of that name.
+func TestChunkedTrailersAreNotHeaderFields(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nTrailer: X-Checksum\r\nTransfer-Encoding: chunked\r\n" +
-		"Connection: close\r\n\r\n12\r\n{\"id\":\"evt_chunk\"}\r\n0\r\nX-Checksum: abc\r\n\r\n"
-	if out := rawExchange(t, g, req, 2*time.Second); len(out) != 1 || out[0].status != 200 {
-		t.Fatalf("no 200 answer: %+v", out)
+	chunked := func(head, body, trailer string) string {
+		return "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n" + head +
+			"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n%s\r\n", len(body), body, trailer)
+	}
+	exchange := func(req string) rawReply {
+		out := rawExchange(t, g, req, 2*time.Second)
+		if len(out) != 1 {
+			t.Fatalf("want one answer, got %+v", out)
+		}
+		return out[0]
+	}
+
+	// Declared and undeclared trailer fields, one of them shadowing a header.
+	r := exchange(chunked("Trailer: X-Checksum\r\nX-Event-Id: evt_chunk\r\n", `{"n":1}`,
+		"X-Checksum: abc\r\nX-Smuggled: yes\r\nX-Event-Id: evt_other\r\n"))
+	if r.status != 200 {
+		t.Fatalf("chunked delivery: %d", r.status)
 	}
 	body, _, key := up.lastRequest()
-	if key != "evt_chunk" || body != `{"id":"evt_chunk"}` {
-		t.Fatalf("upstream got key %q body %q", key, body)
+	h := up.lastHeader()
+	if key != "evt_chunk" || body != `{"n":1}` || h.Get("X-Checksum") != "" || h.Get("X-Smuggled") != "" ||
+		!slices.Equal(h.Values("X-Event-Id"), []string{"evt_chunk"}) {
+		t.Fatalf("upstream got key %q body %q, X-Checksum %q X-Smuggled %q X-Event-Id %q", key, body,
+			h.Get("X-Checksum"), h.Get("X-Smuggled"), h.Values("X-Event-Id"))
 	}
-	if v := up.lastHeader().Get("X-Checksum"); v != "" {
-		t.Errorf("the trailer field reached the upstream as a header field: X-Checksum: %q", v)
+
+	// A key that only the trailer carries is no key.
+	if r := exchange(chunked("", `{"n":2}`, "X-Event-Id: evt_trailer\r\n")); r.status != 400 || r.header.Get("Hookstamp-Outcome") != "missing_key" {
+		t.Fatalf("a key in the trailer only: %d %q, want 400 missing_key", r.status, r.header.Get("Hookstamp-Outcome"))
+	}
+
+	// A field declared as a trailer but sent only as a header is forwarded.
+	exchange(chunked("Trailer: X-Note\r\nX-Note: kept\r\nX-Event-Id: evt_declared\r\n", `{"n":3}`, ""))
+	if got := up.lastHeader().Get("X-Note"); got != "kept" {
+		t.Fatalf("X-Note %q, want the header's own value", got)
 	}
 }

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"bytes"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,4 +106,42 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	}
 	s.chunked.put(h, chunkedRequest{route: route, method: method, at: time.Now()}, stale)
 	return fasthttp.RequestConfig{}
+}
+
+// dropTrailers takes out of a chunked request's header the trailer fields
+// fasthttp merged into it, declared or not. They are not header fields
+// (RFC 9110 §6.5.1): a key or a signature must not come from them, and
+// the forward, whose body goes with a Content-Length, carries no trailers.
+// The header as received is still in RawHeaders: a field name that now
+// occurs more often than it was received is set back to its received
+// values (none, for a name only the trailer had).
+func dropTrailers(h *fasthttp.RequestHeader) {
+	received := map[string][][]byte{}
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.Index(raw, []byte("\r\n")); i >= 0 {
+			line, raw = raw[:i], raw[i+2:]
+		} else {
+			raw = nil
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || len(name) == 0 {
+			continue
+		}
+		k := strings.ToLower(string(name))
+		received[k] = append(received[k], bytes.TrimSpace(value))
+	}
+	seen := map[string]int{}
+	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
+	for name, n := range seen {
+		values := received[name]
+		if n <= len(values) {
+			continue
+		}
+		h.Del(name)
+		for _, v := range values {
+			h.Add(name, string(v))
+		}
+	}
 }

@@ -216,6 +216,9 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	_, _ = s.chunked.take(&c.Request().Header) // read in full: nothing to carry
+	if c.Request().Header.ContentLength() == -1 { // chunked
+		dropTrailers(&c.Request().Header)
+	}
 
 	route, rest := s.router.match(c.Method(), string(c.Request().URI().Path()))
 	if route == nil {
@@ -298,10 +301,6 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		}
 		hdr[name] = append(hdr[name], string(v))
 	})
-	// fasthttp merges a chunked body's trailer fields into the header; they
-	// must not travel as header fields (RFC 9110 §6.5.1), and the body goes
-	// upstream with a Content-Length, which carries no trailers.
-	fr.Header.VisitAllTrailer(func(k []byte) { delete(hdr, http.CanonicalHeaderKey(string(k))) })
 	req := &forward.Request{
 		Method:    c.Method(),
 		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), string(fr.URI().QueryString())),
