@@ -303,7 +303,7 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	})
 	req := &forward.Request{
 		Method:    c.Method(),
-		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), string(fr.URI().QueryString())),
+		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
 		Header:    hdr,
 		Body:      append([]byte(nil), fr.Body()...),
 		ClientIP:  s.clientIP(c),
@@ -417,24 +417,49 @@ func escapedRest(rest string, decoded, raw []byte) string {
 		}
 		i++
 	}
-	tail := raw[i:]
+	return escapeRaw(raw[i:], false)
+}
+
+// escapeRaw is raw as sent, its escapes ("%XY") kept, with every byte a
+// URI path (or, with query, a query) must not carry raw — a space, a
+// control, "|", a byte of UTF-8, a "%" that starts no escape — escaped.
+// fasthttp accepts such bytes in a request line; written into the
+// upstream's request line as they are, they would break it.
+func escapeRaw(raw []byte, query bool) string {
+	safe := func(c byte) bool { return pathSafe(c) || (query && c == '?') }
+	escape := false
+	for j := 0; j < len(raw) && !escape; j++ {
+		escape = !safe(raw[j]) && !(raw[j] == '%' && isEscape(raw[j:]))
+	}
+	if !escape {
+		return string(raw)
+	}
+	const hex = "0123456789ABCDEF"
 	var b strings.Builder
-	b.Grow(len(tail))
-	for j := 0; j < len(tail); j++ {
-		switch c := tail[j]; {
-		case c == '%':
-			b.Write(tail[j : j+3])
+	b.Grow(len(raw) + 16)
+	for j := 0; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '%' && isEscape(raw[j:]):
+			b.Write(raw[j : j+3])
 			j += 2
-		case pathSafe(c):
+		case safe(c):
 			b.WriteByte(c)
 		default:
-			const hex = "0123456789ABCDEF"
 			b.WriteByte('%')
 			b.WriteByte(hex[c>>4])
 			b.WriteByte(hex[c&15])
 		}
 	}
 	return b.String()
+}
+
+// isEscape reports whether s starts with "%" and two hex digits.
+func isEscape(s []byte) bool {
+	return len(s) >= 3 && s[0] == '%' && isHex(s[1]) && isHex(s[2])
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // pathSafe reports whether c may appear raw in a URI path (RFC 3986
