@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"fmt"
-	"slices"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +184,37 @@ func TestRawBytesInTheQueryAreEscaped(t *testing.T) {
 	}
 	if _, uri, _ := up.lastRequest(); uri != "/up?a=1%202&b=%25zz" || up.count("evt_query") != 1 {
 		t.Fatalf("the upstream got %q (%d times), want /up?a=1%%202&b=%%25zz once", uri, up.count("evt_query"))
+	}
+}
+
+// Ambiguous framing is refused with 400 and the connection closed (RFC 9112
+// §6.1, §6.3): a proxy in front that framed the bytes the other way would
+// see other requests than the gateway does. fasthttp accepted all three.
+func TestAmbiguousFramingIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	head := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+	body := `{"id":"evt_framing"}`
+	chunk := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	behind := head + "X-Event-Id: evt_behind\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+	for name, req := range map[string]string{
+		"conflicting Content-Length values":                       head + fmt.Sprintf("Content-Length: 0\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body),
+		"Content-Length with Transfer-Encoding, a request behind": head + fmt.Sprintf("Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n", len(body)+5) + chunk + behind,
+		"Transfer-Encoding not ending in chunked":                 head + "Transfer-Encoding: gzip\r\nConnection: close\r\n\r\n" + chunk,
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := rawExchange(t, g, req, 3*time.Second)
+			if len(out) != 1 || out[0].status != 400 || out[0].header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("want one 400 problem and the connection closed, got %+v", out)
+			}
+		})
+	}
+	if up.count("evt_framing") != 0 || up.count("evt_behind") != 0 || up.total.Load() != 0 {
+		t.Fatalf("the upstream got %d requests", up.total.Load())
+	}
+	// The same headers, unambiguous, still work.
+	ok := head + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), len(body), body)
+	if out := rawExchange(t, g, ok, 3*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("repeated equal Content-Length values: %+v", out)
 	}
 }

@@ -145,3 +145,50 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 		}
 	}
 }
+
+// framingProblem says what is ambiguous in how a request's body is framed,
+// or "" when nothing is. fasthttp accepts conflicting Content-Length
+// values (it takes the last), Content-Length beside Transfer-Encoding (it
+// takes the chunked body and keeps the connection), and a
+// Transfer-Encoding whose last coding is not chunked (it reads chunks
+// anyway). A proxy in front that framed the same bytes the other way
+// would see other requests than hookstamp does: RFC 9112 §6.1 and §6.3
+// want such a request refused and its connection closed.
+func framingProblem(h *fasthttp.RequestHeader) string {
+	var cl []byte
+	hasCL, hasTE := false, false
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.Index(raw, []byte("\r\n")); i >= 0 {
+			line, raw = raw[:i], raw[i+2:]
+		} else {
+			raw = nil
+		}
+		if len(line) == 0 || (line[0]|0x20 != 'c' && line[0]|0x20 != 't') {
+			continue
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if hasCL && !bytes.Equal(value, cl) {
+				return "the request has conflicting Content-Length values"
+			}
+			hasCL, cl = true, value
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			hasTE = true
+			codings := bytes.Split(value, []byte(","))
+			if !bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked")) {
+				return "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+			}
+		}
+	}
+	if hasCL && hasTE {
+		return "the request has both Content-Length and Transfer-Encoding"
+	}
+	return ""
+}

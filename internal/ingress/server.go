@@ -216,6 +216,10 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	_, _ = s.chunked.take(&c.Request().Header) // read in full: nothing to carry
+	if msg := framingProblem(&c.Request().Header); msg != "" {
+		c.Context().SetConnectionClose()
+		return writeProblem(c, http.StatusBadRequest, "", msg, 0)
+	}
 	if c.Request().Header.ContentLength() == -1 { // chunked
 		dropTrailers(&c.Request().Header)
 	}
