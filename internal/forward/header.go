@@ -60,8 +60,15 @@ func outgoingHeader(r *Request) http.Header {
 	setIf(h, "X-Forwarded-For", r.ClientIP)
 	setIf(h, "X-Forwarded-Proto", r.Proto)
 	setIf(h, "X-Forwarded-Host", r.Host)
-	if r.KeyHeader != "" && r.Key != "" {
-		h.Set(r.KeyHeader, r.Key)
+	if r.KeyHeader != "" {
+		// The header is the gateway's word on the delivery's identity; a
+		// sender's own value never passes, also when the gateway has no key
+		// (a passthrough): an upstream deduplicating on it would otherwise
+		// let any request claim another's key.
+		h.Del(r.KeyHeader)
+		if r.Key != "" {
+			h.Set(r.KeyHeader, r.Key)
+		}
 	}
 	return h
 }

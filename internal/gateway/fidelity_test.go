@@ -218,3 +218,19 @@ func TestAmbiguousFramingIsRefused(t *testing.T) {
 		t.Fatalf("repeated equal Content-Length values: %+v", out)
 	}
 }
+
+// key_header is the gateway's word on a delivery's identity: a sender's own
+// Idempotency-Key never reaches the upstream, also on a passthrough (here a
+// method the route does not deduplicate), where the gateway has no key.
+func TestSendersKeyHeaderNeverPasses(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	wantOutcome(t, sendMethod(t, g, "PUT", "/hooks", `{"id":"evt_put"}`, "Idempotency-Key", "evt_victim"), 200, "passthrough")
+	if got := up.lastHeader().Values("Idempotency-Key"); len(got) != 0 {
+		t.Fatalf("a passthrough carried the sender's Idempotency-Key %q upstream", got)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_own"}`, "Idempotency-Key", "evt_victim"), 200, "forwarded")
+	if got := up.lastHeader().Values("Idempotency-Key"); !slices.Equal(got, []string{"evt_own"}) {
+		t.Fatalf("a delivery carried Idempotency-Key %q, want the extracted key only", got)
+	}
+}
