@@ -117,21 +117,11 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 // values (none, for a name only the trailer had).
 func dropTrailers(h *fasthttp.RequestHeader) {
 	received := map[string][][]byte{}
-	raw := h.RawHeaders()
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.Index(raw, []byte("\r\n")); i >= 0 {
-			line, raw = raw[:i], raw[i+2:]
-		} else {
-			raw = nil
-		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || len(name) == 0 {
-			continue
-		}
+	eachRawField(h.RawHeaders(), func(name, value []byte) bool {
 		k := strings.ToLower(string(name))
-		received[k] = append(received[k], bytes.TrimSpace(value))
-	}
+		received[k] = append(received[k], value)
+		return true
+	})
 	seen := map[string]int{}
 	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
 	for name, n := range seen {
@@ -156,8 +146,34 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // want such a request refused and its connection closed.
 func framingProblem(h *fasthttp.RequestHeader) string {
 	var cl []byte
-	hasCL, hasTE := false, false
-	raw := h.RawHeaders()
+	hasCL, hasTE, problem := false, false, ""
+	eachRawField(h.RawHeaders(), func(name, value []byte) bool {
+		switch {
+		case name[0]|0x20 != 'c' && name[0]|0x20 != 't':
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if hasCL && !bytes.Equal(value, cl) {
+				problem = "the request has conflicting Content-Length values"
+			}
+			hasCL, cl = true, value
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			hasTE = true
+			codings := bytes.Split(value, []byte(","))
+			if !bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked")) {
+				problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+			}
+		}
+		return problem == ""
+	})
+	if problem == "" && hasCL && hasTE {
+		problem = "the request has both Content-Length and Transfer-Encoding"
+	}
+	return problem
+}
+
+// eachRawField calls f with the name and trimmed value of each field of a
+// raw header block (fasthttp's RawHeaders: CRLF-separated, validated by
+// its parser) until f returns false.
+func eachRawField(raw []byte, f func(name, value []byte) bool) {
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.Index(raw, []byte("\r\n")); i >= 0 {
@@ -165,30 +181,9 @@ func framingProblem(h *fasthttp.RequestHeader) string {
 		} else {
 			raw = nil
 		}
-		if len(line) == 0 || (line[0]|0x20 != 'c' && line[0]|0x20 != 't') {
-			continue
-		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok {
-			continue
-		}
-		value = bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if hasCL && !bytes.Equal(value, cl) {
-				return "the request has conflicting Content-Length values"
-			}
-			hasCL, cl = true, value
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			hasTE = true
-			codings := bytes.Split(value, []byte(","))
-			if !bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked")) {
-				return "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
-			}
+		if ok && len(name) > 0 && !f(name, bytes.TrimSpace(value)) {
+			return
 		}
 	}
-	if hasCL && hasTE {
-		return "the request has both Content-Length and Transfer-Encoding"
-	}
-	return ""
 }
