@@ -78,6 +78,21 @@ func (c *Config) validateAdmin(errs *Errors) {
 	}
 }
 
+// urlProblem is url.Parse's complaint about s, fit for an error message:
+// url.Error quotes the whole URL, and its inner error may quote a part of
+// it ("invalid port \":pa\" after host" for a password with an unescaped
+// "/"), so with userinfo in sight only the kind of problem is kept.
+func urlProblem(s string, err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if strings.Contains(s, "@") {
+		return "it does not parse as a URL (is a reserved character unescaped in the user name or password?)"
+	}
+	return err.Error()
+}
+
 // checkPostgresDSN catches a malformed URL DSN at load time (gateway
 // check), where the driver would only refuse it when serve first connects.
 // Keyword/value DSNs ("host=db dbname=x") are left to the driver.
@@ -87,11 +102,7 @@ func checkPostgresDSN(errs *Errors, dsn string) {
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error quotes the whole DSN, password included
-		}
-		errs.add("store.dsn", "bad URL %q: %v (percent-encode reserved characters such as / ? # @ : in the user name and password)", RedactDSN(dsn), err)
+		errs.add("store.dsn", "bad URL %q: %s (percent-encode reserved characters such as / ? # @ : in the user name and password)", RedactDSN(dsn), urlProblem(dsn, err))
 		return
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
@@ -291,12 +302,7 @@ func checkHTTPURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		// url.Error quotes the whole URL, credentials included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("bad URL %q: %v", RedactDSN(s), err)
+		return fmt.Errorf("bad URL %q: %s", RedactDSN(s), urlProblem(s, err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an absolute http:// or https:// URL", u.Redacted())
