@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/testenv"
@@ -178,4 +180,83 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		}
 		raceThenDeliver(t, e, e, d, &forwards)
 	})
+}
+
+// lostClaimScreen loses the answer to its first Claim (as a timeout
+// would) and holds every Complete until gate is closed.
+type lostClaimScreen struct {
+	idempotency.Screen
+	lost atomic.Bool
+	gate chan struct{}
+}
+
+func (s *lostClaimScreen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
+	if s.lost.CompareAndSwap(false, true) {
+		return idempotency.Claim{}, fmt.Errorf("claim: %w: i/o timeout", idempotency.ErrUnavailable)
+	}
+	return s.Screen.Claim(ctx, req)
+}
+
+func (s *lostClaimScreen) Complete(ctx context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
+	<-s.gate
+	return s.Screen.Complete(ctx, ref, owner, e, ttl)
+}
+
+// A refill never ends a new delivery's claim (Entry.Refill), also the one
+// made in the background after a screen claim whose answer was lost
+// (afterLostScreenClaim → tidyScreen with the ledger's done entry): if an
+// operator deleted the record and a new delivery claimed the key before
+// it ran, it overwrote that claim.
+func TestLostClaimRefillKeepsANewClaim(t *testing.T) {
+	ctx := context.Background()
+	l := sqliteLedger(t)
+	for _, noDone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoDone=%v", noDone), func(t *testing.T) {
+			ref := idempotency.Ref{Route: "r", Key: fmt.Sprintf("evt_lost_refill_%v", noDone)}
+			// The record exists in the ledger.
+			now := time.Now()
+			if c, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "first", Lease: time.Minute, Retention: time.Hour}, now); err != nil || c.Status != idempotency.Acquired {
+				t.Fatalf("seed claim: %v %v", c.Status, err)
+			}
+			rec := &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: idempotency.Response{Status: 200, Body: []byte("old")},
+				CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}
+			if err := l.Commit(ctx, rec, "first", now); err != nil {
+				t.Fatal(err)
+			}
+			ms := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: noDone})
+			t.Cleanup(ms.Close)
+			s := &lostClaimScreen{Screen: ms, gate: make(chan struct{})}
+			e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A repeat whose screen claim is lost: the ledger answers done, the
+			// screen is refilled in the background (held at the gate).
+			var n atomic.Int64
+			if r := e.Handle(ctx, racePolicy, idempotency.Delivery{Ref: ref}, fwdCount(&n)); r.Outcome != idempotency.Replayed {
+				t.Fatalf("repeat: %s", r.Outcome)
+			}
+			// The operator deletes the record (only the first subtest: the row is gone after).
+			if err := l.Delete(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Forget(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+			// A new delivery claims the key and is in flight.
+			c, err := ms.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "new", Lease: time.Minute})
+			if err != nil || c.Status != idempotency.Acquired {
+				t.Fatalf("new claim: %v %v", c.Status, err)
+			}
+			close(s.gate)
+			e.Close() // waits for the background refill
+			c, err = ms.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "repeat", Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Status != idempotency.InFlight || c.Owner != "new" {
+				t.Fatalf("after the stale refill a repeat finds %s (owner %q), want in flight for the new delivery", c.Status, c.Owner)
+			}
+		})
+	}
 }

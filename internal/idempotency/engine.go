@@ -512,7 +512,9 @@ func (e *Engine) afterLostScreenClaim(ctx context.Context, req ClaimRequest, c C
 	case !failed && (c.Status == Acquired || c.Status == TakenOver):
 		return c, viaLedgerLostScreen
 	case !failed && c.Status == Done:
-		e.tidyScreen(ctx, req.Ref, req.Owner, c.Entry) // as a confirm refills it
+		r := *c.Entry // as a confirm refills it: read, perhaps deleted since (Entry.Refill)
+		r.Refill = true
+		e.tidyScreen(ctx, req.Ref, req.Owner, &r)
 	default:
 		e.tidyScreen(ctx, req.Ref, req.Owner, nil)
 	}
