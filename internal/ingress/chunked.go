@@ -136,17 +136,19 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 	}
 }
 
-// framingProblem says what is ambiguous in how a request's body is framed,
-// or "" when nothing is. fasthttp accepts conflicting Content-Length
+// framing reports whether a request's body came chunked (from the header
+// as received: fasthttp reports an empty chunked body as Content-Length 0,
+// trailer included), and says what is ambiguous in how it is framed, or ""
+// when nothing is. fasthttp accepts conflicting Content-Length
 // values (it takes the last), Content-Length beside Transfer-Encoding (it
 // takes the chunked body and keeps the connection), and a
 // Transfer-Encoding whose last coding is not chunked (it reads chunks
 // anyway). A proxy in front that framed the same bytes the other way
 // would see other requests than hookstamp does: RFC 9112 §6.1 and §6.3
 // want such a request refused and its connection closed.
-func framingProblem(h *fasthttp.RequestHeader) string {
+func framing(h *fasthttp.RequestHeader) (chunked bool, problem string) {
 	var cl []byte
-	hasCL, hasTE, problem := false, false, ""
+	hasCL, hasTE := false, false
 	eachRawField(h.RawHeaders(), func(name, value []byte) bool {
 		switch {
 		case name[0]|0x20 != 'c' && name[0]|0x20 != 't':
@@ -167,7 +169,7 @@ func framingProblem(h *fasthttp.RequestHeader) string {
 	if problem == "" && hasCL && hasTE {
 		problem = "the request has both Content-Length and Transfer-Encoding"
 	}
-	return problem
+	return hasTE, problem
 }
 
 // eachRawField calls f with the name and trimmed value of each field of a

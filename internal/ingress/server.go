@@ -216,11 +216,12 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	_, _ = s.chunked.take(&c.Request().Header) // read in full: nothing to carry
-	if msg := framingProblem(&c.Request().Header); msg != "" {
+	chunked, problem := framing(&c.Request().Header)
+	if problem != "" {
 		c.Context().SetConnectionClose()
-		return writeProblem(c, http.StatusBadRequest, "", msg, 0)
+		return writeProblem(c, http.StatusBadRequest, "", problem, 0)
 	}
-	if c.Request().Header.ContentLength() == -1 { // chunked
+	if chunked {
 		dropTrailers(&c.Request().Header)
 	}
 
