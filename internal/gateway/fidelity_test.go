@@ -170,6 +170,13 @@ func TestChunkedTrailersAreNotHeaderFields(t *testing.T) {
 		}
 	}
 
+	// Cookie lines are folded into one field: a Cookie trailer is still
+	// told from them.
+	exchange(chunked("Cookie: a=1\r\nCookie: b=2\r\nX-Event-Id: evt_cookie\r\n", `{"n":4}`, "Cookie: c=3\r\n"))
+	if got := strings.Join(up.lastHeader().Values("Cookie"), "; "); strings.Contains(got, "c=3") || !strings.Contains(got, "a=1") || !strings.Contains(got, "b=2") {
+		t.Fatalf("Cookie forwarded as %q, want a=1 and b=2 without the trailer's c=3", got)
+	}
+
 	// A field declared as a trailer but sent only as a header is forwarded.
 	exchange(chunked("Trailer: X-Note\r\nX-Note: kept\r\nX-Event-Id: evt_declared\r\n", `{"n":3}`, ""))
 	if got := up.lastHeader().Get("X-Note"); got != "kept" {

@@ -126,7 +126,9 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
 	for name, n := range seen {
 		values := received[name]
-		if n <= len(values) {
+		// fasthttp folds every Cookie field, trailer ones included, into
+		// one: counts cannot tell them apart, so Cookie is always reset.
+		if n <= len(values) && name != "cookie" {
 			continue
 		}
 		h.Del(name)
