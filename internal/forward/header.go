@@ -40,6 +40,29 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
+// removeUnderscoreTwins deletes the fields whose names spell the key
+// header or a forwarding header with "_" for "-" (Idempotency_Key,
+// X_Forwarded_For): CGI-style upstreams (WSGI, Rack, PHP) read both
+// spellings as one variable, so such a field would pass a sender's value
+// off as the gateway's.
+func removeUnderscoreTwins(h http.Header, keyHeader string) {
+	for name := range h {
+		if strings.IndexByte(name, '_') < 0 {
+			continue
+		}
+		dashed := strings.ReplaceAll(name, "_", "-")
+		if keyHeader != "" && strings.EqualFold(dashed, keyHeader) {
+			delete(h, name)
+			continue
+		}
+		for _, f := range forwarding {
+			if strings.EqualFold(dashed, f) {
+				delete(h, name)
+			}
+		}
+	}
+}
+
 // outgoingHeader builds the upstream request's header from r, leaving
 // r.Header untouched: canonical names, hop-by-hop and forwarding headers
 // removed, X-Forwarded-* and the key header set.
@@ -57,6 +80,7 @@ func outgoingHeader(r *Request) http.Header {
 	for _, name := range forwarding {
 		delete(h, name)
 	}
+	removeUnderscoreTwins(h, r.KeyHeader)
 	setIf(h, "X-Forwarded-For", r.ClientIP)
 	setIf(h, "X-Forwarded-Proto", r.Proto)
 	setIf(h, "X-Forwarded-Host", r.Host)

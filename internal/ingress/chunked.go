@@ -112,28 +112,33 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 // fasthttp merged into it, declared or not. They are not header fields
 // (RFC 9110 §6.5.1): a key or a signature must not come from them, and
 // the forward, whose body goes with a Content-Length, carries no trailers.
-// The header as received is still in RawHeaders: a field name that now
-// occurs more often than it was received is set back to its received
-// values (none, for a name only the trailer had).
+// VisitAllInOrder still walks the header as received (fasthttp reparses
+// its raw block, bare LFs and folded lines as its parser read them): a
+// field name that now occurs more often than it was received is set back
+// to its received values, none for a name only the trailer had. fasthttp
+// keeps Content-Type, User-Agent and Cookie in one slot each, where
+// counts cannot tell a trailer from a repeated line: those are always set
+// back.
 func dropTrailers(h *fasthttp.RequestHeader) {
-	received := map[string][][]byte{}
-	eachRawField(h.RawHeaders(), func(name, value []byte) bool {
-		k := strings.ToLower(string(name))
-		received[k] = append(received[k], value)
-		return true
+	received := map[string][]string{}
+	h.VisitAllInOrder(func(k, v []byte) {
+		name := strings.ToLower(string(k))
+		received[name] = append(received[name], string(v))
 	})
 	seen := map[string]int{}
 	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
 	for name, n := range seen {
 		values := received[name]
-		// fasthttp folds every Cookie field, trailer ones included, into
-		// one: counts cannot tell them apart, so Cookie is always reset.
-		if n <= len(values) && name != "cookie" {
-			continue
+		switch name {
+		case "content-type", "user-agent", "cookie":
+		default:
+			if n <= len(values) {
+				continue
+			}
 		}
 		h.Del(name)
 		for _, v := range values {
-			h.Add(name, string(v))
+			h.Add(name, v)
 		}
 	}
 }
@@ -141,24 +146,30 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // framing reports whether a request's body came chunked (from the header
 // as received: fasthttp reports an empty chunked body as Content-Length 0,
 // trailer included), and says what is ambiguous in how it is framed, or ""
-// when nothing is. fasthttp accepts conflicting Content-Length
-// values (it takes the last), Content-Length beside Transfer-Encoding (it
-// takes the chunked body and keeps the connection), and a
-// Transfer-Encoding whose last coding is not chunked (it reads chunks
-// anyway). A proxy in front that framed the same bytes the other way
-// would see other requests than hookstamp does: RFC 9112 §6.1 and §6.3
-// want such a request refused and its connection closed.
+// when nothing is. fasthttp accepts conflicting Content-Length values (it
+// takes the last), Content-Length beside Transfer-Encoding (it takes the
+// chunked body and keeps the connection), a Transfer-Encoding whose last
+// coding is not chunked (it reads chunks anyway), and Transfer-Encoding in
+// HTTP/1.0. A proxy in front that framed the same bytes the other way would
+// see other requests than hookstamp does: RFC 9112 §6.1 and §6.3 want such
+// a request refused and its connection closed. The fields are walked as
+// fasthttp's parser read them (VisitAllInOrder): a bare LF ends a line, a
+// folded line continues the one before.
 func framing(h *fasthttp.RequestHeader) (chunked bool, problem string) {
-	var cl []byte
+	var clBuf [32]byte // the first Content-Length value, copied: f must not keep it
+	cl := clBuf[:0]
 	hasCL, hasTE := false, false
-	eachRawField(h.RawHeaders(), func(name, value []byte) bool {
+	h.VisitAllInOrder(func(name, value []byte) {
+		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't') {
+			return
+		}
+		value = bytes.TrimSpace(value)
 		switch {
-		case name[0]|0x20 != 'c' && name[0]|0x20 != 't':
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			if hasCL && !bytes.Equal(value, cl) {
 				problem = "the request has conflicting Content-Length values"
 			}
-			hasCL, cl = true, value
+			hasCL, cl = true, append(cl[:0], value...)
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			hasTE = true
 			codings := bytes.Split(value, []byte(","))
@@ -166,28 +177,13 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, problem string) {
 				problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
 			}
 		}
-		return problem == ""
 	})
-	if problem == "" && hasCL && hasTE {
+	switch {
+	case problem != "":
+	case hasCL && hasTE:
 		problem = "the request has both Content-Length and Transfer-Encoding"
+	case hasTE && !h.IsHTTP11():
+		problem = "the request has Transfer-Encoding in HTTP/1.0"
 	}
 	return hasTE, problem
-}
-
-// eachRawField calls f with the name and trimmed value of each field of a
-// raw header block (fasthttp's RawHeaders: CRLF-separated, validated by
-// its parser) until f returns false.
-func eachRawField(raw []byte, f func(name, value []byte) bool) {
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.Index(raw, []byte("\r\n")); i >= 0 {
-			line, raw = raw[:i], raw[i+2:]
-		} else {
-			raw = nil
-		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if ok && len(name) > 0 && !f(name, bytes.TrimSpace(value)) {
-			return
-		}
-	}
 }

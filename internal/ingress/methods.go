@@ -54,6 +54,9 @@ func refuseUnknownMethods(methods []string, next fasthttp.RequestHandler) fastht
 			rc.Response.Header.SetContentType("application/problem+json")
 			rc.SetStatusCode(http.StatusNotImplemented)
 			rc.SetBody(body)
+			// Its framing was not checked (framing runs in the handler):
+			// whatever follows on the connection is not read.
+			rc.SetConnectionClose()
 			return
 		}
 		next(rc)
