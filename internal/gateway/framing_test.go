@@ -46,7 +46,7 @@ func TestTrailerBehindBareLFIsNoHeader(t *testing.T) {
 	out := rawExchange(t, g, req, 3*time.Second)
 	if len(out) != 1 || out[0].status != 400 || out[0].header.Get("Hookstamp-Outcome") != "missing_key" {
 		t.Errorf("key only in the trailer: want 400 missing_key, got %v %q; upstream key %q X-Smuggled %q",
-			statuses(out), outcomeOf(out), up.lastKey(), up.lastHeaderGet("X-Smuggled"))
+			statuses(out), outcomeOf(out), up.lastHeader().Get("X-Event-Id"), up.lastHeader().Get("X-Smuggled"))
 	}
 }
 
@@ -127,34 +127,94 @@ func outcomeOf(out []rawReply) string {
 	return strings.Join(s, ",")
 }
 
-func (u *upstream) lastKey() string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.last == nil {
-		return ""
-	}
-	return u.last.Get("X-Event-Id")
-}
-
-func (u *upstream) lastHeaderGet(name string) string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.last == nil {
-		return ""
-	}
-	return u.last.Get(name)
-}
-
-// "Idempotency_Key", which CGI-style upstreams (WSGI, Rack, PHP) read as
-// the same HTTP_IDEMPOTENCY_KEY as the key header, never reaches the
-// upstream: not on a passthrough, not beside the gateway's own key.
-func TestUnderscoreKeyHeaderNeverPasses(t *testing.T) {
+// A chunked delivery's trailer fields are not header fields (RFC 9110
+// §6.5.1), declared or not: fasthttp merges them into the header, where
+// they reached the upstream as header fields, could supply the key, or —
+// merely declared — made the forward drop the real header of that name.
+func TestChunkedTrailersAreNotHeaderFields(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	wantOutcome(t, sendMethod(t, g, "PUT", "/hooks", `{"id":"evt_put"}`, "Idempotency_Key", "evt_victim"), 200, "passthrough")
-	for name, v := range up.lastHeader() {
-		if strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Idempotency-Key") {
-			t.Errorf("a passthrough carried the sender's %s: %q upstream", name, v)
+	chunked := func(head, body, trailer string) string {
+		return "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n" + head +
+			"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n%s\r\n", len(body), body, trailer)
+	}
+	exchange := func(req string) rawReply {
+		out := rawExchange(t, g, req, 2*time.Second)
+		if len(out) != 1 {
+			t.Fatalf("want one answer, got %+v", out)
 		}
+		return out[0]
+	}
+
+	// Declared and undeclared trailer fields, one of them shadowing a header.
+	r := exchange(chunked("Trailer: X-Checksum\r\nX-Event-Id: evt_chunk\r\n", `{"n":1}`,
+		"X-Checksum: abc\r\nX-Smuggled: yes\r\nX-Event-Id: evt_other\r\n"))
+	if r.status != 200 {
+		t.Fatalf("chunked delivery: %d", r.status)
+	}
+	body, _, key := up.lastRequest()
+	h := up.lastHeader()
+	if key != "evt_chunk" || body != `{"n":1}` || h.Get("X-Checksum") != "" || h.Get("X-Smuggled") != "" ||
+		!slices.Equal(h.Values("X-Event-Id"), []string{"evt_chunk"}) {
+		t.Fatalf("upstream got key %q body %q, X-Checksum %q X-Smuggled %q X-Event-Id %q", key, body,
+			h.Get("X-Checksum"), h.Get("X-Smuggled"), h.Values("X-Event-Id"))
+	}
+
+	// A key that only the trailer carries is no key, also after an empty
+	// body (which fasthttp reports as Content-Length 0).
+	for _, body := range []string{`{"n":2}`, ""} {
+		req := chunked("", body, "X-Event-Id: evt_trailer\r\nX-Smuggled: yes\r\n")
+		if body == "" {
+			req = strings.Replace(req, "0\r\n\r\n0\r\n", "0\r\n", 1) // no empty chunk before the last
+		}
+		if r := exchange(req); r.status != 400 || r.header.Get("Hookstamp-Outcome") != "missing_key" {
+			t.Fatalf("a key in the trailer only (body %q): %d %q, want 400 missing_key", body, r.status, r.header.Get("Hookstamp-Outcome"))
+		}
+	}
+
+	// Cookie lines are folded into one field: a Cookie trailer is still
+	// told from them.
+	exchange(chunked("Cookie: a=1\r\nCookie: b=2\r\nX-Event-Id: evt_cookie\r\n", `{"n":4}`, "Cookie: c=3\r\n"))
+	if got := strings.Join(up.lastHeader().Values("Cookie"), "; "); strings.Contains(got, "c=3") || !strings.Contains(got, "a=1") || !strings.Contains(got, "b=2") {
+		t.Fatalf("Cookie forwarded as %q, want a=1 and b=2 without the trailer's c=3", got)
+	}
+
+	// A field declared as a trailer but sent only as a header is forwarded.
+	exchange(chunked("Trailer: X-Note\r\nX-Note: kept\r\nX-Event-Id: evt_declared\r\n", `{"n":3}`, ""))
+	if got := up.lastHeader().Get("X-Note"); got != "kept" {
+		t.Fatalf("X-Note %q, want the header's own value", got)
+	}
+}
+
+// Ambiguous framing is refused with 400 and the connection closed (RFC 9112
+// §6.1, §6.3): a proxy in front that framed the bytes the other way would
+// see other requests than the gateway does. fasthttp accepted all three.
+func TestAmbiguousFramingIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	head := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+	body := `{"id":"evt_framing"}`
+	chunk := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	behind := head + "X-Event-Id: evt_behind\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+	for name, req := range map[string]string{
+		"conflicting Content-Length values":                       head + fmt.Sprintf("Content-Length: 0\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body),
+		"Content-Length with Transfer-Encoding, a request behind": head + fmt.Sprintf("Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n", len(body)+5) + chunk + behind,
+		"Transfer-Encoding not ending in chunked":                 head + "Transfer-Encoding: gzip\r\nConnection: close\r\n\r\n" + chunk,
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := rawExchange(t, g, req, 3*time.Second)
+			if len(out) != 1 || out[0].status != 400 || out[0].header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("want one 400 problem and the connection closed, got %+v", out)
+			}
+		})
+	}
+	if up.count("evt_framing") != 0 || up.count("evt_behind") != 0 || up.total.Load() != 0 {
+		t.Fatalf("the upstream got %d requests", up.total.Load())
+	}
+	// The same headers, unambiguous, still work.
+	ok := head + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), len(body), body)
+	if out := rawExchange(t, g, ok, 3*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("repeated equal Content-Length values: %+v", out)
 	}
 }
