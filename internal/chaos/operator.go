@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -141,7 +142,7 @@ func (o *operator) resolve(ctx context.Context, g *GatewayProc, life, key string
 	return nil
 }
 
-var errNotHeld = fmt.Errorf("not held")
+var errNotHeld = errors.New("not held")
 
 // call makes one admin request; a 404 is errNotHeld.
 func (o *operator) call(ctx context.Context, g *GatewayProc, method, path string, in, out any) error {

@@ -214,7 +214,7 @@ const notShown = "a text value (not shown: it may be a secret)"
 
 // describeAt is describe(v) for the value at path, without a secret's text.
 func describeAt(path string, v any) string {
-	if _, text := v.(string); text && secretPath.MatchString(path) {
+	if secretText(path, v) {
 		return notShown
 	}
 	return describe(v)
@@ -222,10 +222,16 @@ func describeAt(path string, v any) string {
 
 // showAt is show(v) for the value at path, without a secret's text.
 func showAt(path string, v any) string {
-	if _, text := v.(string); text && secretPath.MatchString(path) {
+	if secretText(path, v) {
 		return notShown
 	}
 	return show(v)
+}
+
+// secretText reports whether v is text at a secret path.
+func secretText(path string, v any) bool {
+	_, text := v.(string)
+	return text && secretPath.MatchString(path)
 }
 
 // describe names the YAML kind of a value, for "want X, got Y".

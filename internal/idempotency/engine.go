@@ -512,9 +512,7 @@ func (e *Engine) afterLostScreenClaim(ctx context.Context, req ClaimRequest, c C
 	case !failed && (c.Status == Acquired || c.Status == TakenOver):
 		return c, viaLedgerLostScreen
 	case !failed && c.Status == Done:
-		r := *c.Entry // as a confirm refills it: read, perhaps deleted since (Entry.Refill)
-		r.Refill = true
-		e.tidyScreen(ctx, req.Ref, req.Owner, &r)
+		e.tidyScreen(ctx, req.Ref, req.Owner, asRefill(c.Entry)) // as a confirm refills it
 	default:
 		e.tidyScreen(ctx, req.Ref, req.Owner, nil)
 	}
@@ -856,9 +854,15 @@ func (e *Engine) complete(ctx context.Context, ref Ref, owner string, ent *Entry
 // it meanwhile and another delivery claimed the key, the screen keeps that
 // claim (Entry.Refill).
 func (e *Engine) refill(ctx context.Context, ref Ref, owner string, ent *Entry) {
+	e.complete(ctx, ref, owner, asRefill(ent))
+}
+
+// asRefill is a copy of ent marked Refill (ent may be shared: the claim
+// that read it still returns it).
+func asRefill(ent *Entry) *Entry {
 	r := *ent
 	r.Refill = true
-	e.complete(ctx, ref, owner, &r)
+	return &r
 }
 
 // settleScreen ends the screen's side of a claim whose ledger side is
