@@ -67,16 +67,70 @@ func (v *alipay) Verify(r Request) error {
 	if !ok {
 		return reject("malformed sign parameter")
 	}
-	if verifyRSA(v.keys, sha256.Sum256(alipayCanonical(params, false)), buf[:n]) {
-		return nil
-	}
 	// Alipay's documentation and its PHP SDK leave empty values out of the
 	// signed string; its Java SDK (rsaCheckV1) keeps them as "k=". Whichever
 	// form Alipay signed, the signature is Alipay's, so both are accepted.
-	if hasEmpty && verifyRSA(v.keys, sha256.Sum256(alipayCanonical(params, true)), buf[:n]) {
-		return nil
+	if !verifyRSA(v.keys, sha256.Sum256(alipayCanonical(params, false)), buf[:n]) &&
+		(!hasEmpty || !verifyRSA(v.keys, sha256.Sum256(alipayCanonical(params, true)), buf[:n])) {
+		return reject("no signature matched")
 	}
-	return reject("no signature matched")
+	if !alipayUnambiguous(params) {
+		// The reason names no parameter: names and values are the sender's.
+		return reject(`parameters could be cut another way under the same signature (a name outside [A-Za-z0-9_], or a value holding "&name=")`)
+	}
+	return nil
+}
+
+// alipayUnambiguous reports whether params are the only parameters their
+// signed string can be read as.
+//
+// Alipay signs decoded values joined with "&" and "=", so the signature
+// does not fix where one parameter ends: from a genuine notification,
+// "total_amount=20.00%26trade_no%3D2024…" (one parameter swallowing the
+// next) or a value's "x&y=z" cut in two both have the genuine signed
+// string. Either would be a notification Alipay never sent — another
+// notify_id, or another fingerprint occupying the genuine one's key (SPEC
+// §1). So names must be of [A-Za-z0-9_] (all of Alipay's are) and no value
+// may hold "&" followed by such a name and "=": a cut can then only make
+// what is refused. A genuine value holding "&name=" is refused too (401);
+// Alipay's own values — ids, amounts, JSON lists, the merchant's
+// URL-encoded passback_params — do not, short of a product subject
+// written that way.
+func alipayUnambiguous(params []formParam) bool {
+	for _, p := range params {
+		if p.key == "sign" || p.key == "sign_type" {
+			continue
+		}
+		if !alipayName(p.key) {
+			return false
+		}
+		for v := p.value; ; {
+			i := strings.IndexByte(v, '&')
+			if i < 0 {
+				break
+			}
+			v = v[i+1:]
+			name, _, found := strings.Cut(v, "=")
+			if found && alipayName(name) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// alipayName reports whether s is a non-empty run of [A-Za-z0-9_].
+func alipayName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // AlipayCanonical returns the string Alipay signs for an asynchronous
