@@ -277,7 +277,8 @@ type Record struct {
 	// allowed. Default ["Content-Type"].
 	Headers []string `koanf:"headers" yaml:"headers"`
 	// MaxBody is the largest response body recorded; larger ones are
-	// recorded without body. Default 1MiB.
+	// recorded without body. 0 records no body at all, not "no limit"
+	// (SPEC §3 reads "larger bodies"). Default 1MiB.
 	MaxBody Size `koanf:"max_body" yaml:"max_body"`
 	// Ambiguous is AmbiguousRelease or AmbiguousHold: what happens when the
 	// upstream gave no answer after the request was sent. Default "release".
@@ -308,16 +309,6 @@ func (r Route) PathPrefix() string {
 		return strings.TrimSuffix(r.Path, "*")
 	}
 	return r.Path
-}
-
-// MatchPath reports whether a request path belongs to the route: equal to
-// Path for an exact route, starting with PathPrefix for a prefix route (so
-// "/hooks/*" matches "/hooks/a" and "/hooks/", not "/hooks").
-func (r Route) MatchPath(p string) bool {
-	if r.IsPrefix() {
-		return strings.HasPrefix(p, r.PathPrefix())
-	}
-	return p == r.Path
 }
 
 // HasMethod reports whether method is deduplicated on this route.

@@ -293,14 +293,24 @@ func interpolate(v any, path string, lookup func(string) (string, bool), errs *E
 		}
 	case string:
 		s, err := expand(x, lookup)
-		if err != nil {
+		switch {
+		case err == nil:
+			return s
+		case errors.Is(err, errMalformedRef) && secretPath.MatchString(path):
+			// The text after "${" may be the rest of a password pasted
+			// as is: name the problem, not the text.
+			errs.add(path, "malformed ${…} reference (not shown: it may be a secret; want ${NAME} or ${NAME:-default}, "+
+				"or set a value holding \"${\" through its HOOKSTAMP_… environment override)")
+		default:
 			errs.add(path, "%v", err)
-			return x
 		}
-		return s
+		return x
 	}
 	return v
 }
+
+// errMalformedRef marks an unterminated or malformed ${…} reference.
+var errMalformedRef = errors.New("malformed variable reference")
 
 // expand substitutes the variable references of one string. Substituted
 // text is not scanned again.
@@ -318,12 +328,12 @@ func expand(s string, lookup func(string) (string, bool)) (string, error) {
 		b.WriteString(s[:start])
 		end := strings.IndexByte(s[start:], '}')
 		if end < 0 {
-			return "", fmt.Errorf("unterminated %q (want ${NAME} or ${NAME:-default})", s[start:])
+			return "", fmt.Errorf("%w: unterminated %q (want ${NAME} or ${NAME:-default})", errMalformedRef, s[start:])
 		}
 		ref := s[start : start+end+1]
 		name, def, hasDef := strings.Cut(ref[2:len(ref)-1], ":-")
 		if !validEnvName(name) {
-			return "", fmt.Errorf("bad variable reference %q (want ${NAME} or ${NAME:-default})", ref)
+			return "", fmt.Errorf("%w: bad variable reference %q (want ${NAME} or ${NAME:-default})", errMalformedRef, ref)
 		}
 		val, ok := lookup(name)
 		switch {

@@ -19,9 +19,9 @@ type Preset struct {
 	// url_verification handshake and app_rate_limited notices have no
 	// event_id). They pass through without deduplication.
 	KeyOptional bool
-	// Fingerprint gives fingerprint.mode and fingerprint.fields; both are
-	// applied only when the route sets neither. OnMismatch is not part of a
-	// preset.
+	// Fingerprint gives fingerprint.mode and fingerprint.fields: the fields
+	// only when the route sets neither, the mode when the route sets none.
+	// OnMismatch is not part of a preset.
 	Fingerprint Fingerprint
 	// Scheme becomes verify.scheme; "" means no built-in verification.
 	Scheme string
@@ -116,9 +116,10 @@ func (p Preset) clone() Preset {
 }
 
 // rawFragment is the preset as a raw configuration tree to lay under the
-// route's own keys. The fingerprint is left out when the route sets its mode
-// or fields: mixing the preset's fields with the route's mode would make a
-// combination nobody wrote.
+// route's own keys. The preset's fingerprint fields are left out when the
+// route sets its mode or fields (mixing the preset's fields with the route's
+// mode would make a combination nobody wrote), and its mode when the route
+// sets a mode; a route that sets only fields gets the preset's mode.
 func (p Preset) rawFragment(route map[string]any) map[string]any {
 	p = p.clone()
 	sources := make([]any, len(p.Key))
@@ -141,7 +142,13 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 	fp, _ := route["fingerprint"].(map[string]any)
 	_, hasMode := fp["mode"]
 	_, hasFields := fp["fields"]
-	if !hasMode && !hasFields {
+	switch {
+	case hasMode:
+	case hasFields:
+		// The route narrowed the fields and left the mode to the preset
+		// (SPEC §3: what the route sets wins, the preset fills the rest).
+		frag["fingerprint"] = map[string]any{"mode": p.Fingerprint.Mode}
+	default:
 		f := map[string]any{"mode": p.Fingerprint.Mode}
 		if len(p.Fingerprint.Fields) > 0 {
 			fields := make([]any, len(p.Fingerprint.Fields))

@@ -56,13 +56,26 @@ func (c *Config) validateServer(errs *Errors) {
 	positive(errs, "server.write_timeout", s.WriteTimeout)
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
 	for i, p := range s.TrustedProxies {
-		if _, err := netip.ParsePrefix(p); err == nil {
-			continue
-		}
-		if _, err := netip.ParseAddr(p); err != nil {
-			errs.add(index("server.trusted_proxies", i), "%q is neither a CIDR (10.0.0.0/8) nor an IP address", p)
+		if _, err := ParseTrustedProxy(p); err != nil {
+			errs.add(index("server.trusted_proxies", i), "%v", err)
 		}
 	}
+}
+
+// ParseTrustedProxy reads one server.trusted_proxies entry: a CIDR, or a
+// single IP address as the prefix holding only it (an IPv4-mapped IPv6
+// address as its IPv4 one). The validator and the
+// server share it, so that what `gateway check` accepts serves.
+func ParseTrustedProxy(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither a CIDR (10.0.0.0/8) nor an IP address", s)
+	}
+	a = a.WithZone("").Unmap() // peers are compared unmapped, without zone
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 func (c *Config) validateAdmin(errs *Errors) {
