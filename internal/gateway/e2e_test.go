@@ -566,6 +566,9 @@ func TestForwardedHeadersBelieveOnlyTrustedProxies(t *testing.T) {
 		// Some proxies (Azure Application Gateway) write ip:port.
 		{"trusted proxy writing ports", "127.0.0.1/32", "203.0.113.7:52011", "203.0.113.7", "https"},
 		{"trusted proxy writing IPv6 and port", "127.0.0.1/32", "[2001:db8::7]:52011", "2001:db8::7", "https"},
+		// A single IP is what `gateway check` accepts, so it must serve.
+		{"trusted proxy as a single IP", "127.0.0.1", "203.0.113.7", "203.0.113.7", "https"},
+		{"trusted proxy as an IPv4-mapped IP", "::ffff:127.0.0.1", "203.0.113.7", "203.0.113.7", "https"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newUpstream(t)

@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	}
 	var trusted []netip.Prefix
 	for _, c := range cfg.Server.TrustedProxies {
-		p, err := netip.ParsePrefix(c)
+		p, err := config.ParseTrustedProxy(c)
 		if err != nil {
 			return nil, fmt.Errorf("server.trusted_proxies: %w", err)
 		}

@@ -251,3 +251,32 @@ func grepLines(s string, subs ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// SPEC §3 record.max_body: "larger bodies: recorded without body,
+// replayed with status and headers and `Hookstamp-Body-Omitted: true`";
+// §4: "A record whose body exceeded record.max_body replays with its
+// status and kept headers, an empty body and Hookstamp-Body-Omitted:
+// true". With `max_body: 0` every non-empty body is larger: none is
+// recorded (0 is not "no limit": someone setting it to keep answers out of
+// the ledger must not get them all kept).
+func TestRecordMaxBodyZeroRecordsNoBody(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("card=4242; answer body"))
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    record: {max_body: 0}", ""))
+
+	first := send(t, g, "/hooks", `{"id":"evt_z"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	again := send(t, g, "/hooks", `{"id":"evt_z"}`)
+	wantOutcome(t, again, 200, "replayed")
+	if len(again.body) != 0 || again.header.Get("Hookstamp-Body-Omitted") != "true" {
+		t.Errorf("record.max_body 0: replay body %q, Hookstamp-Body-Omitted %q; want an empty body and \"true\"",
+			again.body, again.header.Get("Hookstamp-Body-Omitted"))
+	}
+	if rec := lookup(t, g, "hooks", "evt_z"); len(rec.Body) != 0 || !rec.BodyOmitted {
+		t.Errorf("record.max_body 0: ledger kept %d body bytes (omitted=%v)", len(rec.Body), rec.BodyOmitted)
+	}
+}

@@ -26,7 +26,8 @@ type Policy struct {
 	// KeepHeaders are the canonical names of response headers recorded for
 	// replay (record.headers). Set-Cookie is refused by configuration.
 	KeepHeaders []string
-	// MaxBody is record.max_body: larger bodies are recorded without body.
+	// MaxBody is record.max_body: larger bodies are recorded without body
+	// (0: every non-empty body).
 	MaxBody int
 	// HoldAmbiguous is record.ambiguous: hold.
 	HoldAmbiguous bool
@@ -68,7 +69,7 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 			r.Headers[name] = joinValues(vals)
 		}
 	}
-	if up.BodyOmitted || p.MaxBody > 0 && len(up.Body) > p.MaxBody {
+	if up.BodyOmitted || len(up.Body) > p.MaxBody {
 		r.BodyOmitted = true
 	} else {
 		r.Body = up.Body

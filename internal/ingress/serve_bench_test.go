@@ -75,7 +75,7 @@ func BenchmarkServeCachedRepeat(b *testing.B) {
 		b.Fatal(err)
 	}
 	route := &ingress.Route{Name: "hooks", Path: "/hooks", Methods: []string{"POST"}, Extractor: ex, Fingerprinter: fp,
-		KeyRequired: true, Policy: &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour}}
+		KeyRequired: true, Policy: &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, MaxBody: 1 << 20, Retention: time.Hour}}
 	srv := ingress.New(ingress.Options{Routes: []*ingress.Route{route}, Engine: eng, Forwarder: noForward{b},
 		BodyLimit: 1 << 20, Middleware: []fiber.Handler{tel.Middleware()}, Observe: tel.Observe})
 	h := srv.App().Handler()
