@@ -98,6 +98,12 @@ func TestExamplesAreValid(t *testing.T) {
 				if r.Preset != "" {
 					covered[r.Preset] = true
 				}
+				// Where the gateway verifies nothing, a forgery reaches
+				// the upstream: its refusal must not become the answer
+				// recorded under the event's id.
+				if r.Preset != "" && r.Verify.Scheme == "" && strings.Join(r.Record.Statuses, ",") != "2xx" {
+					t.Errorf("route %s: unverified preset %s records %v, want only 2xx", r.Name, r.Preset, r.Record.Statuses)
+				}
 			}
 			// The redacted configuration (what `gateway check` prints)
 			// shows no secret.
