@@ -91,11 +91,13 @@ func (v *alipay) Verify(r Request) error {
 // string. Either would be a notification Alipay never sent — another
 // notify_id, or another fingerprint occupying the genuine one's key (SPEC
 // §1). So names must be of [A-Za-z0-9_] (all of Alipay's are) and no value
-// may hold "&" followed by such a name and "=": a cut can then only make
-// what is refused. A genuine value holding "&name=" is refused too (401);
-// Alipay's own values — ids, amounts, JSON lists, the merchant's
-// URL-encoded passback_params — do not, short of a product subject
-// written that way.
+// may hold "&" followed by such a name and "=". Then a signed string has at
+// most one reading that passes, up to parameters with empty values (which
+// Alipay leaves out of it): each "&" followed by a name and "=" must be a
+// boundary, and no other "&" can be one. A genuine value holding "&name="
+// is refused (401); Alipay's own values — ids, amounts, JSON lists, the
+// merchant's URL-encoded passback_params — do not hold one, short of a
+// product subject written that way.
 func alipayUnambiguous(params []formParam) bool {
 	for _, p := range params {
 		if p.key == "sign" || p.key == "sign_type" {
