@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -343,6 +344,25 @@ func TestDelete(t *testing.T) {
 	}
 	if e.held["pay"] != -1 {
 		t.Errorf("held gauge moved by %d, want -1", e.held["pay"])
+	}
+}
+
+// A DELETE whose screen (or the replicas' caches) did not forget the key
+// is not reported done: repeats may still be replayed from the screen, so
+// the operator gets 503 + Retry-After and retries, never a 204 that
+// promises the next delivery is forwarded.
+func TestDeleteWhoseScreenDidNotForgetIsNotDone(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Forget = func(context.Context, idempotency.Ref) error {
+			return fmt.Errorf("forget in screen: %w: connection refused", idempotency.ErrUnavailable)
+		}
+	})
+	ref := idempotency.Ref{Route: "pay", Key: "evt_screen_down"}
+	e.commit(t, &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: idempotency.Response{Status: 200}})
+	r := e.do(t, http.MethodDelete, recordPath("pay", ref.Key), token, "")
+	wantProblem(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Fatalf("503 without Retry-After")
 	}
 }
 

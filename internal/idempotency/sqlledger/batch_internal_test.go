@@ -101,6 +101,35 @@ func TestCommitBatchStatementKeepsPerRowResults(t *testing.T) {
 	}
 }
 
+// The batch statement takes a pending row over from another owner on the
+// same instant as the single-row one and Claim: not at exactly lease_until
+// (the claim is still live then), a microsecond later.
+func TestCommitBatchLeaseComparisonIsExact(t *testing.T) {
+	l := openPG(t)
+	ctx := context.Background()
+	now := dbTime(time.Date(2026, 6, 12, 10, 0, 0, 0, time.UTC))
+	ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+	for _, k := range []string{"at-expiry", "after-expiry"} {
+		c, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: ref(k), Owner: "o-" + k, Lease: time.Second, Retention: time.Hour}, now)
+		if err != nil || c.Status != idempotency.Acquired {
+			t.Fatalf("claim %s: %v %v", k, c.Status, err)
+		}
+	}
+	expiry := now.Add(time.Second)
+	at := commitJobFor(ref("at-expiry"), "x", expiry)
+	after := commitJobFor(ref("after-expiry"), "y", expiry.Add(time.Microsecond))
+	l.runCommits([]*commitJob{at, after})
+	if err := <-at.done; !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Errorf("commit by another owner at exactly the lease's end: %v, want ErrNotOwner (the claim is still live)", err)
+	}
+	if err := <-after.done; err != nil {
+		t.Errorf("commit by another owner after the lease's end: %v, want success", err)
+	}
+	if rec, err := l.Lookup(ctx, ref("at-expiry")); err != nil || rec.State != idempotency.StatePending || rec.Owner != "o-at-expiry" {
+		t.Errorf("at-expiry: %+v %v, want still pending for its owner", rec, err)
+	}
+}
+
 // A round that fails after an earlier round of the same batch was written
 // (a key committed twice, the second row refused): the first commit is
 // reported as made — its own row is there — not as another owner's, and

@@ -435,6 +435,34 @@ func TestLeaseComparisonsAreExact(t *testing.T) {
 	}
 }
 
+// Commit takes a pending row over from another owner only once its lease
+// has expired, on the same instant Claim does: at exactly lease_until the
+// claim is still live (a claim then sees it in flight), so a commit by
+// anyone else must change nothing; a microsecond later it records.
+func TestCommitLeaseComparisonIsExact(t *testing.T) {
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			l := openLedger(t, d.options(t))
+			r := ref("commit at lease expiry")
+			req := claimReq(r, "first", time.Hour)
+			req.Lease = time.Second
+			mustClaim(t, l, req, t0, idempotency.Acquired)
+			expiry := t0.Add(time.Second)
+			err := l.Commit(context.Background(), doneRecord(r, expiry, expiry.Add(time.Hour)), "second", expiry)
+			if !errors.Is(err, idempotency.ErrNotOwner) {
+				t.Fatalf("commit by another owner at exactly the lease's end: %v, want ErrNotOwner (the claim is still live)", err)
+			}
+			if got := wantState(t, l, r, idempotency.StatePending); got.Owner != "first" {
+				t.Fatalf("owner %q after a refused commit, want first", got.Owner)
+			}
+			after := expiry.Add(time.Microsecond)
+			mustCommit(t, l, doneRecord(r, after, after.Add(time.Hour)), "second", after)
+			wantState(t, l, r, idempotency.StateDone)
+		})
+	}
+}
+
 func TestCommitWithoutExpiryIsRejected(t *testing.T) {
 	for _, d := range drivers {
 		t.Run(d.name, func(t *testing.T) {
