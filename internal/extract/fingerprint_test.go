@@ -3,6 +3,7 @@ package extract_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"testing"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
@@ -129,5 +130,26 @@ func TestNewFingerprinterErrors(t *testing.T) {
 				t.Fatalf("NewFingerprinter() error = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestFingerprintFieldsNeverEqualABodyCraftedToMatch: the fields encoding
+// starts with its own domain, so that a body spelling out the encoding of
+// a request's fields byte for byte still gets another fingerprint (a route
+// switched between modes must not take one delivery's fields for another's
+// body). The body below is the fields encoding without its domain.
+func TestFingerprintFieldsNeverEqualABodyCraftedToMatch(t *testing.T) {
+	const spec, value = "header:X-A", "1"
+	var enc []byte
+	enc = binary.BigEndian.AppendUint64(enc, uint64(len(spec)))
+	enc = append(enc, spec...)
+	enc = append(enc, 1) // tagText
+	enc = binary.BigEndian.AppendUint64(enc, uint64(len(value)))
+	enc = append(enc, value...)
+	r := extract.MapRequest{HTTPMethod: "POST", Headers: map[string]string{"X-A": value}, RawBody: enc}
+	fields := newFingerprinter(t, extract.FingerprintFields, spec).Fingerprint(r)
+	body := newFingerprinter(t, extract.FingerprintBody).Fingerprint(r)
+	if bytes.Equal(fields, body) {
+		t.Errorf("a body crafted as the fields encoding has the fields fingerprint %x", fields)
 	}
 }

@@ -875,3 +875,39 @@ func TestDoTLS(t *testing.T) {
 		t.Errorf("upstream got the delivery %d times, want 1", n)
 	}
 }
+
+// TestDoDropsUnderscoreTwinsOfGatewayHeaders: CGI-style upstreams (WSGI,
+// Rack, PHP) read X_Forwarded_For as X-Forwarded-For, so a sender's field
+// spelling a forwarding header or the key header with "_" never passes;
+// other fields with "_" do.
+func TestDoDropsUnderscoreTwinsOfGatewayHeaders(t *testing.T) {
+	u := newUpstream(t, nil)
+	f := newForwarder(t, forward.Options{})
+	r := forward.Request{
+		Method: http.MethodPost, URL: u.URL, Timeout: 5 * time.Second,
+		ClientIP: "203.0.113.7", Proto: "https", Host: "gw.example", KeyHeader: "Idempotency-Key", Key: "evt_1",
+		Header: http.Header{
+			"X_Forwarded_For":   {"6.6.6.6"},
+			"X_Forwarded_Proto": {"ftp"},
+			"x_forwarded_host":  {"evil.example"},
+			"Idempotency_Key":   {"client-chosen"},
+			"X_Custom_Id":       {"kept"},
+		},
+	}
+	if _, err := f.Do(context.Background(), &r); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	kept := false
+	for name, v := range u.requests()[0].Header {
+		dashed := strings.ReplaceAll(name, "_", "-")
+		switch {
+		case strings.Contains(name, "_") && strings.EqualFold(dashed, "X-Custom-Id"):
+			kept = true
+		case strings.Contains(name, "_"):
+			t.Errorf("upstream saw the sender's %s: %q", name, v)
+		}
+	}
+	if !kept {
+		t.Errorf("X_Custom_Id was dropped: %v", u.requests()[0].Header)
+	}
+}

@@ -61,3 +61,40 @@ func TestInvalidationsRecoverFromAHungSubscription(t *testing.T) {
 		return !ok
 	})
 }
+
+// A subscription whose connection breaks is made again by go-redis on its
+// own; deletes published meanwhile were lost to this replica, so the
+// resubscription clears the cache (nothing cached before it can be
+// trusted). Here the connection is cut and no delete is published at all:
+// only the resubscription can take the entry out.
+func TestInvalidationsClearTheCacheOnResubscription(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "p:invalidate", silence: 200 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	probe := idempotency.Ref{Route: "hooks", Key: "evt_probe"}
+	eventually(t, 5*time.Second, "subscribed", func() bool { // a delivered delete proves it
+		cache.Put(probe, ent)
+		if err := client.Publish(context.Background(), inv.channel, probe.Route+"\x00"+probe.Key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		_, ok := cache.Get(probe)
+		return !ok
+	})
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_cached"}
+	cache.Put(ref, ent)
+	if err := client.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	eventually(t, 5*time.Second, "the resubscription cleared the cache", func() bool {
+		_, ok := cache.Get(ref)
+		return !ok
+	})
+}

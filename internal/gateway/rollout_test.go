@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -278,5 +279,36 @@ func TestRecordMaxBodyZeroRecordsNoBody(t *testing.T) {
 	}
 	if rec := lookup(t, g, "hooks", "evt_z"); len(rec.Body) != 0 || !rec.BodyOmitted {
 		t.Errorf("record.max_body 0: ledger kept %d body bytes (omitted=%v)", len(rec.Body), rec.BodyOmitted)
+	}
+}
+
+// An answer larger than the forwarder reads (forward.DefaultMaxResponseBody)
+// is still the upstream's answer: the delivery was processed, so it is
+// recorded (without its body) and its repeat replayed, never released and
+// forwarded again because the answer was big (SPEC §3: "dedup protection
+// never depends on response size").
+func TestResponseOverTheForwarderLimitIsStillRecorded(t *testing.T) {
+	t.Parallel()
+	huge := bytes.Repeat([]byte("h"), forward.DefaultMaxResponseBody+1)
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(huge)
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+
+	first := send(t, g, "/hooks", `{"id":"evt_huge"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	if len(first.body) != 0 || first.header.Get("Hookstamp-Body-Omitted") != "true" {
+		t.Errorf("first answer: %d bytes, Hookstamp-Body-Omitted %q; want none and \"true\"",
+			len(first.body), first.header.Get("Hookstamp-Body-Omitted"))
+	}
+	again := send(t, g, "/hooks", `{"id":"evt_huge"}`)
+	wantOutcome(t, again, 200, "replayed")
+	if again.header.Get("Hookstamp-Body-Omitted") != "true" {
+		t.Errorf("replay lacks Hookstamp-Body-Omitted: true: %v", again.header)
+	}
+	if n := up.count("evt_huge"); n != 1 {
+		t.Fatalf("a delivery with a huge answer reached the upstream %d times, want 1", n)
 	}
 }

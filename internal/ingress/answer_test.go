@@ -41,3 +41,36 @@ func TestReplayHeadersAreTheReplaysOwn(t *testing.T) {
 		t.Errorf("Content-Length %d, want 2", resp.ContentLength)
 	}
 }
+
+// The upstream's answer passes on, except hookstamp's own headers: an
+// upstream (or what answers in its name) cannot relabel a forward as a
+// replay, or claim an outcome or an omitted body the gateway did not
+// decide.
+func TestUpstreamCannotSetHookstampHeaders(t *testing.T) {
+	app := fiber.New()
+	app.Post("/", func(c *fiber.Ctx) error {
+		return answer(c, &idempotency.Result{Outcome: idempotency.Forwarded, Upstream: &idempotency.Upstream{
+			Status: 200,
+			Header: map[string][]string{"Content-Type": {"text/plain"}, "X-Up": {"a", "b"},
+				HeaderOutcome: {"replayed"}, HeaderReplayed: {"true"}, HeaderBodyOmitted: {"true"}},
+			Body: []byte("ok"),
+		}})
+	})
+	resp, err := app.Test(httptest.NewRequest("POST", "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "ok" || resp.Header.Get("Content-Type") != "text/plain" ||
+		len(resp.Header.Values("X-Up")) != 2 {
+		t.Fatalf("upstream answer: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if got := resp.Header.Values(HeaderOutcome); len(got) != 1 || got[0] != "forwarded" {
+		t.Errorf("%s: %q, want forwarded", HeaderOutcome, got)
+	}
+	for _, name := range []string{HeaderReplayed, HeaderBodyOmitted} {
+		if got := resp.Header.Values(name); len(got) != 0 {
+			t.Errorf("%s: %q from the upstream reached the provider", name, got)
+		}
+	}
+}

@@ -514,3 +514,144 @@ func TestReleaseOvertakenByItsClaim(t *testing.T) {
 		t.Fatalf("another owner's claim on a tombstone = %v, %v; want acquired", c.Status, err)
 	}
 }
+
+// TestClaimRetriedByItsOwnerIsAcquired: a claim whose reply was lost may
+// be sent again with the same owner (go-redis resends a command on a
+// broken connection); the owner's own in-flight entry is its claim, not
+// another delivery's, or the delivery would wait on itself and every
+// repeat after it would wait out the lease.
+func TestClaimRetriedByItsOwnerIsAcquired(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: "retried"}, Owner: "a", Lease: time.Minute}
+	for i := range 2 {
+		if c, err := s.Claim(ctx, req); err != nil || c.Status != idempotency.Acquired {
+			t.Fatalf("Claim #%d by its owner = %v, %v; want Acquired", i+1, c.Status, err)
+		}
+	}
+	other := req
+	other.Owner = "b"
+	if c, err := s.Claim(ctx, other); err != nil || c.Status != idempotency.InFlight || c.Owner != "a" {
+		t.Fatalf("Claim by another owner = %v (owner %q), %v; want InFlight held by a", c.Status, c.Owner, err)
+	}
+}
+
+// TestForgetWakesAWaiter: an operator's delete of an in-flight key is
+// published, so a repeat waiting on it claims again at once rather than
+// at its next poll (an hour here).
+func TestForgetWakesAWaiter(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix, WaitPollMin: time.Hour, WaitPollMax: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	ref := idempotency.Ref{Route: "r", Key: "forgotten"}
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "a", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("Claim = %v, %v", c.Status, err)
+	}
+	before := s.helds.Load()
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(ctx, ref, "a") }()
+	pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+	if err := s.Forget(ctx, ref); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken by the forget")
+	}
+}
+
+// TestResubscriptionWakesWaiters: what is published while the
+// subscription is down is lost, so a (re)subscription makes every waiter
+// look again. Here the entry vanishes without a message (as one lost to a
+// broken subscription would), then the subscription is cut: with an
+// hour's poll only the resubscription can wake the waiter.
+func TestResubscriptionWakesWaiters(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	s := newTB(t, Options{Addrs: []string{srv.Addr}, Prefix: "p:", WaitPollMin: time.Hour, WaitPollMax: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: testRef, Owner: "a", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("Claim = %v, %v", c.Status, err)
+	}
+	before := s.helds.Load()
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(ctx, testRef, "a") }()
+	pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+	if err := s.Client().Del(ctx, s.key(testRef)).Err(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	subs := s.hub.subscriptions.Load()
+	if err := s.Client().ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > subs })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken by the resubscription")
+	}
+}
+
+// TestForgetTombstoneOutlivesALateRefill: an operator's delete refuses
+// Completes for ForgetTombstone, not just for the next instant: a refill
+// that read the record before the delete may reach Redis a while later
+// (an operation timeout), and must not put the deleted record back.
+func TestForgetTombstoneOutlivesALateRefill(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ref := idempotency.Ref{Route: "r", Key: "deleted"}
+	entry := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("before the delete")}}
+	if err := s.Complete(ctx, ref, "a", entry, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, ref); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	if ttl := s.Client().PTTL(ctx, s.key(ref)).Val(); ttl < idempotency.ForgetTombstone-5*time.Second {
+		t.Errorf("tombstone PTTL %v, want about %v", ttl, idempotency.ForgetTombstone)
+	}
+	time.Sleep(200 * time.Millisecond) // the refill is late
+	refill := *entry
+	refill.Refill = true
+	if err := s.Complete(ctx, ref, "stale", &refill, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "b", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("Claim after a late refill of a deleted record = %v, %v; want Acquired", c.Status, err)
+	}
+}
+
+// TestReleaseTombstoneOutlivesALateClaim: a claim overtaken by its own
+// release may land a good while after it (a command on a connection the
+// client gave up on); it is refused then too, or it would hold the key
+// for a lease that nobody ends.
+func TestReleaseTombstoneOutlivesALateClaim(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix})
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "stripe", Key: "evt_late"}
+	if err := s.Release(ctx, ref, "lost"); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("release of a claim that has not landed: %v, want ErrNotOwner", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the claim is late
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "lost", Lease: time.Minute}); err == nil {
+		t.Fatalf("the released owner's claim 200ms later = %v, want refused", c.Status)
+	}
+	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "next", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("the next delivery's claim = %v, %v; want acquired", c.Status, err)
+	}
+}
