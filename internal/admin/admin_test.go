@@ -458,6 +458,9 @@ func TestResolveBadRequests(t *testing.T) {
 		{"unknown field", `{"action":"release","why":"x"}`},
 		{"unknown action", `{"action":"forget"}`},
 		{"release with status", `{"action":"release","status":200}`},
+		{"release with body", `{"action":"release","body":"ok"}`},
+		{"release with body_base64", `{"action":"release","body_base64":"b2s="}`},
+		{"release with headers", `{"action":"release","headers":{"X-A":"1"}}`},
 		{"record without status", `{"action":"record","body":"x"}`},
 		{"status 1xx", `{"action":"record","status":101}`},
 		{"status 600", `{"action":"record","status":600}`},
@@ -543,5 +546,44 @@ func TestShortDuration(t *testing.T) {
 		if got := shortDuration(d); got != want {
 			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// A route that is not configured is 404 on every record endpoint, and
+// nothing is forgotten: a DELETE with a misspelt route must not answer 204
+// ("forgotten") while the real key stays.
+func TestUnknownRouteIs404(t *testing.T) {
+	e := newEnv(t, nil)
+	e.commit(t, &idempotency.Record{Ref: idempotency.Ref{Route: "pay", Key: "k"}, State: idempotency.StateHeld})
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodGet, recordPath("payy", "k"), ""},
+		{http.MethodDelete, recordPath("payy", "k"), ""},
+		{http.MethodGet, "/admin/routes/payy/held", ""},
+		{http.MethodPost, recordPath("payy", "k") + "/resolve", `{"action":"release"}`},
+	} {
+		wantProblem(t, e.do(t, tc.method, tc.path, token, tc.body), http.StatusNotFound)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.forgot) != 0 || len(e.held) != 0 {
+		t.Errorf("calls on an unknown route forgot %v and moved the held gauge %v", e.forgot, e.held)
+	}
+}
+
+// A route that saw requests but neither forwarded nor replayed one (say,
+// only forgeries: unverified) has a duplicate rate of 0, and the answer is
+// still a JSON document (encoding/json refuses NaN).
+func TestStatsRouteWithoutForwardsOrReplays(t *testing.T) {
+	e := newEnv(t, nil)
+	for range 3 {
+		e.stats.Record(context.Background(), "pay", idempotency.Unverified, "", "a")
+	}
+	r := e.do(t, http.MethodGet, "/admin/stats", token, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	pay := decode[StatsAnswer](t, r).Routes["pay"]
+	if pay == nil || pay.Outcomes["unverified"] != 3 || pay.DuplicateRate != 0 {
+		t.Fatalf("pay %+v, want 3 unverified and duplicate rate 0", pay)
 	}
 }

@@ -33,6 +33,13 @@ routes:
     upstream: {url: "http://app:TOPSECRET/VALUE@127.0.0.1:9000/a"}
     key: {sources: [{header: X-Event-Id}]}
 `, `routes[0].upstream.url: bad URL`},
+		{"upstream url with credentials and a scheme that is not http", `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "ftp://app:` + secret + `@127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+`, `routes[0].upstream.url: "ftp://app:xxxxx@127.0.0.1:9000/a" is not an absolute http`},
 		{"admin token written as a list", `
 admin: {token: ["` + secret + `"]}
 ` + minimal, "admin.token: want a text value, got a list"},
@@ -79,6 +86,7 @@ func TestPostgresDSNIsChecked(t *testing.T) {
 	for _, tc := range []struct{ dsn, want string }{
 		{"postgres://app:TOPSECRET/VALUE@db:5432/hooks", "percent-encode reserved characters"},
 		{"mysql://app@db/hooks", "want a postgres:// or postgresql:// URL"},
+		{"mysql://app:TOPSECRET@db/hooks", "want a postgres:// or postgresql:// URL"},
 	} {
 		msg := mustFail(t, minimal+"store: {driver: postgres, dsn: \""+tc.dsn+"\"}\n").Error()
 		if !strings.Contains(msg, "store.dsn: bad URL") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "TOPSECRET") {

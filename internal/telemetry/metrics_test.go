@@ -319,6 +319,72 @@ func TestHeldKeysGauge(t *testing.T) {
 	check("counter failing", 8, 0)
 }
 
+// A gauge of held keys never goes below zero: a resolve the gauge did not
+// see become held (held before a restart, counter failing) must not show
+// -1 on a dashboard.
+func TestHeldKeysGaugeNeverNegative(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	tel.Init([]string{"a"})
+	tel.AddHeld("a", -1)
+	if v := value(scrape(t, tel.MetricsHandler()), "hookstamp_held_keys", "route", "a"); v != 0 {
+		t.Fatalf("held after resolving an unseen key = %v, want 0", v)
+	}
+	tel.AddHeld("a", 1)
+	if v := value(scrape(t, tel.MetricsHandler()), "hookstamp_held_keys", "route", "a"); v != 1 {
+		t.Fatalf("held after one key became held = %v, want 1", v)
+	}
+}
+
+// Each hook counts into its own family and series: a takeover is not a
+// commit failure, and a dependency error carries its own dependency and op.
+// Init creates at zero every dependency series the engine can report, so
+// that increase() sees the first failure of each.
+func TestHooksCountIntoTheirOwnSeries(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	tel.Init([]string{"r", "s"}, "ledger", "screen")
+	ops := map[string][]string{
+		"screen": {"claim", "complete", "release"},
+		"ledger": {"lookup", "claim", "commit", "release"},
+	}
+	fams := scrape(t, tel.MetricsHandler())
+	for dep, list := range ops {
+		for _, op := range list {
+			if v := value(fams, "hookstamp_dependency_errors_total", "dependency", dep, "op", op); v != 0 {
+				t.Errorf("after Init, hookstamp_dependency_errors_total{dependency=%q,op=%q} = %v, want 0", dep, op, v)
+			}
+		}
+	}
+
+	h := tel.Hooks()
+	h.Takeover("r")
+	h.CommitFailure("r")
+	h.CommitFailure("r")
+	h.CommitFailure("s")
+	h.DependencyError("ledger", "release")
+	h.DependencyError("ledger", "release")
+	h.DependencyError("screen", "complete")
+	fams = scrape(t, tel.MetricsHandler())
+	tests := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"hookstamp_takeovers_total", []string{"route", "r"}, 1},
+		{"hookstamp_takeovers_total", []string{"route", "s"}, 0},
+		{"hookstamp_commit_failures_total", []string{"route", "r"}, 2},
+		{"hookstamp_commit_failures_total", []string{"route", "s"}, 1},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "ledger", "op", "release"}, 2},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "screen", "op", "release"}, 0},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "screen", "op", "complete"}, 1},
+		{"hookstamp_dependency_errors_total", []string{"dependency", "ledger", "op", "commit"}, 0},
+	}
+	for _, tt := range tests {
+		if got := value(fams, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+}
+
 // With telemetry.metrics.prometheus off there is no metrics handler (the
 // admin listener answers 404: gateway.TestAdminMetricsOff).
 func TestMetricsOff(t *testing.T) {

@@ -129,6 +129,9 @@ func TestDecodeSignature(t *testing.T) {
 		{"github", "sha256=00ff", "sha256=", "hex", "00ff"},
 		{"prefix case", "SHA256=00FF", "sha256=", "hex", "00ff"},
 		{"missing prefix", "00ff", "sha256=", "hex", ""},
+		// Same length as the prefix, so only comparing its bytes tells them apart.
+		{"other prefix", "sha512=00ff", "sha256=", "hex", ""},
+		{"prefix misspelt", "sha256:00ff", "sha256=", "hex", ""},
 		{"prefix only", "sha256=", "sha256=", "hex", ""},
 		{"odd hex", "0ff", "", "hex", ""},
 		{"base64", "AP8=", "", "base64", "00ff"},

@@ -648,6 +648,24 @@ func TestVerifyMatchesHeaderNamesCaseInsensitively(t *testing.T) {
 	}
 }
 
+// A header value is trimmed of surrounding spaces and tabs before it is
+// decoded, and the cap counts the value as received: MaxHeaderLen bytes pass
+// the length check, one more is "too long".
+func TestVerifyTrimsHeaderAndCapsItAtMaxHeaderLen(t *testing.T) {
+	v := newVerifier(t, verify.Options{Scheme: verify.SchemeGitHub, Secrets: []string{secret("old")}})
+	sig := verifytest.GitHub(secret("old"), body).Get("X-Hub-Signature-256")
+	for _, h := range []string{" " + sig, sig + " \t", "\t" + sig + "\t"} {
+		if err := v.Verify(req(http.Header{"X-Hub-Signature-256": {h}}, body)); err != nil {
+			t.Errorf("header %q: Verify = %v", h, err)
+		}
+	}
+	atCap := sig + strings.Repeat(" ", verify.MaxHeaderLen-len(sig))
+	if err := v.Verify(req(http.Header{"X-Hub-Signature-256": {atCap}}, body)); err != nil {
+		t.Errorf("header of MaxHeaderLen bytes: Verify = %v", err)
+	}
+	wantUnverified(t, v.Verify(req(http.Header{"X-Hub-Signature-256": {atCap + " "}}, body)), "too long")
+}
+
 // bytesRequest serves prepared byte slices, so that measuring Verify does not
 // measure a conversion from strings.
 type bytesRequest map[string][][]byte
