@@ -64,7 +64,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case "version":
 		fmt.Fprintln(stdout, "hookstamp", version)
 		return 0
-	case "help", "-h", "--help":
+	case "help": // -h and --help reach the flag set above, which prints its usage
 		usage(stdout)
 		return 0
 	default:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +125,88 @@ func TestHelpFlag(t *testing.T) {
 		if code, _, errOut := runCLI(t, nil, args...); code != 0 || !strings.Contains(errOut, "-config") {
 			t.Errorf("gateway %v: exit %d, stderr %q; want 0 and the usage", args, code, errOut)
 		}
+	}
+}
+
+// migrate says so on stdout when it succeeds, and exits 1 naming the
+// error when the ledger cannot be opened.
+func TestMigrateOutputAndFailure(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "file"), "not a directory")
+	for _, tc := range []struct {
+		name, dsn string
+		code      int
+	}{
+		{"ok", filepath.Join(dir, "ledger.db"), 0},
+		{"unopenable", filepath.Join(dir, "file", "ledger.db"), 1},
+	} {
+		cfg := filepath.Join(dir, tc.name+".yaml")
+		writeFile(t, cfg, `
+store: {dsn: "`+tc.dsn+`", auto_migrate: false}
+routes:
+  - name: demo
+    path: /d
+    upstream: {url: "http://127.0.0.1:9000/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`)
+		code, out, errOut := runCLI(t, nil, "migrate", "-config", cfg)
+		if code != tc.code {
+			t.Fatalf("migrate %s: exit %d, want %d; stderr %q", tc.name, code, tc.code, errOut)
+		}
+		if tc.code == 0 && !strings.Contains(out, "up to date") {
+			t.Fatalf("migrate %s: stdout %q, want the schema reported up to date", tc.name, out)
+		}
+		if tc.code != 0 && (out != "" || !strings.Contains(errOut, "gateway migrate:")) {
+			t.Fatalf("migrate %s: stdout %q, stderr %q; want the error on stderr only", tc.name, out, errOut)
+		}
+	}
+}
+
+// The configuration file defaults to $HOOKSTAMP_CONFIG, and -config wins.
+func TestConfigFromEnvironment(t *testing.T) {
+	env := []string{"HOOKSTAMP_CONFIG=../../config.yaml"}
+	if code, out, errOut := runCLI(t, env, "check"); code != 0 || !strings.Contains(out, "../../config.yaml: valid") {
+		t.Fatalf("check with HOOKSTAMP_CONFIG: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	if code, _, errOut := runCLI(t, env, "check", "-config", missing); code != 1 || !strings.Contains(errOut, missing) {
+		t.Fatalf("-config %s beside HOOKSTAMP_CONFIG: exit %d, stderr %q; want 1 naming the file", missing, code, errOut)
+	}
+}
+
+// Usage errors exit 2; "help" prints the usage on stdout and succeeds.
+func TestUsageExitCodes(t *testing.T) {
+	if code, _, errOut := runCLI(t, nil, "check", "-no-such-flag"); code != 2 || !strings.Contains(errOut, "no-such-flag") {
+		t.Fatalf("unknown flag: exit %d, stderr %q; want 2", code, errOut)
+	}
+	for _, arg := range []string{"help"} {
+		if code, out, _ := runCLI(t, nil, arg); code != 0 || !strings.Contains(out, "gateway migrate") {
+			t.Fatalf("gateway %s: exit %d, stdout %q; want 0 and the usage", arg, code, out)
+		}
+	}
+}
+
+// serve exits 1 when the gateway cannot start (its address is taken).
+func TestServeFailureExitsNonZero(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	writeFile(t, cfg, `
+server: {listen: "`+ln.Addr().String()+`"}
+admin: {listen: ""}
+store: {dsn: "`+filepath.Join(dir, "ledger.db")+`"}
+routes:
+  - name: demo
+    path: /d
+    upstream: {url: "http://127.0.0.1:9000/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`)
+	code, _, errOut := runCLI(t, nil, "serve", "-config", cfg)
+	if code != 1 || !strings.Contains(errOut, "gateway stopped") {
+		t.Fatalf("serve on a taken address: exit %d, stderr %q; want 1 and the error logged", code, errOut)
 	}
 }

@@ -629,6 +629,41 @@ func TestAdminStatsReplicas(t *testing.T) {
 	}
 }
 
+// Two deployments sharing one Redis under different screen.prefix values
+// keep their statistics apart: the prefix namespaces the stats keys too.
+func TestAdminStatsKeptApartByPrefix(t *testing.T) {
+	s := sharedSetup(t)
+	a := s.start(t)
+	other := newSetup(t)
+	other.store, other.dsn = "postgres", testenv.Postgres(t)
+	other.screen = "redis"
+	other.redis, other.pfx = testenv.RedisPrefix(t)
+	b := other.start(t)
+	script(t, s.upstream, a)
+	wantStats := normalized(t, scriptStats())
+	for deadline := time.Now().Add(5 * time.Second); !reflect.DeepEqual(adminStats(t, a), wantStats); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats of the scripted deployment: %v", adminStats(t, a))
+		}
+	}
+	got, _ := json.Marshal(adminStats(t, b))
+	var st struct {
+		Routes map[string]struct {
+			Outcomes map[string]int `json:"outcomes"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal(got, &st); err != nil {
+		t.Fatal(err)
+	}
+	for route, r := range st.Routes {
+		for o, n := range r.Outcomes {
+			if n != 0 {
+				t.Fatalf("deployment with prefix %q counts %s %s=%d it never saw (prefix %q's): %s", other.pfx, route, o, n, s.pfx, got)
+			}
+		}
+	}
+}
+
 // TestAdminReadyz: 200 while ledger and screen answer; 503 naming the
 // screen, without its error, when a dedicated Redis stops; 200 again once
 // it is back.

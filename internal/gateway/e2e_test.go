@@ -132,6 +132,24 @@ func TestKeyReuseWithDifferentBodyIsMismatch(t *testing.T) {
 	})
 }
 
+// fingerprint.on_mismatch: replay answers a reused key with a different
+// body with the first delivery's recorded answer instead of 422.
+func TestKeyReuseWithDifferentBodyReplaysOnMismatchReplay(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    fingerprint: {on_mismatch: replay}\n", ""))
+	first := send(t, g, "/hooks", `{"id":"evt_mr","amount":1}`)
+	wantOutcome(t, first, 200, "forwarded")
+	r := send(t, g, "/hooks", `{"id":"evt_mr","amount":1000}`)
+	wantOutcome(t, r, 200, "replayed")
+	if string(r.body) != string(first.body) {
+		t.Fatalf("replayed %s, want the first answer %s", r.body, first.body)
+	}
+	if n := up.count("evt_mr"); n != 1 {
+		t.Fatalf("upstream received %d, want 1", n)
+	}
+}
+
 func TestMissingKey(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

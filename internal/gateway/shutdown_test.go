@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,5 +209,58 @@ func TestShutdownHoldsAbandonedForwardOnHoldRoute(t *testing.T) {
 	wantOutcome(t, send(t, g2, "/hooks", `{"id":"evt_abandon_held"}`), 409, "held")
 	if n := up.count("evt_abandon_held"); n != 1 {
 		t.Fatalf("upstream received %d, want 1: the held key was forwarded again", n)
+	}
+}
+
+// Run (what SIGTERM ends in cmd/gateway) stops within
+// server.shutdown_timeout even while a delivery is still in flight, and
+// abandoning it is no error: the process exits 0.
+func TestRunStopsWithinShutdownTimeout(t *testing.T) {
+	up, release := heldUpstream(t)
+	defer close(release)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "screen:\n  driver: none\n  local_cache: 0")
+	cfg.Server.Listen = addr
+	cfg.Server.ShutdownTimeout = 300 * time.Millisecond
+	cfg.Routes[0].Upstream.Timeout = 20 * time.Second
+	g, err := New(context.Background(), cfg, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(ctx) }()
+	go func() {
+		for {
+			resp, err := http.Post("http://"+addr+"/hooks", "application/json", strings.NewReader(`{"id":"evt_run"}`))
+			if err == nil {
+				resp.Body.Close()
+				return
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return // cut by the shutdown
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run after an abandoned delivery: %v, want nil", err)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("Run took %v to stop, shutdown_timeout is 300ms", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Run did not stop within 5s of its context ending (shutdown_timeout 300ms)")
 	}
 }

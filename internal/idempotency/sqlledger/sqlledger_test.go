@@ -841,3 +841,26 @@ func TestPluginsSeeReadsAndWrites(t *testing.T) {
 		})
 	}
 }
+
+// Held keys expire with the route's retention (README): the sweeper deletes
+// an expired held row like any other, and keeps a held row still in its
+// retention.
+func TestSweepDeletesExpiredHeldRows(t *testing.T) {
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			l := openLedger(t, d.options(t))
+			sweepAt := t0.Add(time.Hour)
+			old, fresh := heldRecord(ref("held-expired"), t0), heldRecord(ref("held-live"), t0)
+			old.ExpiresAt = sweepAt.Add(-time.Second)
+			mustCommit(t, l, old, "o", t0)
+			mustCommit(t, l, fresh, "o", t0)
+			n, err := l.SweepAll(t.Context(), sweepAt, 10)
+			if err != nil || n != 1 {
+				t.Fatalf("SweepAll: %d rows, %v; want the expired held row", n, err)
+			}
+			wantGone(t, l, old.Ref)
+			wantState(t, l, fresh.Ref, idempotency.StateHeld)
+		})
+	}
+}
