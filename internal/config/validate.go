@@ -64,8 +64,8 @@ func (c *Config) validateServer(errs *Errors) {
 
 // ParseTrustedProxy reads one server.trusted_proxies entry: a CIDR, or a
 // single IP address as the prefix holding only it (an IPv4-mapped IPv6
-// address as its IPv4 one). The validator and the
-// server share it, so that what `gateway check` accepts serves.
+// address as its IPv4 one). The validator and the server share it, so
+// that what `gateway check` accepts serves.
 func ParseTrustedProxy(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return p, nil
