@@ -150,25 +150,6 @@ func TestReplayFromLedgerSkipsARowThatIsNotDone(t *testing.T) {
 	}
 }
 
-// downLedger is a ledger that cannot be reached at all.
-type downLedger struct{ idempotency.Ledger }
-
-func (downLedger) Claim(context.Context, idempotency.ClaimRequest, time.Time) (idempotency.Claim, error) {
-	return idempotency.Claim{}, fmt.Errorf("claim: %w", idempotency.ErrUnavailable)
-}
-
-func (downLedger) Lookup(context.Context, idempotency.Ref) (*idempotency.Record, error) {
-	return nil, fmt.Errorf("lookup: %w", idempotency.ErrUnavailable)
-}
-
-func (downLedger) Commit(context.Context, *idempotency.Record, string, time.Time) error {
-	return fmt.Errorf("commit: %w", idempotency.ErrUnavailable)
-}
-
-func (downLedger) Release(context.Context, idempotency.Ref, string) error {
-	return fmt.Errorf("release: %w", idempotency.ErrUnavailable)
-}
-
 // With store.on_unavailable: pass and the ledger down, deliveries are
 // passed through: their commits fail by design, and counting each one in
 // commit_failures would bury the failures that break a promise. The screen
@@ -178,7 +159,9 @@ func TestPassthroughCommitIsNoCommitFailure(t *testing.T) {
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	t.Cleanup(s.Close)
 	var failures atomic.Int64
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: downLedger{}, LedgerUnavailable: idempotency.FailPass,
+	down := &switchLedger{} // no ledger behind it: never brought back
+	down.down.Store(true)
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: down, LedgerUnavailable: idempotency.FailPass,
 		Hooks: idempotency.Hooks{CommitFailure: func(string) { failures.Add(1) }}})
 	if err != nil {
 		t.Fatal(err)
