@@ -34,7 +34,7 @@ func TestInvalidationsRecoverFromAHungSubscription(t *testing.T) {
 	ref := idempotency.Ref{Route: "hooks", Key: "evt_hung"}
 	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
 	time.Sleep(300 * time.Millisecond) // subscribed (the subscription's own Clear is behind us)
-	cache.Put(ref, ent)
+	cache.Put(ref, ent, cache.Ticket())
 	if _, ok := cache.Get(ref); !ok {
 		t.Fatal("the cache did not keep the entry")
 	}
@@ -52,7 +52,7 @@ func TestInvalidationsRecoverFromAHungSubscription(t *testing.T) {
 	proxy.Restore()
 	other := idempotency.Ref{Route: "hooks", Key: "evt_after"}
 	time.Sleep(time.Second) // resubscribed through the restored network
-	cache.Put(other, ent)
+	cache.Put(other, ent, cache.Ticket())
 	if err := direct.Publish(context.Background(), inv.channel, other.Route+"\x00"+other.Key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestInvalidationsClearTheCacheOnResubscription(t *testing.T) {
 	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
 	probe := idempotency.Ref{Route: "hooks", Key: "evt_probe"}
 	eventually(t, 5*time.Second, "subscribed", func() bool { // a delivered delete proves it
-		cache.Put(probe, ent)
+		cache.Put(probe, ent, cache.Ticket())
 		if err := client.Publish(context.Background(), inv.channel, probe.Route+"\x00"+probe.Key).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestInvalidationsClearTheCacheOnResubscription(t *testing.T) {
 		return !ok
 	})
 	ref := idempotency.Ref{Route: "hooks", Key: "evt_cached"}
-	cache.Put(ref, ent)
+	cache.Put(ref, ent, cache.Ticket())
 	if err := client.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
 	}

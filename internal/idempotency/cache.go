@@ -6,6 +6,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,7 +35,29 @@ type Cache struct {
 	now     func() time.Time
 	epoch   time.Time // expiries are durations since it (monotonic)
 	headers headerSets
-	shards  [cacheShards]cacheShard
+	// clears counts Clear's calls: a Ticket taken before a record was read
+	// from the screen or the ledger is refused by Put once a Clear ran.
+	clears atomic.Uint64
+	shards [cacheShards]cacheShard
+}
+
+// Ticket is what a delivery takes before it reads a record from the screen
+// or the ledger, and gives to Put with what it read.
+//
+// Clear runs when this replica may have missed operators' deletes (its
+// subscription to them was down). A record read before that Clear may be
+// one an operator deleted meanwhile; the missed delete left no tombstone
+// (Delete's) to keep it out, so Put refuses it by its ticket instead of
+// putting it back for the cache's maximum age.
+type Ticket uint64
+
+// Ticket returns the ticket for a read that starts now; a nil cache gives
+// the zero ticket.
+func (c *Cache) Ticket() Ticket {
+	if c == nil {
+		return 0
+	}
+	return Ticket(c.clears.Load())
 }
 
 const cacheShards = 16
@@ -144,14 +167,15 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 	return &it.ent, true
 }
 
-// Put caches a complete entry (its body present or omitted by design).
-// Entries larger than a shard's budget are not cached, nor, for
-// ForgetTombstone, entries of a deleted ref: a delivery that read the record
-// before an operator deleted it must not put it back (the cost is that a
-// ref delivered again right after its delete is not cached for a minute).
-// The cache keeps a copy of *ent (sharing its headers and body, which are
-// never changed once recorded).
-func (c *Cache) Put(ref Ref, ent *Entry) {
+// Put caches a complete entry (its body present or omitted by design),
+// read under ticket t. Entries larger than a shard's budget are not
+// cached, nor, for ForgetTombstone, entries of a deleted ref: a delivery
+// that read the record before an operator deleted it must not put it back
+// (the cost is that a ref delivered again right after its delete is not
+// cached for a minute). Nor are entries read before the last Clear (see
+// Ticket). The cache keeps a copy of *ent (sharing its headers and body,
+// which are never changed once recorded).
+func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody {
 		return
 	}
@@ -164,6 +188,11 @@ func (c *Cache) Put(ref Ref, ent *Entry) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Under the shard's lock: Clear counts itself before it empties the
+	// shards, so a Put either sees the new count or is emptied by it.
+	if Ticket(c.clears.Load()) != t {
+		return
+	}
 	if len(s.deleted) > 0 {
 		if until, ok := s.deleted[ref]; ok {
 			if c.now().Before(until) {
@@ -282,8 +311,10 @@ func (c *Cache) Delete(ref Ref) {
 }
 
 // Clear drops every entry: after an outage of the channel that carries
-// deletes, nothing cached before it can be trusted to be current.
+// deletes, nothing cached before it can be trusted to be current, nor
+// anything read before it and not yet put (see Ticket).
 func (c *Cache) Clear() {
+	c.clears.Add(1)
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()

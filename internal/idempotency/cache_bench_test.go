@@ -27,7 +27,7 @@ func fullCache(tb testing.TB, budget int, uniqueHeaders bool) (*Cache, []Ref) {
 				Body: []byte(`{"received":true,"id":"rcpt_0123456"}` + "\n")},
 			BodyCached: true, Fingerprint: make([]byte, 32),
 			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
-		})
+		}, c.Ticket())
 		refs = append(refs, ref)
 		if c.Len() < len(refs) {
 			break // the first eviction: the cache is full

@@ -13,7 +13,7 @@ func TestCacheKeepsWithinBudget(t *testing.T) {
 	c := NewCache(16*4096, 1024, 0)
 	body := []byte(strings.Repeat("b", 512))
 	for i := 0; i < 10000; i++ {
-		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
 	}
 	used := 0
 	for i := range c.shards {
@@ -40,9 +40,9 @@ func TestCacheKeepsWhatRepeatsRead(t *testing.T) {
 	c := NewCache(16*4096, 1024, 0)
 	body := []byte(strings.Repeat("b", 512))
 	hot := Ref{Route: "r", Key: "hot"}
-	c.Put(hot, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+	c.Put(hot, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
 	for i := 0; i < 10000; i++ {
-		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true})
+		c.Put(Ref{Route: "r", Key: fmt.Sprint(i)}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
 		if _, ok := c.Get(hot); !ok {
 			t.Fatalf("the entry read after every put was evicted after %d puts", i+1)
 		}
@@ -64,7 +64,7 @@ func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := Ref{Route: "r", Key: fmt.Sprint(i)}
-			c.Put(ref, tc.ent)
+			c.Put(ref, tc.ent, c.Ticket())
 			if _, ok := c.Get(ref); ok != tc.want {
 				t.Fatalf("cached = %v, want %v", ok, tc.want)
 			}
@@ -75,7 +75,7 @@ func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
 func TestCacheDelete(t *testing.T) {
 	c := NewCache(1<<20, 1024, 0)
 	ref := Ref{Route: "r", Key: "k"}
-	c.Put(ref, &Entry{Response: Response{Body: []byte("x")}, BodyCached: true})
+	c.Put(ref, &Entry{Response: Response{Body: []byte("x")}, BodyCached: true}, c.Ticket())
 	c.Delete(ref)
 	if _, ok := c.Get(ref); ok {
 		t.Fatalf("deleted entry still served")
@@ -104,9 +104,9 @@ func TestCacheEntriesExpireAndClear(t *testing.T) {
 	c.now = func() time.Time { return now }
 	a, b := Ref{Route: "r", Key: "a"}, Ref{Route: "r", Key: "b"}
 	ent := &Entry{Response: Response{Body: []byte("x")}, BodyCached: true}
-	c.Put(a, ent)
+	c.Put(a, ent, c.Ticket())
 	now = now.Add(59 * time.Second)
-	c.Put(b, ent)
+	c.Put(b, ent, c.Ticket())
 	if _, ok := c.Get(a); !ok {
 		t.Fatalf("entry gone before its max age")
 	}
@@ -132,20 +132,46 @@ func TestCacheDeleteKeepsTheRefOut(t *testing.T) {
 	c.now = func() time.Time { return now }
 	ref, other := Ref{Route: "r", Key: "deleted"}, Ref{Route: "r", Key: "other"}
 	ent := &Entry{Response: Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
-	c.Put(ref, ent)
+	c.Put(ref, ent, c.Ticket())
 	c.Delete(ref)
-	c.Put(ref, ent) // the racing refill
+	c.Put(ref, ent, c.Ticket()) // the racing refill
 	if _, ok := c.Get(ref); ok {
 		t.Fatal("a refill right after the delete put the deleted record back")
 	}
-	c.Put(other, ent)
+	c.Put(other, ent, c.Ticket())
 	if _, ok := c.Get(other); !ok {
 		t.Fatal("another ref was kept out")
 	}
 	now = now.Add(ForgetTombstone)
-	c.Put(ref, ent)
+	c.Put(ref, ent, c.Ticket())
 	if _, ok := c.Get(ref); !ok {
 		t.Fatal("the ref is still kept out after ForgetTombstone")
+	}
+}
+
+// A record read before a Clear (the replica resubscribed to deletes and
+// may have missed some) is not put back by the delivery that read it: its
+// ticket is from before the Clear. A read that starts after the Clear is
+// cached, and so is a ref no Clear came between.
+func TestCacheRefusesWhatWasReadBeforeAClear(t *testing.T) {
+	c := NewCache(1<<20, 1024, time.Hour)
+	ref, later := Ref{Route: "r", Key: "read before"}, Ref{Route: "r", Key: "read after"}
+	ent := &Entry{Response: Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	before := c.Ticket()
+	c.Clear()
+	c.Put(ref, ent, before)
+	if _, ok := c.Get(ref); ok {
+		t.Fatal("a record read before the Clear was put back")
+	}
+	after := c.Ticket()
+	c.Put(later, ent, after)
+	c.Put(ref, ent, after)
+	if c.Len() != 2 {
+		t.Fatalf("reads after the Clear: %d entries cached, want 2", c.Len())
+	}
+	var none *Cache
+	if none.Ticket() != 0 {
+		t.Fatal("a nil cache's ticket is not zero")
 	}
 }
 
@@ -181,7 +207,7 @@ func TestCacheBudgetIsWhatItHolds(t *testing.T) {
 func TestCacheSharesEqualHeaders(t *testing.T) {
 	c := NewCache(1<<20, 1024, 0)
 	put := func(key string, hdr map[string]string) {
-		c.Put(Ref{Route: "r", Key: key}, &Entry{Response: Response{Status: 200, Headers: hdr, Body: []byte("ok")}, BodyCached: true})
+		c.Put(Ref{Route: "r", Key: key}, &Entry{Response: Response{Status: 200, Headers: hdr, Body: []byte("ok")}, BodyCached: true}, c.Ticket())
 	}
 	get := func(key string) map[string]string {
 		e, ok := c.Get(Ref{Route: "r", Key: key})
@@ -228,14 +254,14 @@ func TestCacheSharesEqualHeaders(t *testing.T) {
 func TestCacheHashCollision(t *testing.T) {
 	c := NewCache(1<<20, 1024, 0)
 	a, b := Ref{Route: "r", Key: "a"}, Ref{Route: "r", Key: "b"}
-	c.Put(a, &Entry{Response: Response{Status: 200, Body: []byte("a")}, BodyCached: true})
+	c.Put(a, &Entry{Response: Response{Status: 200, Body: []byte("a")}, BodyCached: true}, c.Ticket())
 	// Make the slot of a's hash hold b, as a collision would.
 	h := c.hash(a)
 	c.shard(h).items[h].ref = b
 	if _, ok := c.Get(a); ok {
 		t.Fatal("a ref served another ref's entry from a shared hash slot")
 	}
-	c.Put(a, &Entry{Response: Response{Status: 201, Body: []byte("a2")}, BodyCached: true})
+	c.Put(a, &Entry{Response: Response{Status: 201, Body: []byte("a2")}, BodyCached: true}, c.Ticket())
 	if e, ok := c.Get(a); !ok || e.Status != 201 {
 		t.Fatalf("Put over a colliding slot: %v, %v", e, ok)
 	}

@@ -91,6 +91,21 @@ func fwdCount(n *atomic.Int64) idempotency.ForwardFunc {
 var racePolicy = &idempotency.Policy{Route: "r", Final: idempotency.DefaultFinal, MaxBody: 1 << 20,
 	Retention: time.Hour, WaitTimeout: time.Second}
 
+// deliveredOnce returns an engine on o through which d was forwarded and
+// recorded, and the count of the upstream's deliveries (1 so far).
+func deliveredOnce(t *testing.T, o idempotency.Options, d idempotency.Delivery) (*idempotency.Engine, *atomic.Int64) {
+	t.Helper()
+	e, err := idempotency.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwards := new(atomic.Int64)
+	if r := e.Handle(context.Background(), racePolicy, d, fwdCount(forwards)); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s", r.Outcome)
+	}
+	return e, forwards
+}
+
 // raceThenDeliver sends d through racing (whose hook deletes the record
 // after it read it: still a replay), then through next, which must
 // forward: the delete was not undone. The upstream has seen d once before.
@@ -121,14 +136,7 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		l, s := productionStores(t)
 		d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_refill"}}
 		base := idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore}
-		e, err := idempotency.New(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var forwards atomic.Int64
-		if r := e.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
-			t.Fatalf("first delivery: %s", r.Outcome)
-		}
+		e, forwards := deliveredOnce(t, base, d)
 		if err := s.Forget(ctx, d.Ref); err != nil { // the screen lost the key
 			t.Fatal(err)
 		}
@@ -145,21 +153,15 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raceThenDeliver(t, repeat, e, d, &forwards)
+		raceThenDeliver(t, repeat, e, d, forwards)
 	})
 
 	t.Run("cache put after a screen read", func(t *testing.T) {
 		l, s := productionStores(t)
 		d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_cache"}}
-		first, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var forwards atomic.Int64
-		if r := first.Handle(ctx, p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
-			t.Fatalf("first delivery: %s", r.Outcome)
-		}
+		_, forwards := deliveredOnce(t, idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore}, d)
 		var e *idempotency.Engine
+		var err error
 		var armed atomic.Bool
 		armed.Store(true)
 		hs := &onDoneScreen{Screen: s, hook: func() {
@@ -178,7 +180,44 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raceThenDeliver(t, e, e, d, &forwards)
+		raceThenDeliver(t, e, e, d, forwards)
+	})
+
+	// Another replica's delete that this one missed (its subscription was
+	// down: no tombstone), followed by the resubscription's Clear, both
+	// between the repeat's screen read and its Put.
+	t.Run("cache put across a missed delete and a resubscription", func(t *testing.T) {
+		l, s := productionStores(t)
+		d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_missed"}}
+		first, forwards := deliveredOnce(t, idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore}, d)
+		cache := idempotency.NewCache(1<<20, 64<<10, 0)
+		var doneReads atomic.Int64
+		hs := &onDoneScreen{Screen: s, hook: func() {
+			if doneReads.Add(1) > 1 {
+				return
+			}
+			if err := l.Delete(ctx, d.Ref); err != nil { // the other replica's delete
+				t.Error(err)
+			}
+			if err := first.Forget(ctx, d.Ref); err != nil {
+				t.Error(err)
+			}
+			cache.Clear() // this replica resubscribed
+		}}
+		e, err := idempotency.New(idempotency.Options{Screen: hs, Ledger: l, ConfirmByClaim: true,
+			ScreenUnavailable: idempotency.FailStore, Cache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raceThenDeliver(t, e, e, d, forwards)
+		// What was recorded after the Clear is cached: the next repeat
+		// reads nothing from the screen.
+		if r := e.Handle(ctx, p, d, fwdCount(forwards)); r.Outcome != idempotency.Replayed || forwards.Load() != 2 {
+			t.Fatalf("repeat of the new record: %s, %d forwards", r.Outcome, forwards.Load())
+		}
+		if n := doneReads.Load(); n != 1 {
+			t.Fatalf("the repeat of the new record read the screen: %d done reads, want 1", n)
+		}
 	})
 }
 

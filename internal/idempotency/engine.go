@@ -43,6 +43,10 @@ type Delivery struct {
 	Fingerprint []byte
 	// Source is the sender (routes[].source), for duplicate statistics.
 	Source string
+
+	// ticket is the cache's, taken by Handle before it reads anything, for
+	// every Cache.Put of what this delivery read or recorded.
+	ticket Ticket
 }
 
 // Hooks receive events that are not outcomes, for metrics. Nil fields are
@@ -246,6 +250,7 @@ func (e *Engine) Close() {
 // before the provider is answered, or release the claim so that the
 // provider's retry is forwarded again.
 func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
+	d.ticket = e.o.Cache.Ticket()
 	if r, ok := e.cached(ctx, p, d, fwd); ok {
 		return r
 	}
@@ -284,7 +289,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			// is answered without a network call (and a cached entry that
 			// aged out comes back on the first repeat that finds it).
 			if cache := e.o.Cache; cache != nil && c.Entry != nil {
-				cache.Put(d.Ref, c.Entry)
+				cache.Put(d.Ref, c.Entry, d.ticket)
 			}
 			r, ok := e.done(ctx, p, d, fwd, c.Entry)
 			if ok {
@@ -635,7 +640,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	case err == nil:
 		e.settleScreen(sctx, v, d.Ref, owner, ent)
 		if c := e.o.Cache; c != nil {
-			c.Put(d.Ref, ent)
+			c.Put(d.Ref, ent, d.ticket)
 		}
 	case errors.Is(err, ErrNotOwner):
 		// Another delivery was recorded first: this one was the second copy
@@ -732,7 +737,7 @@ func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFun
 		}
 		resp = rec.Response
 		if c := e.o.Cache; c != nil {
-			c.Put(d.Ref, EntryOf(rec))
+			c.Put(d.Ref, EntryOf(rec), d.ticket)
 		}
 	}
 	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}, true
