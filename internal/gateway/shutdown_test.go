@@ -8,13 +8,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 )
 
 // SIGTERM: a delivery in flight when shutdown starts is finished and
@@ -262,5 +268,225 @@ func TestRunStopsWithinShutdownTimeout(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("Run did not stop within 5s of its context ending (shutdown_timeout 300ms)")
+	}
+}
+
+// Shutdown lets the engine's background calls finish before it closes the
+// screen they use (Engine.Close before the closers). Replica a's screen
+// claim lands in Redis but its answer is lost, so the delivery goes ahead on
+// a ledger claim (screen.on_unavailable: store); the upstream answers 500,
+// and the claim left in Redis is released in the background (tidyScreen)
+// while a shuts down. Closed under that release, the screen would keep the
+// claim until its lease ran out, and the provider's retry at replica b
+// would be refused 409 all that time.
+func TestShutdownFinishesReleasingLostScreenClaims(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			http.Error(w, "try again later", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	a := startGateway(t, c.replicaConfig(t, up.URL, config.ScreenUnavailableStore))
+	cfgB := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfgB.Routes[0].Inflight = config.InflightReject // answer at once instead of waiting out the lease
+	b := startGateway(t, cfgB)
+
+	const key = "evt_tidy"
+	tap := tapScreen(t, a, key)
+	tap.loseNextAnswer()
+	// The background release waits before it is sent, as one still waiting
+	// for its goroutine or a connection would, so that it is under way when
+	// a shuts down: Shutdown must wait for it. Nothing in the engine's Close
+	// can be seen from outside, so the wait is a fixed one, but no outcome
+	// races on it: in the right order the release is sent after it, well
+	// within the screen's 1s operation timeout; with the screen closed
+	// first, that happens milliseconds into Shutdown, long before.
+	held := tap.holdNext(func(ctx context.Context) {
+		select {
+		case <-time.After(400 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	})
+	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_tidy"}`), 500, "released")
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background release of the claim whose answer was lost; the test proves nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s, err := c.redisClient(t).HGet(ctx, c.prefix+"hooks:"+key, "s").Result(); err != nil || s != "f" {
+		t.Fatalf("the screen does not hold the claim whose answer was lost (state %q, %v); the test proves nothing", s, err)
+	}
+
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if err := a.Shutdown(sctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	wantOutcome(t, send(t, b, "/hooks", `{"id":"evt_tidy"}`), 200, "forwarded")
+	if n := up.count(key); n != 2 {
+		t.Fatalf("upstream received %s %d times, want 2 (the failed copy and the retry)", key, n)
+	}
+}
+
+// Shutdown closes what it built in reverse order: the admin listener
+// (started last) first, the screen (opened first) last, so that an
+// operator's DELETE being answered as a replica shuts down completes. The
+// record leaves the ledger and the screen, and the provider's next delivery
+// at another replica is forwarded afresh. Closed in the order they were
+// opened, the screen would be gone under the DELETE: 503 for the operator,
+// and replica b would go on replaying the deleted record from the screen
+// for screen.ttl.
+func TestShutdownFinishesAdminRequests(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up := newUpstream(t)
+	cfgA := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfgA.Admin.Listen, cfgA.Admin.Token = "127.0.0.1:0", "t0ken"
+	a := startGateway(t, cfgA)
+	b := startGateway(t, c.replicaConfig(t, up.URL, config.ScreenUnavailableStore))
+	const key = "evt_deleted"
+	first := send(t, a, "/hooks", `{"id":"evt_deleted"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	sameReply(t, first, send(t, b, "/hooks", `{"id":"evt_deleted"}`))
+
+	// The DELETE's screen call waits until the admin listener closes, so
+	// that it is under way when a shuts down: Shutdown must finish it before
+	// closing the screen. No timing is involved: the listener closes first
+	// in the right order, last in the wrong one.
+	tap := tapScreen(t, a, key)
+	held := tap.holdNext(func(ctx context.Context) {
+		for ctx.Err() == nil {
+			conn, err := net.DialTimeout("tcp", a.AdminAddr(), 100*time.Millisecond)
+			if err != nil {
+				return
+			}
+			conn.Close()
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	deleted := make(chan int, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodDelete, "http://"+a.AdminAddr()+"/admin/routes/hooks/records/"+key, nil)
+		if err != nil {
+			deleted <- 0
+			return
+		}
+		req.Header.Set("Authorization", "Bearer t0ken")
+		resp, err := client.Do(req)
+		if err != nil {
+			deleted <- 0
+			return
+		}
+		resp.Body.Close()
+		deleted <- resp.StatusCode
+	}()
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the DELETE never asked the screen to forget the key; the test proves nothing")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if status := <-deleted; status != http.StatusNoContent {
+		t.Errorf("DELETE during shutdown: %d, want 204", status)
+	}
+	wantOutcome(t, send(t, b, "/hooks", `{"id":"evt_deleted"}`), 200, "forwarded")
+	if n := up.count(key); n != 2 {
+		t.Fatalf("upstream received %s %d times, want 2 (before and after the DELETE)", key, n)
+	}
+}
+
+// screenTap is a go-redis hook on one replica's screen client (a white-box
+// seam: g.screen) that acts on the commands about one screen entry. It does
+// what a fault proxy cannot: a proxy delays bytes already written, which
+// reach Redis even once the client is closed, while the calls these tests
+// hold must not have been sent yet, as a call still waiting for its
+// goroutine or a connection has not. And it loses an answer exactly: the
+// command runs in Redis, its caller gets the error of a reply that never
+// came.
+type screenTap struct {
+	entry string // the entry's Redis key
+	held  chan struct{}
+
+	mu   sync.Mutex
+	lose bool                      // the next command that succeeds loses its answer
+	hold func(ctx context.Context) // the next command waits for it before it is sent
+}
+
+// tapScreen taps g's screen (driver redis) on route hooks, key.
+func tapScreen(tb testing.TB, g *Gateway, key string) *screenTap {
+	tb.Helper()
+	s, ok := g.screen.(*redisscreen.Screen)
+	if !ok {
+		tb.Fatalf("screen %T, want the Redis screen", g.screen)
+	}
+	tap := &screenTap{entry: g.cfg.Screen.Prefix + "hooks:" + key, held: make(chan struct{})}
+	s.Client().AddHook(tap)
+	return tap
+}
+
+// errLostAnswer is what a client sees of a command whose reply never came.
+var errLostAnswer = fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)
+
+// loseNextAnswer makes the next command on the entry run in Redis and fail
+// as if its answer had been lost.
+func (t *screenTap) loseNextAnswer() {
+	t.mu.Lock()
+	t.lose = true
+	t.mu.Unlock()
+}
+
+// holdNext makes the next command on the entry (after the one whose answer
+// is lost, if any) call hold before it is sent; the channel returned is
+// closed when it starts waiting.
+func (t *screenTap) holdNext(hold func(ctx context.Context)) <-chan struct{} {
+	t.mu.Lock()
+	t.hold = hold
+	t.mu.Unlock()
+	return t.held
+}
+
+func (t *screenTap) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (t *screenTap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (t *screenTap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !slices.Contains(cmd.Args(), any(t.entry)) {
+			return next(ctx, cmd)
+		}
+		t.mu.Lock()
+		lose := t.lose
+		var hold func(context.Context)
+		if !lose {
+			hold, t.hold = t.hold, nil
+		}
+		t.mu.Unlock()
+		if hold != nil {
+			close(t.held)
+			hold(ctx)
+		}
+		err := next(ctx, cmd)
+		if lose && err == nil {
+			t.mu.Lock()
+			t.lose = false
+			t.mu.Unlock()
+			err = errLostAnswer
+			cmd.SetErr(err)
+		}
+		return err
 	}
 }
