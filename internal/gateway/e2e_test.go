@@ -390,9 +390,9 @@ func TestBodyOverLimit(t *testing.T) {
 }
 
 // A chunked body over the limit is counted on its route like any other
-// 413 (fasthttp resets such a request before the error handler runs), also
-// after more chunked deliveries that went through than the gateway keeps
-// notes of: theirs must not fill the set and stop the counting.
+// 413, also after many chunked deliveries that went through (fasthttp,
+// reading such a body itself, reset the request before its error handler
+// ran, and the gateway kept a bounded set of notes to name its route).
 func TestOversizedChunkedBodyCountedOnItsRoute(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)

@@ -183,6 +183,39 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		}
 	})
 
+	t.Run("body that stalls past what the server prefetches", func(t *testing.T) {
+		// The gateway reads a body as it arrives (past fasthttp's first
+		// 8 KiB): one that stops coming is answered 408 when read_timeout
+		// runs out, once, and its connection closed.
+		sent := `{"id":"evt_stall","pad":"` + strings.Repeat("s", 16<<10)
+		req := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", 64<<10, sent)
+		start := time.Now()
+		replies := rawExchange(t, g, req, 5*time.Second)
+		if took := time.Since(start); took < 900*time.Millisecond || took > 3*time.Second {
+			t.Fatalf("connection ended after %v, want about read_timeout (1s)", took)
+		}
+		if len(replies) != 1 {
+			t.Fatalf("got %d answers, want 1", len(replies))
+		}
+		wantProblem(t, replies[0].reply(), http.StatusRequestTimeout, "")
+	})
+
+	t.Run("malformed chunk", func(t *testing.T) {
+		// A chunk size that is not hex: the body cannot be read, so it is
+		// 400 at once, and nothing after it on the connection is read.
+		req := "POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"13\r\n{\"id\":\"evt_chunk1\"}\r\nzz\r\nabc\r\n0\r\n\r\n" + rawRequest("/hooks", jsonCT, "", `{"id":"evt_behind"}`)
+		start := time.Now()
+		replies := rawExchange(t, g, req, 5*time.Second)
+		if took := time.Since(start); took > 900*time.Millisecond {
+			t.Errorf("answered after %v, want well within read_timeout", took)
+		}
+		if len(replies) != 1 {
+			t.Fatalf("got %d answers, want 1 (the request behind a malformed chunk is not read)", len(replies))
+		}
+		wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
+	})
+
 	t.Run("request trickled byte by byte", func(t *testing.T) {
 		// A request sent slower than read_timeout allows is cut off: the
 		// gateway holds no goroutine or connection for it afterwards.

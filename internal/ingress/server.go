@@ -42,8 +42,7 @@ type Event struct {
 	Key    string // empty when no key was extracted
 	Source string
 	Result *idempotency.Result
-	// Duration is how long the request took; 0 when unknown (a body
-	// refused while fasthttp read it).
+	// Duration is how long the request took, reading its body included.
 	Duration time.Duration
 }
 
@@ -66,9 +65,9 @@ type Options struct {
 	// route with its duration, failures included (nil = none).
 	ObserveUpstream func(ctx context.Context, route string, d time.Duration)
 	// Around runs answer as the Middleware would have run the handler, for
-	// requests fasthttp refuses before any middleware ran (a body over
-	// server.body_limit), so that they get their server span too (nil =
-	// answer alone).
+	// requests fasthttp refuses before any middleware ran (a header it
+	// cannot read), so that they get their server span too (nil = answer
+	// alone).
 	Around func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error
 	Logger *slog.Logger
 }
@@ -84,12 +83,11 @@ type Server struct {
 	abandon  context.Context
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
-	bufs     sync.Pool
+	bufs     sync.Pool // keys
+	bodies   sync.Pool // request bodies (readBody)
 
 	lnMu sync.Mutex
 	ln   *connListener // set by Serve
-
-	chunked chunkedRoutes
 }
 
 // MaxHeaderBytes bounds the request line and headers of one request
@@ -109,10 +107,12 @@ func New(o Options) *Server {
 	s := &Server{o: o, router: newRouter(o.Routes)}
 	s.abandon, s.cancel = context.WithCancel(context.Background())
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	s.bodies.New = func() any { b := make([]byte, 0, 4<<10); return &b }
 	methods := requestMethods(o.Routes)
 	s.app = fiber.New(fiber.Config{
 		RequestMethods:        methods,
 		BodyLimit:             o.BodyLimit,
+		StreamRequestBody:     true, // read by readBody, as it arrives
 		ReadBufferSize:        MaxHeaderBytes,
 		ReadTimeout:           o.ReadTimeout,
 		WriteTimeout:          o.WriteTimeout,
@@ -139,7 +139,6 @@ func New(o Options) *Server {
 	}
 	s.app.All("/*", s.handle)
 	srv := s.app.Server()
-	srv.HeaderReceived = s.headerReceived
 	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
 	return s
 }
@@ -215,14 +214,18 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	_, _ = s.chunked.take(&c.Request().Header) // read in full: nothing to carry
 	chunked, problem := framing(&c.Request().Header)
 	if problem != "" {
 		c.Context().SetConnectionClose()
 		return writeProblem(c, http.StatusBadRequest, "", problem, 0)
 	}
+	release, err := s.readBody(c.Context())
+	if err != nil {
+		return err // errorHandler: 413 too_large on the route, 408, 400
+	}
+	defer release()
 	if chunked {
-		dropTrailers(&c.Request().Header)
+		dropTrailers(&c.Request().Header) // read with the last chunk
 	}
 
 	route, rest := s.router.match(c.Method(), string(c.Request().URI().Path()))
@@ -504,9 +507,6 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	}
 	method := c.Method()
 	route, _ := s.router.match(method, string(c.Request().URI().Path()))
-	if cr, ok := s.chunked.take(&c.Request().Header); ok {
-		route, method = cr.route, cr.method // a chunked request fasthttp reset
-	}
 	var outcome idempotency.Outcome
 	detail := http.StatusText(status)
 	if status == http.StatusRequestEntityTooLarge {
