@@ -1,10 +1,12 @@
 package ingress
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -29,6 +31,10 @@ import (
 // webhook is a few KiB, and a rare large one should not stay pinned.
 const pooledBody = 64 << 10
 
+// prefetched is what fasthttp reads of a streamed body before the handler
+// runs: all of it up to this size.
+const prefetched = 8 << 10
+
 // readBody reads the request's body into a buffer of the server's, up to
 // BodyLimit, and makes it the request's body (fasthttp's Request.Body then
 // returns it without reading). The buffer is handed back with release once
@@ -37,15 +43,15 @@ const pooledBody = 64 << 10
 // server.read_timeout, vanished, or sent a malformed chunk) with 408 or
 // 400; either way the connection is closed, since what follows on it is
 // not where a next request starts.
-func (s *Server) readBody(rc *fasthttp.RequestCtx) (release func(), err error) {
+func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func(), err error) {
 	req := &rc.Request
-	if !req.IsBodyStream() {
-		return func() {}, nil
-	}
 	limit := s.o.BodyLimit
-	if req.Header.ContentLength() > limit { // -1 chunked: counted as read
+	if declared > limit { // its Content-Length was set to 0 by headerReceived
 		rc.SetConnectionClose()
 		return nil, fiber.ErrRequestEntityTooLarge
+	}
+	if !req.IsBodyStream() {
+		return func() {}, nil
 	}
 	bp := s.bodies.Get().(*[]byte)
 	release = func() {
@@ -55,6 +61,16 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx) (release func(), err error) {
 	}
 	b := (*bp)[:0]
 	stream := rc.RequestBodyStream()
+	if cl := req.Header.ContentLength(); cl < 0 || cl > prefetched {
+		// Part of the body is still to come from the connection: if it
+		// is still arriving when Shutdown abandons the deliveries in
+		// flight, it is cut then (408), not waited for until
+		// read_timeout. (A body fasthttp prefetched whole is read from
+		// memory.)
+		conn := rc.Conn() // not rc in the callback: it is reused once handle returns
+		stop := context.AfterFunc(s.abandon, func() { _ = conn.SetReadDeadline(time.Now()) })
+		defer stop()
+	}
 	for {
 		if len(b) == cap(b) {
 			// Grow by what has arrived (append's doubling), never past
@@ -80,6 +96,22 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx) (release func(), err error) {
 	}
 	req.SetBodyRaw(b)
 	return release, nil
+}
+
+// headerReceived is fasthttp's Server.HeaderReceived. Streaming, fasthttp
+// reads the first 8 KiB of a body before the handler runs, of one whose
+// declared length is over the limit too (waiting for them until
+// read_timeout): such a request's Content-Length is taken as 0 here, so
+// that it reaches the handler at once, which refuses it 413 on the length
+// framing reads from the header as received. Its connection is closed
+// after the answer whatever answers it: its body, unread, must never be
+// parsed as the next request.
+func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if h.ContentLength() > s.o.BodyLimit {
+		h.SetContentLength(0)
+		h.SetConnectionClose()
+	}
+	return fasthttp.RequestConfig{}
 }
 
 // bodyReadError is the answer to a body that could not be read, as

@@ -53,8 +53,10 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // see other requests than hookstamp does: RFC 9112 §6.1 and §6.3 want such
 // a request refused and its connection closed. The fields are walked as
 // fasthttp's parser read them (VisitAllInOrder): a bare LF ends a line, a
-// folded line continues the one before.
-func framing(h *fasthttp.RequestHeader) (chunked bool, problem string) {
+// folded line continues the one before. declared is the Content-Length
+// as received (-1 when there is none or it is not a number): headerReceived
+// may have changed the one fasthttp reads the body by.
+func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem string) {
 	var clBuf [32]byte // the first Content-Length value, copied: f must not keep it
 	cl := clBuf[:0]
 	hasCL, hasTE := false, false
@@ -84,5 +86,11 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, problem string) {
 	case hasTE && !h.IsHTTP11():
 		problem = "the request has Transfer-Encoding in HTTP/1.0"
 	}
-	return hasTE, problem
+	declared = -1
+	if hasCL {
+		if n, err := fasthttp.ParseUint(cl); err == nil {
+			declared = n
+		}
+	}
+	return hasTE, declared, problem
 }

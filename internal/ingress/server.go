@@ -139,6 +139,7 @@ func New(o Options) *Server {
 	}
 	s.app.All("/*", s.handle)
 	srv := s.app.Server()
+	srv.HeaderReceived = s.headerReceived
 	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
 	return s
 }
@@ -214,12 +215,12 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	chunked, problem := framing(&c.Request().Header)
+	chunked, declared, problem := framing(&c.Request().Header)
 	if problem != "" {
 		c.Context().SetConnectionClose()
 		return writeProblem(c, http.StatusBadRequest, "", problem, 0)
 	}
-	release, err := s.readBody(c.Context())
+	release, err := s.readBody(c.Context(), declared)
 	if err != nil {
 		return err // errorHandler: 413 too_large on the route, 408, 400
 	}
