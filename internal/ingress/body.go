@@ -38,10 +38,12 @@ const prefetched = 8 << 10
 // readBody reads the request's body into a buffer of the server's, up to
 // BodyLimit, and makes it the request's body (fasthttp's Request.Body then
 // returns it without reading). The buffer is handed back with release once
-// nothing reads the request any more. A body over the limit is refused
-// with 413 unread, one that cannot be read (the client stalled past
+// nothing reads the request any more. A declared length over the limit
+// is refused with 413 unread (declared is the Content-Length as received:
+// see headerReceived), a chunked body with 413 as soon as it passes the
+// limit, one that cannot be read (the client stalled past
 // server.read_timeout, vanished, or sent a malformed chunk) with 408 or
-// 400; either way the connection is closed, since what follows on it is
+// 400; each time the connection is closed, since what follows on it is
 // not where a next request starts.
 func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func(), err error) {
 	req := &rc.Request

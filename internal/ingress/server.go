@@ -51,7 +51,8 @@ type Options struct {
 	Routes    []*Route
 	Engine    Engine
 	Forwarder Forwarder
-	// BodyLimit is server.body_limit in bytes (larger: 413 too_large).
+	// BodyLimit is server.body_limit in bytes (larger: 413 too_large);
+	// 0 is Fiber's default, 4 MiB.
 	BodyLimit    int
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
@@ -103,6 +104,9 @@ const MaxHeaderBytes = 16 << 10
 func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.BodyLimit <= 0 {
+		o.BodyLimit = fiber.DefaultBodyLimit // as Fiber would; readBody reads it
 	}
 	s := &Server{o: o, router: newRouter(o.Routes)}
 	s.abandon, s.cancel = context.WithCancel(context.Background())
