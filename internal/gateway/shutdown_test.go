@@ -108,16 +108,7 @@ func TestShutdownReleasesAbandonedClaims(t *testing.T) {
 // them, and a request that was half sent when shutdown began is still
 // answered and recorded.
 func TestShutdownClosesUnusedConnections(t *testing.T) {
-	up := newUpstream(t)
-	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
-	cfg.Server.ReadTimeout = 30 * time.Second
-	g := startGateway(t, cfg)
-
-	unused, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unused.Close()
+	g, up, unused := patientGateway(t)
 	half, err := net.Dial("tcp", g.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -510,4 +501,54 @@ func (t *screenTap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// A request whose header completes only after Shutdown gave up waiting
+// (shutdown_timeout ran out; the process is about to exit) is not taken
+// on: 503 with the connection closed, nothing forwarded, nothing claimed
+// — the provider retries it at a replica that is not stopping.
+func TestRequestAfterShutdownGaveUpIsRefused(t *testing.T) {
+	g, up, c := patientGateway(t)
+	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n{\"id\":\"evt_late\"}\n"
+	if _, err := io.WriteString(c, req[:20]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the request begun", func() bool { _, used := g.server.Conns(); return used == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := g.server.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown did not give up: the test proves nothing")
+	}
+	if _, err := io.WriteString(c, req[20:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Hookstamp-Outcome") != "" || !resp.Close {
+		t.Fatalf("late request: %d, outcome %q, close %v; want 503, no outcome, connection closed",
+			resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"), resp.Close)
+	}
+	if n := up.count("evt_late"); n != 0 {
+		t.Fatalf("upstream received the late request %d times", n)
+	}
+}
+
+// patientGateway starts a gateway whose read_timeout (30 s) outlasts any
+// test that sends a request in parts, and opens a connection to it.
+func patientGateway(t *testing.T) (*Gateway, *upstream, net.Conn) {
+	t.Helper()
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Server.ReadTimeout = 30 * time.Second
+	g := startGateway(t, cfg)
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return g, up, c
 }

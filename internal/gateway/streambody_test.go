@@ -82,15 +82,7 @@ func TestRunStopsWithinShutdownTimeoutWhileABodyArrives(t *testing.T) {
 // SIGTERM while a body past the prefetch is half sent, within
 // shutdown_timeout: the body is still read, answered and recorded.
 func TestShutdownReadsABodyHalfSentPastThePrefetch(t *testing.T) {
-	up := newUpstream(t)
-	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
-	cfg.Server.ReadTimeout = 30 * time.Second
-	g := startGateway(t, cfg)
-	half, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer half.Close()
+	g, _, half := patientGateway(t)
 	body := `{"id":"evt_half","pad":"` + strings.Repeat("h", 40<<10) + `"}`
 	req := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	cut := len(req) - 10<<10

@@ -84,6 +84,10 @@ type Server struct {
 	abandon  context.Context
 	cancel   context.CancelFunc
 	inflight sync.WaitGroup
+	// drainMu orders every handler's inflight.Add before Shutdown's Wait
+	// (a WaitGroup's rule); once draining, handlers refuse (enter).
+	drainMu  sync.RWMutex
+	draining bool
 	bufs     sync.Pool // keys
 	bodies   sync.Pool // request bodies (readBody)
 
@@ -191,7 +195,11 @@ wait:
 		case <-tick.C:
 		}
 	}
-	// Handlers that were cut settle their claims within OpTimeout.
+	// Handlers that were cut settle their claims within OpTimeout. Any
+	// that begins from now on refuses (enter).
+	s.drainMu.Lock()
+	s.draining = true
+	s.drainMu.Unlock()
 	waited := make(chan struct{})
 	go func() { s.inflight.Wait(); close(waited) }()
 	select {
@@ -215,9 +223,27 @@ func (s *Server) Conns() (open, used int) {
 	return cl.counts()
 }
 
+// enter counts a request in flight, unless Shutdown has stopped waiting
+// for them.
+func (s *Server) enter() bool {
+	s.drainMu.RLock()
+	defer s.drainMu.RUnlock()
+	if s.draining {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
 func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
-	s.inflight.Add(1)
+	if !s.enter() {
+		// Its header completed after shutdown_timeout ran out: the process
+		// is about to exit. Taken on, it would meet closed stores; refused
+		// before routing, the provider retries it at another replica.
+		c.Context().SetConnectionClose()
+		return writeProblem(c, http.StatusServiceUnavailable, "", "the gateway is shutting down", time.Second)
+	}
 	defer s.inflight.Done()
 	chunked, declared, problem := framing(&c.Request().Header)
 	if problem != "" {
