@@ -277,7 +277,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			c, v = Claim{Status: InFlight, Fingerprint: local.fingerprint}, viaLocal
 		} else {
 			var stop *Result
-			if c, v, stop = e.claim(ctx, p, req, fwd); stop != nil {
+			if c, v, stop = e.claim(ctx, p, req, d.ticket, fwd); stop != nil {
 				return *stop
 			}
 		}
@@ -339,7 +339,7 @@ func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 // claim takes the key or learns what holds it: first in the screen, then,
 // when the screen granted it, confirmed in the ledger (the screen forgets:
 // TTL, eviction, restarts, FLUSHALL). A non-nil *Result ends the delivery.
-func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd ForwardFunc) (Claim, via, *Result) {
+func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc) (Claim, via, *Result) {
 	if e.o.Screen == nil {
 		return e.ledgerClaim(ctx, req, fwd)
 	}
@@ -353,7 +353,7 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, fwd For
 			}
 			return c, v, stop
 		case FailPass:
-			r := e.passthrough(ctx, p, req, fwd, err)
+			r := e.passthrough(ctx, p, req, ticket, fwd, err)
 			return Claim{}, viaNone, &r
 		default:
 			r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
@@ -536,11 +536,12 @@ func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }
 // passthrough is the fail-open path: a dependency is down and the policy
 // says forward anyway. The ledger is still asked first when it answers, so
 // that a recorded delivery is replayed rather than forwarded twice.
-func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, fwd ForwardFunc, cause error) Result {
+func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc, cause error) Result {
+	d := Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source, ticket: ticket}
 	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil {
 		switch rec.State {
 		case StateDone:
-			if r, ok := e.done(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, EntryOf(rec)); ok {
+			if r, ok := e.done(ctx, p, d, fwd, EntryOf(rec)); ok {
 				return r
 			}
 		case StateHeld:
@@ -551,7 +552,7 @@ func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, f
 	}
 	e.o.Logger.WarnContext(ctx, "forwarding without deduplication: dependency unavailable",
 		"route", req.Route, "key", req.Key, "err", cause)
-	return e.forward(ctx, p, Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source}, fwd, req.Owner, viaNone, false)
+	return e.forward(ctx, p, d, fwd, req.Owner, viaNone, false)
 }
 
 // wait holds an in-flight repeat until the holder may have finished, or
