@@ -42,7 +42,8 @@ type Event struct {
 	Key    string // empty when no key was extracted
 	Source string
 	Result *idempotency.Result
-	// Duration is how long the request took, reading its body included.
+	// Duration is how long the request took from when the handler began
+	// (reading a body past fasthttp's 8 KiB prefetch included).
 	Duration time.Duration
 }
 
@@ -238,8 +239,8 @@ func (s *Server) enter() bool {
 func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	if !s.enter() {
-		// Its header completed after shutdown_timeout ran out: the process
-		// is about to exit. Taken on, it would meet closed stores; refused
+		// It arrived (its header, and a body's first 8 KiB) after
+		// shutdown_timeout ran out: the process is about to exit. Taken on, it would meet closed stores; refused
 		// before routing, the provider retries it at another replica.
 		c.Context().SetConnectionClose()
 		return writeProblem(c, http.StatusServiceUnavailable, "", "the gateway is shutting down", time.Second)
