@@ -83,12 +83,7 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	db := filepath.Join(dir, "sub", "ledger.db")
 	writeFile(t, cfg, `
 store: {dsn: "`+db+`", auto_migrate: false}
-routes:
-  - name: demo
-    path: /d
-    upstream: {url: "http://127.0.0.1:9000/d"}
-    key: {sources: [{header: X-Event-Id}]}
-`)
+`+demoRoutes)
 	if code, _, errOut := runCLI(t, nil, "migrate", "-config", cfg); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, errOut)
 	}
@@ -143,12 +138,7 @@ func TestMigrateOutputAndFailure(t *testing.T) {
 		cfg := filepath.Join(dir, tc.name+".yaml")
 		writeFile(t, cfg, `
 store: {dsn: "`+tc.dsn+`", auto_migrate: false}
-routes:
-  - name: demo
-    path: /d
-    upstream: {url: "http://127.0.0.1:9000/d"}
-    key: {sources: [{header: X-Event-Id}]}
-`)
+`+demoRoutes)
 		code, out, errOut := runCLI(t, nil, "migrate", "-config", cfg)
 		if code != tc.code {
 			t.Fatalf("migrate %s: exit %d, want %d; stderr %q", tc.name, code, tc.code, errOut)
@@ -199,14 +189,17 @@ func TestServeFailureExitsNonZero(t *testing.T) {
 server: {listen: "`+ln.Addr().String()+`"}
 admin: {listen: ""}
 store: {dsn: "`+filepath.Join(dir, "ledger.db")+`"}
-routes:
-  - name: demo
-    path: /d
-    upstream: {url: "http://127.0.0.1:9000/d"}
-    key: {sources: [{header: X-Event-Id}]}
-`)
+`+demoRoutes)
 	code, _, errOut := runCLI(t, nil, "serve", "-config", cfg)
 	if code != 1 || !strings.Contains(errOut, "gateway stopped") {
 		t.Fatalf("serve on a taken address: exit %d, stderr %q; want 1 and the error logged", code, errOut)
 	}
 }
+
+// demoRoutes is the one route of the CLI tests' configurations.
+const demoRoutes = `routes:
+  - name: demo
+    path: /d
+    upstream: {url: "http://127.0.0.1:9000/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`
