@@ -505,8 +505,8 @@ func (t *screenTap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // A request whose header completes only after Shutdown gave up waiting
 // (shutdown_timeout ran out; the process is about to exit) is not taken
-// on: 503 with the connection closed, nothing forwarded, nothing claimed
-// — the provider retries it at a replica that is not stopping.
+// on: 503 unavailable (SPEC §2) with the connection closed, nothing
+// forwarded — the provider retries it at a replica that is not stopping.
 func TestRequestAfterShutdownGaveUpIsRefused(t *testing.T) {
 	g, up, c := patientGateway(t)
 	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n{\"id\":\"evt_late\"}\n"
@@ -528,9 +528,10 @@ func TestRequestAfterShutdownGaveUpIsRefused(t *testing.T) {
 		t.Fatalf("no answer: %v", err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Hookstamp-Outcome") != "" || !resp.Close {
-		t.Fatalf("late request: %d, outcome %q, close %v; want 503, no outcome, connection closed",
-			resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"), resp.Close)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Hookstamp-Outcome") != "unavailable" ||
+		resp.Header.Get("Retry-After") != "1" || !resp.Close {
+		t.Fatalf("late request: %d, outcome %q, Retry-After %q, close %v; want 503 unavailable, Retry-After 1, connection closed",
+			resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"), resp.Header.Get("Retry-After"), resp.Close)
 	}
 	if n := up.count("evt_late"); n != 0 {
 		t.Fatalf("upstream received the late request %d times", n)

@@ -240,10 +240,11 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	if !s.enter() {
 		// It arrived (its header, and a body's first 8 KiB) after
-		// shutdown_timeout ran out: the process is about to exit. Taken on, it would meet closed stores; refused
-		// before routing, the provider retries it at another replica.
+		// shutdown_timeout ran out: the process is about to exit. Taken on,
+		// it would meet closed stores; refused, the provider retries it at
+		// another replica.
 		c.Context().SetConnectionClose()
-		return writeProblem(c, http.StatusServiceUnavailable, "", "the gateway is shutting down", time.Second)
+		return errShuttingDown
 	}
 	defer s.inflight.Done()
 	chunked, declared, problem := framing(&c.Request().Header)
@@ -525,8 +526,13 @@ func (s *Server) source(c *fiber.Ctx, route *Route) string {
 	return safeDetail(string(v[:min(len(v), 128)]))
 }
 
+// errShuttingDown refuses a request that arrived after Shutdown stopped
+// waiting for handlers (see enter).
+var errShuttingDown = fiber.NewError(http.StatusServiceUnavailable, "the gateway is shutting down")
+
 // errorHandler answers Fiber's own errors (body too large, bad requests)
-// as problem documents with the route's outcome where one applies.
+// and the handler's refusals as problem documents, with the route's
+// outcome where one applies.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if s.o.Around != nil && !trace.SpanContextFromContext(c.UserContext()).IsValid() {
 		// Refused while reading, before the middleware: no span yet.
@@ -540,11 +546,16 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	method := c.Method()
 	route, _ := s.router.match(method, string(c.Request().URI().Path()))
 	var outcome idempotency.Outcome
+	var retryAfter time.Duration
 	detail := http.StatusText(status)
-	if status == http.StatusRequestEntityTooLarge {
+	switch {
+	case status == http.StatusRequestEntityTooLarge:
 		detail = "the request body is larger than the gateway's body limit"
 		// server.body_limit holds on every path, routed or not.
 		outcome = idempotency.TooLarge
+	case errors.Is(err, errShuttingDown):
+		// SPEC §2's unavailable: 503 + Retry-After, nothing forwarded.
+		detail, outcome, retryAfter = fe.Message, idempotency.Unavailable, time.Second
 	}
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
@@ -558,7 +569,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 			s.o.Observe(c.UserContext(), &ev)
 		}
 	}
-	return writeProblem(c, status, outcome, detail, 0)
+	return writeProblem(c, status, outcome, detail, retryAfter)
 }
 
 // routeLocal is the fiber.Ctx local holding the matched *Route.
