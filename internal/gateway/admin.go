@@ -217,6 +217,8 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 		inv.pongWait = 5 * time.Second
 	}
 	inv.done, inv.stop = make(chan struct{}), make(chan struct{})
+	subscribed := make(chan struct{})
+	var once sync.Once
 	ps := inv.resubscribe(nil)
 	go func() {
 		defer close(inv.done)
@@ -258,6 +260,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 				// was down were lost, so nothing cached before can be trusted.
 				if m.Kind == "subscribe" {
 					cache.Clear()
+					once.Do(func() { close(subscribed) })
 				}
 			case *redis.Message:
 				route, key, ok := strings.Cut(m.Payload, "\x00")
@@ -269,7 +272,20 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 			}
 		}
 	}()
+	// Serve once subscribed, so that the first Clear comes before the
+	// first delivery: one that began before a Clear cannot cache what it
+	// reads or records (idempotency.Ticket), and repeats waiting for it
+	// in-process would then each go to Redis. Bounded: with Redis down
+	// the gateway serves anyway, and the cache is cleared once subscribed.
+	select {
+	case <-subscribed:
+	case <-time.After(subscribeWait):
+		log.Warn("cache invalidations: not subscribed yet; serving anyway", "channel", inv.channel)
+	}
 }
+
+// subscribeWait bounds how long start-up waits for the first subscription.
+const subscribeWait = 2 * time.Second
 
 // resubscribe closes old (if any) and subscribes anew. Subscribe does not
 // fail when Redis is down: go-redis keeps reconnecting and resubscribing

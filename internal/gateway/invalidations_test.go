@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/freeport"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -97,4 +100,31 @@ func TestInvalidationsClearTheCacheOnResubscription(t *testing.T) {
 		_, ok := cache.Get(ref)
 		return !ok
 	})
+}
+
+// Start-up waits for the subscription to deletes (so that its first
+// cache clear comes before the first delivery), but not for ever: a
+// replica whose Redis is unreachable when it starts still starts within
+// the bound and serves from the ledger (screen.on_unavailable: store).
+func TestStartsWithoutRedisWithinTheSubscriptionBound(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up := newUpstream(t)
+	cfg := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+	cfg.Screen.LocalCache = 1 << 20
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Screen.Redis.Addrs = []string{fmt.Sprintf("127.0.0.1:%d", port)} // nothing listens
+	start := time.Now()
+	g := startGateway(t, cfg)
+	if took := time.Since(start); took > subscribeWait+3*time.Second {
+		t.Fatalf("start-up took %v with Redis unreachable, want about %v", took, subscribeWait)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_no_redis"}`), 200, "forwarded")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_no_redis"}`), 200, "replayed")
+	if n := up.count("evt_no_redis"); n != 1 {
+		t.Fatalf("upstream received evt_no_redis %d times, want 1", n)
+	}
 }
