@@ -90,6 +90,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		MaxOpenConns: cfg.Store.MaxOpenConns,
 		Logger:       g.log,
 		Plugins:      g.tel.GormPlugins(),
+		Now:          g.now, // the engine's clock: the ledger maps it onto the database's
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)

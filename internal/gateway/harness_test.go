@@ -138,8 +138,14 @@ routes:
 // test ends.
 func startGateway(tb testing.TB, cfg *config.Config) *Gateway {
 	tb.Helper()
+	return startGatewayWith(tb, cfg, Options{Logger: testLogger(tb)})
+}
+
+// startGatewayWith is startGateway with o.
+func startGatewayWith(tb testing.TB, cfg *config.Config, o Options) *Gateway {
+	tb.Helper()
 	ctx := context.Background()
-	g, err := New(ctx, cfg, Options{Logger: testLogger(tb)})
+	g, err := New(ctx, cfg, o)
 	if err != nil {
 		tb.Fatalf("gateway.New: %v", err)
 	}

@@ -160,3 +160,47 @@ func TestReplicasForwardEachEventOnce(t *testing.T) {
 		})
 	}
 }
+
+// Replicas whose clocks disagree by ten minutes either way, sharing
+// PostgreSQL without a screen, so that every claim is a ledger lease: a
+// repeat at one replica while the first delivery is still being forwarded
+// by another waits for it and replays its answer. On each replica's own
+// clock the replica running ahead would find the lease long run out, and
+// so would a correct replica find the lease of one running behind: each
+// would take the delivery over and forward it a second time.
+func TestSkewedReplicasAgreeOnLedgerLeases(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	up, release := heldUpstream(t)
+	start := func(skew time.Duration) *Gateway {
+		cfg := c.replicaConfig(t, up.URL, config.ScreenUnavailableStore)
+		cfg.Screen.Driver = config.ScreenNone
+		return startGatewayWith(t, cfg, Options{Logger: testLogger(t), Now: func() time.Time { return time.Now().Add(skew) }})
+	}
+	right, ahead, behind := start(0), start(10*time.Minute), start(-10*time.Minute)
+	type pair struct {
+		key           string
+		first, repeat *Gateway
+	}
+	pairs := []pair{{"evt_to_ahead", right, ahead}, {"evt_from_behind", behind, right}}
+	firsts, repeats := make([]chan reply, len(pairs)), make([]chan reply, len(pairs))
+	for i, p := range pairs {
+		body := fmt.Sprintf(`{"id":%q}`, p.key)
+		firsts[i], repeats[i] = make(chan reply, 1), make(chan reply, 1)
+		go func() { firsts[i] <- send(t, p.first, "/hooks", body) }()
+		eventually(t, 5*time.Second, p.key+" at the upstream", func() bool { return up.count(p.key) == 1 })
+		go func() { repeats[i] <- send(t, p.repeat, "/hooks", body) }()
+	}
+	// A repeat taken over is forwarded at once; give it the time to show.
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+	for i, p := range pairs {
+		first, repeat := <-firsts[i], <-repeats[i]
+		wantOutcome(t, first, http.StatusOK, "forwarded")
+		wantOutcome(t, repeat, http.StatusOK, "replayed")
+		sameReply(t, first, repeat)
+		if n := up.count(p.key); n != 1 {
+			t.Errorf("%s forwarded %d times, want once", p.key, n)
+		}
+	}
+}

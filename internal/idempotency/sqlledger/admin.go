@@ -49,6 +49,7 @@ func (l *Ledger) Held(ctx context.Context, route string, limit int) ([]idempoten
 	if limit <= 0 {
 		limit = DefaultHeldLimit
 	}
+	shift := l.clock.shift(ctx)
 	rows, err := l.r.WithContext(ctx).Raw(heldSQL, route, limit).Rows()
 	if err != nil {
 		return nil, l.fail(fmt.Sprintf("held %q", route), err)
@@ -60,6 +61,7 @@ func (l *Ledger) Held(ctx context.Context, route string, limit int) ([]idempoten
 		if err != nil {
 			return nil, l.fail(fmt.Sprintf("held %q", route), err)
 		}
+		fromDB(rec, shift)
 		out = append(out, *rec)
 	}
 	if err := rows.Err(); err != nil {
@@ -145,7 +147,7 @@ func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotenc
 	if rec.BodyOmitted {
 		body = nil
 	}
-	res := db.Exec(resolveHeldSQL, rec.Status, headers, body, rec.BodyOmitted, dbTime(completed), r.Route, r.Key)
+	res := db.Exec(resolveHeldSQL, rec.Status, headers, body, rec.BodyOmitted, toDB(completed, l.clock.shift(ctx)), r.Route, r.Key)
 	if res.Error != nil {
 		return l.fail(fmt.Sprintf("resolve %s", ref(r)), res.Error)
 	}
@@ -167,7 +169,7 @@ func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, erro
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
-	now = dbTime(now)
+	now = toDB(now, l.clock.shift(ctx))
 	res := l.w.WithContext(ctx).Exec(l.d.sweepSQL, now, batch, now)
 	if res.Error != nil {
 		return 0, l.fail("sweep", res.Error)

@@ -67,8 +67,11 @@ type Options struct {
 	// not record argument values: they carry keys, headers and bodies
 	// (gorm.io/plugin/opentelemetry/tracing: WithoutQueryVariables).
 	Plugins []gorm.Plugin
-	// Now is the clock for timestamps the caller does not pass (Resolve's
-	// completed_at). nil = time.Now.
+	// Now is the clock of the times callers pass (Claim's, Commit's and
+	// Sweep's now, and a record's times), and for those they do not
+	// (Resolve's completed_at). On PostgreSQL the ledger measures it against
+	// the database server's clock and stores every time on the server's
+	// (clock.go). nil = time.Now.
 	Now func() time.Time
 	// CommitBatch is the most commits group-committed in one statement
 	// (PostgreSQL) or transaction (SQLite), and on PostgreSQL the most
@@ -115,6 +118,8 @@ type Ledger struct {
 	commits *batcher[*commitJob]
 	claims  *batcher[*claimJob] // PostgreSQL only
 	lookups *batcher[*lookupJob]
+	// clock maps Options.Now onto the database's clock; nil on SQLite.
+	clock *dbClock
 	// commitStmt is commitSQL prepared on the SQLite writer, for batches
 	// (commitTransaction, through sqliteCommitStmt); made at first use, as
 	// the table must exist.
@@ -160,6 +165,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		l.d = postgresDialect
 		l.w, err = postgresPool(o, cfg)
 		l.r = l.w
+		if err == nil {
+			var sdb *sql.DB
+			if sdb, err = l.w.DB(); err == nil {
+				l.clock = newDBClock(sdb, o.Now)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
 	}
@@ -266,6 +277,7 @@ func (l *Ledger) Close() error {
 	if l.lookups != nil {
 		l.lookups.close()
 	}
+	l.clock.close()
 	var errs []error
 	l.commitStmtMu.Lock()
 	if l.commitStmt != nil {

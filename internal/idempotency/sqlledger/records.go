@@ -88,10 +88,12 @@ func (l *Ledger) Lookup(ctx context.Context, r idempotency.Ref) (*idempotency.Re
 	if err := l.check(); err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
 	}
+	shift := l.clock.shift(ctx)
 	rec, err := l.find(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
 	}
+	fromDB(rec, shift)
 	return rec, nil
 }
 
@@ -145,13 +147,14 @@ func (l *Ledger) Claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 	if err := l.check(); err != nil {
 		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
 	}
-	c, err := l.claim(ctx, req, dbTime(now))
+	c, err := l.claim(ctx, req, toDB(now, l.clock.shift(ctx)))
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
 	}
 	return c, nil
 }
 
+// claim is Claim with now on the database's clock.
 func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now time.Time) (idempotency.Claim, error) {
 	lease, expires := dbTime(now.Add(req.Lease)), dbTime(now.Add(req.Retention))
 	fp := nullBytes(req.Fingerprint)
@@ -238,14 +241,15 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
 	}
-	now = dbTime(now)
+	shift := l.clock.shift(ctx)
+	now = toDB(now, shift)
 	created := now
 	if !rec.CreatedAt.IsZero() {
-		created = dbTime(rec.CreatedAt)
+		created = toDB(rec.CreatedAt, shift)
 	}
 	row := commitRow{ref: rec.Ref, state: string(state), fp: rec.Fingerprint, status: int64(rec.Status), headers: headers,
 		body: rec.Body, omitted: rec.BodyOmitted, traceID: rec.TraceID, spanID: rec.SpanID, source: rec.Source,
-		created: created, completed: now, expires: dbTime(rec.ExpiresAt), owner: owner, now: now}
+		created: created, completed: now, expires: toDB(rec.ExpiresAt, shift), owner: owner, now: now}
 	if rec.BodyOmitted {
 		row.body = nil
 	}

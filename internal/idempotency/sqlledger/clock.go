@@ -1,0 +1,194 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Leases and expiry are compared across replicas: one replica writes
+// lease_until from its clock, and another decides from its own whether that
+// lease has run out and the delivery may be taken over; a sweeper compares
+// expires_at with its clock. On each replica's own clock, a replica running
+// ahead would take over deliveries still being forwarded — and forward them
+// a second time — or sweep records before their retention ends; one running
+// behind would refuse the retries of abandoned deliveries for longer than
+// the lease. Redis leases do not have the problem: they run on the Redis
+// server's TIME.
+//
+// So on PostgreSQL the ledger keeps every time on the database server's
+// clock: each ledger measures the offset between its clock (Options.Now)
+// and the server's — SELECT clock_timestamp() against the midpoint of the
+// round trip, the best of three — at first use and then every
+// clockSyncEvery in the background, shifts the times it binds by it and the
+// times it reads back. Replicas then agree on every lease to within a round
+// trip whatever their clocks say, and a replica's clock stepped by NTP or by
+// hand is followed within clockSyncEvery. SQLite is one host's file: its
+// writers share a clock, and times are bound as given.
+
+// clockSyncEvery is how often a ledger measures the database's clock again
+// (one statement), and clockRetry how soon after a failed measurement.
+const (
+	clockSyncEvery = 15 * time.Second
+	clockRetry     = time.Second
+	clockSamples   = 3
+)
+
+// dbClock maps a replica's clock onto the database server's.
+type dbClock struct {
+	db    *sql.DB
+	now   func() time.Time
+	every time.Duration // clockSyncEvery; shorter in tests
+
+	// offset is database − replica, in whole microseconds (times are stored
+	// at microsecond precision, so a shift keeps exact comparisons exact).
+	offset atomic.Int64
+	synced atomic.Bool
+	// due is when the next measurement is due, in nanoseconds of the
+	// monotonic clock since start.
+	start time.Time
+	due   atomic.Int64
+
+	firstMu sync.Mutex  // serialises first measurements
+	running atomic.Bool // a background measurement is running
+
+	bgMu   sync.Mutex // guards closed and bg.Add
+	closed bool
+	bg     sync.WaitGroup
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+}
+
+func newDBClock(db *sql.DB, now func() time.Time) *dbClock {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &dbClock{db: db, now: now, every: clockSyncEvery, start: time.Now(), ctx: ctx, cancel: cancel}
+}
+
+// shift returns the offset to add to a replica time to get the database's
+// time. The first call measures it (under ctx); later calls start a
+// background measurement when one is due and return the current offset at
+// once. Until a measurement has succeeded the offset is zero: the
+// database is unreachable, so the call that asked will most likely fail
+// anyway. A nil clock (SQLite) shifts nothing.
+func (c *dbClock) shift(ctx context.Context) time.Duration {
+	if c == nil {
+		return 0
+	}
+	if !c.synced.Load() {
+		c.first(ctx)
+	} else if c.isDue() && c.running.CompareAndSwap(false, true) {
+		c.background()
+	}
+	return time.Duration(c.offset.Load())
+}
+
+func (c *dbClock) isDue() bool {
+	return time.Since(c.start) >= time.Duration(c.due.Load())
+}
+
+// first measures the offset for the first time, unless another call just
+// did, or tried less than clockRetry ago.
+func (c *dbClock) first(ctx context.Context) {
+	c.firstMu.Lock()
+	defer c.firstMu.Unlock()
+	if c.synced.Load() || !c.isDue() {
+		return
+	}
+	_ = c.sync(ctx)
+}
+
+// background measures the offset again in a goroutine that close waits for.
+func (c *dbClock) background() {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.closed {
+		c.running.Store(false)
+		return
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer c.running.Store(false)
+		ctx, cancel := context.WithTimeout(c.ctx, DefaultOpTimeout)
+		defer cancel()
+		_ = c.sync(ctx)
+	}()
+}
+
+// sync measures the offset and schedules the next measurement. A
+// measurement replaces the offset, which starts at zero, only when it
+// differs by more than its own uncertainty: the server read its clock
+// somewhere in the round trip, so within half of it either way (and two
+// microseconds: the server's resolution, and the rounding). A replica sharing the database's
+// clock, or whose offset has not changed, keeps its offset exactly, and so
+// lease comparisons made on either side of a measurement agree.
+func (c *dbClock) sync(ctx context.Context) error {
+	off, rtt, err := c.measure(ctx)
+	elapsed := time.Since(c.start)
+	if err != nil {
+		c.due.Store(int64(elapsed + clockRetry))
+		return err
+	}
+	bound := rtt/2 + 2*time.Microsecond
+	if d := off - time.Duration(c.offset.Load()); d > bound || -d > bound {
+		c.offset.Store(int64(off))
+	}
+	c.synced.Store(true)
+	c.due.Store(int64(elapsed + c.every))
+	return nil
+}
+
+// measure reads the database's clock clockSamples times and keeps the
+// reading with the shortest round trip.
+func (c *dbClock) measure(ctx context.Context) (off, rtt time.Duration, err error) {
+	rtt = -1
+	for range clockSamples {
+		var db time.Time
+		t0 := c.now()
+		if err := c.db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&db); err != nil {
+			return 0, 0, err
+		}
+		t1 := c.now()
+		if r := t1.Sub(t0); rtt < 0 || r < rtt {
+			rtt = r
+			off = db.Sub(t0.Add(r / 2)).Round(time.Microsecond)
+		}
+	}
+	return off, rtt, nil
+}
+
+// close stops a background measurement and waits for it.
+func (c *dbClock) close() {
+	if c == nil {
+		return
+	}
+	c.bgMu.Lock()
+	c.closed = true
+	c.bgMu.Unlock()
+	c.cancel()
+	c.bg.Wait()
+}
+
+// Times on the replica's clock in, and out.
+
+// toDB maps t onto the database's clock, as bound (dbTime).
+func toDB(t time.Time, shift time.Duration) time.Time {
+	return dbTime(t).Add(shift)
+}
+
+// fromDB maps the times of a record read from the database back onto the
+// replica's clock.
+func fromDB(rec *idempotency.Record, shift time.Duration) {
+	if shift == 0 {
+		return
+	}
+	for _, t := range []*time.Time{&rec.LeaseUntil, &rec.CreatedAt, &rec.CompletedAt, &rec.ExpiresAt} {
+		if !t.IsZero() {
+			*t = t.Add(-shift)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package sqlledger_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// skewedReplicas opens one PostgreSQL ledger per clock skew, all on the
+// test's own schema, and returns them with their clocks.
+func skewedReplicas(t *testing.T, skews ...time.Duration) ([]*sqlledger.Ledger, []func() time.Time) {
+	t.Helper()
+	dsn := testenv.Postgres(t)
+	ls, clocks := make([]*sqlledger.Ledger, len(skews)), make([]func() time.Time, len(skews))
+	for i, skew := range skews {
+		clocks[i] = func() time.Time { return time.Now().Add(skew) }
+		l, err := sqlledger.Open(context.Background(), sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: dsn,
+			MaxOpenConns: 2, Now: clocks[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		if err := l.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls, clocks
+}
+
+// A replica whose clock runs ten minutes ahead finds a claim made by a
+// replica with the right time a second ago still live, cannot commit over
+// it, reads its lease on its own clock, and cannot sweep a record with five
+// minutes of retention left; a replica running ten minutes behind claims
+// with a lease that the others see last as long as it asked, no less.
+func TestLeasesAndExpiryAreOnTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ls, now := skewedReplicas(t, 0, 10*time.Minute, -10*time.Minute)
+	right, ahead, behind := ls[0], ls[1], ls[2]
+	ctx := t.Context()
+
+	held := ref("held-by-right")
+	mustClaim(t, right, idempotency.ClaimRequest{Ref: held, Owner: "right", Lease: 30 * time.Second, Retention: time.Hour},
+		now[0](), idempotency.Acquired)
+	mustClaim(t, ahead, idempotency.ClaimRequest{Ref: held, Owner: "ahead", Lease: 30 * time.Second, Retention: time.Hour},
+		now[1](), idempotency.InFlight)
+	err := ahead.Commit(ctx, doneRecord(held, now[1](), now[1]().Add(time.Hour)), "ahead", now[1]())
+	if !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("commit over a live claim by the replica ahead: %v, want ErrNotOwner", err)
+	}
+	rec := wantState(t, ahead, held, idempotency.StatePending)
+	if d := rec.LeaseUntil.Sub(now[1]()); d < 28*time.Second || d > 30*time.Second {
+		t.Errorf("the lease read by the replica ahead ends in %v on its clock, want about 30s", d)
+	}
+	mustCommit(t, right, doneRecord(held, now[0](), now[0]().Add(5*time.Minute)), "right", now[0]())
+	if n, err := ahead.Sweep(ctx, now[1](), 0); err != nil || n != 0 {
+		t.Fatalf("sweep by the replica ahead: %d deleted, %v; want none (five minutes of retention left)", n, err)
+	}
+	wantState(t, right, held, idempotency.StateDone)
+
+	short := ref("leased-by-behind")
+	mustClaim(t, behind, idempotency.ClaimRequest{Ref: short, Owner: "behind", Lease: 300 * time.Millisecond, Retention: time.Hour},
+		now[2](), idempotency.Acquired)
+	mustClaim(t, right, idempotency.ClaimRequest{Ref: short, Owner: "right", Lease: 30 * time.Second, Retention: time.Hour},
+		now[0](), idempotency.InFlight)
+	time.Sleep(400 * time.Millisecond)
+	mustClaim(t, right, idempotency.ClaimRequest{Ref: short, Owner: "right", Lease: 30 * time.Second, Retention: time.Hour},
+		now[0](), idempotency.TakenOver)
+}
