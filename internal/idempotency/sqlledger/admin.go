@@ -49,7 +49,10 @@ func (l *Ledger) Held(ctx context.Context, route string, limit int) ([]idempoten
 	if limit <= 0 {
 		limit = DefaultHeldLimit
 	}
-	shift := l.clock.shift(ctx)
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return nil, l.fail(fmt.Sprintf("held %q: clock", route), err)
+	}
 	rows, err := l.r.WithContext(ctx).Raw(heldSQL, route, limit).Rows()
 	if err != nil {
 		return nil, l.fail(fmt.Sprintf("held %q", route), err)
@@ -147,7 +150,11 @@ func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotenc
 	if rec.BodyOmitted {
 		body = nil
 	}
-	res := db.Exec(resolveHeldSQL, rec.Status, headers, body, rec.BodyOmitted, toDB(completed, l.clock.shift(ctx)), r.Route, r.Key)
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return l.fail(fmt.Sprintf("resolve %s: clock", ref(r)), err)
+	}
+	res := db.Exec(resolveHeldSQL, rec.Status, headers, body, rec.BodyOmitted, toDB(completed, shift), r.Route, r.Key)
 	if res.Error != nil {
 		return l.fail(fmt.Sprintf("resolve %s", ref(r)), res.Error)
 	}
@@ -169,7 +176,11 @@ func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, erro
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
-	now = toDB(now, l.clock.shift(ctx))
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return 0, l.fail("sweep: clock", err)
+	}
+	now = toDB(now, shift)
 	res := l.w.WithContext(ctx).Exec(l.d.sweepSQL, now, batch, now)
 	if res.Error != nil {
 		return 0, l.fail("sweep", res.Error)

@@ -23,15 +23,17 @@ import (
 // So on PostgreSQL the ledger keeps every time on the database server's
 // clock: each ledger measures the offset between its clock (Options.Now)
 // and the server's — SELECT clock_timestamp() against the midpoint of the
-// round trip, the best of three — at first use and then every
-// clockSyncEvery in the background, shifts the times it binds by it and the
-// times it reads back. Replicas then agree on every lease to within a round
-// trip whatever their clocks say, and a replica's clock stepped by NTP or by
-// hand is followed within clockSyncEvery. SQLite is one host's file: its
+// round trip, the best of three — at its first call, and again in the
+// background at the first call clockSyncEvery after the last measurement
+// (an idle ledger measures nothing); it shifts the times it binds by it and
+// the times it reads back. Replicas then agree on every lease to within a
+// round trip whatever their clocks say, and a replica's clock stepped by NTP
+// or by hand is followed by the next measurement. SQLite is one host's file: its
 // writers share a clock, and times are bound as given.
 
 // clockSyncEvery is how often a ledger measures the database's clock again
-// (one statement), and clockRetry how soon after a failed measurement.
+// (one statement), and clockRetry how soon after a failed background
+// measurement (the offset measured before stays meanwhile).
 const (
 	clockSyncEvery = 15 * time.Second
 	clockRetry     = time.Second
@@ -40,9 +42,10 @@ const (
 
 // dbClock maps a replica's clock onto the database server's.
 type dbClock struct {
-	db    *sql.DB
-	now   func() time.Time
-	every time.Duration // clockSyncEvery; shorter in tests
+	db      *sql.DB
+	now     func() time.Time
+	every   time.Duration // clockSyncEvery; shorter in tests
+	timeout time.Duration // bounds a background measurement (OpTimeout)
 
 	// offset is database − replica, in whole microseconds (times are stored
 	// at microsecond precision, so a shift keeps exact comparisons exact).
@@ -53,8 +56,9 @@ type dbClock struct {
 	start time.Time
 	due   atomic.Int64
 
-	firstMu sync.Mutex  // serialises first measurements
-	running atomic.Bool // a background measurement is running
+	firstMu  sync.Mutex
+	firstRun chan struct{} // closed when the first measurement under way ends; nil when none is (firstMu)
+	running  atomic.Bool   // a background measurement is running
 
 	bgMu   sync.Mutex // guards closed and bg.Add
 	closed bool
@@ -63,42 +67,70 @@ type dbClock struct {
 	cancel context.CancelFunc
 }
 
-func newDBClock(db *sql.DB, now func() time.Time) *dbClock {
+func newDBClock(db *sql.DB, now func() time.Time, timeout time.Duration) *dbClock {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &dbClock{db: db, now: now, every: clockSyncEvery, start: time.Now(), ctx: ctx, cancel: cancel}
+	return &dbClock{db: db, now: now, every: clockSyncEvery, timeout: timeout, start: time.Now(), ctx: ctx, cancel: cancel}
 }
 
 // shift returns the offset to add to a replica time to get the database's
 // time. The first call measures it (under ctx); later calls start a
 // background measurement when one is due and return the current offset at
-// once. Until a measurement has succeeded the offset is zero: the
-// database is unreachable, so the call that asked will most likely fail
-// anyway. A nil clock (SQLite) shifts nothing.
-func (c *dbClock) shift(ctx context.Context) time.Duration {
+// once. Until a measurement has succeeded there is no offset to give: a
+// call whose measurement fails gets the error, never a zero offset, since
+// the database may well be answering others (the measurement failed for
+// want of the caller's own ctx, a blip) and times bound on the replica's
+// own clock are the very thing this file exists to prevent. A nil clock
+// (SQLite) shifts nothing.
+func (c *dbClock) shift(ctx context.Context) (time.Duration, error) {
 	if c == nil {
-		return 0
+		return 0, nil
 	}
 	if !c.synced.Load() {
-		c.first(ctx)
+		if err := c.first(ctx); err != nil {
+			return 0, err
+		}
 	} else if c.isDue() && c.running.CompareAndSwap(false, true) {
 		c.background()
 	}
-	return time.Duration(c.offset.Load())
+	return time.Duration(c.offset.Load()), nil
 }
 
 func (c *dbClock) isDue() bool {
 	return time.Since(c.start) >= time.Duration(c.due.Load())
 }
 
-// first measures the offset for the first time, unless another call just
-// did, or tried less than clockRetry ago.
-func (c *dbClock) first(ctx context.Context) {
-	c.firstMu.Lock()
-	defer c.firstMu.Unlock()
-	if c.synced.Load() || !c.isDue() {
-		return
+// first measures the offset for the first time. Concurrent callers share
+// one measurement, each waiting for it no longer than its own ctx allows
+// (a hung database must not hold a call with a short deadline behind
+// another's); when it fails — perhaps only because its caller's ctx ended —
+// the next caller measures again.
+func (c *dbClock) first(ctx context.Context) error {
+	for !c.synced.Load() {
+		c.firstMu.Lock()
+		if c.synced.Load() {
+			c.firstMu.Unlock()
+			return nil
+		}
+		if run := c.firstRun; run != nil {
+			c.firstMu.Unlock()
+			select {
+			case <-run:
+				continue // measured, or failed: look again
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		run := make(chan struct{})
+		c.firstRun = run
+		c.firstMu.Unlock()
+		err := c.sync(ctx)
+		c.firstMu.Lock()
+		c.firstRun = nil
+		c.firstMu.Unlock()
+		close(run)
+		return err
 	}
-	_ = c.sync(ctx)
+	return nil
 }
 
 // background measures the offset again in a goroutine that close waits for.
@@ -113,7 +145,7 @@ func (c *dbClock) background() {
 	go func() {
 		defer c.bg.Done()
 		defer c.running.Store(false)
-		ctx, cancel := context.WithTimeout(c.ctx, DefaultOpTimeout)
+		ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 		defer cancel()
 		_ = c.sync(ctx)
 	}()

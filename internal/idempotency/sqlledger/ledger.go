@@ -168,7 +168,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		if err == nil {
 			var sdb *sql.DB
 			if sdb, err = l.w.DB(); err == nil {
-				l.clock = newDBClock(sdb, o.Now)
+				l.clock = newDBClock(sdb, o.Now, o.OpTimeout)
 			}
 		}
 	default:

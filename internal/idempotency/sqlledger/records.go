@@ -88,7 +88,10 @@ func (l *Ledger) Lookup(ctx context.Context, r idempotency.Ref) (*idempotency.Re
 	if err := l.check(); err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
 	}
-	shift := l.clock.shift(ctx)
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lookup %s: %w", ref(r), l.fail("clock", err))
+	}
 	rec, err := l.find(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", ref(r), err)
@@ -147,7 +150,11 @@ func (l *Ledger) Claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 	if err := l.check(); err != nil {
 		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
 	}
-	c, err := l.claim(ctx, req, toDB(now, l.clock.shift(ctx)))
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), l.fail("clock", err))
+	}
+	c, err := l.claim(ctx, req, toDB(now, shift))
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("claim %s: %w", ref(req.Ref), err)
 	}
@@ -241,7 +248,10 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
 	}
-	shift := l.clock.shift(ctx)
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", ref(rec.Ref), l.fail("clock", err))
+	}
 	now = toDB(now, shift)
 	created := now
 	if !rec.CreatedAt.IsZero() {
