@@ -19,7 +19,17 @@ import (
 // pub/sub subscription was down, or there is no shared screen to carry the
 // message) stops replaying the deleted record when its copy expires.
 //
-// It is a byte-bounded LRU split into shards so that concurrent repeats do
+// It is a byte-bounded segmented LRU: an entry enters on probation and is
+// promoted to the protected segment when a repeat reads it; eviction takes
+// the least recently used entry on probation, and a protected one only when
+// probation is empty. The protected segment holds at most protectedShare of
+// the budget (its least recent entries go back on probation), and probation
+// has the rest, all of it while nothing has been repeated. So a flood of
+// first deliveries, whose records mostly are never read, churns probation
+// alone, and the records that repeats keep reading — a retry storm's — stay
+// cached through it; under a plain LRU every new record pushed them out.
+//
+// It is split into shards so that concurrent repeats do
 // not all queue on one mutex. It is laid out for the garbage collector,
 // which marks every pointer of a full cache (tens of thousands of entries)
 // in every cycle: one object per entry (list links and the entry itself
@@ -62,6 +72,10 @@ func (c *Cache) Ticket() Ticket {
 
 const cacheShards = 16
 
+// protectedShare is the most of a shard's budget its protected segment
+// holds, in percent.
+const protectedShare = 80
+
 // DefaultCacheMaxAge bounds how long a replica that missed an operator's
 // delete can go on replaying the deleted record.
 const DefaultCacheMaxAge = 5 * time.Minute
@@ -69,11 +83,15 @@ const DefaultCacheMaxAge = 5 * time.Minute
 type cacheShard struct {
 	mu   sync.Mutex
 	max  int
-	used int
+	used int // both segments
 	// items is keyed by the ref's 64-bit hash; an item whose ref differs
 	// (a collision) is a miss for Get and replaced by Put.
 	items map[uint64]*cacheItem
-	lru   cacheItem // sentinel of a circular list: lru.next = most recent
+	// probation and protected are sentinels of circular lists: next = most
+	// recent.
+	probation, protected cacheItem
+	protectedMax         int
+	protectedUsed        int
 	// deleted holds, for ForgetTombstone after a Delete, when the refs
 	// deleted may be cached again (see Put).
 	deleted map[Ref]time.Time
@@ -83,6 +101,7 @@ type cacheItem struct {
 	prev, next *cacheItem
 	hash       uint64
 	size       int
+	protected  bool
 	expires    time.Duration // since Cache.epoch
 	ref        Ref
 	ent        Entry
@@ -111,9 +130,9 @@ func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 	per := int(float64(maxBytes)/gcHeadroom()) / cacheShards
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.max = per
+		s.max, s.protectedMax = per, per*protectedShare/100
 		s.items = make(map[uint64]*cacheItem)
-		s.lru.next, s.lru.prev = &s.lru, &s.lru
+		s.reset()
 	}
 	return c
 }
@@ -162,8 +181,7 @@ func (c *Cache) Get(ref Ref) (*Entry, bool) {
 		s.remove(it)
 		return nil, false
 	}
-	s.unlink(it)
-	s.pushFront(it)
+	s.promote(it)
 	return &it.ent, true
 }
 
@@ -203,8 +221,7 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 	}
 	if it, ok := s.items[h]; ok {
 		if it.ref == ref {
-			s.unlink(it)
-			s.pushFront(it)
+			s.touch(it)
 			return
 		}
 		s.remove(it) // a collision: the newer ref wins
@@ -212,10 +229,14 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 	it := &cacheItem{hash: h, size: size, expires: c.since() + c.maxAge, ref: ref, ent: *ent}
 	it.ent.Headers = hdr
 	s.items[h] = it
-	s.pushFront(it)
+	pushFront(&s.probation, it)
 	s.used += size
 	for s.used > s.max {
-		s.remove(s.lru.prev)
+		victim := s.probation.prev
+		if victim == &s.probation {
+			victim = s.protected.prev
+		}
+		s.remove(victim)
 	}
 }
 
@@ -272,21 +293,62 @@ func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
 	return h, false
 }
 
-func (s *cacheShard) pushFront(it *cacheItem) {
-	it.prev, it.next = &s.lru, s.lru.next
-	s.lru.next.prev = it
-	s.lru.next = it
+// reset empties both segments' lists.
+func (s *cacheShard) reset() {
+	s.probation.next, s.probation.prev = &s.probation, &s.probation
+	s.protected.next, s.protected.prev = &s.protected, &s.protected
+	s.used, s.protectedUsed = 0, 0
 }
 
-func (s *cacheShard) unlink(it *cacheItem) {
+// pushFront makes it the most recent entry of the list whose sentinel is
+// head.
+func pushFront(head, it *cacheItem) {
+	it.prev, it.next = head, head.next
+	head.next.prev = it
+	head.next = it
+}
+
+func unlink(it *cacheItem) {
 	it.prev.next, it.next.prev = it.next, it.prev
 	it.prev, it.next = nil, nil
 }
 
+// promote moves an entry a repeat read to the front of the protected
+// segment, and the protected segment's least recent entries past its share
+// back to the front of probation.
+func (s *cacheShard) promote(it *cacheItem) {
+	unlink(it)
+	if !it.protected {
+		it.protected = true
+		s.protectedUsed += it.size
+	}
+	pushFront(&s.protected, it)
+	for s.protectedUsed > s.protectedMax {
+		old := s.protected.prev
+		unlink(old)
+		old.protected = false
+		s.protectedUsed -= old.size
+		pushFront(&s.probation, old)
+	}
+}
+
+// touch makes it the most recent entry of its segment.
+func (s *cacheShard) touch(it *cacheItem) {
+	unlink(it)
+	if it.protected {
+		pushFront(&s.protected, it)
+	} else {
+		pushFront(&s.probation, it)
+	}
+}
+
 func (s *cacheShard) remove(it *cacheItem) {
-	s.unlink(it)
+	unlink(it)
 	delete(s.items, it.hash)
 	s.used -= it.size
+	if it.protected {
+		s.protectedUsed -= it.size
+	}
 }
 
 // Delete drops ref from the cache and keeps it out for ForgetTombstone.
@@ -319,8 +381,7 @@ func (c *Cache) Clear() {
 		s := &c.shards[i]
 		s.mu.Lock()
 		clear(s.items)
-		s.lru.next, s.lru.prev = &s.lru, &s.lru
-		s.used = 0
+		s.reset()
 		s.mu.Unlock()
 	}
 }

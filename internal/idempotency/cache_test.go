@@ -49,6 +49,77 @@ func TestCacheKeepsWhatRepeatsRead(t *testing.T) {
 	}
 }
 
+// Entries repeats have read stay cached through a flood of first
+// deliveries ten times the budget, whose records nobody reads: the flood
+// churns probation only. (Under a plain LRU the flood evicted them all, and
+// every repeat of a retry storm went to Redis again.)
+func TestCacheKeepsRepeatedEntriesThroughAFlood(t *testing.T) {
+	const budget = 16 * 8192
+	c := NewCache(budget*int(gcHeadroom()), 1024, 0)
+	body := []byte(strings.Repeat("b", 512))
+	put := func(key string) {
+		c.Put(Ref{Route: "r", Key: key}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
+	}
+	// An eighth of what fits: the refs' spread over the shards (a random
+	// seed) never fills one shard's protected segment.
+	hot := budget / 700 / 8
+	for i := range hot {
+		put(fmt.Sprint("hot", i))
+		if _, ok := c.Get(Ref{Route: "r", Key: fmt.Sprint("hot", i)}); !ok {
+			t.Fatalf("hot%d not cached", i)
+		}
+	}
+	for i := range 10 * budget / 512 {
+		put(fmt.Sprint("once", i))
+	}
+	lost := 0
+	for i := range hot {
+		if _, ok := c.Get(Ref{Route: "r", Key: fmt.Sprint("hot", i)}); !ok {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d entries read by repeats were evicted by a flood of entries nobody read", lost, hot)
+	}
+	if _, ok := c.Get(Ref{Route: "r", Key: fmt.Sprint("once", 10*budget/512-1)}); !ok {
+		t.Fatal("the flood's last entry is not cached: probation must keep the most recent first deliveries")
+	}
+}
+
+// Until something is repeated, probation has the whole budget (the cache
+// holds as much as a plain LRU would); once everything has been read, the
+// protected segment keeps to its share and new entries still get the rest.
+func TestCacheSegmentsShareTheBudget(t *testing.T) {
+	c := NewCache(16*8192*int(gcHeadroom()), 1024, 0)
+	body := []byte(strings.Repeat("b", 512))
+	ref := func(i int) Ref { return Ref{Route: "r", Key: fmt.Sprint(i)} }
+	for i := range 2000 {
+		c.Put(ref(i), &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
+	}
+	used, max := 0, 0
+	for i := range c.shards {
+		used, max = used+c.shards[i].used, max+c.shards[i].max
+	}
+	if used < max*9/10 {
+		t.Fatalf("nothing repeated: the cache holds %d bytes of its %d; want probation to use all of it", used, max)
+	}
+	for i := range 2000 {
+		c.Get(ref(i))
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		if s.protectedUsed > s.protectedMax || s.used > s.max {
+			t.Fatalf("shard %d: protected %d of %d, all %d of %d", i, s.protectedUsed, s.protectedMax, s.used, s.max)
+		}
+	}
+	for i := 2000; i < 2100; i++ {
+		c.Put(ref(i), &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
+		if _, ok := c.Get(ref(i)); !ok {
+			t.Fatalf("new entry %d not cached beside a full protected segment", i)
+		}
+	}
+}
+
 func TestCacheRefusesWhatTheLedgerMustAnswer(t *testing.T) {
 	c := NewCache(1<<20, 1024, 0)
 	cases := []struct {
