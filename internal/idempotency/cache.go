@@ -29,8 +29,8 @@ import (
 // alone, and the records that repeats keep reading — a retry storm's — stay
 // cached through it; under a plain LRU every new record pushed them out.
 //
-// It is split into shards so that concurrent repeats do
-// not all queue on one mutex. It is laid out for the garbage collector,
+// It is split into shards so that concurrent repeats do not all queue on
+// one mutex. It is laid out for the garbage collector,
 // which marks every pointer of a full cache (tens of thousands of entries)
 // in every cycle: one object per entry (list links and the entry itself
 // inline), a shard map keyed by the ref's hash rather than by two strings,

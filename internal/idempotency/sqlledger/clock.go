@@ -155,9 +155,10 @@ func (c *dbClock) background() {
 // measurement replaces the offset, which starts at zero, only when it
 // differs by more than its own uncertainty: the server read its clock
 // somewhere in the round trip, so within half of it either way (and two
-// microseconds: the server's resolution, and the rounding). A replica sharing the database's
-// clock, or whose offset has not changed, keeps its offset exactly, and so
-// lease comparisons made on either side of a measurement agree.
+// microseconds: the server's resolution, and the rounding). A replica
+// sharing the database's clock, or whose offset has not changed, keeps its
+// offset exactly, and so lease comparisons made on either side of a
+// measurement agree.
 func (c *dbClock) sync(ctx context.Context) error {
 	off, rtt, err := c.measure(ctx)
 	elapsed := time.Since(c.start)
@@ -169,8 +170,8 @@ func (c *dbClock) sync(ctx context.Context) error {
 	if d := off - time.Duration(c.offset.Load()); d > bound || -d > bound {
 		c.offset.Store(int64(off))
 	}
+	c.due.Store(int64(elapsed + c.every)) // before synced: no caller sees a due measurement
 	c.synced.Store(true)
-	c.due.Store(int64(elapsed + c.every))
 	return nil
 }
 
