@@ -226,14 +226,23 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 		}
 		s.remove(it) // a collision: the newer ref wins
 	}
-	it := &cacheItem{hash: h, size: size, expires: c.since() + c.maxAge, ref: ref, ent: *ent}
+	now := c.since()
+	it := &cacheItem{hash: h, size: size, expires: now + c.maxAge, ref: ref, ent: *ent}
 	it.ent.Headers = hdr
 	s.items[h] = it
 	pushFront(&s.probation, it)
 	s.used += size
 	for s.used > s.max {
 		victim := s.probation.prev
-		if victim == &s.probation {
+		if old := s.protected.prev; old != &s.protected && now > old.expires {
+			// Past its max age a protected entry is never served again:
+			// it goes before anything live, or a retry storm that ended
+			// would keep the protected share of the budget after it.
+			victim = old
+		} else if victim == it {
+			// Only the new entry is left on probation: make its room in
+			// the protected segment rather than drop what was just put
+			// (size <= s.max, so it fits once the rest is gone).
 			victim = s.protected.prev
 		}
 		s.remove(victim)

@@ -55,7 +55,7 @@ func TestCacheKeepsWhatRepeatsRead(t *testing.T) {
 // every repeat of a retry storm went to Redis again.)
 func TestCacheKeepsRepeatedEntriesThroughAFlood(t *testing.T) {
 	const budget = 16 * 8192
-	c := NewCache(budget*int(gcHeadroom()), 1024, 0)
+	c := NewCache(int(budget*gcHeadroom()), 1024, 0)
 	body := []byte(strings.Repeat("b", 512))
 	put := func(key string) {
 		c.Put(Ref{Route: "r", Key: key}, &Entry{Response: Response{Status: 200, Body: body}, BodyCached: true}, c.Ticket())
@@ -90,7 +90,7 @@ func TestCacheKeepsRepeatedEntriesThroughAFlood(t *testing.T) {
 // holds as much as a plain LRU would); once everything has been read, the
 // protected segment keeps to its share and new entries still get the rest.
 func TestCacheSegmentsShareTheBudget(t *testing.T) {
-	c := NewCache(16*8192*int(gcHeadroom()), 1024, 0)
+	c := NewCache(int(16*8192*gcHeadroom()), 1024, 0)
 	body := []byte(strings.Repeat("b", 512))
 	ref := func(i int) Ref { return Ref{Route: "r", Key: fmt.Sprint(i)} }
 	for i := range 2000 {
