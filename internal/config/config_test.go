@@ -254,6 +254,34 @@ func TestEnvironmentOverrides(t *testing.T) {
 	}
 }
 
+// SPEC §3: an environment variable overrides the file's value. A file
+// value that the environment replaces is never used, so a ${NAME} in it
+// that cannot be resolved is no error — SPEC §3's own example writes
+// token: "${HOOKSTAMP_ADMIN_TOKEN}", which HOOKSTAMP_ADMIN__TOKEN
+// overrides — and an error is never blamed on a variable that did not
+// cause it.
+func TestEnvironmentOverridesAFileReference(t *testing.T) {
+	doc := minimal + "admin: {token: \"${HOOKSTAMP_ADMIN_TOKEN}\"}\nscreen: {lease: \"${LEASE}\", redis: {addrs: [\"${REDIS_ADDR}\"]}}\n"
+	c, err := LoadFromBytes([]byte(doc), []string{
+		"HOOKSTAMP_ADMIN__TOKEN=from-override",
+		"HOOKSTAMP_SCREEN__LEASE=40s",
+		"HOOKSTAMP_SCREEN__REDIS__ADDRS=cache:6379",
+	})
+	if err != nil {
+		t.Fatalf("overridden file values refused:\n%v", err)
+	}
+	if c.Admin.Token != "from-override" || c.Screen.Lease != 40*time.Second || !reflect.DeepEqual(c.Screen.Redis.Addrs, []string{"cache:6379"}) {
+		t.Errorf("admin.token %q, screen.lease %s, screen.redis.addrs %v; want the overrides", c.Admin.Token, c.Screen.Lease, c.Screen.Redis.Addrs)
+	}
+	// A reference the environment does not override is still an error,
+	// and it is not blamed on an override of another key.
+	errs := mustFail(t, doc, "HOOKSTAMP_SCREEN__LEASE=40s", "HOOKSTAMP_SCREEN__REDIS__ADDRS=cache:6379")
+	assertProblem(t, errs, "admin.token", "HOOKSTAMP_ADMIN_TOKEN is not set")
+	if len(errs) != 1 || strings.Contains(errs.Error(), "set by") {
+		t.Errorf("want only the admin.token problem, not blamed on a variable; got:\n%v", errs)
+	}
+}
+
 func TestEnvironmentBadValueNamesVariable(t *testing.T) {
 	errs := mustFail(t, minimal, "HOOKSTAMP_SERVER__BODY_LIMIT=lots")
 	assertProblem(t, errs, "server.body_limit", "HOOKSTAMP_SERVER__BODY_LIMIT")

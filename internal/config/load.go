@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,6 +99,10 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	if err := k.Load(envProvider, nil); err != nil {
 		return nil, fmt.Errorf("load environment: %w", err)
 	}
+
+	// A file value that an environment variable replaced is never used:
+	// a ${NAME} in it that could not be substituted is no problem.
+	phases[0] = slices.DeleteFunc(phases[0], func(e *FieldError) bool { return envSource(fromEnv, e.Path) != "" })
 
 	raw := k.Raw()
 	applyRouteDefaults(raw)

@@ -99,3 +99,69 @@ func TestPostgresDSNIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// A Redis URL pasted into screen.redis.addrs (redis://user:password@host,
+// as many tools take it) is not host:port: the error says so without
+// quoting the password it holds.
+func TestRedisAddrErrorHidesCredentials(t *testing.T) {
+	for _, addr := range []string{
+		"redis://:TOPSECRET@cache.internal:6379",
+		"rediss://default:TOPSECRET@cache.internal:6380/0",
+		"default:TOPSECRET@cache.internal:6379",
+	} {
+		doc := minimal + "screen: {driver: redis, redis: {addrs: [\"" + addr + "\"]}}\n"
+		msg := mustFail(t, doc).Error()
+		if strings.Contains(msg, "TOPSECRET") {
+			t.Errorf("screen.redis.addrs %q: the error quotes the password:\n%s", addr, msg)
+		}
+		if !strings.Contains(msg, "screen.redis.addrs[0]") {
+			t.Errorf("screen.redis.addrs %q: the error does not name the key:\n%s", addr, msg)
+		}
+		// The same through the environment override.
+		msg = mustFail(t, minimal+"screen: {driver: redis}\n", "HOOKSTAMP_SCREEN__REDIS__ADDRS="+addr).Error()
+		if strings.Contains(msg, "TOPSECRET") {
+			t.Errorf("HOOKSTAMP_SCREEN__REDIS__ADDRS=%s: the error quotes the password:\n%s", addr, msg)
+		}
+	}
+}
+
+// store.driver and store.dsn must agree. The default driver is sqlite: a
+// PostgreSQL URL set as the DSN without driver postgres (say through
+// HOOKSTAMP_STORE__DSN alone) would otherwise serve on a local SQLite
+// file named after the URL — its password in the file name, and each
+// replica with a ledger of its own, so nothing deduplicated across them.
+func TestStoreDriverAndDSNAgree(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		environ   []string
+	}{
+		{"postgres URL, driver left sqlite", minimal + "store: {dsn: \"postgres://app:TOPSECRET@db:5432/hooks?sslmode=disable\"}\n", nil},
+		{"postgresql URL through the environment", minimal, []string{"HOOKSTAMP_STORE__DSN=postgresql://app:TOPSECRET@db/hooks"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := mustFail(t, tc.doc, tc.environ...)
+			assertProblem(t, errs, "store.dsn", "store.driver")
+			if strings.Contains(errs.Error(), "TOPSECRET") {
+				t.Errorf("the error quotes the password:\n%v", errs)
+			}
+		})
+	}
+	// driver postgres with the sqlite default DSN (store.dsn left unset):
+	// neither a URL nor keyword=value, so `gateway check` must refuse what
+	// serve's first step (pgx.ParseConfig) refuses.
+	for _, dsn := range []string{"", "data/hookstamp.db", "db.internal:5432"} {
+		doc := minimal + "store: {driver: postgres}\n"
+		if dsn != "" {
+			doc = minimal + "store: {driver: postgres, dsn: \"" + dsn + "\"}\n"
+		}
+		assertProblem(t, mustFail(t, doc), "store.dsn", "postgres")
+	}
+	// What is right still loads.
+	for _, doc := range []string{
+		minimal + "store: {driver: sqlite, dsn: \"file:data/hooks.db?_pragma=foreign_keys(1)\"}\n",
+		minimal + "store: {driver: sqlite, dsn: \":memory:\"}\n",
+		minimal + "store: {driver: postgres, dsn: \"host=db dbname=hooks\"}\n",
+	} {
+		mustLoad(t, doc)
+	}
+}

@@ -111,6 +111,12 @@ func urlProblem(s string, err error) string {
 // Keyword/value DSNs ("host=db dbname=x") are left to the driver.
 func checkPostgresDSN(errs *Errors, dsn string) {
 	if !strings.Contains(dsn, "://") {
+		// pgx reads anything else as keyword=value pairs and refuses a
+		// text with none, such as the sqlite default "data/hookstamp.db".
+		if !strings.Contains(dsn, "=") {
+			errs.add("store.dsn", "not a PostgreSQL connection string (not shown: it may hold a password; "+
+				"want a postgres:// URL or host=… dbname=… keywords)")
+		}
 		return
 	}
 	u, err := url.Parse(dsn)
@@ -123,13 +129,24 @@ func checkPostgresDSN(errs *Errors, dsn string) {
 	}
 }
 
+// isPostgresURL reports whether dsn is a postgres:// or postgresql:// URL.
+func isPostgresURL(dsn string) bool {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
+}
+
 func (c *Config) validateStore(errs *Errors) {
 	s := c.Store
 	oneOf(errs, "store.driver", s.Driver, StoreSQLite, StorePostgres)
-	if s.DSN == "" {
+	switch {
+	case s.DSN == "":
 		errs.add("store.dsn", "required (a file for sqlite, a URL for postgres)")
-	} else if s.Driver == StorePostgres {
+	case s.Driver == StorePostgres:
 		checkPostgresDSN(errs, s.DSN)
+	case s.Driver == StoreSQLite && isPostgresURL(s.DSN):
+		// SQLite would take the URL for a file name and serve on a local
+		// file: each replica with a ledger of its own.
+		errs.add("store.dsn", "%q is a PostgreSQL URL but store.driver is %q: set store.driver: postgres", RedactDSN(s.DSN), s.Driver)
 	}
 	if s.MaxOpenConns <= 0 {
 		errs.add("store.max_open_conns", "must be at least 1, got %d", s.MaxOpenConns)
@@ -146,7 +163,13 @@ func (c *Config) validateScreen(errs *Errors) {
 			errs.add("screen.redis.addrs", "at least one host:port is required with driver redis")
 		}
 		for i, a := range s.Redis.Addrs {
-			if err := checkHostPort(a); err != nil {
+			switch err := checkHostPort(a); {
+			case err != nil && strings.Contains(a, "@"):
+				// A Redis URL (redis://user:password@host) pasted here:
+				// its password must not reach the error list.
+				errs.add(index("screen.redis.addrs", i), "not host:port (not shown: it has user info, which may hold a password; "+
+					"write host:port here and the password in screen.redis.password)")
+			case err != nil:
 				errs.add(index("screen.redis.addrs", i), "%v", err)
 			}
 		}
