@@ -253,7 +253,7 @@ type Verify struct {
 	// URL is the signed notification URL (square). Default "".
 	URL string `koanf:"url" yaml:"url"`
 	// Tolerance is the accepted clock skew for schemes with a signed
-	// timestamp. Default 5m.
+	// timestamp. Default 5m; 10m with scheme twitch (Twitch's own limit).
 	Tolerance time.Duration `koanf:"tolerance" yaml:"tolerance"`
 	// Header carries the signature (scheme hmac only). Default "".
 	Header string `koanf:"header" yaml:"header"`

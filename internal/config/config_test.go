@@ -389,6 +389,12 @@ routes:
 			func(r Route) any { return r.Verify.Tolerance }, 10 * time.Minute},
 		{"explicit tolerance wins over twitch's", "    preset: twitch\n    verify: {secrets: [s3cret], tolerance: 2m}\n",
 			func(r Route) any { return r.Verify.Tolerance }, 2 * time.Minute},
+		// docs/presets.md: "verify.tolerance (default 5 minutes; 10 for
+		// Twitch)" — the scheme's default, with or without the preset.
+		{"scheme twitch without the preset keeps Twitch's 10 minute limit", "    key: {sources: [{header: Twitch-Eventsub-Message-Id}]}\n    verify: {scheme: twitch, secrets: [s3cret]}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 10 * time.Minute},
+		{"explicit tolerance wins over scheme twitch's", "    key: {sources: [{header: Twitch-Eventsub-Message-Id}]}\n    verify: {scheme: twitch, secrets: [s3cret], tolerance: 2m}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 2 * time.Minute},
 		{"stripe keeps the default tolerance", "    preset: stripe\n    verify: {secrets: [whsec_x]}\n",
 			func(r Route) any { return r.Verify.Tolerance }, 5 * time.Minute},
 		{"paypal has no scheme", "    preset: paypal\n",

@@ -15,6 +15,8 @@ import (
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // EnvPrefix starts every environment variable that overrides a file value.
@@ -265,8 +267,25 @@ func applyRouteDefaults(raw map[string]any) {
 			}
 		}
 		maps.Merge(maps.Copy(own), merged)
+		twitchTolerance(own, merged)
 		routes[i] = merged
 	}
+}
+
+// twitchTolerance gives a route verifying scheme twitch Twitch's own
+// 10-minute limit (verify.DefaultTwitchTolerance) when the route sets no
+// verify.tolerance, with or without the twitch preset: the 5-minute
+// default of the other schemes would refuse messages Twitch still counts
+// as fresh (docs/presets.md).
+func twitchTolerance(own, merged map[string]any) {
+	v, _ := merged["verify"].(map[string]any)
+	if v == nil || v["scheme"] != SchemeTwitch {
+		return
+	}
+	if ov, _ := own["verify"].(map[string]any); ov["tolerance"] != nil {
+		return
+	}
+	v["tolerance"] = verify.DefaultTwitchTolerance
 }
 
 // lookupIn makes a variable lookup over an os.Environ-style list; the last
