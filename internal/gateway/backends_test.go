@@ -52,7 +52,11 @@ func (be backend) open(tb testing.TB) *stores {
 // top (e.g. driver none) keeps it.
 func (s *stores) config(tb testing.TB, upstreamURL, route, top string) *config.Config {
 	tb.Helper()
-	cfg := gwConfig(tb, upstreamURL, s.dsn, route, top)
+	dsn := s.dsn
+	if s.ledger != config.StoreSQLite {
+		dsn = "unused.db" // gwConfig writes driver sqlite, which refuses a postgres:// DSN
+	}
+	cfg := gwConfig(tb, upstreamURL, dsn, route, top)
 	cfg.Store.Driver, cfg.Store.DSN = s.ledger, s.dsn
 	if s.screen == "redis" && cfg.Screen.Driver == config.ScreenMemory {
 		cfg.Screen.Driver = config.ScreenRedis
