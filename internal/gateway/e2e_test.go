@@ -608,6 +608,25 @@ func TestForwardedHeadersBelieveOnlyTrustedProxies(t *testing.T) {
 	}
 }
 
+// A proxy that adds its own X-Forwarded-For line (HAProxy's option
+// forwardfor) rather than appending to the sender's leaves two lines; they
+// are one list (RFC 9110 §5.3), and the entry a trusted proxy wrote is the
+// last one. Reading the first line alone would believe the sender's own
+// claim.
+func TestForwardedForReadsEveryLine(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Server.TrustedProxies = []string{"127.0.0.1/32"}
+	g := startGateway(t, cfg)
+	// The sender's forged line first, then the line the trusted proxy added.
+	wantOutcome(t, post(t, g, "/hooks", []byte(`{"id":"evt_xff_lines"}`),
+		headers("X-Forwarded-For", "198.51.100.66", "X-Forwarded-For", "203.0.113.7")), 200, "forwarded")
+	if got := up.lastHeader().Get("X-Forwarded-For"); got != "203.0.113.7" {
+		t.Fatalf("upstream X-Forwarded-For %q, want 203.0.113.7 (the entry the trusted proxy wrote)", got)
+	}
+}
+
 func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

@@ -371,7 +371,8 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 }
 
 // clientIP is the peer address, or — when the peer is a trusted proxy —
-// the right-most X-Forwarded-For entry that is not a trusted proxy.
+// the right-most X-Forwarded-For entry (of all its lines) that is not a
+// trusted proxy.
 func (s *Server) clientIP(c *fiber.Ctx) string {
 	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
 	if !ok {
@@ -381,8 +382,14 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	if !s.trusted(peer) {
 		return peer.String()
 	}
-	xff := string(c.Request().Header.Peek(fiber.HeaderXForwardedFor))
-	parts := strings.Split(xff, ",")
+	// Every X-Forwarded-For line, in order: they are one list (RFC 9110
+	// §5.3), and a proxy that adds a line of its own (HAProxy's option
+	// forwardfor) rather than appending to the sender's puts its entry in
+	// the last one, not the first.
+	var parts []string
+	for _, line := range c.Request().Header.PeekAll(fiber.HeaderXForwardedFor) {
+		parts = append(parts, strings.Split(string(line), ",")...)
+	}
 	for i := len(parts) - 1; i >= 0; i-- {
 		a, err := xffAddr(strings.TrimSpace(parts[i]))
 		if err != nil {
