@@ -26,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -311,6 +312,13 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	req := &http.Request{Method: r.Method} // ReadResponse needs the method (HEAD)
 	var resp *http.Response
 	c.lim.left = maxResponseHead - int64(c.br.Buffered())
+	buffered, _ := c.br.Peek(c.br.Buffered())
+	c.lim.head = append(c.lim.head[:0], buffered...)
+	defer func() {
+		if cap(c.lim.head) > 16<<10 {
+			c.lim.head = nil // an answer with huge headers: do not keep its buffer
+		}
+	}()
 	for {
 		var err error
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
@@ -322,6 +330,13 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		}
 	}
 	c.lim.left = -1 // the body is bounded by MaxResponseBody
+	if resp.Close && resp.Header["Connection"] == nil {
+		// http.ReadResponse deletes a Connection header that says
+		// "close", and with it the other headers it names as hop-by-hop.
+		if v := connectionOf(c.lim.head); len(v) > 0 {
+			resp.Header["Connection"] = v
+		}
+	}
 	// resp.Body is closed only once read to its end: closing it earlier
 	// would read the rest of the body (all of a too-large one) to keep
 	// the connection usable. On every other path the connection is
@@ -344,6 +359,28 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	// and nothing more than the answer arrived.
 	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody
 	return out, framed && !resp.Close && c.br.Buffered() == 0, nil
+}
+
+// connectionOf returns the Connection field values of the final answer in
+// head, the bytes read up to and past its header section (interim 1xx
+// answers first), or nil.
+func connectionOf(head []byte) []string {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	for {
+		line, err := tp.ReadLine()
+		if err != nil {
+			return nil
+		}
+		h, err := tp.ReadMIMEHeader()
+		if err != nil {
+			return nil
+		}
+		_, status, _ := strings.Cut(line, " ")
+		if code, _ := strconv.Atoi(status[:min(3, len(status))]); code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+			continue
+		}
+		return h["Connection"]
+	}
 }
 
 // writeRequest writes one HTTP/1.1 request with its body and flushes it.

@@ -272,6 +272,37 @@ func TestDoStripsHopByHopHeaders(t *testing.T) {
 	}
 }
 
+// Headers an answer names in Connection are hop-by-hop (RFC 9110 §7.6.1)
+// also when Connection says "close" too: http.ReadResponse deletes a
+// Connection header carrying "close" before the forwarder reads it, so
+// the headers it named passed on to the provider, and into records.
+func TestDoStripsHeadersNamedBesideClose(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Connection", "close, X-Resp-Hop")
+		h.Add("Connection", "X-Other-Hop")
+		h.Set("X-Resp-Hop", "secret")
+		h.Set("X-Other-Hop", "secret")
+		h.Set("X-Resp-End", "kept")
+		_, _ = w.Write([]byte("ok"))
+	})
+	f := newForwarder(t, forward.Options{})
+	resp, err := f.Do(context.Background(), &forward.Request{
+		Method: http.MethodPost, URL: u.URL, Body: []byte("body"), Timeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	for name, want := range map[string]string{"Connection": "", "X-Resp-Hop": "", "X-Other-Hop": "", "X-Resp-End": "kept"} {
+		if v := resp.Header.Get(name); v != want {
+			t.Errorf("response %s: %q, want %q", name, v, want)
+		}
+	}
+	if string(resp.Body) != "ok" {
+		t.Errorf("response body %q, want \"ok\"", resp.Body)
+	}
+}
+
 func TestDoReplacesForwardingAndKeyHeaders(t *testing.T) {
 	spoofed := http.Header{
 		"X-Forwarded-For":   {"6.6.6.6", "7.7.7.7"},

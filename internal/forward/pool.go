@@ -51,6 +51,9 @@ const maxResponseHead = 1 << 20
 type headLimit struct {
 	r    io.Reader
 	left int64
+	// head keeps what was read while left >= 0 (the answer's head, and
+	// whatever arrived with it), for connectionOf.
+	head []byte
 }
 
 var errHeadTooLarge = errors.New("response status line and headers over 1 MiB")
@@ -67,6 +70,7 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.left -= int64(n)
+	l.head = append(l.head, p[:n]...)
 	return n, err
 }
 
