@@ -25,6 +25,7 @@ type Policy struct {
 	Final func(status int) bool
 	// KeepHeaders are the canonical names of response headers recorded for
 	// replay (record.headers). Set-Cookie is refused by configuration.
+	// Content-Encoding is recorded whether listed or not (bodyHeaders).
 	KeepHeaders []string
 	// MaxBody is record.max_body: larger bodies are recorded without body
 	// (0: every non-empty body).
@@ -52,21 +53,20 @@ func NeverFinal(status int) bool {
 		status == http.StatusTooManyRequests || status >= 500
 }
 
+// bodyHeaders are kept with every record whatever record.headers says:
+// they tell how the recorded body bytes are encoded (gzip, br), and a
+// replay of those bytes without them would be another answer.
+var bodyHeaders = []string{"Content-Encoding"}
+
 // recordResponse keeps what a replay needs from an upstream answer.
 func (p *Policy) recordResponse(up *Upstream) Response {
 	r := Response{Status: up.Status}
 	for _, name := range p.KeepHeaders {
-		vals := up.Header.Values(name)
-		if len(vals) == 0 {
-			continue
-		}
-		if r.Headers == nil {
-			r.Headers = make(map[string]string, len(p.KeepHeaders))
-		}
-		if len(vals) == 1 {
-			r.Headers[name] = vals[0]
-		} else {
-			r.Headers[name] = joinValues(vals)
+		r.keepHeader(up.Header, name, len(p.KeepHeaders)+len(bodyHeaders))
+	}
+	for _, name := range bodyHeaders {
+		if _, kept := r.Headers[name]; !kept { // unless record.headers lists it too
+			r.keepHeader(up.Header, name, len(bodyHeaders))
 		}
 	}
 	if up.BodyOmitted || len(up.Body) > p.MaxBody {
@@ -75,6 +75,22 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 		r.Body = up.Body
 	}
 	return r
+}
+
+// keepHeader records header name of h, if h has it; size sizes the map.
+func (r *Response) keepHeader(h http.Header, name string, size int) {
+	vals := h.Values(name)
+	if len(vals) == 0 {
+		return
+	}
+	if r.Headers == nil {
+		r.Headers = make(map[string]string, size)
+	}
+	if len(vals) == 1 {
+		r.Headers[name] = vals[0]
+	} else {
+		r.Headers[name] = joinValues(vals)
+	}
 }
 
 func joinValues(vals []string) string {
