@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -17,6 +18,21 @@ var registeredMethods = []string{
 	"MERGE", "MKACTIVITY", "MKCALENDAR", "MKCOL", "MKREDIRECTREF", "MKWORKSPACE", "MOVE",
 	"ORDERPATCH", "PROPFIND", "PROPPATCH", "QUERY", "REBIND", "REPORT", "SEARCH", "UNBIND",
 	"UNCHECKOUT", "UNLINK", "UNLOCK", "UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
+}
+
+// Method is the request's method as a string that outlives the request,
+// for what is kept after it (a span's name and attributes, which the
+// exporter reads later; log records). c.Method() points into fasthttp's
+// request buffer, which the connection's next request overwrites. The
+// common methods are Fiber's constants; others are copied.
+func Method(c *fiber.Ctx) string {
+	m := c.Method()
+	for _, k := range fiber.DefaultMethods {
+		if m == k {
+			return k
+		}
+	}
+	return strings.Clone(m)
 }
 
 // requestMethods are the methods the server serves: Fiber's defaults

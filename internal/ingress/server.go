@@ -268,7 +268,7 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	c.Locals(routeLocal{}, route)
 	ctx := c.UserContext() // descends from s.abandon
 
-	ev := Event{Route: route.Name, Method: c.Method()}
+	ev := Event{Route: route.Name, Method: Method(c)}
 	res := s.decide(ctx, c, route, rest, &ev)
 	ev.Result = &res
 	ev.Duration = time.Since(start)
@@ -343,7 +343,7 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		hdr[name] = append(hdr[name], string(v))
 	})
 	req := &forward.Request{
-		Method:    c.Method(),
+		Method:    Method(c),
 		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
 		Header:    hdr,
 		Body:      append([]byte(nil), fr.Body()...),
@@ -589,7 +589,7 @@ type routeLocal struct{}
 func SpanName(c *fiber.Ctx) string {
 	r, ok := c.Locals(routeLocal{}).(*Route)
 	if !ok {
-		return c.Method()
+		return Method(c)
 	}
 	if r.Prefix {
 		return c.Method() + " " + r.Path + "*"

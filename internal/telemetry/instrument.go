@@ -44,7 +44,7 @@ func (t *Telemetry) Around() func(c *fiber.Ctx, answer func(*fiber.Ctx) error) e
 	return func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error {
 		parent := c.UserContext()
 		ctx := t.prop.Extract(parent, headerCarrier{&c.Request().Header})
-		ctx, span := tracer.Start(ctx, c.Method(), serverKind)
+		ctx, span := tracer.Start(ctx, ingress.Method(c), serverKind)
 		c.SetUserContext(ctx)
 		if err := answer(c); err != nil {
 			span.RecordError(err)
@@ -55,7 +55,7 @@ func (t *Telemetry) Around() func(c *fiber.Ctx, answer func(*fiber.Ctx) error) e
 			path := string(c.Request().URI().PathOriginal())
 			span.SetName(ingress.SpanName(c))
 			span.SetAttributes(
-				semconv.HTTPRequestMethodKey.String(c.Method()),
+				semconv.HTTPRequestMethodKey.String(ingress.Method(c)),
 				semconv.URLPath(path),
 				semconv.URLScheme(connScheme(c)),
 				semconv.HTTPResponseStatusCode(status),

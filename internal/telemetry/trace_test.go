@@ -535,3 +535,38 @@ func TestOTLPExporterProtocol(t *testing.T) {
 		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v, want a start-up error naming it", err)
 	}
 }
+
+// A span outlives its request: the exporter reads it after the connection
+// has carried other requests. Its method must not be read from the
+// request's buffer, which fasthttp reuses for the next request on the
+// connection (it read "GETT" for a POST followed by a GET).
+func TestSpanMethodSurvivesTheNextRequest(t *testing.T) {
+	up := newUpstream(t)
+	exp, o := spanRecorder()
+	g := startGateway(t, gatewayConfig(t, up.URL, oneRoute, ""), o)
+	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_m1"), 200, "forwarded")
+	// The same keep-alive connection (client reuses it): a GET no route
+	// serves, then a POST again.
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		req, err := http.NewRequest(m, g.URL()+"/nowhere", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s /nowhere: %v", m, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	var got []string
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == trace.SpanKindServer {
+			got = append(got, s.Name+" / "+attr(s.Attributes, "http.request.method"))
+		}
+	}
+	want := []string{"POST /hooks / POST", "GET / GET", "POST / POST"}
+	if !slices.Equal(got, want) {
+		t.Errorf("server spans (name / http.request.method) %q, want %q", got, want)
+	}
+}
