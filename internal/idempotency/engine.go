@@ -726,7 +726,11 @@ func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFun
 		if errors.Is(err, ErrNotFound) {
 			e.o.Logger.InfoContext(ctx, "the screen remembered a record the ledger no longer holds; claiming afresh",
 				"route", d.Route, "key", d.Key)
-			if err := e.Forget(ctx, d.Ref); err != nil {
+			// Only the done entry: a repeat that read it too may have
+			// dropped it already and claimed the key, and an operator's
+			// Forget here would wipe that claim and let this delivery be
+			// forwarded beside it.
+			if err := e.forgetDone(ctx, d.Ref); err != nil {
 				e.o.Logger.WarnContext(ctx, "could not drop the screen's entry of a record the ledger no longer holds",
 					"route", d.Route, "key", d.Key, "err", err)
 			}
@@ -899,6 +903,17 @@ func (e *Engine) Forget(ctx context.Context, ref Ref) error {
 	}
 	if err := e.o.Screen.Forget(ctx, ref); err != nil {
 		return fmt.Errorf("forget %q in screen: %w", ref.Key, err)
+	}
+	return nil
+}
+
+// forgetDone drops the screen's done entry of ref, leaving a claim alone.
+func (e *Engine) forgetDone(ctx context.Context, ref Ref) error {
+	if e.o.Screen == nil {
+		return nil
+	}
+	if err := e.o.Screen.ForgetDone(ctx, ref); err != nil {
+		return fmt.Errorf("forget the done entry of %q in screen: %w", ref.Key, err)
 	}
 	return nil
 }

@@ -208,6 +208,10 @@ type Screen interface {
 	// and refuses Completes of ref until ForgetTombstone has passed or ref
 	// is claimed again.
 	Forget(ctx context.Context, ref Ref) error
+	// ForgetDone removes ref's done entry, if the screen holds one, and
+	// nothing else: a claim in flight — another delivery's, made since the
+	// caller read the done entry — is left alone.
+	ForgetDone(ctx context.Context, ref Ref) error
 	// Wait blocks until the in-flight entry held by owner may have changed
 	// (completed, released, expired, forgotten) or ctx is done. It may return
 	// early; callers claim again to learn the new state.

@@ -71,6 +71,7 @@ func RunScreen(t *testing.T, open func(t *testing.T) idempotency.Screen) {
 		{"forget frees an in-flight key", screenForgetInFlight},
 		{"forget frees a done key", screenForgetDone},
 		{"forget of an absent key succeeds", screenForgetAbsent},
+		{"forget done drops a done entry and nothing else", screenForgetDoneOnly},
 		{"lease expiry is a takeover", screenLeaseTakeover},
 		{"same key on two routes is two records", screenRoutesIndependent},
 		{"odd keys are exact", screenOddKeys},
@@ -405,6 +406,24 @@ func screenForgetAbsent(t *testing.T, s idempotency.Screen) {
 	if err := s.Forget(context.Background(), screenRef); err != nil {
 		t.Fatalf("Forget of an absent key: %v", err)
 	}
+}
+
+func screenForgetDoneOnly(t *testing.T, s idempotency.Screen) {
+	ctx := context.Background()
+	screenWantStatus(t, screenClaim(t, s, screenRef, "a", nil, screenLease), idempotency.Acquired)
+	if err := s.ForgetDone(ctx, screenRef); err != nil {
+		t.Fatalf("ForgetDone: %v", err)
+	}
+	screenWantInFlight(t, s, screenRef, "a", nil)
+	screenComplete(t, s, screenRef, "a", screenEntry())
+	if err := s.ForgetDone(ctx, screenRef); err != nil {
+		t.Fatalf("ForgetDone: %v", err)
+	}
+	screenWantStatus(t, screenClaim(t, s, screenRef, "b", nil, screenLease), idempotency.Acquired)
+	next := screenEntry()
+	next.Body = []byte("claimed again")
+	screenComplete(t, s, screenRef, "b", next) // no tombstone refuses it
+	screenWantDone(t, s, screenRef, next)
 }
 
 // screenAwaitTakeover claims ref for owner until the short lease of its

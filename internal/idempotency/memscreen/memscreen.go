@@ -340,6 +340,18 @@ func (s *Screen) Forget(_ context.Context, ref idempotency.Ref) error {
 	return nil
 }
 
+// ForgetDone drops ref's done entry, if any; a claim is left alone.
+func (s *Screen) ForgetDone(_ context.Context, ref idempotency.Ref) error {
+	sh := s.shard(ref)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[ref]; e != nil && e.done {
+		sh.forgetDone(e)
+		delete(sh.m, ref)
+	}
+	return nil
+}
+
 // Wait blocks until owner's in-flight entry for ref is completed, released,
 // forgotten, taken over or past its lease, or ctx is done (ctx.Err()). It
 // returns nil at once when owner holds no live claim on ref, so a

@@ -333,6 +333,17 @@ func (s *Screen) Forget(ctx context.Context, ref idempotency.Ref) error {
 	return nil
 }
 
+// ForgetDone deletes ref's done entry, if the screen holds one; a claim
+// is left alone.
+func (s *Screen) ForgetDone(ctx context.Context, ref idempotency.Ref) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	if err := forgetDoneScript.Run(ctx, s.client, []string{s.key(ref)}).Err(); err != nil {
+		return fail("forget done", ref, err)
+	}
+	return nil
+}
+
 // held returns how long owner's live claim on key has left, or 0 when
 // owner holds none.
 func (s *Screen) held(ctx context.Context, ref idempotency.Ref, key, owner string) (time.Duration, error) {

@@ -135,6 +135,16 @@ end
 return 0
 `)
 
+// forgetDoneScript deletes the entry only when it is done. Returns 1 when
+// it did. Nobody waits on a done entry: nothing is published.
+var forgetDoneScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 's') == 'd' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
 // heldScript: ARGV = owner. Returns the ms left of owner's live claim, or
 // -1 when owner holds none. A live claim is marked as waited for (w), so
 // that its completion or release is published.
