@@ -345,20 +345,26 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket 
 	}
 	c, err := e.screenClaim(ctx, req)
 	if err != nil {
-		switch e.o.ScreenUnavailable {
-		case FailStore:
+		if e.o.ScreenUnavailable == FailStore {
 			c, v, stop := e.ledgerClaim(ctx, req, fwd)
 			if !errors.Is(err, errBreakerOpen) {
 				c, v = e.afterLostScreenClaim(ctx, req, c, v, stop != nil)
 			}
 			return c, v, stop
-		case FailPass:
+		}
+		// No claim is kept from here on, but the screen's may have landed
+		// (its answer was lost): nobody would end it, and the provider's
+		// retry would meet it for a whole lease. Drop it, as a claim the
+		// ledger does not grant is dropped above.
+		if !errors.Is(err, errBreakerOpen) {
+			e.tidyScreen(ctx, req.Ref, req.Owner, nil)
+		}
+		if e.o.ScreenUnavailable == FailPass {
 			r := e.passthrough(ctx, p, req, ticket, fwd, err)
 			return Claim{}, viaNone, &r
-		default:
-			r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
-			return Claim{}, viaNone, &r
 		}
+		r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
+		return Claim{}, viaNone, &r
 	}
 	if c.Status != Acquired && c.Status != TakenOver {
 		return c, viaScreen, nil

@@ -184,3 +184,54 @@ func TestLostScreenClaimLandingAfterItsRelease(t *testing.T) {
 		t.Fatalf("upstream received %d forwards, want 2 (the failed one and the retry)", n)
 	}
 }
+
+// With screen.on_unavailable: reject (or pass), a screen claim whose
+// answer was lost — Redis answered after the operation timeout, or the
+// provider hung up while the claim was on its way — ends the delivery
+// 503 (or forwards it unclaimed). The claim that landed must not stay
+// behind: nobody will ever complete or release it, and the provider's
+// retry would be answered 409 (or held waiting) for a whole lease, then
+// counted as a takeover of a delivery that never was forwarded.
+func TestLostScreenClaimIsReleasedWhenNotFallingBackToTheLedger(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		fail idempotency.FailMode
+		want idempotency.Outcome
+	}{
+		{"reject", idempotency.FailReject, idempotency.Unavailable},
+		{"pass", idempotency.FailPass, idempotency.Passthrough},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			l, s := productionStores(t)
+			e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l,
+				ScreenUnavailable: mode.fail, Lease: 30 * time.Second, BreakerFailures: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var forwards atomic.Int64
+			failing := func(context.Context) (*idempotency.Upstream, error) {
+				forwards.Add(1)
+				return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
+			}
+			p := *racePolicy
+			p.RejectInflight = true
+			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_lost_" + mode.name}}
+			if r := e.Handle(ctx, &p, d, failing); r.Outcome != mode.want {
+				t.Fatalf("delivery whose screen claim got no answer: %s (%v), want %s", r.Outcome, r.Err, mode.want)
+			}
+			e.Close() // background calls, if any, are done
+
+			retry, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l,
+				ScreenUnavailable: mode.fail, Lease: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer retry.Close()
+			if r := retry.Handle(ctx, &p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded || r.TakenOver {
+				t.Fatalf("the provider's retry once Redis answers: %s (taken over %v, %v), want forwarded: the lost claim was left in the screen",
+					r.Outcome, r.TakenOver, r.Err)
+			}
+		})
+	}
+}
