@@ -303,6 +303,9 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
 			}
+			if !sameFingerprint(c.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+				return e.mismatch(nil) // key reuse, as for a key in flight
+			}
 			return e.held()
 		case InFlight:
 			if p.Shadow {

@@ -170,3 +170,40 @@ func TestKeyReuseWhileInFlightIsMismatch(t *testing.T) {
 		t.Fatalf("upstream received %d, want 1", n)
 	}
 }
+
+// The same for a held key (record.ambiguous: hold): a delivery with a
+// different fingerprint under the key of a held one is key reuse (422
+// mismatch), not a repeat of the held delivery to be answered 409 and
+// sent again and again until an operator resolves a different event.
+func TestKeyReuseOfAHeldKeyIsMismatch(t *testing.T) {
+	ctx := context.Background()
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
+	t.Cleanup(s.Close)
+	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: sqliteLedger(t), ScreenUnavailable: idempotency.FailStore,
+		Classify: func(error) (int, bool) { return http.StatusGatewayTimeout, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	p := *racePolicy
+	p.HoldAmbiguous = true
+	ref := idempotency.Ref{Route: "r", Key: "evt_reused_held"}
+	var forwards atomic.Int64
+	lost := func(context.Context) (*idempotency.Upstream, error) {
+		forwards.Add(1)
+		return nil, context.DeadlineExceeded
+	}
+	if r := e.Handle(ctx, &p, idempotency.Delivery{Ref: ref, Fingerprint: []byte("amount=100")}, lost); r.Outcome != idempotency.HeldKey {
+		t.Fatalf("delivery without an answer: %s (%v), want held", r.Outcome, r.Err)
+	}
+	if r := e.Handle(ctx, &p, idempotency.Delivery{Ref: ref, Fingerprint: []byte("amount=100")}, lost); r.Outcome != idempotency.HeldKey {
+		t.Fatalf("repeat of the held delivery: %s, want held", r.Outcome)
+	}
+	r := e.Handle(ctx, &p, idempotency.Delivery{Ref: ref, Fingerprint: []byte("amount=999")}, fwdBody(&forwards, []byte("no")))
+	if r.Outcome != idempotency.Mismatch || r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("different content under the key of a held delivery: %s %d, want mismatch 422", r.Outcome, r.Status)
+	}
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("upstream received %d, want 1", n)
+	}
+}
