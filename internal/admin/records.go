@@ -278,6 +278,12 @@ func decodeResolve(w http.ResponseWriter, r *http.Request) (resolveRequest, idem
 	if req.Status == nil || *req.Status < 200 || *req.Status > 599 {
 		return req, idempotency.Response{}, `action "record" needs "status", from 200 to 599`
 	}
+	if idempotency.NeverFinal(*req.Status) {
+		// A record is replayed to every repeat for its retention: a "try
+		// again" recorded would keep the provider retrying for all of it.
+		return req, idempotency.Response{}, fmt.Sprintf(`status %d is never final (408, 425, 429 and 5xx are never recorded, SPEC §1); `+
+			`to have the next delivery forwarded, resolve with {"action":"release"}`, *req.Status)
+	}
 	resp := idempotency.Response{Status: *req.Status, Headers: map[string]string{}}
 	for name, v := range req.Headers {
 		if msg := checkHeader(name, v); msg != "" {

@@ -817,3 +817,26 @@ func TestAdminReadyzWhileDraining(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
+
+// SPEC §1: 408, 425, 429 and 5xx are never final. An operator recording
+// one for a held key would have every repeat replay a "try again" for the
+// record's whole retention, a retry loop the provider cannot leave: the
+// resolve is refused (400) and the key stays held.
+func TestAdminResolveRefusesNeverFinalStatus(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	up := s.upstream
+	open := up.gate("h-503")
+	t.Cleanup(open)
+	want(t, deliver(t, g, "/held", `{"id":"h-503"}`), http.StatusGatewayTimeout, "held")
+	<-up.arrived
+	open()
+	for _, status := range []int{408, 425, 429, 500, 503} {
+		body := fmt.Sprintf(`{"action":"record","status":%d,"body":"try later"}`, status)
+		wantAdminProblem(t, adminDo(t, g, http.MethodPost, recordURL("held", "h-503")+"/resolve", body), http.StatusBadRequest)
+	}
+	want(t, deliver(t, g, "/held", `{"id":"h-503"}`), http.StatusConflict, "held")
+	if n := up.count("h-503"); n != 1 {
+		t.Errorf("held key reached the upstream %d times, want 1", n)
+	}
+}
