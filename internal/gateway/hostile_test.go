@@ -216,6 +216,21 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
 	})
 
+	t.Run("malformed header fields", func(t *testing.T) {
+		// fasthttp keeps a field with an empty name or a control character
+		// in its value; forwarded, the upstream's server (or the
+		// forwarder) refused it, so every retry was answered 502 released,
+		// for ever. Found by FuzzRawRequest.
+		for _, head := range []string{": v\r\n", ":\r\n", "X-Ev\x01nt: 1\r\n", "X-Note: a\x01b\r\n", "X-Note: a\x7fb\r\n"} {
+			req := rawRequest("/hooks", jsonCT, head, `{"id":"evt_field"}`)
+			replies := rawExchange(t, g, req, 5*time.Second)
+			if len(replies) != 1 {
+				t.Fatalf("header %q: got %d answers, want 1", head, len(replies))
+			}
+			wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
+		}
+	})
+
 	t.Run("request trickled byte by byte", func(t *testing.T) {
 		// A request sent slower than read_timeout allows is cut off: the
 		// gateway holds no goroutine or connection for it afterwards.

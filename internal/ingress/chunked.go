@@ -3,8 +3,10 @@ package ingress
 import (
 	"bytes"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 )
 
 // dropTrailers takes out of a chunked request's header the trailer fields
@@ -51,7 +53,10 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // coding is not chunked (it reads chunks anyway), and Transfer-Encoding in
 // HTTP/1.0. A proxy in front that framed the same bytes the other way would
 // see other requests than hookstamp does: RFC 9112 §6.1 and §6.3 want such
-// a request refused and its connection closed. The fields are walked as
+// a request refused and its connection closed. So is a field whose name is
+// not a token or whose value holds a control character (RFC 9110 §5.1,
+// §5.5), which fasthttp also accepts: forwarded, it would be refused by
+// the upstream's server (or the forwarder) on every retry. The fields are walked as
 // fasthttp's parser read them (VisitAllInOrder): a bare LF ends a line, a
 // folded line continues the one before. declared is the Content-Length
 // as received (-1 when there is none or it is not a number): headerReceived
@@ -79,6 +84,15 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem str
 			}
 		}
 	})
+	if problem == "" {
+		// The fields as fasthttp keeps them, which is what is forwarded
+		// (VisitAllInOrder skips a field with an empty name).
+		h.VisitAll(func(name, value []byte) {
+			if problem == "" {
+				problem = fieldProblem(name, value)
+			}
+		})
+	}
 	switch {
 	case problem != "":
 	case hasCL && hasTE:
@@ -93,4 +107,22 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem str
 		}
 	}
 	return hasTE, declared, problem
+}
+
+// fieldProblem says what is wrong with a header field as received, or "".
+func fieldProblem(name, value []byte) string {
+	if len(name) == 0 {
+		return "the request has a header field with an empty name"
+	}
+	for _, b := range name {
+		if b >= utf8.RuneSelf || !httpguts.IsTokenRune(rune(b)) {
+			return "the request has a header field whose name is not an HTTP token"
+		}
+	}
+	for _, b := range value {
+		if b < 0x20 && b != '\t' || b == 0x7f {
+			return "the request has a header field whose value holds a control character"
+		}
+	}
+	return ""
 }
