@@ -388,7 +388,7 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket 
 	switch {
 	case err != nil:
 		e.depError("ledger", "lookup", err)
-		if e.o.LedgerUnavailable == FailPass {
+		if e.passLedger(err) {
 			e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
 				"route", req.Route, "key", req.Key, "err", err)
 			return c, viaScreenNoLedger, nil
@@ -418,6 +418,15 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket 
 		e.hook(e.o.Hooks.Takeover, req.Route)
 	}
 	return Claim{Status: TakenOver}, viaScreen, nil
+}
+
+// passLedger reports whether a failed ledger call lets the delivery be
+// forwarded without dedup (store.on_unavailable: pass). Only a ledger that
+// could not be reached does: a logic error (its table missing, a privilege
+// revoked) is no outage, and passing it would forward every delivery, repeats
+// included, for as long as nobody notices; it fails closed (503).
+func (e *Engine) passLedger(err error) bool {
+	return e.o.LedgerUnavailable == FailPass && errors.Is(err, ErrUnavailable)
 }
 
 // errBreakerOpen: the screen was not asked (see breaker).
@@ -460,7 +469,7 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 	endSpan(span, err, attribute.String("hookstamp.claim", lc.Status.String()))
 	if err != nil {
 		e.depError("ledger", "claim", err)
-		if e.o.LedgerUnavailable == FailPass {
+		if e.passLedger(err) {
 			e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
 				"route", req.Route, "key", req.Key, "err", err)
 			return c, viaScreenNoLedger, nil
@@ -503,7 +512,7 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 		if mayHaveLanded(ctx) {
 			e.release(ctx, viaLedger, req.Ref, req.Owner)
 		}
-		if e.o.LedgerUnavailable == FailPass {
+		if e.passLedger(err) {
 			r := e.forwardUnclaimed(ctx, Passthrough, fwd)
 			return Claim{}, viaNone, &r
 		}

@@ -207,7 +207,9 @@ func sqliteUnavailable(err error) bool {
 // out, or the server refused work for reasons that pass (SQLSTATE classes
 // 08 connection exception, 53 insufficient resources, 57 operator
 // intervention such as admin shutdown or statement timeout, 58 system error,
-// 40 transaction rollback such as a deadlock or serialization failure).
+// 40 transaction rollback such as a deadlock or serialization failure), or
+// refused a write because it is read-only (25006: a hot standby the DSN's
+// host points at during a failover, default_transaction_read_only).
 func postgresUnavailable(err error) bool {
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) {
@@ -215,6 +217,9 @@ func postgresUnavailable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && len(pe.Code) == 5 {
+		if pe.Code == "25006" { // read_only_sql_transaction
+			return true
+		}
 		switch pe.Code[:2] {
 		case "08", "53", "57", "58", "40":
 			return true

@@ -864,3 +864,27 @@ func TestSweepDeletesExpiredHeldRows(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyPostgresIsUnavailable: a PostgreSQL that accepts connections
+// but refuses writes (a hot standby the DSN's host points at after a
+// failover, default_transaction_read_only during maintenance) is an outage
+// that passes, not a logic error: claims and commits fail with
+// ErrUnavailable, so that store.on_unavailable applies to them, while
+// lookups keep answering.
+func TestReadOnlyPostgresIsUnavailable(t *testing.T) {
+	o := postgresOptions(t)
+	rw := openLedger(t, o)
+	mustCommit(t, rw, doneRecord(ref("before"), t0, t0.Add(time.Hour)), "o", t0)
+	o.DSN += "&default_transaction_read_only=on"
+	ro, err := sqlledger.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = ro.Close() })
+	if _, err := ro.Lookup(t.Context(), ref("before")); err != nil {
+		t.Fatalf("Lookup on a read-only database: %v", err)
+	}
+	_, err = ro.Claim(t.Context(), claimReq(ref("during"), "o", time.Hour), t0)
+	wantUnavailable(t, "Claim on a read-only database", err)
+	wantUnavailable(t, "Commit on a read-only database", ro.Commit(t.Context(), doneRecord(ref("during"), t0, t0.Add(time.Hour)), "o", t0))
+}
