@@ -73,6 +73,9 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
 	}
+	if p, ok := config.LookupPreset(rc.Preset); ok && p.Ack != "" {
+		r.Policy.Ack = []byte(p.Ack)
+	}
 	if rc.IsPrefix() {
 		r.Path, r.Prefix = rc.PathPrefix(), true
 	}

@@ -637,7 +637,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		}
 		return Result{Outcome: Released, Status: status, Detail: "the upstream did not answer; the delivery was not recorded and its retry will be forwarded", Err: ferr, TakenOver: takenOver}
 	}
-	if !p.Final(up.Status) {
+	if !p.final(up) {
 		e.release(sctx, v, d.Ref, owner)
 		if outcome == Passthrough {
 			return Result{Outcome: Passthrough, Upstream: up, TakenOver: takenOver}

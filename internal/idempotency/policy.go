@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"net/http"
 	"time"
 )
@@ -23,6 +24,11 @@ type Policy struct {
 	// Final reports whether an upstream status is recorded. It must never be
 	// true for 408, 425, 429 or 5xx; config validation guarantees it.
 	Final func(status int) bool
+	// Ack, when non-nil, is the only body a final answer may have: the
+	// provider's own acknowledgement (Alipay's "success"). An answer with
+	// any other body asks the provider to resend, so it is released like a
+	// non-final status, never recorded.
+	Ack []byte
 	// KeepHeaders are the canonical names of response headers recorded for
 	// replay (record.headers). Set-Cookie is refused by configuration.
 	// Content-Encoding is recorded whether listed or not (bodyHeaders).
@@ -34,6 +40,14 @@ type Policy struct {
 	HoldAmbiguous bool
 	// Retention is the ledger row lifetime.
 	Retention time.Duration
+}
+
+// final reports whether the upstream's answer is recorded.
+func (p *Policy) final(up *Upstream) bool {
+	if !p.Final(up.Status) {
+		return false
+	}
+	return p.Ack == nil || !up.BodyOmitted && bytes.Equal(up.Body, p.Ack)
 }
 
 // DefaultFinal is the default record.statuses: 2xx and 4xx except 408, 425
