@@ -425,7 +425,7 @@ func TestHeldAndResolve(t *testing.T) {
 	}
 	// body_base64
 	r = e.do(t, http.MethodPost, recordPath("pay", "h3")+"/resolve", token,
-		`{"action":"record","status":500,"body_base64":"AAEC/w=="}`)
+		`{"action":"record","status":422,"body_base64":"AAEC/w=="}`)
 	if rec := decode[Record](t, r); r.status != http.StatusOK || rec.BodyBase64 != "AAEC/w==" {
 		t.Errorf("base64 record %d %s", r.status, r.body)
 	}
@@ -464,6 +464,8 @@ func TestResolveBadRequests(t *testing.T) {
 		{"record without status", `{"action":"record","body":"x"}`},
 		{"status 1xx", `{"action":"record","status":101}`},
 		{"status 600", `{"action":"record","status":600}`},
+		{"status 503, never final", `{"action":"record","status":503}`},
+		{"status 429, never final", `{"action":"record","status":429}`},
 		{"both bodies", `{"action":"record","status":200,"body":"a","body_base64":"YQ=="}`},
 		{"bad base64", `{"action":"record","status":200,"body_base64":"***"}`},
 		{"set-cookie", `{"action":"record","status":200,"headers":{"set-cookie":"s=1"}}`},

@@ -33,12 +33,12 @@ type Preset struct {
 	Retention time.Duration
 	// RetryWindow is the provider's documented retry window, for the README.
 	RetryWindow string
-	// Ack, when set, is the exact body with which the provider's consumer
-	// acknowledges a delivery (Alipay: "success"). Any other answer, even
-	// with a final status, tells the provider to send it again: it is not
-	// recorded, so that the resend reaches the upstream instead of being
-	// answered with the refusal for the whole retention.
-	Ack string
+	// Resend, when set, is the body with which the provider's consumer
+	// asks to be sent a delivery again (Alipay: "fail"). Such an answer,
+	// whatever its status, is not recorded: recorded, it would answer every
+	// resend for the whole retention and the delivery would never reach
+	// the consumer again.
+	Resend string
 }
 
 const day = 24 * time.Hour
@@ -62,11 +62,11 @@ var presetTable = []Preset{
 	{Name: "slack", Key: src(SourceJSON, "event_id"), KeyOptional: true, Scheme: SchemeSlack, Retention: 3 * day, RetryWindow: "3 retries, minutes"},
 	// Alipay resends change notify_time and sign, so the body cannot be the
 	// fingerprint: the business fields are.
-	// Alipay resends until it reads the body "success" (an application
-	// answers "fail" to be sent the notification again).
+	// Alipay resends until it reads the body "success"; an application
+	// answers "fail" to be sent the notification again.
 	{Name: "alipay", Key: src(SourceForm, "notify_id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{
 		"form:out_trade_no", "form:trade_no", "form:trade_status", "form:total_amount",
-	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h", Ack: "success"},
+	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h", Resend: "fail"},
 	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, Retention: 3 * day, RetryWindow: "~24 h"},
 	// PayPal signs with certificates fetched at run time: verify upstream.
 	{Name: "paypal", Key: src(SourceJSON, "id"), Retention: 4 * day, RetryWindow: "3 days"},

@@ -10,12 +10,12 @@ import (
 	"github.com/hookstamp/hookstamp/internal/verify/verifytest"
 )
 
-// PROVIDERS.md: Alipay stops resending only when it reads the body
-// exactly "success". An application that answers "fail" (with a 200, as
-// Alipay's SDK samples do) asks for the resend: that answer must not be
-// recorded, or every resend is replayed "fail" for the whole retention and
-// the notification never reaches the application again.
-func TestAlipayOnlySuccessIsFinal(t *testing.T) {
+// PROVIDERS.md: Alipay resends until it reads the body "success"; an
+// application answers "fail" (with a 200, as Alipay's samples do) to be
+// sent the notification again. That answer must not be recorded, or
+// every resend is replayed "fail" for the whole retention and the
+// notification never reaches the application again.
+func TestAlipayFailIsNotRecorded(t *testing.T) {
 	p := newProviders(t)
 	up := newUpstream(t)
 	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {

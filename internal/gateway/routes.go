@@ -73,8 +73,8 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
 	}
-	if p, ok := config.LookupPreset(rc.Preset); ok && p.Ack != "" {
-		r.Policy.Ack = []byte(p.Ack)
+	if p, ok := config.LookupPreset(rc.Preset); ok && p.Resend != "" {
+		r.Policy.Resend = []byte(p.Resend)
 	}
 	if rc.IsPrefix() {
 		r.Path, r.Prefix = rc.PathPrefix(), true

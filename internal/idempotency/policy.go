@@ -24,11 +24,11 @@ type Policy struct {
 	// Final reports whether an upstream status is recorded. It must never be
 	// true for 408, 425, 429 or 5xx; config validation guarantees it.
 	Final func(status int) bool
-	// Ack, when non-nil, is the only body a final answer may have: the
-	// provider's own acknowledgement (Alipay's "success"). An answer with
-	// any other body asks the provider to resend, so it is released like a
-	// non-final status, never recorded.
-	Ack []byte
+	// Resend, when non-nil, is the body with which the upstream asks the
+	// provider to send the delivery again (Alipay's "fail"; compared
+	// without case or surrounding space). Such an answer is released like
+	// a non-final status, never recorded.
+	Resend []byte
 	// KeepHeaders are the canonical names of response headers recorded for
 	// replay (record.headers). Set-Cookie is refused by configuration.
 	// Content-Encoding is recorded whether listed or not (bodyHeaders).
@@ -47,7 +47,7 @@ func (p *Policy) final(up *Upstream) bool {
 	if !p.Final(up.Status) {
 		return false
 	}
-	return p.Ack == nil || !up.BodyOmitted && bytes.Equal(up.Body, p.Ack)
+	return p.Resend == nil || up.BodyOmitted || !bytes.EqualFold(bytes.TrimSpace(up.Body), p.Resend)
 }
 
 // DefaultFinal is the default record.statuses: 2xx and 4xx except 408, 425
