@@ -91,6 +91,9 @@ type Options struct {
 	// Logger receives the operator actions (delete, resolve) and failures
 	// (slog.Default).
 	Logger *slog.Logger
+	// Now is the gateway's clock, the one its ledger writes by
+	// (time.Now): a resolve whose read-back fails answers with it.
+	Now func() time.Time
 }
 
 // Server is the admin listener's HTTP handler and server.
@@ -111,6 +114,9 @@ func New(o Options) *Server {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token)}
 	for _, r := range o.Routes {

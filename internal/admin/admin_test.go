@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -587,5 +588,44 @@ func TestStatsRouteWithoutForwardsOrReplays(t *testing.T) {
 	pay := decode[StatsAnswer](t, r).Routes["pay"]
 	if pay == nil || pay.Outcomes["unverified"] != 3 || pay.DuplicateRate != 0 {
 		t.Fatalf("pay %+v, want 3 unverified and duplicate rate 0", pay)
+	}
+}
+
+// readBackFails is a ledger whose Lookups fail once a Resolve has been
+// made: the resolve's read-back fails.
+type readBackFails struct {
+	Ledger
+	resolved atomic.Bool
+}
+
+func (l *readBackFails) Resolve(ctx context.Context, ref idempotency.Ref, rec *idempotency.Record) error {
+	err := l.Ledger.Resolve(ctx, ref, rec)
+	l.resolved.Store(true)
+	return err
+}
+
+func (l *readBackFails) Lookup(ctx context.Context, ref idempotency.Ref) (*idempotency.Record, error) {
+	if l.resolved.Load() {
+		return nil, fmt.Errorf("lookup: %w", idempotency.ErrUnavailable)
+	}
+	return l.Ledger.Lookup(ctx, ref)
+}
+
+// A resolve whose read-back fails answers from what it wrote, its
+// completed_at on the gateway's clock (the one the ledger writes by), not
+// the host's.
+func TestResolveReadBackFailureUsesTheGatewayClock(t *testing.T) {
+	clock := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	e := newEnv(t, func(o *Options) {
+		o.Ledger = &readBackFails{Ledger: o.Ledger}
+		o.Now = func() time.Time { return clock }
+	})
+	e.commit(t, &idempotency.Record{Ref: idempotency.Ref{Route: "pay", Key: "h"}, State: idempotency.StateHeld})
+	r := e.do(t, http.MethodPost, recordPath("pay", "h")+"/resolve", token, `{"action":"record","status":200,"body":"ok"}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("resolve %d %s", r.status, r.body)
+	}
+	if rec := decode[Record](t, r); rec.State != "done" || rec.CompletedAt == nil || !rec.CompletedAt.Equal(clock) {
+		t.Errorf("resolved record %+v, want done, completed_at %s", rec, clock)
 	}
 }

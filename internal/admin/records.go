@@ -242,9 +242,10 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, ref idempotency
 	}
 	done, err := s.o.Ledger.Lookup(ctx, ref)
 	if err != nil {
-		// Resolved; only the read-back failed: answer from what we wrote.
+		// Resolved; only the read-back failed: answer from what we wrote,
+		// on the clock the ledger wrote by (to within the call).
 		done = rec
-		done.State, done.Response, done.CompletedAt = idempotency.StateDone, resp, time.Now()
+		done.State, done.Response, done.CompletedAt = idempotency.StateDone, resp, s.o.Now()
 	}
 	writeJSON(w, http.StatusOK, RecordOf(done))
 }

@@ -140,6 +140,7 @@ func (g *Gateway) startAdmin() error {
 		Checks:      checks,
 		Draining:    g.draining.Load,
 		Logger:      g.log,
+		Now:         g.now,
 	})
 	go func() {
 		if err := a.srv.Serve(ln); err != nil {
