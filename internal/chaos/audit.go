@@ -332,6 +332,8 @@ func RunAudit(in *AuditInput) *Audit {
 			}
 			if s.Replayed {
 				a.Replays++
+			} else if s.Outcome == "replayed" {
+				violate(CheckReplay, ev.ID, "a %s copy got a %d replay without Idempotent-Replayed: true", s.Kind, s.Status)
 			}
 			// The answer must be the upstream's, and the record's.
 			n := deliveryOf(s.Body)
@@ -449,6 +451,11 @@ func RunAudit(in *AuditInput) *Audit {
 		}
 		if l.How == "terminated" && l.ExitCode != 0 {
 			violate(CheckShutdown, "", "%s exited with %d after SIGTERM (want a drained, clean exit)", l.Name, l.ExitCode)
+		}
+		if l.How == "exited" {
+			// Nobody stopped it: the gateway died by itself (its sends
+			// then look like those to a replica that is down).
+			violate(CheckHealth, "", "%s exited on its own with %d at %s, unsignalled", l.Name, l.ExitCode, l.End.Format("15:04:05.000"))
 		}
 	}
 	if a.HasCommitFailures && float64(len(a.Unrecorded)) > a.CommitFailures {
@@ -628,13 +635,20 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 	ev := s.Event
 	switch s.Kind {
 	case KindForged:
-		if s.Outcome != "unverified" {
+		if s.Outcome != "unverified" || s.Status != http.StatusUnauthorized {
 			violate(CheckOutcome, ev.ID, "a forged copy got %d %s, want 401 unverified", s.Status, s.Outcome)
 		}
 		return
 	case KindTamper:
 		switch s.Outcome {
-		case "mismatch", "conflict", "unavailable":
+		case "mismatch":
+			if s.Status != http.StatusUnprocessableEntity {
+				violate(CheckKeyReuse, ev.ID, "the key reused with a different body got %d mismatch, want 422", s.Status)
+			}
+		case "conflict", "unavailable":
+			if s.Status >= 200 && s.Status < 300 {
+				violate(CheckKeyReuse, ev.ID, "the key reused with a different body got %d %s: a provider takes a 2xx as delivered", s.Status, s.Outcome)
+			}
 		case "held":
 			checkHeldAnswer(s, violate)
 		default:
@@ -731,6 +745,12 @@ func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev
 		}
 	}
 	for ref, row := range in.Ledger {
+		if row.Route == holdRoute && row.State == "held" && in.HoldCutoff.IsZero() {
+			// No pass over the held list ever completed: nobody saw it.
+			violate(CheckHold, evID(ref), "key %q is still held, from %s, and no pass of the operator over the held list ever completed",
+				row.Key, row.CreatedAt.Format("15:04:05.000"))
+			continue
+		}
 		if row.Route == holdRoute && row.State == "held" && row.CreatedAt.Before(in.HoldCutoff) {
 			violate(CheckHold, evID(ref), "key %q is still held, from %s, but the operator's last complete pass over the held list (everything before %s) did not resolve it",
 				row.Key, row.CreatedAt.Format("15:04:05.000"), in.HoldCutoff.Format("15:04:05.000"))
@@ -744,6 +764,11 @@ func holdFailed(life, ref string, when func(LogLine) bool, loggedAny func(life, 
 	_, ok := loggedAny(life, ref, func(l LogLine) bool { return strings.HasPrefix(l.Msg, msgHoldFailed) && when(l) })
 	return ok
 }
+
+// releaseLogLag is how much earlier than its "released" log line a
+// release can have freed a key (the line is written once the answer is
+// out).
+const releaseLogLag = 250 * time.Millisecond
 
 // classify finds why the upstream applied later after earlier.
 func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[string]*Life,
@@ -775,13 +800,16 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 	}
 	// An ambiguous result released: the earlier copy went unanswered, and
 	// its gateway logged the release of an ambiguous forward while that
-	// copy was in flight (not some other copy's, at another time).
-	// On holdRoute only when the hold itself could not be written.
+	// copy was in flight (not some other copy's, at another time), before
+	// the later copy reached the upstream: the release is what freed the
+	// key, so a copy forwarded well before it was forwarded beside a live
+	// claim. On holdRoute only when the hold itself could not be written.
 	inFlight := func(l LogLine) bool {
 		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
 	}
 	if l, ok := loggedAny(earlier.Gateway, ref, func(l LogLine) bool {
-		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l)
+		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l) &&
+			l.Time.Before(later.Time.Add(releaseLogLag))
 	}); ok && !earlierAnswered && (ev.Route != holdRoute || holdFailed(earlier.Gateway, ref, inFlight, loggedAny)) {
 		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
 		return d
@@ -828,7 +856,16 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 	}
 	// A takeover after a host stall: the earlier copy went unanswered and
 	// the host stalled while it was in flight (between its arrival and the
-	// upstream timeout), long enough to let its lease run out.
+	// upstream timeout), long enough to let its lease run out, and the
+	// later copy came no sooner than a lease after the earliest send to
+	// that gateway (the earlier claim cannot be older; a stall does not
+	// make a lease expire sooner).
+	claimedAt, claimed := time.Time{}, false
+	for _, s := range ev.Sends {
+		if s.Incarnation == earlier.Gateway && !s.Start.After(earlier.Time) && (!claimed || s.Start.Before(claimedAt)) {
+			claimedAt, claimed = s.Start, true
+		}
+	}
 	var stalled time.Duration
 	var first Stall
 	for _, st := range in.Stalls {
@@ -842,7 +879,7 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 			stalled += st.End.Sub(st.Start)
 		}
 	}
-	if stalled > 0 && stalled >= (in.Lease-in.Timeout)/2 {
+	if stalled > 0 && stalled >= (in.Lease-in.Timeout)/2 && claimed && !later.Time.Before(claimedAt.Add(in.Lease-200*time.Millisecond)) {
 		d.Cause, d.Evidence = CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
 			stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq)
 		return d
