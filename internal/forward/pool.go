@@ -107,6 +107,12 @@ func (f *Forwarder) pool(scheme, addr, host string) *hostPool {
 // waiting for a free slot while MaxConnsPerHost connections are open.
 func (p *hostPool) get(ctx context.Context) (*conn, error) {
 	for {
+		// An ended forward gets no connection: a pooled one would carry
+		// the delivery (only dialing checks ctx) before Do's AfterFunc
+		// cuts it, turning "not sent" into sent or ambiguous.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		p.mu.Lock()
 		if n := len(p.idle); n > 0 {
 			c := p.idle[n-1]
