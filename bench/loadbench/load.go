@@ -77,14 +77,17 @@ func ClosedLoop(ctx context.Context, d Doer, conc int, warmup, dur time.Duration
 		go func(c *Cell) {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				p := phase.Load()
-				if p == phaseStop {
+				if phase.Load() == phaseStop {
 					return
 				}
 				start := time.Now()
 				outcome, ok := w.Do(ctx)
-				if p != phaseMeasure || phase.Load() != phaseMeasure {
-					continue // started or finished outside the window
+				// Count what completes in the window, whenever it
+				// started: leaving out the conc operations in flight
+				// when it opens would understate throughput (and
+				// overstate CPU per request) by latency/window.
+				if phase.Load() != phaseMeasure {
+					continue
 				}
 				if !ok {
 					c.Errors++
@@ -134,10 +137,10 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 		wg.Add(1)
 		go func(c *Cell) {
 			defer wg.Done()
+			clock := newDueClock()
+			defer clock.close()
 			for j := range jobs {
-				if wait := time.Until(j.due); wait > 0 {
-					time.Sleep(wait)
-				}
+				clock.sleepUntil(j.due)
 				outcome, ok := w.Do(ctx)
 				if !j.measure {
 					continue

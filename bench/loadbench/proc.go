@@ -80,6 +80,15 @@ func HostCPU() (busy time.Duration, err error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseHostCPU(b)
+}
+
+// parseHostCPU sums the first line of /proc/stat: user, nice, system, irq
+// and softirq. Not idle and iowait; not steal (time the hypervisor gave
+// another guest, used by nothing on this machine); not guest and
+// guest_nice (time this machine ran guests of its own, already counted in
+// user and nice).
+func parseHostCPU(b []byte) (time.Duration, error) {
 	line, _, _ := bytes.Cut(b, []byte{'\n'})
 	f := strings.Fields(string(line))
 	if len(f) < 8 || f[0] != "cpu" {
@@ -87,11 +96,11 @@ func HostCPU() (busy time.Duration, err error) {
 	}
 	var total uint64
 	for i, v := range f[1:] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
+		switch i {
+		case 0, 1, 2, 5, 6: // user nice system irq softirq
+			n, _ := strconv.ParseUint(v, 10, 64)
+			total += n
 		}
-		n, _ := strconv.ParseUint(v, 10, 64)
-		total += n
 	}
 	return time.Duration(total) * clockTick, nil
 }
