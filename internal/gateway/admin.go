@@ -118,7 +118,7 @@ func (g *Gateway) startAdmin() error {
 	if err != nil {
 		return fmt.Errorf("admin.listen %s: %w", addr, err)
 	}
-	checks := []admin.Check{{Name: "ledger", Ping: g.ledger.Ping}}
+	checks := []admin.Check{{Name: "ledger", Ping: g.ledger.Ready}} // the table too: without it every delivery is refused
 	switch s := g.screen.(type) {
 	case *redisscreen.Screen:
 		checks = append(checks, admin.Check{Name: "screen", Ping: s.Ping})

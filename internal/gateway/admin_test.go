@@ -700,6 +700,38 @@ func TestAdminReadyz(t *testing.T) {
 	}
 }
 
+// TestAdminReadyzWithoutSchema: with store.auto_migrate false and the
+// ledger table not created yet (`gateway migrate` not run for this
+// release), the database answers but every delivery is refused 503:
+// /readyz must say so (naming the ledger), or a load balancer sends the
+// replica every delivery. Once the schema exists it is ready, without a
+// restart.
+func TestAdminReadyzWithoutSchema(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    func(testing.TB) *setup
+	}{{"sqlite", newSetup}, {"postgres", sharedSetup}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s(t)
+			s.mutate = func(c *config.Config) { c.Store.AutoMigrate = false }
+			g := s.start(t)
+			ready := func() answer { return exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/readyz", "") }
+			want(t, deliver(t, g, "/hooks", `{"id":"evt_noschema"}`), http.StatusServiceUnavailable, "unavailable")
+			a := ready()
+			if a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), `"ledger":{"ok":false`) {
+				t.Fatalf("/readyz without the ledger table: %d %s, want 503 naming the ledger (deliveries are refused 503)", a.status, a.body)
+			}
+			if err := g.Ledger().Migrate(context.Background()); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			if a := ready(); a.status != http.StatusOK {
+				t.Fatalf("/readyz once the schema exists: %d %s", a.status, a.body)
+			}
+			want(t, deliver(t, g, "/hooks", `{"id":"evt_noschema"}`), http.StatusOK, "forwarded")
+		})
+	}
+}
+
 // TestAdminDeleteReachesOtherReplicas: replica A forwards and keeps the
 // record in its local cache; an operator deletes it through replica B; A's
 // cache drops it (Redis pub/sub), so the next delivery to A is forwarded —

@@ -262,6 +262,28 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Ready is Ping, and checks that the ledger table can be read (/readyz):
+// a database that answers without the schema (store.auto_migrate false and
+// `gateway migrate` not run) refuses every delivery. The statement goes
+// through database/sql, not GORM, so that readiness probes make no spans.
+func (l *Ledger) Ready(ctx context.Context) error {
+	if err := l.Ping(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	for _, db := range l.handles() {
+		sdb, err := db.DB()
+		if err != nil {
+			return l.fail("ready", err)
+		}
+		if _, err := sdb.ExecContext(ctx, "SELECT 1 FROM "+TableName+" WHERE 1 = 0"); err != nil {
+			return l.fail("ready", err)
+		}
+	}
+	return nil
+}
+
 // Close closes the connection pools. Calls after Close fail with
 // ErrUnavailable.
 func (l *Ledger) Close() error {
