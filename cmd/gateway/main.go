@@ -121,6 +121,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr s
 	}
 	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: log, Version: version})
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while starting (waiting for another replica's
+			// migration, say): a stop asked for, not a failure.
+			log.Info("SIGTERM while starting: stopped before serving", "reason", err.Error())
+			return nil
+		}
 		return err
 	}
 	return g.Run(ctx)
