@@ -12,6 +12,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/freeport"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
@@ -126,5 +127,38 @@ func TestStartsWithoutRedisWithinTheSubscriptionBound(t *testing.T) {
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_no_redis"}`), 200, "replayed")
 	if n := up.count("evt_no_redis"); n != 1 {
 		t.Fatalf("upstream received evt_no_redis %d times, want 1", n)
+	}
+}
+
+// On a Redis Cluster the subscription lives on one node (the channel's
+// slot's) while a PUBLISH goes to any node: plain (non-sharded) pub/sub
+// carries it over the cluster bus, so a delete published at every node
+// reaches the cache.
+func TestInvalidationsOnRedisCluster(t *testing.T) {
+	addrs, _ := idempotencytest.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "hs:invalidate"}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	for _, addr := range addrs {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		ref := idempotency.Ref{Route: "hooks", Key: "evt_via_" + addr}
+		cache.Put(ref, ent, cache.Ticket())
+		if _, ok := cache.Get(ref); !ok {
+			t.Fatal("the cache did not keep the entry")
+		}
+		err := node.Publish(context.Background(), inv.channel, ref.Route+"\x00"+ref.Key).Err()
+		_ = node.Close()
+		if err != nil {
+			t.Fatalf("PUBLISH at %s: %v", addr, err)
+		}
+		eventually(t, 5*time.Second, "the delete published at "+addr+" applied", func() bool {
+			_, ok := cache.Get(ref)
+			return !ok
+		})
 	}
 }

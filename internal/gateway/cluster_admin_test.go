@@ -1,0 +1,85 @@
+package gateway_test
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/gateway"
+	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// TestAdminOnRedisCluster: with screen.redis.addrs naming the nodes of a
+// Redis Cluster, what the replicas share through Redis besides the screen
+// works too: /readyz pings every master, /admin/stats sums both replicas'
+// counts (buckets of a route share a slot), and a DELETE through one
+// replica reaches the other's local cache (non-sharded pub/sub reaches
+// every node).
+func TestAdminOnRedisCluster(t *testing.T) {
+	addrs, _ := idempotencytest.StartRedisCluster(t)
+	dsn := testenv.Postgres(t)
+	clusterSetup := func(tb testing.TB) *setup {
+		s := newSetup(tb)
+		s.store, s.dsn = "postgres", dsn
+		s.screen, s.redis, s.pfx = "redis", addrs[0], "hs:"
+		s.mutate = func(c *config.Config) { c.Screen.Redis.Addrs = addrs }
+		return s
+	}
+	t.Run("readyz", func(t *testing.T) {
+		g := clusterSetup(t).start(t)
+		a := exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/readyz", "")
+		if a.status != http.StatusOK || strings.TrimSpace(string(a.body)) != `{"ledger":{"ok":true},"screen":{"ok":true}}` {
+			t.Fatalf("/readyz %d %s", a.status, a.body)
+		}
+	})
+	t.Run("stats", func(t *testing.T) {
+		s := clusterSetup(t)
+		a, b := s.start(t), s.start(t)
+		script(t, s.upstream, a, b)
+		wantStats := normalized(t, scriptStats())
+		for _, g := range []*gateway.Gateway{a, b} {
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				got := adminStats(t, g)
+				if reflect.DeepEqual(got, wantStats) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, wantStats)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
+	t.Run("delete reaches other replicas", func(t *testing.T) {
+		s := clusterSetup(t)
+		s.localCache = "1MiB"
+		a, b := s.start(t), s.start(t)
+		body := `{"id":"evt_cluster_del"}`
+		want(t, deliver(t, a, "/hooks", body), http.StatusOK, "forwarded")
+		want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed")
+		want(t, deliver(t, a, "/hooks", body), http.StatusOK, "replayed")
+		if r := adminDo(t, b, http.MethodDelete, recordURL("hooks", "evt_cluster_del"), ""); r.status != http.StatusNoContent {
+			t.Fatalf("DELETE via B: %d %s", r.status, r.body)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r := deliver(t, a, "/hooks", body)
+			if r.outcome() == "forwarded" {
+				break
+			}
+			want(t, r, http.StatusOK, "replayed")
+			if time.Now().After(deadline) {
+				t.Fatal("replica A kept replaying a deleted record from its cache")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := s.upstream.count("evt_cluster_del"); n != 2 {
+			t.Fatalf("upstream saw evt_cluster_del %d times, want 2", n)
+		}
+	})
+}
