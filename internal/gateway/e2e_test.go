@@ -627,6 +627,24 @@ func TestForwardedForReadsEveryLine(t *testing.T) {
 	}
 }
 
+// X-Forwarded-Proto as X-Forwarded-For: a trusted proxy that adds a line
+// of its own (HAProxy http-request add-header) rather than replacing the
+// sender's puts its word last. Reading the first line alone believes the
+// sender's claim that a plain-HTTP request came over TLS.
+func TestForwardedProtoReadsTheLastLine(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Server.TrustedProxies = []string{"127.0.0.1/32"}
+	g := startGateway(t, cfg)
+	// The sender's forged line first, then the line the trusted proxy added.
+	wantOutcome(t, post(t, g, "/hooks", []byte(`{"id":"evt_xfp_lines"}`),
+		headers("X-Forwarded-Proto", "https", "X-Forwarded-Proto", "http")), 200, "forwarded")
+	if got := up.lastHeader().Get("X-Forwarded-Proto"); got != "http" {
+		t.Fatalf("upstream X-Forwarded-Proto %q, want http (the line the trusted proxy wrote)", got)
+	}
+}
+
 func TestPrefixRouteForwardsRestOfPath(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, s *stores) {

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -423,8 +424,16 @@ func (s *Server) scheme(c *fiber.Ctx) string {
 		return "https"
 	}
 	if peer, ok := netip.AddrFromSlice(c.Context().RemoteIP()); ok && s.trusted(peer.Unmap()) {
-		if p := c.Request().Header.Peek(fiber.HeaderXForwardedProto); string(p) == "https" {
-			return "https"
+		// The last entry of all the lines: as for X-Forwarded-For, a
+		// trusted proxy that adds a line of its own puts its word last.
+		if lines := c.Request().Header.PeekAll(fiber.HeaderXForwardedProto); len(lines) > 0 {
+			p := lines[len(lines)-1]
+			if i := bytes.LastIndexByte(p, ','); i >= 0 {
+				p = p[i+1:]
+			}
+			if string(bytes.TrimSpace(p)) == "https" {
+				return "https"
+			}
 		}
 	}
 	return "http"
