@@ -319,6 +319,27 @@ func TestRecordMaxBodyZeroRecordsNoBody(t *testing.T) {
 	}
 }
 
+// A record kept without its body keeps no Content-Encoding either: the
+// header describes body bytes the replay does not carry, and an empty body
+// marked gzip is not a gzip stream.
+func TestOmittedBodyKeepsNoContentEncoding(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, `{"received":true}`)
+		_ = zw.Close()
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    record: {max_body: 0, headers: [Content-Type, Content-Encoding]}", ""))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_gz_omitted"}`), 200, "forwarded")
+	rec := lookup(t, g, "hooks", "evt_gz_omitted")
+	if !rec.BodyOmitted || rec.Headers["Content-Encoding"] != "" || rec.Headers["Content-Type"] != "application/json" {
+		t.Errorf("record: body omitted %v, headers %v; want omitted, Content-Type kept, no Content-Encoding", rec.BodyOmitted, rec.Headers)
+	}
+}
+
 // An answer larger than the forwarder reads (forward.DefaultMaxResponseBody)
 // is still the upstream's answer: the delivery was processed, so it is
 // recorded (without its body) and its repeat replayed, never released and

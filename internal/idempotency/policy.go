@@ -78,16 +78,21 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 	for _, name := range p.KeepHeaders {
 		r.keepHeader(up.Header, name, len(p.KeepHeaders)+len(bodyHeaders))
 	}
+	if up.BodyOmitted || len(up.Body) > p.MaxBody {
+		// No body bytes, so nothing for bodyHeaders to describe (even
+		// listed in record.headers): an empty body marked gzip is not gzip.
+		r.BodyOmitted = true
+		for _, name := range bodyHeaders {
+			delete(r.Headers, name)
+		}
+		return r
+	}
 	for _, name := range bodyHeaders {
 		if _, kept := r.Headers[name]; !kept { // unless record.headers lists it too
 			r.keepHeader(up.Header, name, len(bodyHeaders))
 		}
 	}
-	if up.BodyOmitted || len(up.Body) > p.MaxBody {
-		r.BodyOmitted = true
-	} else {
-		r.Body = up.Body
-	}
+	r.Body = up.Body
 	return r
 }
 
