@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,11 +198,27 @@ func (s *Screen) Ping(ctx context.Context) error {
 		})
 	} else {
 		err = s.client.Ping(ctx).Err()
+		if err == nil && s.clusterNode(ctx) {
+			return ErrClusterNode
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("redisscreen: ping: %w: %w", idempotency.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// ErrClusterNode is Ping's answer when the one configured address is a
+// Redis Cluster node: a single-node client there answers PING, but every
+// key living on another node answers MOVED, so most claims fail.
+var ErrClusterNode = errors.New("redisscreen: screen.redis.addrs lists one address and it is a Redis Cluster node " +
+	"(keys on the other nodes answer MOVED): list two or more of the cluster's nodes")
+
+// clusterNode reports whether the single-node client's server has cluster
+// mode on. An error (INFO refused by an ACL, say) counts as no.
+func (s *Screen) clusterNode(ctx context.Context) bool {
+	info, err := s.client.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
 func (s *Screen) key(ref idempotency.Ref) string {

@@ -67,6 +67,21 @@ func TestCluster(t *testing.T) {
 	t.Run("wait is notified across nodes", func(t *testing.T) {
 		testClusterWaitAcrossNodes(t, addrs)
 	})
+	t.Run("one address of a cluster node is not ready", func(t *testing.T) {
+		// One address makes a single-node client (SPEC §3: several
+		// addresses = Redis Cluster). On a cluster node it answers PING,
+		// but claims of keys on the other nodes fail with MOVED: readiness
+		// must say so rather than report a screen that mostly fails.
+		ctx := context.Background()
+		one := newTB(t, Options{Addrs: addrs[:1], Prefix: testenv.Name("hst:") + ":"})
+		if err := one.Ping(ctx); !errors.Is(err, ErrClusterNode) {
+			t.Fatalf("Ping with one cluster node's address: %v, want ErrClusterNode", err)
+		}
+		all := newTB(t, Options{Addrs: addrs, Prefix: testenv.Name("hst:") + ":"})
+		if err := all.Ping(ctx); err != nil {
+			t.Fatalf("Ping with the cluster's addresses: %v", err)
+		}
+	})
 }
 
 // testClusterWaitAcrossNodes: the waiter's replica subscribes on one node;
