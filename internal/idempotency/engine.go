@@ -556,7 +556,10 @@ func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }
 // that a recorded delivery is replayed rather than forwarded twice.
 func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc, cause error) Result {
 	d := Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source, ticket: ticket}
-	if rec, err := e.o.Ledger.Lookup(ctx, req.Ref); err == nil {
+	rec, err := e.o.Ledger.Lookup(ctx, req.Ref)
+	if err != nil {
+		e.depError("ledger", "lookup", err) // ErrNotFound is no failure
+	} else {
 		switch rec.State {
 		case StateDone:
 			if r, ok := e.done(ctx, p, d, fwd, EntryOf(rec)); ok {
@@ -832,7 +835,7 @@ func (e *Engine) unavailable(err error) Result {
 func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
-	var err error
+	var err, ledgerErr, screenErr error
 	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
 	mine := func(err error) error {
 		if errors.Is(err, ErrNotOwner) {
@@ -842,25 +845,28 @@ func (e *Engine) release(ctx context.Context, v via, ref Ref, owner string) {
 	}
 	switch v {
 	case viaScreen, viaScreenNoLedger:
-		err = mine(e.o.Screen.Release(rctx, ref, owner))
+		screenErr = mine(e.o.Screen.Release(rctx, ref, owner))
 	case viaBoth:
 		// The ledger row first: a repeat woken by the screen's release
 		// must not find it still pending.
-		err = mine(e.o.Ledger.Release(rctx, ref, owner))
-		err = errors.Join(err, mine(e.o.Screen.Release(rctx, ref, owner)))
+		ledgerErr = mine(e.o.Ledger.Release(rctx, ref, owner))
+		screenErr = mine(e.o.Screen.Release(rctx, ref, owner))
 	case viaLedgerLostScreen:
-		err = mine(e.o.Ledger.Release(rctx, ref, owner))
+		ledgerErr = mine(e.o.Ledger.Release(rctx, ref, owner))
 		e.tidyScreen(ctx, ref, owner, nil)
 	case viaLedger:
-		err = mine(e.o.Ledger.Release(rctx, ref, owner))
+		ledgerErr = mine(e.o.Ledger.Release(rctx, ref, owner))
 	}
+	err = errors.Join(ledgerErr, screenErr)
 	endSpan(span, err)
 	if err != nil {
-		dep := "screen"
-		if v == viaLedger || v == viaLedgerLostScreen {
-			dep = "ledger"
+		// Each store's failure under its own dependency.
+		if ledgerErr != nil {
+			e.depError("ledger", "release", ledgerErr)
 		}
-		e.depError(dep, "release", err)
+		if screenErr != nil {
+			e.depError("screen", "release", screenErr)
+		}
 		e.o.Logger.WarnContext(ctx, "release failed; the claim expires with its lease",
 			"route", ref.Route, "key", ref.Key, "err", err)
 	}
