@@ -25,7 +25,9 @@ import (
 // and the server's — SELECT clock_timestamp() against the midpoint of the
 // round trip, the best of three — at its first call, and again in the
 // background at the first call clockSyncEvery after the last measurement
-// (an idle ledger measures nothing); it shifts the times it binds by it and
+// (an idle ledger measures nothing; its first call after clockStale of
+// idleness measures before going on, or a clock stepped meanwhile would have
+// that call's leases judged on the old offset); it shifts the times it binds by it and
 // the times it reads back. Replicas then agree on every lease to within a
 // round trip whatever their clocks say, and a replica's clock stepped by NTP
 // or by hand is followed by the next measurement. SQLite is one host's file: its
@@ -36,6 +38,7 @@ import (
 // measurement (the offset measured before stays meanwhile).
 const (
 	clockSyncEvery = 15 * time.Second
+	clockStale     = time.Minute
 	clockRetry     = time.Second
 	clockSamples   = 3
 )
@@ -45,6 +48,7 @@ type dbClock struct {
 	db      *sql.DB
 	now     func() time.Time
 	every   time.Duration // clockSyncEvery; shorter in tests
+	stale   time.Duration // clockStale; shorter in tests
 	timeout time.Duration // bounds a background measurement (OpTimeout)
 
 	// offset is database − replica, in whole microseconds (times are stored
@@ -55,6 +59,7 @@ type dbClock struct {
 	// monotonic clock since start.
 	start time.Time
 	due   atomic.Int64
+	last  atomic.Int64 // when the last measurement succeeded, likewise
 
 	firstMu  sync.Mutex
 	firstRun chan struct{} // closed when the first measurement under way ends; nil when none is (firstMu)
@@ -69,7 +74,7 @@ type dbClock struct {
 
 func newDBClock(db *sql.DB, now func() time.Time, timeout time.Duration) *dbClock {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &dbClock{db: db, now: now, every: clockSyncEvery, timeout: timeout, start: time.Now(), ctx: ctx, cancel: cancel}
+	return &dbClock{db: db, now: now, every: clockSyncEvery, stale: clockStale, timeout: timeout, start: time.Now(), ctx: ctx, cancel: cancel}
 }
 
 // shift returns the offset to add to a replica time to get the database's
@@ -90,7 +95,15 @@ func (c *dbClock) shift(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 	} else if c.isDue() && c.running.CompareAndSwap(false, true) {
-		c.background()
+		if time.Since(c.start)-time.Duration(c.last.Load()) >= c.stale {
+			// Idle for a while: measure before this call binds anything
+			// (under its ctx); if that fails, the offset measured before
+			// stays, as after a failed background measurement.
+			_ = c.sync(ctx)
+			c.running.Store(false)
+		} else {
+			c.background()
+		}
 	}
 	return time.Duration(c.offset.Load()), nil
 }
@@ -170,6 +183,7 @@ func (c *dbClock) sync(ctx context.Context) error {
 	if d := off - time.Duration(c.offset.Load()); d > bound || -d > bound {
 		c.offset.Store(int64(off))
 	}
+	c.last.Store(int64(elapsed))
 	c.due.Store(int64(elapsed + c.every)) // before synced: no caller sees a due measurement
 	c.synced.Store(true)
 	return nil

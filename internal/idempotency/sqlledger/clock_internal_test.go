@@ -55,3 +55,26 @@ func TestClockFollowsAStep(t *testing.T) {
 		t.Fatalf("claim after the step: %v %v, want in_flight (the first claim has 30s of lease left)", c.Status, err)
 	}
 }
+
+// A replica idle for longer than clockStale whose clock stepped meanwhile
+// measures again before its first call binds anything: that call judges a
+// live lease on the new offset, not on the offset from before the step
+// (with which a step forward made another owner's live claim look expired
+// and taken over).
+func TestClockIdleLedgerMeasuresBeforeItsFirstCall(t *testing.T) {
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	l := openPGWith(t, Options{CommitBatch: 1, LookupBatch: 1, Now: now})
+	l.clock.every, l.clock.stale = 50*time.Millisecond, 100*time.Millisecond
+	req := func(owner string) idempotency.ClaimRequest {
+		return idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: "k"}, Owner: owner, Lease: 30 * time.Second, Retention: time.Hour}
+	}
+	if c, err := l.Claim(t.Context(), req("before"), now()); err != nil || c.Status != idempotency.Acquired {
+		t.Fatalf("claim before the step: %v %v", c.Status, err)
+	}
+	skew.Store(int64(10 * time.Minute))
+	time.Sleep(150 * time.Millisecond) // idle past stale, no call
+	if c, err := l.Claim(t.Context(), req("after"), now()); err != nil || c.Status != idempotency.InFlight {
+		t.Fatalf("first claim after an idle spell and a step: %v %v, want in_flight (the first claim has 30s of lease left)", c.Status, err)
+	}
+}
