@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/stats"
@@ -166,7 +167,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusNotFound, "metrics are off (telemetry.metrics.prometheus: false)")
 			return
 		}
-		s.o.Metrics.ServeHTTP(w, r)
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.o.Metrics.ServeHTTP(w, r)
+		}
 		return
 	}
 	path := r.URL.EscapedPath()
@@ -241,15 +244,29 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	ref := idempotency.Ref{Route: route, Key: key}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
+	// No delivery can have a key that is not UTF-8 or holds a NUL (ingress
+	// answers invalid_key), and PostgreSQL refuses such text: there is no
+	// record, rather than a ledger failure to retry.
+	none := !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0
+	switch {
+	case none && r.Method == http.MethodDelete:
+		w.WriteHeader(http.StatusNoContent)
+	case none && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost):
+		problem(w, http.StatusNotFound, "no record for this key on this route")
+	case r.Method == http.MethodGet, r.Method == http.MethodHead:
 		s.getRecord(w, r, ref)
-	case http.MethodDelete:
+	case r.Method == http.MethodDelete:
 		s.deleteRecord(w, r, ref)
-	case http.MethodPost:
+	case r.Method == http.MethodPost:
 		s.resolve(w, r, ref)
 	default:
-		w.Header().Set("Allow", "GET, HEAD, DELETE, POST")
+		// POST only where the path ends in /resolve (a GET of such a
+		// path reads the key ending in "/resolve").
+		if strings.HasSuffix(escKey, "/resolve") {
+			w.Header().Set("Allow", "GET, HEAD, DELETE, POST")
+		} else {
+			w.Header().Set("Allow", "GET, HEAD, DELETE")
+		}
 		problem(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
 }

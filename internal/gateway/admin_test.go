@@ -872,3 +872,60 @@ func TestAdminResolveRefusesNeverFinalStatus(t *testing.T) {
 		t.Errorf("held key reached the upstream %d times, want 1", n)
 	}
 }
+
+// TestAdminKeysNoDeliveryCanHave: a key that is not valid UTF-8 or holds a
+// NUL cannot name a record (ingress refuses it, invalid_key), so on
+// PostgreSQL — which refuses such text — GET still answers 404 and DELETE
+// 204 (SPEC §8), not a 503 "retry later" that a script would retry forever.
+func TestAdminKeysNoDeliveryCanHave(t *testing.T) {
+	s := sharedSetup(t)
+	g := s.start(t)
+	for _, esc := range []string{"%FF", "a%C3", "nul%00byte"} {
+		t.Run(esc, func(t *testing.T) {
+			path := "/admin/routes/hooks/records/" + esc
+			wantAdminProblem(t, adminDo(t, g, http.MethodGet, path, ""), http.StatusNotFound)
+			if a := adminDo(t, g, http.MethodDelete, path, ""); a.status != http.StatusNoContent {
+				t.Errorf("DELETE %s: %d %s, want 204", esc, a.status, a.body)
+			}
+			wantAdminProblem(t, adminDo(t, g, http.MethodPost, path+"/resolve", `{"action":"release"}`), http.StatusNotFound)
+		})
+	}
+	if strings.Contains(s.logs.String(), "ledger call failed") {
+		t.Errorf("a key no delivery can have was reported as a ledger failure:\n%s", s.logs)
+	}
+}
+
+// TestAdminMethodsAndAllow: /metrics answers GET and HEAD only, like
+// /healthz and /readyz; a 405 on a record names in Allow only the methods
+// that URL answers (POST only with the /resolve suffix).
+func TestAdminMethodsAndAllow(t *testing.T) {
+	s := newSetup(t)
+	g := s.start(t)
+	for _, m := range []string{http.MethodPost, http.MethodDelete, http.MethodPut} {
+		a := adminDo(t, g, m, "/metrics", "")
+		wantAdminProblem(t, a, http.StatusMethodNotAllowed)
+		if got := a.header.Get("Allow"); got != "GET, HEAD" {
+			t.Errorf("%s /metrics: Allow %q, want \"GET, HEAD\"", m, got)
+		}
+	}
+	a := adminDo(t, g, http.MethodPut, recordURL("hooks", "evt_1"), "")
+	wantAdminProblem(t, a, http.StatusMethodNotAllowed)
+	allow := a.header.Get("Allow")
+	for _, m := range strings.Split(allow, ", ") {
+		if m == http.MethodHead || m == "" {
+			continue
+		}
+		body := ""
+		if m == http.MethodPost {
+			body = `{"action":"release"}`
+		}
+		if b := adminDo(t, g, m, recordURL("hooks", "evt_1"), body); b.status == http.StatusMethodNotAllowed {
+			t.Errorf("PUT's Allow %q names %s, which answers 405 on the same URL", allow, m)
+		}
+	}
+	a = adminDo(t, g, http.MethodPut, recordURL("hooks", "evt_1")+"/resolve", "")
+	wantAdminProblem(t, a, http.StatusMethodNotAllowed)
+	if got := a.header.Get("Allow"); got != "GET, HEAD, DELETE, POST" {
+		t.Errorf("PUT .../resolve: Allow %q", got)
+	}
+}
