@@ -33,6 +33,10 @@ var (
 // errTooLarge is readBody's signal, turned into ErrResponseTooLarge with context.
 var errTooLarge = errors.New("too large")
 
+// errSwitchedProtocols: the upstream answered 101 to a request that asked
+// for no upgrade; no final answer follows.
+var errSwitchedProtocols = errors.New("unsolicited 101 Switching Protocols, no final answer")
+
 // Ambiguous reports whether err means the upstream may or may not have acted
 // on the delivery: it was sent and no answer came back (SPEC §1,
 // record.ambiguous).

@@ -324,8 +324,14 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
 			return nil, false, err
 		}
+		// A 101 was never asked for (Upgrade is not forwarded): the
+		// connection is not HTTP any more and no final answer will come,
+		// as with a malformed answer (ErrNoAnswer: sent, ambiguous).
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			return nil, false, errSwitchedProtocols
+		}
 		// 1xx answers are interim (RFC 9110 §15.2): the final one follows.
-		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 {
 			break
 		}
 	}
@@ -343,9 +349,6 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	// discarded instead, which ends the body too.
 	removeHopByHop(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return out, false, nil // never asked for; the connection is not HTTP any more
-	}
 	body, err := readBody(resp, f.maxBody)
 	if err != nil {
 		return out, false, err

@@ -133,6 +133,32 @@ func TestHoldNeverHoldsWhatWasNotSent(t *testing.T) {
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_refused"}`), 502, "released")
 }
 
+// An upstream that switches protocols (101, never asked for: Upgrade is
+// hop-by-hop and not forwarded) gave the delivery no final answer, like a
+// malformed response or a cut connection after sending: on a hold route
+// the key is held (502) and the retry is not forwarded; a 101 is never
+// passed on to the provider as the answer.
+func TestHoldOnUnsolicitedSwitchingProtocols(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		brw.Flush()
+		time.Sleep(100 * time.Millisecond)
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    record:\n      ambiguous: hold", ""))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_101"}`), 502, "held")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_101"}`), 409, "held")
+	if n := up.count("evt_101"); n != 1 {
+		t.Fatalf("upstream received %d copies on a hold route, want 1", n)
+	}
+}
+
 // Two replicas sharing Redis and PostgreSQL agree on a held key.
 func TestHoldAcrossReplicas(t *testing.T) {
 	up := newUpstream(t)
