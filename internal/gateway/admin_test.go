@@ -739,12 +739,13 @@ func TestAdminReadyzWithoutSchema(t *testing.T) {
 // whose deletes were not published at all.
 func TestAdminDeleteReachesOtherReplicas(t *testing.T) {
 	for _, bCache := range []string{"1MiB", "0"} {
-		t.Run("B's local_cache "+bCache, func(t *testing.T) { deleteReachesOtherReplicas(t, bCache) })
+		t.Run("B's local_cache "+bCache, func(t *testing.T) { deleteReachesOtherReplicas(t, sharedSetup(t), bCache) })
 	}
 }
 
-func deleteReachesOtherReplicas(t *testing.T, bCache string) {
-	s := sharedSetup(t)
+// deleteReachesOtherReplicas: a DELETE through replica B makes replica A,
+// which has the record in its local cache, forward the next delivery.
+func deleteReachesOtherReplicas(t *testing.T, s *setup, bCache string) {
 	s.localCache = "1MiB"
 	a := s.start(t)
 	s.localCache = bCache
