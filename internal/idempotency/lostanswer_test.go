@@ -158,10 +158,7 @@ func TestLostScreenClaimLandingAfterItsRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	var forwards atomic.Int64
-	failing := func(context.Context) (*idempotency.Upstream, error) {
-		forwards.Add(1)
-		return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
-	}
+	failing := fwdFailing(&forwards)
 	p := *racePolicy
 	p.RejectInflight = true
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_overtaken"}}
@@ -210,10 +207,7 @@ func TestLostScreenClaimIsReleasedWhenNotFallingBackToTheLedger(t *testing.T) {
 				t.Fatal(err)
 			}
 			var forwards atomic.Int64
-			failing := func(context.Context) (*idempotency.Upstream, error) {
-				forwards.Add(1)
-				return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
-			}
+			failing := fwdFailing(&forwards)
 			p := *racePolicy
 			p.RejectInflight = true
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_lost_" + mode.name}}
@@ -233,5 +227,14 @@ func TestLostScreenClaimIsReleasedWhenNotFallingBackToTheLedger(t *testing.T) {
 					r.Outcome, r.TakenOver, r.Err)
 			}
 		})
+	}
+}
+
+// fwdFailing counts forwards, each answered 503 by the upstream (not final:
+// the claim is released).
+func fwdFailing(n *atomic.Int64) idempotency.ForwardFunc {
+	return func(context.Context) (*idempotency.Upstream, error) {
+		n.Add(1)
+		return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
 	}
 }
