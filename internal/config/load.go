@@ -120,6 +120,15 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	// presented one; a token read from a secret file often ends in a
 	// newline, which would make it impossible to present.
 	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
+	// Signing secrets come the same way (${STRIPE_WEBHOOK_SECRET} from a
+	// Kubernetes Secret or a file) and no provider's secret begins or ends
+	// in white space: kept, a trailing newline would make every genuine
+	// delivery fail verification (401) under a configuration that checks.
+	for i := range c.Routes {
+		for j, s := range c.Routes[i].Verify.Secrets {
+			c.Routes[i].Verify.Secrets[j] = strings.TrimSpace(s)
+		}
+	}
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err
 	}
