@@ -941,3 +941,31 @@ routes:
 		t.Fatalf("fingerprint = %#v, want %#v", got, want)
 	}
 }
+
+// SPEC §3: "Durations are Go durations", and Go reads "0" as a duration
+// (so HOOKSTAMP_…=0 works). YAML reads an unquoted 0 as a number: a route
+// that answers repeats with 409 at once may write `wait_timeout: 0`, and
+// was refused with "bad duration 0".
+func TestZeroDurationWrittenAsNumber(t *testing.T) {
+	doc := `
+routes:
+  - name: r
+    path: /r
+    upstream: {url: "http://127.0.0.1:9000/r"}
+    key: {sources: [{header: X-Event-Id}]}
+    inflight: reject
+    wait_timeout: 0
+`
+	c, err := LoadFromBytes([]byte(doc), nil)
+	if err != nil {
+		t.Fatalf("wait_timeout: 0 with inflight reject refused: %v", err)
+	}
+	if got := c.Routes[0].WaitTimeout; got != 0 {
+		t.Fatalf("wait_timeout = %s, want 0", got)
+	}
+	// A number other than 0 still has no unit and stays an error.
+	_, err = LoadFromBytes([]byte(strings.Replace(doc, "wait_timeout: 0", "wait_timeout: 10", 1)), nil)
+	if err == nil || !strings.Contains(err.Error(), "routes[0].wait_timeout: bad duration 10") {
+		t.Fatalf("wait_timeout: 10 = %v, want a bad duration error", err)
+	}
+}

@@ -30,6 +30,13 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 		switch x := v.(type) {
 		case time.Duration:
 			return x
+		case int, int64, uint64:
+			// YAML reads an unquoted 0 as a number; Go reads "0" as a
+			// duration (as it does from HOOKSTAMP_…=0). Any other number
+			// lacks a unit and stays an error.
+			if d, err := time.ParseDuration(fmt.Sprint(x)); err == nil {
+				return d
+			}
 		case string:
 			d, err := time.ParseDuration(strings.TrimSpace(x))
 			if err == nil {
