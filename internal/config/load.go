@@ -3,18 +3,20 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/maps"
-	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
@@ -58,7 +60,7 @@ func Load(path string, environ []string) (*Config, error) {
 // error is an Errors listing all of them, each with its key path; the
 // returned Config is then nil.
 func LoadFromBytes(data []byte, environ []string) (*Config, error) {
-	doc, err := yaml.Parser().Unmarshal(data)
+	doc, err := parseYAML(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse YAML: %w", err)
 	}
@@ -143,6 +145,56 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		return nil, problems
 	}
 	return &c, nil
+}
+
+// parseYAML reads the YAML document into a raw tree, as koanf's YAML
+// parser does, except for unquoted scalars that YAML reads as numbers but
+// whose number would not print back as written (0123 is octal 83, 0x10 is
+// 16, a 23-digit secret becomes 1.2345678901234568e+22): those stay the
+// text written. A string field (a token, a secret, a route name) then gets
+// exactly what the user typed; a numeric field parses the text itself.
+func parseYAML(data []byte) (map[string]any, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, err
+	}
+	if root.Kind == 0 {
+		return nil, nil // an empty document
+	}
+	keepNumberText(&root)
+	var out map[string]any
+	if err := root.Decode(&out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keepNumberText retags as text every plain scalar whose number reads back
+// differently from what was written.
+func keepNumberText(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Style == 0 && (n.Tag == "!!int" || n.Tag == "!!float") {
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return
+		}
+		var back string
+		switch x := v.(type) {
+		case float64:
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return // .nan and .inf stay numbers: sample_ratio's range check names them
+			}
+			back = strconv.FormatFloat(x, 'g', -1, 64)
+		default:
+			back = fmt.Sprint(x)
+		}
+		if back != n.Value {
+			n.Tag = "!!str"
+		}
+		return
+	}
+	for _, c := range n.Content {
+		keepNumberText(c)
+	}
 }
 
 // decode turns the normalised tree into c through koanf and mapstructure.

@@ -165,3 +165,46 @@ func TestStoreDriverAndDSNAgree(t *testing.T) {
 		mustLoad(t, doc)
 	}
 }
+
+// A text value written without quotes that YAML reads as a number must keep
+// the text the user wrote: token 0123 read as the octal number 83, or a
+// long numeric secret read as 1.2345678901234568e+22, silently made
+// /admin/* refuse the token and every signature fail to verify.
+func TestNumberLikeTextKeptAsWritten(t *testing.T) {
+	doc := `
+admin: {token: 0123}
+store: {max_open_conns: 8}
+screen: {prefix: 0x10, redis: {password: 1e3}}
+telemetry: {traces: {sample_ratio: 0.25}}
+routes:
+  - name: 007
+    path: /r
+    upstream: {url: "http://127.0.0.1:9000/r"}
+    key: {sources: [{header: X-Event-Id}], max_length: 64}
+    verify: {scheme: github, secrets: [0123, 12345678901234567890123]}
+    record: {statuses: [200, 404], max_body: 1024}
+`
+	c, err := LoadFromBytes([]byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routes[0]
+	for _, tc := range []struct{ key, got, want string }{
+		{"admin.token", c.Admin.Token, "0123"},
+		{"screen.prefix", c.Screen.Prefix, "0x10"},
+		{"screen.redis.password", c.Screen.Redis.Password, "1e3"},
+		{"routes[0].name", r.Name, "007"},
+		{"routes[0].verify.secrets[0]", r.Verify.Secrets[0], "0123"},
+		{"routes[0].verify.secrets[1]", r.Verify.Secrets[1], "12345678901234567890123"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %q, want %q as written", tc.key, tc.got, tc.want)
+		}
+	}
+	// Numbers where numbers belong still read as numbers.
+	if c.Store.MaxOpenConns != 8 || c.Telemetry.Traces.SampleRatio != 0.25 || r.Key.MaxLength != 64 ||
+		r.Record.MaxBody != 1024 || strings.Join(r.Record.Statuses, ",") != "200,404" {
+		t.Errorf("numeric values: max_open_conns %d, sample_ratio %v, max_length %d, max_body %s, statuses %v",
+			c.Store.MaxOpenConns, c.Telemetry.Traces.SampleRatio, r.Key.MaxLength, r.Record.MaxBody, r.Record.Statuses)
+	}
+}
