@@ -37,6 +37,10 @@ var errTooLarge = errors.New("too large")
 // for no upgrade; no final answer follows.
 var errSwitchedProtocols = errors.New("unsolicited 101 Switching Protocols, no final answer")
 
+// errInvalidStatus: the upstream's status line carries a code below 100,
+// which is no HTTP status; the delivery was sent and got no answer.
+var errInvalidStatus = errors.New("invalid status code")
+
 // Ambiguous reports whether err means the upstream may or may not have acted
 // on the delivery: it was sent and no answer came back (SPEC §1,
 // record.ambiguous).

@@ -330,8 +330,15 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return nil, false, errSwitchedProtocols
 		}
+		// http.ReadResponse takes any three digits. A status below 100 is
+		// no answer (RFC 9110 §15): passed on, "000" would reach the
+		// provider as fasthttp's default 200 (a delivery lost as a
+		// success) and "099" as a status line its client cannot parse.
+		if resp.StatusCode < 100 {
+			return nil, false, fmt.Errorf("%w %03d", errInvalidStatus, resp.StatusCode)
+		}
 		// 1xx answers are interim (RFC 9110 §15.2): the final one follows.
-		if resp.StatusCode < 100 || resp.StatusCode >= 200 {
+		if resp.StatusCode >= 200 {
 			break
 		}
 	}

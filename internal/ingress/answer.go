@@ -77,6 +77,14 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 	if up.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}
+	if c.Method() == fiber.MethodHead {
+		// A HEAD answer has no body, yet its Content-Length is that of the
+		// body a GET would get (RFC 9110 §8.6): fasthttp would frame the
+		// empty body and drop the upstream's length.
+		if n, err := strconv.Atoi(up.Header.Get("Content-Length")); err == nil && n >= 0 {
+			h.SetContentLength(n)
+		}
+	}
 	c.Status(up.Status)
 	return c.Send(up.Body)
 }

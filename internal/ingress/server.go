@@ -335,14 +335,29 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
 	fr := c.Request()
 	hdr := make(http.Header, fr.Header.Len()) // sized: a map for 16 was 9% of a delivery's allocations
+	cookie := false
 	fr.Header.VisitAll(func(k, v []byte) {
 		name := string(k)
 		switch name {
 		case "Host", "Content-Length":
 			return
+		case "Cookie":
+			cookie = true
+			return
 		}
 		hdr[name] = append(hdr[name], string(v))
 	})
+	if cookie {
+		// fasthttp hands Cookie back rebuilt from its parse: lines merged,
+		// spaces moved, quotes stripped from values. The upstream gets the
+		// lines as sent (SPEC §4), from the header block as received (a
+		// chunked body's trailers are not in it, and are no headers).
+		fr.Header.VisitAllInOrder(func(k, v []byte) {
+			if string(k) == "Cookie" {
+				hdr["Cookie"] = append(hdr["Cookie"], string(v))
+			}
+		})
+	}
 	req := &forward.Request{
 		Method:    Method(c),
 		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
