@@ -469,6 +469,19 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 	endSpan(span, err, attribute.String("hookstamp.claim", lc.Status.String()))
 	if err != nil {
 		e.depError("ledger", "claim", err)
+		if rec := e.readable(ctx, req.Ref, err); rec != nil {
+			// The ledger refused the claim but holds the record: answer
+			// from it, as a lookup confirming the claim would have.
+			switch rec.State {
+			case StateDone:
+				ent := EntryOf(rec)
+				e.refill(ctx, req.Ref, req.Owner, ent)
+				return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, nil
+			case StateHeld:
+				e.release(ctx, viaScreen, req.Ref, req.Owner)
+				return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, nil
+			}
+		}
 		if e.passLedger(err) {
 			e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
 				"route", req.Route, "key", req.Key, "err", err)
@@ -501,6 +514,33 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 	return lc, viaLedger, nil
 }
 
+// readable looks ref up after a ledger write (a claim) failed to reach the
+// ledger, and returns its done or held record if the ledger can still be
+// read: a ledger that refuses writes (a PostgreSQL standby during a
+// failover, default_transaction_read_only, a full SQLite disk) still
+// knows which deliveries are recorded, and forwarding one of them again
+// would break exactly-once. A write that timed out gets a read of a tenth
+// of OpTimeout: a SQLite file whose write lock another process holds
+// times out writes but reads at once (WAL), while a hung database must
+// not hold the delivery for a second full timeout. nil when the delivery
+// was cut, when the ledger cannot be read, and for logic errors, which
+// fail closed.
+func (e *Engine) readable(ctx context.Context, ref Ref, err error) *Record {
+	if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.o.OpTimeout/10)
+		defer cancel()
+	}
+	rec, lerr := e.o.Ledger.Lookup(ctx, ref)
+	if lerr != nil || (rec.State != StateDone && rec.State != StateHeld) {
+		return nil
+	}
+	return rec
+}
+
 // ledgerClaim makes the claim a pending ledger row (screen "none", or the
 // screen is unreachable and screen.on_unavailable is store).
 func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardFunc) (Claim, via, *Result) {
@@ -511,6 +551,13 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 		e.depError("ledger", "claim", err)
 		if mayHaveLanded(ctx) {
 			e.release(ctx, viaLedger, req.Ref, req.Owner)
+		}
+		if rec := e.readable(ctx, req.Ref, err); rec != nil {
+			// The ledger refused the claim but holds the record.
+			if rec.State == StateDone {
+				return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: EntryOf(rec)}, viaLedger, nil
+			}
+			return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, nil
 		}
 		if e.passLedger(err) {
 			r := e.forwardUnclaimed(ctx, Passthrough, fwd)
@@ -556,24 +603,45 @@ func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }
 // that a recorded delivery is replayed rather than forwarded twice.
 func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc, cause error) Result {
 	d := Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source, ticket: ticket}
-	rec, err := e.o.Ledger.Lookup(ctx, req.Ref)
-	if err != nil {
-		e.depError("ledger", "lookup", err) // ErrNotFound is no failure
-	} else {
-		switch rec.State {
-		case StateDone:
-			if r, ok := e.done(ctx, p, d, fwd, EntryOf(rec)); ok {
-				return r
-			}
-		case StateHeld:
-			if !p.Shadow {
-				return e.held()
-			}
-		}
+	r, ok, err := e.replayRecorded(ctx, p, d, fwd)
+	if ok {
+		return r
+	}
+	if err != nil && !e.passLedger(err) {
+		// The screen's pass mode gives up deduplication in the screen, not
+		// the ledger's fail-closed policy: without a ledger and with
+		// store.on_unavailable reject, nothing is forwarded (SPEC §6).
+		return e.unavailable(fmt.Errorf("ledger lookup %q: %w", req.Key, err))
 	}
 	e.o.Logger.WarnContext(ctx, "forwarding without deduplication: dependency unavailable",
 		"route", req.Route, "key", req.Key, "err", cause)
 	return e.forward(ctx, p, d, fwd, req.Owner, viaNone, false)
+}
+
+// replayRecorded answers a delivery about to be forwarded without
+// deduplication from the ledger, when the ledger answers and holds its
+// record: replayed (or mismatch) when done, 409 when held. It reports
+// false when the delivery is to be forwarded, with the lookup's error when
+// the ledger did not answer (ErrNotFound is no error).
+func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool, error) {
+	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+	if errors.Is(err, ErrNotFound) {
+		return Result{}, false, nil
+	}
+	if err != nil {
+		e.depError("ledger", "lookup", err)
+		return Result{}, false, err
+	}
+	switch rec.State {
+	case StateDone:
+		r, ok := e.done(ctx, p, d, fwd, EntryOf(rec))
+		return r, ok, nil
+	case StateHeld:
+		if !p.Shadow {
+			return e.held(), true, nil
+		}
+	}
+	return Result{}, false, nil
 }
 
 // wait holds an in-flight repeat until the holder may have finished, or
