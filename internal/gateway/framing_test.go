@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -216,5 +219,93 @@ func TestAmbiguousFramingIsRefused(t *testing.T) {
 	ok := head + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), len(body), body)
 	if out := rawExchange(t, g, ok, 3*time.Second); len(out) != 1 || out[0].status != 200 {
 		t.Fatalf("repeated equal Content-Length values: %+v", out)
+	}
+}
+
+// A Transfer-Encoding other than chunked alone is refused: fasthttp reads
+// any list ending in chunked as chunked alone, so "gzip, chunked" reached
+// the upstream still gzip-coded, and "chunked, chunked" (also spread over
+// two lines) still chunk-framed, as a plain body with a Content-Length
+// and a 200 forwarded: a corrupted delivery, recorded as done.
+func TestTransferCodingsBesideChunkedAreRefused(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	g := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	head := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+	gzipped := func(s string) string {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_, _ = zw.Write([]byte(s))
+		_ = zw.Close()
+		return b.String()
+	}
+	for i, c := range []struct {
+		name, te string
+		code     func(string) string
+		status   int
+	}{
+		{"gzip, chunked", "Transfer-Encoding: gzip, chunked\r\n", gzipped, http.StatusNotImplemented},
+		{"gzip then chunked on two lines", "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", gzipped, http.StatusBadRequest},
+		{"chunked, chunked", "Transfer-Encoding: chunked, chunked\r\n", func(s string) string { return chunked(s, 5) }, http.StatusBadRequest},
+		{"chunked on two lines", "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", func(s string) string { return chunked(s, 5) }, http.StatusBadRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"id":"evt_coded_%d"}`, i)
+			forwarded, rows := up.total.Load(), ledgerRows(t, db)
+			// The key in a header: the coded body is still forwarded.
+			key := fmt.Sprintf("X-Event-Id: evt_coded_%d\r\n", i)
+			out := rawExchange(t, g, head+key+c.te+"Connection: close\r\n\r\n"+chunked(c.code(body), 7), 3*time.Second)
+			if len(out) != 1 {
+				t.Fatalf("got %d answers %v, want 1", len(out), statuses(out))
+			}
+			if n := up.total.Load() - forwarded; n != 0 {
+				got, _, _ := up.lastRequest()
+				t.Fatalf("forwarded %d (%d %s), the upstream got the body %q for %q", n, out[0].status, outcomeOf(out), got, body)
+			}
+			wantProblem(t, out[0].reply(), c.status, "")
+			if n := ledgerRows(t, db) - rows; n != 0 {
+				t.Fatalf("%d ledger rows were written", n)
+			}
+		})
+	}
+	// chunked alone, in any case, is still a delivery.
+	body := `{"id":"evt_chunked"}`
+	ok := head + "Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n" + chunked(body, 7)
+	if out := rawExchange(t, g, ok, 3*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("chunked alone: %v", statuses(out))
+	}
+	if b, _, _ := up.lastRequest(); b != body {
+		t.Fatalf("upstream got %q, want %q", b, body)
+	}
+}
+
+// A request with two Host fields is refused (RFC 9112 §3.2): fasthttp kept
+// the last, so a proxy in front that routed on the first and the upstream,
+// which got the other as X-Forwarded-Host (SPEC §4: the Host the client
+// used), saw two different requests.
+func TestRepeatedHostIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	g := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	req := "POST /hooks HTTP/1.1\r\nHost: shop.example\r\nHost: evil.example\r\nContent-Type: application/json\r\n" +
+		"X-Event-Id: evt_hosts\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+	out := rawExchange(t, g, req, 3*time.Second)
+	if len(out) != 1 {
+		t.Fatalf("got %d answers, want 1", len(out))
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("forwarded %d (%d %s) with X-Forwarded-Host %q", n, out[0].status, outcomeOf(out), up.lastHeader().Get("X-Forwarded-Host"))
+	}
+	wantProblem(t, out[0].reply(), http.StatusBadRequest, "", "evil.example")
+	if n := ledgerRows(t, db); n != 0 {
+		t.Fatalf("ledger has %d rows", n)
+	}
+	// One Host, as every client sends, is a delivery.
+	ok := strings.Replace(req, "Host: evil.example\r\n", "", 1)
+	if out := rawExchange(t, g, ok, 3*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("one Host: %v", statuses(out))
+	}
+	if h := up.lastHeader().Get("X-Forwarded-Host"); h != "shop.example" {
+		t.Fatalf("X-Forwarded-Host %q", h)
 	}
 }

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"unicode/utf8"
 
@@ -47,13 +48,15 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // framing reports whether a request's body came chunked (from the header
 // as received: fasthttp reports an empty chunked body as Content-Length 0,
 // trailer included), and says what is ambiguous in how it is framed, or ""
-// when nothing is. fasthttp accepts conflicting Content-Length values (it
-// takes the last), Content-Length beside Transfer-Encoding (it takes the
-// chunked body and keeps the connection), a Transfer-Encoding whose last
-// coding is not chunked (it reads chunks anyway), and Transfer-Encoding in
-// HTTP/1.0. A proxy in front that framed the same bytes the other way would
-// see other requests than hookstamp does: RFC 9112 §6.1 and §6.3 want such
-// a request refused and its connection closed. So is a field whose name is
+// when nothing is, with the status to refuse it with. fasthttp accepts
+// conflicting Content-Length values (it takes the last), Content-Length
+// beside Transfer-Encoding (it takes the chunked body and keeps the
+// connection), a Transfer-Encoding whose last coding is not chunked (it
+// reads chunks anyway), Transfer-Encoding in HTTP/1.0, and several Host
+// fields (it takes the last). A proxy in front that read the same bytes
+// the other way would see other requests than hookstamp does: RFC 9112
+// §3.2, §6.1 and §6.3 want such a request refused and its connection
+// closed. So is a field whose name is
 // not a token or whose value holds a control character (RFC 9110 §5.1,
 // §5.5), which fasthttp also accepts: forwarded, it would be refused by
 // the upstream's server (or the forwarder) on every retry. The fields are walked as
@@ -61,16 +64,34 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // folded line continues the one before. declared is the Content-Length
 // as received (-1 when there is none or it is not a number): headerReceived
 // may have changed the one fasthttp reads the body by.
-func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem string) {
+//
+// fasthttp decodes only the chunked coding, and reads any
+// Transfer-Encoding ending in chunked as chunked alone: the body of
+// "gzip, chunked" (or "chunked, chunked") would be forwarded, with a
+// Content-Length and no Transfer-Encoding, still gzip-coded (or still
+// chunk-framed), a corrupted delivery the upstream cannot tell as such.
+// Every Transfer-Encoding line is one list (RFC 9110 §5.3); it must be
+// chunked alone: chunked applied twice is malformed (400, RFC 9112 §7),
+// another coding is one the gateway does not decode (501, RFC 9112 §6.1).
+func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, problem string) {
 	var clBuf [32]byte // the first Content-Length value, copied: f must not keep it
 	cl := clBuf[:0]
-	hasCL, hasTE := false, false
+	hasCL, hasTE, hasHost := false, false, false
+	chunkedCodings, otherCodings := 0, 0
 	h.VisitAllInOrder(func(name, value []byte) {
-		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't') {
+		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h') {
 			return
 		}
 		value = bytes.TrimSpace(value)
 		switch {
+		case bytes.EqualFold(name, []byte("Host")):
+			// fasthttp keeps the last of several; a proxy in front may
+			// have routed on the first, and the upstream would get the
+			// other as X-Forwarded-Host (RFC 9112 §3.2: 400).
+			if hasHost {
+				problem = "the request has more than one Host field"
+			}
+			hasHost = true
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			if hasCL && !bytes.Equal(value, cl) {
 				problem = "the request has conflicting Content-Length values"
@@ -81,6 +102,15 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem str
 			codings := bytes.Split(value, []byte(","))
 			if !bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked")) {
 				problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+			}
+			for _, c := range codings {
+				switch c = bytes.TrimSpace(c); {
+				case len(c) == 0: // an empty list element (RFC 9110 §5.6.1)
+				case bytes.EqualFold(c, []byte("chunked")):
+					chunkedCodings++
+				default:
+					otherCodings++
+				}
 			}
 		}
 	})
@@ -93,12 +123,18 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem str
 			}
 		})
 	}
+	status = http.StatusBadRequest
 	switch {
 	case problem != "":
 	case hasCL && hasTE:
 		problem = "the request has both Content-Length and Transfer-Encoding"
 	case hasTE && !h.IsHTTP11():
 		problem = "the request has Transfer-Encoding in HTTP/1.0"
+	case chunkedCodings > 1:
+		problem = "the request's Transfer-Encoding applies chunked more than once"
+	case otherCodings > 0:
+		status = http.StatusNotImplemented
+		problem = "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
 	}
 	declared = -1
 	if hasCL {
@@ -106,7 +142,7 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared int, problem str
 			declared = n
 		}
 	}
-	return hasTE, declared, problem
+	return hasTE, declared, status, problem
 }
 
 // fieldProblem says what is wrong with a header field as received, or "".

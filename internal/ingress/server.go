@@ -248,10 +248,10 @@ func (s *Server) handle(c *fiber.Ctx) error {
 		return errShuttingDown
 	}
 	defer s.inflight.Done()
-	chunked, declared, problem := framing(&c.Request().Header)
+	chunked, declared, status, problem := framing(&c.Request().Header)
 	if problem != "" {
 		c.Context().SetConnectionClose()
-		return writeProblem(c, http.StatusBadRequest, "", problem, 0)
+		return writeProblem(c, status, "", problem, 0)
 	}
 	release, err := s.readBody(c.Context(), declared)
 	if err != nil {
