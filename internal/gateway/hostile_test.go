@@ -366,3 +366,39 @@ func TestReplayNeverCarriesSetCookie(t *testing.T) {
 		}
 	}
 }
+
+// A header field's value is what lies between the optional whitespace
+// around it, spaces and tabs alike (RFC 9110 §5.5, RFC 9112 §5). fasthttp
+// trims spaces only: a key header written with a tab after the colon was
+// refused 400 invalid_key ("control character") though its value is a
+// valid key, and a value of whitespace alone was a key, not the absent
+// value that lets the next source yield one (SPEC §1).
+func TestHeaderKeyWithoutSurroundingWhitespace(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	g := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	req := func(head, body string) reply {
+		out := rawExchange(t, g, rawRequest("/hooks", jsonCT, head, body), 3*time.Second)
+		if len(out) != 1 {
+			t.Fatalf("head %q: got %d answers", head, len(out))
+		}
+		return out[0].reply()
+	}
+	r := req("X-Event-Id:\tevt_tab \t\r\n", `{}`)
+	wantOutcome(t, r, http.StatusOK, "forwarded")
+	if _, _, key := up.lastRequest(); key != "evt_tab" {
+		t.Fatalf("upstream Idempotency-Key %q, want evt_tab", key)
+	}
+	// The same key written plainly is a repeat of it.
+	wantOutcome(t, req("X-Event-Id: evt_tab\r\n", `{}`), http.StatusOK, "replayed")
+
+	// Whitespace alone: the header yields nothing, the JSON id is the key.
+	r = req("X-Event-Id: \t \r\n", `{"id":"evt_from_json"}`)
+	wantOutcome(t, r, http.StatusOK, "forwarded")
+	if _, _, key := up.lastRequest(); key != "evt_from_json" {
+		t.Fatalf("upstream Idempotency-Key %q, want evt_from_json", key)
+	}
+	if n := up.total.Load(); n != 2 {
+		t.Fatalf("upstream got %d deliveries, want 2", n)
+	}
+}

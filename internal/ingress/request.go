@@ -28,8 +28,13 @@ func newFastRequest(c *fiber.Ctx) fastRequest { return fastRequest{req: c.Reques
 // but empty, which fingerprints tell apart from one that is absent.
 var present = []byte{}
 
+// Header and HeaderValues return field values without the optional
+// whitespace around them (RFC 9110 §5.5, RFC 9112 §5: SP and HTAB).
+// fasthttp trims spaces only, so "X-Event-Id:\tevt_1" read as the key
+// "\tevt_1" (400 invalid_key, a control character), and a value of
+// whitespace alone was a key rather than absent.
 func (f fastRequest) Header(name string) []byte {
-	if v := f.req.Header.Peek(name); len(v) > 0 {
+	if v := trimOWS(f.req.Header.Peek(name)); len(v) > 0 {
 		return v
 	}
 	if len(f.req.Header.PeekAll(name)) > 0 {
@@ -39,7 +44,22 @@ func (f fastRequest) Header(name string) []byte {
 }
 
 func (f fastRequest) HeaderValues(name string) [][]byte {
-	return f.req.Header.PeekAll(name)
+	vs := f.req.Header.PeekAll(name) // fasthttp's scratch slice, rebuilt per call
+	for i, v := range vs {
+		vs[i] = trimOWS(v)
+	}
+	return vs
+}
+
+// trimOWS cuts the spaces and horizontal tabs around a field value.
+func trimOWS(v []byte) []byte {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
 }
 
 func (f fastRequest) Query(name string) []byte {
