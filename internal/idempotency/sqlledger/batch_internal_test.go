@@ -334,14 +334,16 @@ func TestBatchedLookupStaysAProbeAsTheTableGrows(t *testing.T) {
 		SELECT 'r', 'k' || i, 'done', 200, '{}', false, '', '', '', now(), now() + interval '1 day' FROM generate_series(1, 300000) AS i`).Error; err != nil {
 		t.Fatal(err)
 	}
-	var total time.Duration
+	fastest := time.Hour
 	for i := range 20 {
-		total += batch(fmt.Sprint("k", i*7), "missing", fmt.Sprint("k", i*11))
+		fastest = min(fastest, batch(fmt.Sprint("k", i*7), "missing", fmt.Sprint("k", i*11)))
 	}
 	// A probe takes well under a millisecond; scanning 300 000 rows takes
-	// tens of milliseconds.
-	if avg := total / 20; avg > 5*time.Millisecond {
-		t.Fatalf("a batched lookup takes %v on a 300 000-row table: it scans the table", avg)
+	// tens of milliseconds however quiet the machine. The fastest of the
+	// twenty is judged: a busy machine (the race detector, parallel
+	// packages) only ever adds time, and made an average cross the line.
+	if fastest > 5*time.Millisecond {
+		t.Fatalf("the fastest batched lookup took %v on a 300 000-row table: it scans the table", fastest)
 	}
 }
 
