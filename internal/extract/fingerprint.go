@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -25,7 +26,16 @@ const fieldsDomain = "hookstamp fingerprint fields v1\n"
 const (
 	tagAbsent = 0 // field absent: no length, no value follows
 	tagText   = 1 // header, query or form value, or a JSON string's unescaped value
-	tagJSON   = 2 // JSON literal text of a number, true, false, null, object or array
+	tagJSON   = 2 // JSON literal text of a number, true, false or null
+	tagTree   = 3 // JSON object or array, in the canonical encoding of appendTree
+)
+
+// Node tags of appendTree's canonical encoding of a JSON object or array.
+const (
+	nodeObject = 'o' // member count, then each member's key (chunk) and value
+	nodeArray  = 'a' // element count, then each element
+	nodeString = 's' // the unescaped value (chunk)
+	nodeScalar = 'n' // literal text of a number, true, false or null (chunk)
 )
 
 // Fingerprinter digests what a delivery means, so that a key reused for a
@@ -106,7 +116,9 @@ func (f *Fingerprinter) Mode() string { return f.mode }
 // digest of an unambiguous encoding of the fields in their configured order:
 // each field's spec and its value, length-prefixed, with an absent field
 // encoded differently from an empty one and a JSON string differently from
-// the same text as a JSON number. Fields the delivery's format does not
+// the same text as a JSON number. A JSON object or array is encoded
+// canonically (appendTree), so that re-serialising it changes nothing.
+// Fields the delivery's format does not
 // carry (json of a non-JSON body, form of a non-form body) are absent.
 func (f *Fingerprinter) Fingerprint(r Request) []byte {
 	switch f.mode {
@@ -119,6 +131,22 @@ func (f *Fingerprinter) Fingerprint(r Request) []byte {
 		return sum[:]
 	}
 	return nil
+}
+
+// Also returns the digests besides Fingerprint(r) that a record of the same
+// key may hold for a retry of r, so that changing a route's fingerprint
+// settings does not turn the retries of deliveries recorded before into
+// 422 mismatches: in mode fields, the digest of the raw body. A record
+// made while the route fingerprinted the body holds it, and a
+// byte-identical body is a retry whatever the fields (a fields fingerprint
+// never equals a body digest, see fieldsDomain, so this matches records of
+// mode body only). It is nil in modes body and none.
+func (f *Fingerprinter) Also(r Request) [][]byte {
+	if f.mode != FingerprintFields {
+		return nil
+	}
+	body := sha256.Sum256(r.Body())
+	return [][]byte{body[:]}
 }
 
 // appendFields appends the fields encoding to dst.
@@ -154,6 +182,12 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 			case res.Type == gjson.String:
 				dst = append(dst, tagText)
 				dst = appendChunk(dst, res.Str)
+			case res.IsObject() || res.IsArray():
+				// What an object or array means does not depend on its
+				// white space, the order of its members or the escapes of
+				// its strings: a provider re-serialising a retry must not
+				// turn it into a mismatch.
+				dst = appendTree(append(dst, tagTree), res)
 			case res.Exists():
 				dst = append(dst, tagJSON)
 				dst = appendChunk(dst, res.Raw)
@@ -163,6 +197,46 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 		}
 	}
 	return dst
+}
+
+// appendTree appends the canonical encoding of the JSON value res: objects
+// with their members sorted by key (the first of duplicate keys wins, as
+// for getJSON), strings unescaped, every node tagged and length- or
+// count-prefixed so that the encoding is unambiguous. Recursion is bounded
+// by MaxJSONDepth, which the body was validated against.
+func appendTree(dst []byte, res gjson.Result) []byte {
+	switch {
+	case res.IsObject():
+		type member struct {
+			key string
+			val gjson.Result
+		}
+		var members []member
+		seen := make(map[string]struct{})
+		res.ForEach(func(k, v gjson.Result) bool {
+			if _, dup := seen[k.Str]; !dup {
+				seen[k.Str] = struct{}{}
+				members = append(members, member{k.Str, v})
+			}
+			return true
+		})
+		sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+		dst = binary.BigEndian.AppendUint64(append(dst, nodeObject), uint64(len(members)))
+		for _, m := range members {
+			dst = appendTree(appendChunk(dst, m.key), m.val)
+		}
+		return dst
+	case res.IsArray():
+		elems := res.Array()
+		dst = binary.BigEndian.AppendUint64(append(dst, nodeArray), uint64(len(elems)))
+		for _, v := range elems {
+			dst = appendTree(dst, v)
+		}
+		return dst
+	case res.Type == gjson.String:
+		return appendChunk(append(dst, nodeString), res.Str)
+	}
+	return appendChunk(append(dst, nodeScalar), res.Raw)
 }
 
 // appendText appends a header or query value: absent when nil.

@@ -74,6 +74,12 @@ func TestFingerprintFields(t *testing.T) {
 		{"json null vs absent", []string{"json:amount"}, jsonReq(`{"amount":null}`), jsonReq(`{}`), false},
 		{"json empty string vs absent", []string{"json:amount"}, jsonReq(`{"amount":""}`), jsonReq(`{}`), false},
 		{"json objects are compared", []string{"json:data"}, jsonReq(`{"data":{"a":1}}`), jsonReq(`{"data":{"a":2}}`), false},
+		{"json object layout does not matter", []string{"json:data"}, jsonReq(`{"data":{"a":1,"b":[1,{"c":"é"}]}}`), jsonReq("{\"data\": {\"b\": [ 1, {\"c\" : \"\\u00e9\"} ],\n \"a\": 1}}"), true},
+		{"json object key escapes do not matter", []string{"json:data"}, jsonReq(`{"data":{"\u0061":1}}`), jsonReq(`{"data":{"a":1}}`), true},
+		{"json array order matters", []string{"json:data"}, jsonReq(`{"data":[1,2]}`), jsonReq(`{"data":[2,1]}`), false},
+		{"json nested string vs number", []string{"json:data"}, jsonReq(`{"data":{"a":"1"}}`), jsonReq(`{"data":{"a":1}}`), false},
+		{"json object vs its text", []string{"json:data"}, jsonReq(`{"data":{"a":1}}`), jsonReq(`{"data":"{\"a\":1}"}`), false},
+		{"json nested keys and values do not run together", []string{"json:data"}, jsonReq(`{"data":{"ab":"c"}}`), jsonReq(`{"data":{"a":"bc"}}`), false},
 		{"json of a form body is absent", []string{"json:amount"}, formReq("amount=1"), jsonReq(`{}`), true},
 		{"form of a json body is absent", []string{"form:amount"}, jsonReq(`{"amount":"1"}`), formReq(""), true},
 		{"header", []string{"header:X-Amount"}, withHeaders(jsonReq(`{}`), "x-amount", "1"), withHeaders(jsonReq(`{"other":1}`), "X-Amount", "1"), true},
@@ -151,5 +157,21 @@ func TestFingerprintFieldsNeverEqualABodyCraftedToMatch(t *testing.T) {
 	body := newFingerprinter(t, extract.FingerprintBody).Fingerprint(r)
 	if bytes.Equal(fields, body) {
 		t.Errorf("a body crafted as the fields encoding has the fields fingerprint %x", fields)
+	}
+}
+
+// TestFingerprintAlso: in mode fields, a record made in mode body (the
+// body's digest) is still recognised as the record of a retry; other modes
+// need nothing.
+func TestFingerprintAlso(t *testing.T) {
+	r := jsonReq(`{"id":"e1","data": {"b":2, "a":1}}`)
+	body := sha256.Sum256(r.RawBody)
+	if also := newFingerprinter(t, extract.FingerprintFields, "json:data").Also(r); len(also) != 1 || !bytes.Equal(also[0], body[:]) {
+		t.Errorf("Also() = %x, want [%x]", also, body)
+	}
+	for _, mode := range []string{extract.FingerprintBody, extract.FingerprintNone} {
+		if also := newFingerprinter(t, mode).Also(r); also != nil {
+			t.Errorf("Also() in mode %s = %x, want nil", mode, also)
+		}
 	}
 }

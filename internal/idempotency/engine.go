@@ -41,6 +41,12 @@ type Delivery struct {
 	Ref
 	// Fingerprint is the digest of what the delivery means; nil = none.
 	Fingerprint []byte
+	// Also returns other digests a record of this key may hold for a retry
+	// of this delivery: those of fingerprint settings the route had before
+	// (extract.Fingerprinter.Also). A record holding one of them is this
+	// delivery's, not a key reuse; new records get Fingerprint. It is only
+	// called when Fingerprint does not match, during Handle; nil = none.
+	Also func() [][]byte
 	// Source is the sender (routes[].source), for duplicate statistics.
 	Source string
 
@@ -277,7 +283,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			c, v = Claim{Status: InFlight, Fingerprint: local.fingerprint}, viaLocal
 		} else {
 			var stop *Result
-			if c, v, stop = e.claim(ctx, p, req, d.ticket, fwd); stop != nil {
+			if c, v, stop = e.claim(ctx, p, req, d, fwd); stop != nil {
 				return *stop
 			}
 		}
@@ -303,7 +309,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
 			}
-			if !sameFingerprint(c.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+			if !d.matches(c.Fingerprint) && !p.ReplayOnMismatch {
 				return e.mismatch(nil) // key reuse, as for a key in flight
 			}
 			return e.held()
@@ -311,7 +317,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if p.Shadow {
 				return e.shadow(ctx, fwd)
 			}
-			if !sameFingerprint(c.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+			if !d.matches(c.Fingerprint) && !p.ReplayOnMismatch {
 				return e.mismatch(nil)
 			}
 			if p.RejectInflight {
@@ -342,7 +348,7 @@ func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 // claim takes the key or learns what holds it: first in the screen, then,
 // when the screen granted it, confirmed in the ledger (the screen forgets:
 // TTL, eviction, restarts, FLUSHALL). A non-nil *Result ends the delivery.
-func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc) (Claim, via, *Result) {
+func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, d Delivery, fwd ForwardFunc) (Claim, via, *Result) {
 	if e.o.Screen == nil {
 		return e.ledgerClaim(ctx, req, fwd)
 	}
@@ -363,7 +369,7 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, ticket 
 			e.tidyScreen(ctx, req.Ref, req.Owner, nil)
 		}
 		if e.o.ScreenUnavailable == FailPass {
-			r := e.passthrough(ctx, p, req, ticket, fwd, err)
+			r := e.passthrough(ctx, p, req, d, fwd, err)
 			return Claim{}, viaNone, &r
 		}
 		r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
@@ -601,8 +607,7 @@ func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }
 // passthrough is the fail-open path: a dependency is down and the policy
 // says forward anyway. The ledger is still asked first when it answers, so
 // that a recorded delivery is replayed rather than forwarded twice.
-func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, ticket Ticket, fwd ForwardFunc, cause error) Result {
-	d := Delivery{Ref: req.Ref, Fingerprint: req.Fingerprint, Source: req.Source, ticket: ticket}
+func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, d Delivery, fwd ForwardFunc, cause error) Result {
 	r, ok, err := e.replayRecorded(ctx, p, d, fwd)
 	if ok {
 		return r
@@ -803,7 +808,7 @@ func (e *Engine) done(ctx context.Context, p *Policy, d Delivery, fwd ForwardFun
 	if p.Shadow {
 		return e.shadow(ctx, fwd), true
 	}
-	if !sameFingerprint(ent.Fingerprint, d.Fingerprint) && !p.ReplayOnMismatch {
+	if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
 		return e.mismatch(ent), true
 	}
 	resp := ent.Response
@@ -1034,9 +1039,22 @@ func EntryOf(rec *Record) *Entry {
 		TraceID: rec.TraceID, SpanID: rec.SpanID}
 }
 
-// sameFingerprint treats a missing fingerprint (mode none) as a match.
-func sameFingerprint(a, b []byte) bool {
-	return a == nil || b == nil || bytes.Equal(a, b)
+// matches reports whether fp, the fingerprint of the record (or claim)
+// holding d's key, is that of a retry of d. A missing fingerprint (mode
+// none, on either side) matches.
+func (d *Delivery) matches(fp []byte) bool {
+	if fp == nil || d.Fingerprint == nil || bytes.Equal(fp, d.Fingerprint) {
+		return true
+	}
+	if d.Also == nil {
+		return false
+	}
+	for _, a := range d.Also() {
+		if bytes.Equal(fp, a) {
+			return true
+		}
+	}
+	return false
 }
 
 func newOwner() string {

@@ -324,8 +324,13 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		Ref:    idempotency.Ref{Route: route.Name, Key: ev.Key},
 		Source: ev.Source,
 	}
-	if route.Fingerprinter != nil {
-		d.Fingerprint = route.Fingerprinter.Fingerprint(req)
+	if fp := route.Fingerprinter; fp != nil {
+		d.Fingerprint = fp.Fingerprint(req)
+		if fp.Mode() == extract.FingerprintFields {
+			// Only digested when the fingerprint does not match: a
+			// mismatch is rare, the body's digest is not free.
+			d.Also = func() [][]byte { return fp.Also(req) }
+		}
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
 }
