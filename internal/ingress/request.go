@@ -80,3 +80,9 @@ func (f fastRequest) Body() []byte { return f.req.Body() }
 func (f fastRequest) ContentType() []byte { return f.req.Header.ContentType() }
 
 func (f fastRequest) Method() []byte { return f.req.Header.Method() }
+
+// bodiless is a request whose body was refused (too_large) and is not
+// read: key sources that read the body find nothing in it.
+type bodiless struct{ fastRequest }
+
+func (bodiless) Body() []byte { return nil }

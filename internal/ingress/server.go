@@ -295,6 +295,10 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	ev.Source = s.source(c, route)
 	if route.Verifier != nil {
 		if err := route.Verifier.Verify(req); err != nil {
+			// The key the request names is logged and put on the span
+			// (SPEC §7: keys logged), never claimed: an operator whose
+			// secret is wrong learns which events to have resent.
+			ev.Key = s.refusedKey(route, req)
 			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
 				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
 		}
@@ -305,6 +309,9 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	key, err := route.Extractor.Key(req, (*bp)[:0])
 	switch {
 	case errors.Is(err, extract.ErrInvalidKey):
+		// The refused key is logged and put on the span (SPEC §7: keys
+		// logged), so that an operator can tell which event was refused.
+		ev.Key = loggable(key)
 		return idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
 			Detail: "invalid idempotency key: " + safeDetail(err.Error()), Err: err}
 	case err != nil || len(key) == 0:
@@ -333,6 +340,28 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		}
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
+}
+
+// refusedKey is the key a refused request names, for its log line and span
+// only ("" when it names none).
+func (s *Server) refusedKey(route *Route, req extract.Request) string {
+	if route.Extractor == nil {
+		return ""
+	}
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	key, _ := route.Extractor.Key(req, (*bp)[:0])
+	if key != nil {
+		*bp = key[:0]
+	}
+	return loggable(key)
+}
+
+// loggable is a key that may be invalid, as a log line and a span attribute
+// carry it: slog escapes its control characters, and bytes that are not
+// UTF-8 are replaced, as an OTLP export refuses them. It names no record.
+func loggable(key []byte) string {
+	return strings.ToValidUTF8(string(key), "\uFFFD")
 }
 
 // forward copies the request out of fasthttp's buffers (the transport may
@@ -597,6 +626,11 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
 		ev := Event{Route: route.Name, Method: method, Result: &res}
+		if outcome == idempotency.TooLarge {
+			// Named from its headers and query (SPEC §7: keys logged), so
+			// that the event can be resent once the limit is raised.
+			ev.Key = s.refusedKey(route, bodiless{newFastRequest(c)})
+		}
 		if t := c.Context().Time(); !t.IsZero() {
 			ev.Duration = time.Since(t)
 		} // else refused while fasthttp read it: when it began is unknown

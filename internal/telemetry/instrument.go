@@ -85,9 +85,33 @@ func connScheme(c *fiber.Ctx) string {
 
 // headerCarrier reads trace context from fasthttp's request headers without
 // copying them. Set and Keys are never used by extraction.
+//
+// A header sent on several lines is one list (RFC 9110 §5.3), as W3C Trace
+// Context and Baggage allow for tracestate and baggage: every line is read.
+// The propagator's output replaces these headers upstream, so a member of a
+// later line read as absent would be lost to the upstream.
 type headerCarrier struct{ h *fasthttp.RequestHeader }
 
-func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Get(key string) string {
+	lines := c.h.PeekAll(key)
+	switch len(lines) {
+	case 0:
+		return ""
+	case 1:
+		return string(lines[0])
+	}
+	return strings.Join(c.Values(key), ",")
+}
+
+// Values returns every line of key (propagation.ValuesGetter).
+func (c headerCarrier) Values(key string) []string {
+	lines := c.h.PeekAll(key)
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = string(l)
+	}
+	return out
+}
 
 func (c headerCarrier) Set(string, string) {}
 
