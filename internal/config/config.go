@@ -11,6 +11,7 @@
 package config
 
 import (
+	"net/url"
 	"strings"
 	"time"
 
@@ -309,6 +310,19 @@ func (r Route) PathPrefix() string {
 		return strings.TrimSuffix(r.Path, "*")
 	}
 	return r.Path
+}
+
+// MatchPath is PathPrefix with its percent-escapes decoded: requests are
+// matched on their decoded path, so a path written as it appears in a URL
+// ("/hooks/caf%C3%A9", "/a%20b") must be matched as "/hooks/café" and
+// "/a b" — as written, no request could ever reach it. A path whose
+// escapes do not decode (refused by validation) is returned as written.
+func (r Route) MatchPath() string {
+	p := r.PathPrefix()
+	if d, err := url.PathUnescape(p); err == nil {
+		return d
+	}
+	return p
 }
 
 // HasMethod reports whether method is deduplicated on this route.

@@ -969,3 +969,32 @@ routes:
 		t.Fatalf("wait_timeout: 10 = %v, want a bad duration error", err)
 	}
 }
+
+// Route paths are matched decoded: an escape that does not decode, or one
+// that decodes to what a path may not hold, is refused at start-up; two
+// spellings of one path are one path.
+func TestRoutePathEscapes(t *testing.T) {
+	for path, want := range map[string]string{
+		"/hooks/a%zz":   "malformed percent-escape",
+		"/hooks/a%2":    "malformed percent-escape",
+		"/hooks/%2e%2e": `".." segment`,
+		"/hooks%2F%2Fa": "empty segment",
+		"/hooks/a%00":   "control character",
+	} {
+		err := checkRoutePath(path)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkRoutePath(%q) = %v, want an error with %q", path, err, want)
+		}
+	}
+	if err := checkRoutePath("/hooks/order%20paid"); err != nil {
+		t.Errorf("checkRoutePath(/hooks/order%%20paid) = %v, want nil", err)
+	}
+	a := Route{Path: "/caf%C3%A9/*", Methods: []string{"POST"}}
+	b := Route{Path: "/café/*", Methods: []string{"POST"}}
+	if overlap(a, b) != "POST" {
+		t.Errorf("overlap(%q, %q) found nothing: both route POST to one path", a.Path, b.Path)
+	}
+	if e := (Route{Path: "/hooks/"}); overlap(e, Route{Path: "/hooks/*", Methods: []string{"POST"}}) != "" {
+		t.Error("an exact route and a prefix route overlap")
+	}
+}

@@ -224,7 +224,7 @@ func (c *Config) validateRoutes(errs *Errors) {
 
 // overlap returns a method that two routes on the same path both claim.
 func overlap(a, b Route) string {
-	if a.Path != b.Path || a.Path == "" {
+	if a.Path == "" || a.IsPrefix() != b.IsPrefix() || a.MatchPath() != b.MatchPath() {
 		return ""
 	}
 	for _, m := range b.Methods {
@@ -303,15 +303,26 @@ func checkRoutePath(path string) error {
 	}
 	for _, c := range path {
 		if c <= ' ' || c == 0x7f {
-			return fmt.Errorf("%q contains a space or control character", path)
+			return fmt.Errorf("%q contains a space or control character (percent-encode it: %%20)", path)
 		}
 	}
-	for _, seg := range strings.Split(path[1:], "/") {
+	// Requests are matched on their decoded path (Route.MatchPath): the
+	// checks below are on the path as it will be matched.
+	decoded, err := url.PathUnescape(path)
+	if err != nil {
+		return fmt.Errorf("%q has a malformed percent-escape (want %%XY, two hex digits)", path)
+	}
+	for _, c := range decoded {
+		if c < ' ' || c == 0x7f {
+			return fmt.Errorf("%q contains an escaped control character", path)
+		}
+	}
+	for _, seg := range strings.Split(decoded[1:], "/") {
 		if seg == "." || seg == ".." {
 			return fmt.Errorf("%q contains a %q segment (requests are matched on the cleaned path)", path, seg)
 		}
 	}
-	if strings.Contains(path, "//") {
+	if strings.Contains(decoded, "//") {
 		return fmt.Errorf("%q contains an empty segment \"//\"", path)
 	}
 	return nil

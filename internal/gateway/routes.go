@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -50,7 +51,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 	}
 	r := &ingress.Route{
 		Name:    rc.Name,
-		Path:    rc.Path,
+		Path:    rc.MatchPath(), // requests are matched on their decoded path
 		Methods: rc.Methods,
 		Policy: &idempotency.Policy{
 			Route:            rc.Name,
@@ -68,7 +69,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		Fingerprinter:   fp,
 		KeyRequired:     rc.Key.Required,
 		MaxKeyLength:    rc.Key.MaxLength,
-		UpstreamURL:     rc.Upstream.URL,
+		UpstreamURL:     escapedURL(rc.Upstream.URL),
 		UpstreamTimeout: rc.Upstream.Timeout,
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
@@ -77,7 +78,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		r.Policy.Resend = []byte(p.Resend)
 	}
 	if rc.IsPrefix() {
-		r.Path, r.Prefix = rc.PathPrefix(), true
+		r.Prefix = true
 	}
 	if rc.Fingerprint.Mode == config.FingerprintNone {
 		r.Fingerprinter = nil
@@ -100,6 +101,21 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		r.Verifier = v
 	}
 	return r, nil
+}
+
+// escapedURL is upstream.url with its path escaped ("/my hooks/" →
+// "/my%20hooks/"), as validation parsed it. A prefix route appends the
+// rest of the request path, escaped as the sender escaped it ("a%2Fb", one
+// segment), to the raw base: a base path holding a byte a path cannot
+// carry raw (a space, UTF-8, "|") would make the forwarder's URL parser
+// discard the joined path's escapes and re-escape it from its decoded
+// form, turning "a%2Fb" into the two segments "a/b".
+func escapedURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s // validated: cannot happen
+	}
+	return u.String()
 }
 
 func nonEmpty(ss []string) []string {

@@ -60,11 +60,13 @@ func (r *Route) dedups(method string) bool {
 }
 
 // router finds the route for a request: exact paths first, then the
-// longest matching prefix. Routes may share a path when their methods
-// differ (SPEC §1 matches by path and method); of the routes on the
-// matched path, the one that deduplicates the request's method serves it,
-// and a method none of them claims goes to the first configured, which
-// passes it through.
+// longest matching prefix. Routes are matched by path and method (SPEC §1):
+// of the routes whose path matches, the most specific one that
+// deduplicates the request's method serves it — routes sharing one path,
+// or an exact route inside a prefix route ("/hooks/a" [POST] within
+// "/hooks/*" [PUT]: a PUT to /hooks/a is the prefix route's delivery, not
+// the exact route's passthrough). A method none of them claims goes to the
+// most specific path's first configured route, which passes it through.
 type router struct {
 	exact    map[string][]*Route
 	prefixes [][]*Route // routes sharing one prefix, longest prefix first
@@ -92,31 +94,46 @@ func newRouter(routes []*Route) *router {
 // match returns the route for method on path and, for a prefix route, the
 // rest of the path after the prefix.
 func (rt *router) match(method, path string) (*Route, string) {
+	var fallback *Route // the most specific path's route, for a passthrough
+	var fallbackRest string
+	consider := func(rs []*Route, rest string) *Route {
+		if r := byMethod(rs, method); r != nil {
+			return r
+		}
+		if fallback == nil {
+			fallback, fallbackRest = rs[0], rest
+		}
+		return nil
+	}
 	if rs, ok := rt.exact[path]; ok {
-		return byMethod(rs, method), ""
+		if r := consider(rs, ""); r != nil {
+			return r, ""
+		}
 	}
 	for _, rs := range rt.prefixes {
 		prefix := rs[0].Path
-		if strings.HasPrefix(path, prefix) {
-			return byMethod(rs, method), path[len(prefix):]
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok {
+			// "/hooks/*" also serves "/hooks" itself.
+			if path != strings.TrimSuffix(prefix, "/") {
+				continue
+			}
+			rest = ""
 		}
-		// "/hooks/*" also serves "/hooks" itself.
-		if path == strings.TrimSuffix(prefix, "/") {
-			return byMethod(rs, method), ""
+		if r := consider(rs, rest); r != nil {
+			return r, rest
 		}
 	}
-	return nil, ""
+	return fallback, fallbackRest
 }
 
 // byMethod picks, of routes on one path, the one that deduplicates method,
-// else the first.
+// or nil.
 func byMethod(rs []*Route, method string) *Route {
-	if len(rs) > 1 {
-		for _, r := range rs {
-			if r.dedups(method) {
-				return r
-			}
+	for _, r := range rs {
+		if r.dedups(method) {
+			return r
 		}
 	}
-	return rs[0]
+	return nil
 }

@@ -151,3 +151,31 @@ func FuzzEscapedRest(f *testing.F) {
 		}
 	})
 }
+
+// An exact route inside a prefix route, each deduplicating other methods
+// (SPEC §1: routes are matched by path and method): a method only the
+// prefix route deduplicates goes to it, not to the exact route as a
+// passthrough; a method neither claims passes through the exact route.
+func TestRouterMatchesMethodAcrossPaths(t *testing.T) {
+	rt := newRouter([]*Route{
+		{Name: "exact", Path: "/hooks/a", Methods: []string{"POST"}},
+		{Name: "hooks", Path: "/hooks/", Prefix: true, Methods: []string{"PUT"}},
+		{Name: "deep", Path: "/hooks/a/", Prefix: true, Methods: []string{"PATCH"}},
+	})
+	cases := []struct{ method, path, route, rest string }{
+		{"POST", "/hooks/a", "exact", ""},
+		{"PUT", "/hooks/a", "hooks", "a"},
+		{"PATCH", "/hooks/a", "deep", ""},
+		{"GET", "/hooks/a", "exact", ""},
+		{"PUT", "/hooks/a/x", "hooks", "a/x"},
+		{"PATCH", "/hooks/a/x", "deep", "x"},
+		{"GET", "/hooks/a/x", "deep", "x"},
+		{"POST", "/hooks/b", "hooks", "b"},
+	}
+	for _, tc := range cases {
+		r, rest := rt.match(tc.method, tc.path)
+		if r == nil || r.Name != tc.route || rest != tc.rest {
+			t.Errorf("match(%s %s) = %v, %q; want %q, %q", tc.method, tc.path, r, rest, tc.route, tc.rest)
+		}
+	}
+}

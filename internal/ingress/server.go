@@ -422,7 +422,10 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 
 // clientIP is the peer address, or — when the peer is a trusted proxy —
 // the right-most X-Forwarded-For entry (of all its lines) that is not a
-// trusted proxy.
+// trusted proxy. When every entry is in a trusted range (a sender inside
+// the network the proxies serve: trusted_proxies 10.0.0.0/8, a caller at
+// 10.1.2.3), the sender is the left-most entry the walk reached, as nginx's
+// real_ip_recursive has it, not the proxy the request last came through.
 func (s *Server) clientIP(c *fiber.Ctx) string {
 	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
 	if !ok {
@@ -440,6 +443,7 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	for _, line := range c.Request().Header.PeekAll(fiber.HeaderXForwardedFor) {
 		parts = append(parts, strings.Split(string(line), ",")...)
 	}
+	sender := peer
 	for i := len(parts) - 1; i >= 0; i-- {
 		a, err := xffAddr(strings.TrimSpace(parts[i]))
 		if err != nil {
@@ -449,8 +453,9 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 		if !s.trusted(a) {
 			return a.String()
 		}
+		sender = a
 	}
-	return peer.String()
+	return sender.String()
 }
 
 // xffAddr parses one X-Forwarded-For entry: an address, or an address and
