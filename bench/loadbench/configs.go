@@ -17,8 +17,8 @@ type GatewayConfig struct {
 	RedisAddr  string
 	Prefix     string
 	LocalCache string // "" = default (32MiB)
-	// OnUnavailable is screen.on_unavailable ("" = default, store: first
-	// deliveries are confirmed by a ledger claim; reject: by a lookup).
+	// OnUnavailable is screen.on_unavailable ("" = default, store). With
+	// Redis, first deliveries are confirmed by a ledger claim in every mode.
 	OnUnavailable string
 	Sweep         string // "" = default (1m)
 	UpstreamURL   string

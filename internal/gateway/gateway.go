@@ -145,8 +145,12 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		LedgerUnavailable: failMode(cfg.Store.OnUnavailable),
 		// A shared screen can fail for one replica and not another; with
 		// on_unavailable store, screen claims must then be visible in the
-		// ledger (TestPartialScreenOutage).
-		ConfirmByClaim: cfg.Screen.Driver == config.ScreenRedis && cfg.Screen.OnUnavailable == config.ScreenUnavailableStore,
+		// ledger (TestPartialScreenOutage). And in every mode Redis can
+		// lose a claim while its delivery is in flight (eviction,
+		// FLUSHALL, a restart): the pending row is what stops a repeat
+		// from being forwarded beside it, since lease takeover is the one
+		// place the upstream may see a second copy (SPEC §1).
+		ConfirmByClaim: cfg.Screen.Driver == config.ScreenRedis,
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},

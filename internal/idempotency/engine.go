@@ -321,18 +321,62 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 				return e.mismatch(nil)
 			}
 			if p.RejectInflight {
+				if r, ok := e.settledInLedger(ctx, p, d, fwd, v, c.Owner); ok {
+					return r
+				}
 				return e.conflict("a delivery of this event is in flight")
 			}
 			if deadline.IsZero() {
 				deadline = time.Now().Add(p.WaitTimeout)
 			}
 			if !e.wait(ctx, v, d.Ref, c.Owner, local, deadline, attempt) {
+				if r, ok := e.settledInLedger(ctx, p, d, fwd, v, c.Owner); ok {
+					return r
+				}
 				return e.conflict("a delivery of this event is still in flight")
 			}
 		default:
 			return e.unavailable(fmt.Errorf("claim %q: unexpected status %v", d.Key, c.Status))
 		}
 	}
+}
+
+// settledInLedger answers, from the ledger, a repeat that the screen says
+// is in flight, before it gets a 409: when the delivery holding the screen
+// claim was recorded but marking its screen entry done failed (its
+// replica lost Redis right after the commit), the screen keeps the stale
+// claim until its lease runs out, and every repeat meanwhile would be
+// answered conflict although its record exists. A done row is replayed
+// and put into the screen over the stale claim (only over owner's claim:
+// a newer one is left alone); a held row answers held. It reports false,
+// and the repeat gets its 409, when the ledger holds no settled row or
+// cannot be read.
+func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, v via, owner string) (Result, bool) {
+	if v != viaScreen || ctx.Err() != nil {
+		return Result{}, false
+	}
+	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			e.depError("ledger", "lookup", err)
+		}
+		return Result{}, false
+	}
+	switch rec.State {
+	case StateDone:
+		ent := EntryOf(rec)
+		e.refill(ctx, d.Ref, owner, ent)
+		if cache := e.o.Cache; cache != nil {
+			cache.Put(d.Ref, ent, d.ticket)
+		}
+		return e.done(ctx, p, d, fwd, ent)
+	case StateHeld:
+		if !d.matches(rec.Fingerprint) && !p.ReplayOnMismatch {
+			return e.mismatch(nil), true
+		}
+		return e.held(), true
+	}
+	return Result{}, false
 }
 
 // cached answers d from the in-process cache when it holds d's record.

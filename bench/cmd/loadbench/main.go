@@ -48,7 +48,7 @@ func run() int {
 	cell := flag.Duration("cell", 0, "override the measured time of a closed-loop cell")
 	rss := flag.Duration("rss", 0, "override the duration of the memory run")
 	l1 := flag.Int("l1-conns", 0, "override L1's connection cap")
-	onUnavailable := flag.String("screen-on-unavailable", "", "screen.on_unavailable of the Redis gateways (default: hookstamp's, store; reject confirms first deliveries by a lookup instead of a ledger claim)")
+	onUnavailable := flag.String("screen-on-unavailable", "", "screen.on_unavailable of the Redis gateways (default: hookstamp's, store)")
 	baseline := flag.String("baseline", "", "also run the Redis+PG, ledger-only and embedded gateways from this other build of loadbench (systems B1@base…), interleaved, for before/after")
 	concs := flag.String("concurrency", "", "comma-separated closed-loop concurrencies (default 16,64,256)")
 	keep := flag.Bool("keep", false, "keep the work directory (child configurations and logs)")

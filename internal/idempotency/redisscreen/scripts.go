@@ -32,6 +32,13 @@ import "github.com/redis/go-redis/v9"
 // before it (heldScript sees the entry gone or done) or finds w set.
 // Takeover and Forget always publish; they are rare. PUBLISH in a script
 // is fine on Cluster: non-sharded messages reach every node.
+//
+// PUBLISH goes through redis.pcall: the message only wakes waiters early
+// (they poll anyway), so its refusal must not fail — and, raised halfway,
+// leave half done — the operation around it. Redis 7 gives a new ACL user
+// no channel (acl-pubsub-default resetchannels): a user granted the
+// prefix's keys but not &{prefix}events would otherwise fail every
+// takeover, every admin delete and every completion a repeat waits for.
 
 // claimScript: ARGV = channel, owner, fingerprint, lease ms.
 // Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
@@ -58,7 +65,7 @@ if v[1] == 'f' then
     return {3, v[2], v[4], left}
   end
   status = 2
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
+  redis.pcall('PUBLISH', ARGV[1], KEYS[1])
 end
 local lease = tonumber(ARGV[4])
 if v[1] then
@@ -86,7 +93,7 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'd', 'f', ARGV[3], 'e', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if v[2] then
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
+  redis.pcall('PUBLISH', ARGV[1], KEYS[1])
 end
 return 1
 `)
@@ -114,7 +121,7 @@ if v[1] ~= 'f' or v[2] ~= ARGV[2] then
 end
 redis.call('DEL', KEYS[1])
 if v[3] then
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
+  redis.pcall('PUBLISH', ARGV[1], KEYS[1])
 end
 return 1
 `)
@@ -129,7 +136,7 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'x')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if old and old ~= 'x' then
-  redis.call('PUBLISH', ARGV[1], KEYS[1])
+  redis.pcall('PUBLISH', ARGV[1], KEYS[1])
   return 1
 end
 return 0
