@@ -414,11 +414,11 @@ func TestSpansCarryNoBodies(t *testing.T) {
 			for _, s := range exp.GetSpans() {
 				var all []string
 				for _, a := range s.Attributes {
-					all = append(all, string(a.Key)+"="+a.Value.Emit())
+					all = append(all, string(a.Key)+"="+a.Value.String())
 				}
 				for _, e := range s.Events {
 					for _, a := range e.Attributes {
-						all = append(all, e.Name+":"+string(a.Key)+"="+a.Value.Emit())
+						all = append(all, e.Name+":"+string(a.Key)+"="+a.Value.String())
 					}
 				}
 				all = append(all, s.Name, s.Status.Description)
