@@ -998,3 +998,25 @@ func TestRoutePathEscapes(t *testing.T) {
 		t.Error("an exact route and a prefix route overlap")
 	}
 }
+
+// A number written with YAML's digit separators, in hex or in octal is
+// still the number YAML reads (SPEC §3: sizes accept plain bytes), though
+// parseYAML keeps its text for string fields: `body_limit: 1_048_576` was
+// refused with "bad size".
+func TestNumberSpellingsOfYAML(t *testing.T) {
+	c := mustLoad(t, `
+server: {body_limit: 1_048_576}
+store: {max_open_conns: 0x10}
+screen: {redis: {db: 0o7}}
+telemetry: {traces: {sample_ratio: 0.000_5}}
+`+minimal)
+	if c.Server.BodyLimit != MiB || c.Store.MaxOpenConns != 16 || c.Screen.Redis.DB != 7 || c.Telemetry.Traces.SampleRatio != 0.0005 {
+		t.Fatalf("body_limit %d, max_open_conns %d, db %d, sample_ratio %v; want 1MiB, 16, 7, 0.0005",
+			c.Server.BodyLimit, c.Store.MaxOpenConns, c.Screen.Redis.DB, c.Telemetry.Traces.SampleRatio)
+	}
+	// A text field still gets the text as written.
+	c = mustLoad(t, "admin: {token: 0x10}\n"+minimal)
+	if c.Admin.Token != "0x10" {
+		t.Fatalf("admin.token = %q, want 0x10", c.Admin.Token)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // schema checks the raw tree against the Config struct before decoding: every
@@ -63,6 +65,9 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 		case string:
 			n, err := ParseSize(x)
 			if err != nil {
+				if n, ok := yamlNumber(x).(int); ok && n >= 0 {
+					return Size(n)
+				}
 				return s.bad(path, t, def, "%v", err)
 			}
 			return n
@@ -107,6 +112,9 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 			if n, err := strconv.Atoi(strings.TrimSpace(x)); err == nil {
 				return n
 			}
+			if n, ok := yamlNumber(x).(int); ok {
+				return n
+			}
 		}
 		return s.bad(path, t, def, "want an integer, got %s", showAt(path, v))
 	case reflect.Float64:
@@ -121,11 +129,35 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 			if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
 				return f
 			}
+			switch n := yamlNumber(x).(type) {
+			case float64:
+				return n
+			case int:
+				return float64(n)
+			}
 		}
 		return s.bad(path, t, def, "want a number, got %s", showAt(path, v))
 	}
 	// Every field type of Config is handled above.
 	panic(fmt.Sprintf("config: no schema rule for %s at %s", t, path))
+}
+
+// yamlNumber reads x as YAML reads an unquoted number: with digit
+// separators ("1_048_576"), in hex ("0x10") or octal ("0o17"). parseYAML
+// keeps such a number as the text written, for the string fields it may
+// belong to; a numeric field must still get the number YAML meant, as it
+// did before parseYAML kept the text.
+// It returns an int or a float64, or nil when x is no such number.
+func yamlNumber(x string) any {
+	var v any
+	if err := yaml.Unmarshal([]byte(x), &v); err != nil {
+		return nil
+	}
+	switch v.(type) {
+	case int, float64:
+		return v
+	}
+	return nil
 }
 
 func (s *schema) structure(path string, t reflect.Type, v, def any) any {
