@@ -392,14 +392,15 @@ func (g *Gateway) localCacheMaxAge() time.Duration {
 
 // localCacheBytes is the in-process cache's budget (screen.local_cache),
 // or 0 when nothing could carry an operator's DELETE to other replicas'
-// caches: with screen "none" on PostgreSQL, replicas share the ledger but
-// no channel (that is Redis pub/sub's job with the Redis screen), and they
-// would go on replaying a deleted record for up to
-// idempotency.DefaultCacheMaxAge. A SQLite ledger, or the memory screen,
-// is one process's, and its deletes reach its own cache.
+// caches: with screen "none", replicas share the ledger but no channel
+// (that is Redis pub/sub's job with the Redis screen), and they would go
+// on replaying a deleted record for up to idempotency.DefaultCacheMaxAge.
+// That holds on SQLite too: screen "none" is how several processes on one
+// host share a SQLite file and agree on claims through it. Only the memory
+// screen is one process's by contract, and its deletes reach its own cache.
 func (g *Gateway) localCacheBytes() int {
 	n := int(g.cfg.Screen.LocalCache)
-	if n > 0 && g.cfg.Screen.Driver == config.ScreenNone && g.cfg.Store.Driver == config.StorePostgres {
+	if n > 0 && g.cfg.Screen.Driver == config.ScreenNone {
 		g.log.Info("screen.local_cache is off: with screen.driver none, nothing would carry an operator's DELETE to other replicas' caches")
 		return 0
 	}

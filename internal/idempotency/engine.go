@@ -278,6 +278,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		}
 		var c Claim
 		var v via
+		claimedAt := time.Now()
 		local := e.flights.get(d.Ref)
 		if local != nil {
 			c, v = Claim{Status: InFlight, Fingerprint: local.fingerprint}, viaLocal
@@ -289,7 +290,9 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		}
 		switch c.Status {
 		case Acquired, TakenOver:
-			return e.forward(ctx, p, d, fwd, req.Owner, v, c.Status == TakenOver)
+			fctx, cancel := e.withinLease(ctx, claimedAt)
+			defer cancel()
+			return e.forward(fctx, p, d, fwd, req.Owner, v, c.Status == TakenOver)
 		case Done:
 			// A done record never changes: keep it, so that the next repeat
 			// is answered without a network call (and a cached entry that
@@ -721,6 +724,22 @@ func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, local *
 		}
 	}
 	return ctx.Err() == nil && time.Now().Before(deadline)
+}
+
+// withinLease bounds a claimed delivery's forward by its claim's lease,
+// counted from claimedAt (taken before the claim was asked for, so on the
+// safe side of the lease's start), less a reserve for the commit that
+// follows: upstream.timeout is only shorter than the lease, and what the
+// claim and its confirmation took (a slow ledger, a slow Redis) comes out
+// of the same lease. A forward still running when the lease ran out would
+// let a repeat at another replica take the live claim over and forward a
+// second copy, and the two providers would both be told "forwarded" with
+// different answers; ended here, it is a timeout like any other (released,
+// or held on a hold route). With the defaults (30s lease, 10s timeout) it
+// never binds.
+func (e *Engine) withinLease(ctx context.Context, claimedAt time.Time) (context.Context, context.CancelFunc) {
+	reserve := min(e.o.OpTimeout, e.o.Lease/10)
+	return context.WithDeadline(ctx, claimedAt.Add(e.o.Lease-reserve))
 }
 
 // forward sends the delivery for the claim's owner and settles the claim:
