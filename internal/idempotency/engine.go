@@ -452,14 +452,8 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, d Deliv
 	case rec == nil:
 		return c, viaScreen, nil
 	}
-	switch rec.State {
-	case StateDone:
-		ent := EntryOf(rec)
-		e.refill(ctx, req.Ref, req.Owner, ent)
-		return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, nil
-	case StateHeld:
-		e.release(ctx, viaScreen, req.Ref, req.Owner)
-		return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, nil
+	if rc, v, ok := e.recordedClaim(ctx, req, rec); ok {
+		return rc, v, nil
 	}
 	// A pending row: a replica claimed in the ledger while it could not
 	// reach the screen. Its claim stands while its lease lives.
@@ -512,6 +506,23 @@ func (e *Engine) screenClaim(ctx context.Context, req ClaimRequest) (Claim, erro
 	return c, err
 }
 
+// recordedClaim answers a screen claim whose confirmation found rec done
+// or held: a done record is put into the screen over the claim (repeats
+// are answered there again), a held one releases the claim and stands.
+// false for any other state.
+func (e *Engine) recordedClaim(ctx context.Context, req ClaimRequest, rec *Record) (Claim, via, bool) {
+	switch rec.State {
+	case StateDone:
+		ent := EntryOf(rec)
+		e.refill(ctx, req.Ref, req.Owner, ent)
+		return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, true
+	case StateHeld:
+		e.release(ctx, viaScreen, req.Ref, req.Owner)
+		return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, true
+	}
+	return Claim{}, viaNone, false
+}
+
 // confirmByClaim confirms a screen claim by claiming in the ledger as well
 // (Options.ConfirmByClaim): the conditional insert fails if a replica that
 // could not reach the screen holds a pending row, and reports a recorded or
@@ -525,14 +536,8 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c Claim) 
 		if rec := e.readable(ctx, req.Ref, err); rec != nil {
 			// The ledger refused the claim but holds the record: answer
 			// from it, as a lookup confirming the claim would have.
-			switch rec.State {
-			case StateDone:
-				ent := EntryOf(rec)
-				e.refill(ctx, req.Ref, req.Owner, ent)
-				return Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}, viaScreen, nil
-			case StateHeld:
-				e.release(ctx, viaScreen, req.Ref, req.Owner)
-				return Claim{Status: Held, Fingerprint: rec.Fingerprint}, viaLedger, nil
+			if rc, v, ok := e.recordedClaim(ctx, req, rec); ok {
+				return rc, v, nil
 			}
 		}
 		if e.passLedger(err) {
