@@ -165,14 +165,7 @@ func TestExactlyOnceMatrix(t *testing.T) {
 func matrixCase(t *testing.T, screen, ledger string, n int, inflight, amb string, seed int64) {
 	const timeout = time.Second
 	up := newFlakyUpstream(t, seed, timeout)
-	dsn := dbPath(t)
-	if ledger == config.StorePostgres {
-		dsn = testenv.Postgres(t)
-	}
-	var addr, prefix string
-	if screen == config.ScreenRedis {
-		addr, prefix = testenv.RedisPrefix(t)
-	}
+	dsn, addr, prefix := matrixStores(t, screen, ledger)
 	gws := make([]*Gateway, n)
 	for i := range gws {
 		cfg := gwConfig(t, up.URL, "unused.db", fmt.Sprintf(`    inflight: %s
@@ -399,14 +392,7 @@ func waitersCase(t *testing.T, screen, ledger string, n int, first, amb string) 
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"n":%d}`, i)
 	})
-	dsn := dbPath(t)
-	if ledger == config.StorePostgres {
-		dsn = testenv.Postgres(t)
-	}
-	var addr, prefix string
-	if screen == config.ScreenRedis {
-		addr, prefix = testenv.RedisPrefix(t)
-	}
+	dsn, addr, prefix := matrixStores(t, screen, ledger)
 	gws := make([]*Gateway, n)
 	for i := range gws {
 		cfg := gwConfig(t, up.URL, "unused.db", fmt.Sprintf(`    wait_timeout: 8s
@@ -530,4 +516,18 @@ func TestSlowConfirmDoesNotOutliveTheLease(t *testing.T) {
 		t.Errorf("first %d %q %s, repeat %d %q %s: want exactly one forwarded (upstream got %d)",
 			r.status, r.outcome(), r.body, repeat.status, repeat.outcome(), repeat.body, up.count("evt_lease"))
 	}
+}
+
+// matrixStores gives a matrix case its own ledger (a SQLite file or a
+// PostgreSQL schema) and, with the Redis screen, its own key prefix.
+func matrixStores(t *testing.T, screen, ledger string) (dsn, addr, prefix string) {
+	t.Helper()
+	dsn = dbPath(t)
+	if ledger == config.StorePostgres {
+		dsn = testenv.Postgres(t)
+	}
+	if screen == config.ScreenRedis {
+		addr, prefix = testenv.RedisPrefix(t)
+	}
+	return dsn, addr, prefix
 }

@@ -182,15 +182,7 @@ func TestReplayLinkAfterRestart(t *testing.T) {
 		t.Run(tt, func(t *testing.T) {
 			up := newUpstream(t)
 			cfg := gatewayConfig(t, up.URL, oneRoute, "")
-			store, screen, _ := strings.Cut(tt, "-")
-			if store == "postgres" {
-				cfg.Store.Driver, cfg.Store.DSN = "postgres", testenv.Postgres(t)
-			}
-			cfg.Screen.Driver = screen
-			if screen == "redis" {
-				addr, prefix := testenv.RedisPrefix(t)
-				cfg.Screen.Redis.Addrs, cfg.Screen.Prefix = []string{addr}, prefix
-			}
+			useStores(t, cfg, tt)
 			exp1, o1 := spanRecorder()
 			g1 := startGateway(t, cfg, o1)
 			wantOutcome(t, send(t, g1, "/hooks", `{"a":1}`, "X-Event-Id", "evt_restart"), 200, "forwarded")
@@ -360,15 +352,7 @@ func TestWaitedReplayLinks(t *testing.T) {
 				_, _ = w.Write([]byte(`ok`))
 			}
 			cfg := gatewayConfig(t, up.URL, oneRoute, "")
-			store, screen, _ := strings.Cut(tt, "-")
-			if store == "postgres" {
-				cfg.Store.Driver, cfg.Store.DSN = "postgres", testenv.Postgres(t)
-			}
-			cfg.Screen.Driver = screen
-			if screen == "redis" {
-				addr, prefix := testenv.RedisPrefix(t)
-				cfg.Screen.Redis.Addrs, cfg.Screen.Prefix = []string{addr}, prefix
-			}
+			useStores(t, cfg, tt)
 			exp, o := spanRecorder()
 			g := startGateway(t, cfg, o)
 			first := make(chan reply, 1)
@@ -396,15 +380,7 @@ func TestSpansCarryNoBodies(t *testing.T) {
 			up := newUpstream(t)
 			up.reply = func(w http.ResponseWriter, r *http.Request, n int) { _, _ = w.Write([]byte(`RESPMARKER`)) }
 			cfg := gatewayConfig(t, up.URL, oneRoute, "")
-			store, screen, _ := strings.Cut(tt, "-")
-			if store == "postgres" {
-				cfg.Store.Driver, cfg.Store.DSN = "postgres", testenv.Postgres(t)
-			}
-			cfg.Screen.Driver = screen
-			if screen == "redis" {
-				addr, prefix := testenv.RedisPrefix(t)
-				cfg.Screen.Redis.Addrs, cfg.Screen.Prefix = []string{addr}, prefix
-			}
+			useStores(t, cfg, tt)
 			exp, o := spanRecorder()
 			g := startGateway(t, cfg, o)
 			wantOutcome(t, send(t, g, "/hooks?tok=QUERYMARKER", `{"m":"BODYMARKER"}`, "X-Event-Id", "evt_b"), 200, "forwarded")
@@ -561,5 +537,20 @@ func TestTooLargeDeliveryNamesItsKey(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("no too_large log line naming evt_big with its trace id:\n%s", buf.String())
+	}
+}
+
+// useStores points cfg at the stores a "ledger-screen" case names
+// ("postgres-redis", "sqlite-none"), each the test's own.
+func useStores(t *testing.T, cfg *config.Config, tt string) {
+	t.Helper()
+	store, screen, _ := strings.Cut(tt, "-")
+	if store == "postgres" {
+		cfg.Store.Driver, cfg.Store.DSN = "postgres", testenv.Postgres(t)
+	}
+	cfg.Screen.Driver = screen
+	if screen == "redis" {
+		addr, prefix := testenv.RedisPrefix(t)
+		cfg.Screen.Redis.Addrs, cfg.Screen.Prefix = []string{addr}, prefix
 	}
 }
