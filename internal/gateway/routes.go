@@ -64,6 +64,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 			MaxBody:          int(rc.Record.MaxBody),
 			HoldAmbiguous:    rc.Record.Ambiguous == config.AmbiguousHold,
 			Retention:        rc.Retention,
+			UpstreamTimeout:  rc.Upstream.Timeout,
 		},
 		Extractor:       ex,
 		Fingerprinter:   fp,

@@ -290,7 +290,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		}
 		switch c.Status {
 		case Acquired, TakenOver:
-			fctx, cancel := e.withinLease(ctx, claimedAt)
+			fctx, cancel := e.withinLease(ctx, p, claimedAt)
 			defer cancel()
 			return e.forward(fctx, p, d, fwd, req.Owner, v, c.Status == TakenOver)
 		case Done:
@@ -741,9 +741,15 @@ func (e *Engine) wait(ctx context.Context, v via, ref Ref, owner string, local *
 // second copy, and the two providers would both be told "forwarded" with
 // different answers; ended here, it is a timeout like any other (released,
 // or held on a hold route). With the defaults (30s lease, 10s timeout) it
-// never binds.
-func (e *Engine) withinLease(ctx context.Context, claimedAt time.Time) (context.Context, context.CancelFunc) {
+// never binds. The reserve never takes more than half of what the
+// configuration leaves between upstream.timeout and the lease (SPEC §3
+// asks only lease > timeout): otherwise an upstream answering within its
+// timeout after a fast claim would be cut to a 504 and forwarded again.
+func (e *Engine) withinLease(ctx context.Context, p *Policy, claimedAt time.Time) (context.Context, context.CancelFunc) {
 	reserve := min(e.o.OpTimeout, e.o.Lease/10)
+	if t := p.UpstreamTimeout; t > 0 && t < e.o.Lease {
+		reserve = min(reserve, (e.o.Lease-t)/2)
+	}
 	return context.WithDeadline(ctx, claimedAt.Add(e.o.Lease-reserve))
 }
 

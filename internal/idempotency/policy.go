@@ -40,6 +40,10 @@ type Policy struct {
 	HoldAmbiguous bool
 	// Retention is the ledger row lifetime.
 	Retention time.Duration
+	// UpstreamTimeout is upstream.timeout: the engine keeps the commit's
+	// reserve at the end of a claim's lease out of it (withinLease). 0
+	// leaves the reserve as it is.
+	UpstreamTimeout time.Duration
 }
 
 // final reports whether the upstream's answer is recorded.
