@@ -78,6 +78,11 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	cl := clBuf[:0]
 	hasCL, hasTE, hasHost := false, false, false
 	chunkedCodings, otherCodings := 0, 0
+	// Whether the list's last coding is chunked, judged on the last line:
+	// "gzip" then "chunked" on two lines is "gzip, chunked" (RFC 9110
+	// §5.3), a coding the gateway does not decode (501), not a length that
+	// cannot be known (400).
+	endsChunked := false
 	h.VisitAllInOrder(func(name, value []byte) {
 		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h') {
 			return
@@ -100,9 +105,7 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			hasTE = true
 			codings := bytes.Split(value, []byte(","))
-			if !bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked")) {
-				problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
-			}
+			endsChunked = bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked"))
 			for _, c := range codings {
 				switch c = bytes.TrimSpace(c); {
 				case len(c) == 0: // an empty list element (RFC 9110 §5.6.1)
@@ -114,6 +117,9 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 			}
 		}
 	})
+	if problem == "" && hasTE && !endsChunked {
+		problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+	}
 	if problem == "" {
 		// The fields as fasthttp keeps them, which is what is forwarded
 		// (VisitAllInOrder skips a field with an empty name).
