@@ -613,20 +613,7 @@ func TestAdminStatsReplicas(t *testing.T) {
 	s := sharedSetup(t)
 	a, b := s.start(t), s.start(t)
 	script(t, s.upstream, a, b)
-	wantStats := normalized(t, scriptStats())
-	for _, g := range []*gateway.Gateway{a, b} {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := adminStats(t, g)
-			if reflect.DeepEqual(got, wantStats) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, wantStats)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	wantStatsOn(t, normalized(t, scriptStats()), a, b)
 }
 
 // Two deployments sharing one Redis under different screen.prefix values
@@ -928,5 +915,24 @@ func TestAdminMethodsAndAllow(t *testing.T) {
 	wantAdminProblem(t, a, http.StatusMethodNotAllowed)
 	if got := a.header.Get("Allow"); got != "GET, HEAD, DELETE, POST" {
 		t.Errorf("PUT .../resolve: Allow %q", got)
+	}
+}
+
+// wantStatsOn polls each gateway's /admin/stats until it equals want
+// (recording is flushed every second), failing after 5 s.
+func wantStatsOn(t *testing.T, want any, gws ...*gateway.Gateway) {
+	t.Helper()
+	for _, g := range gws {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := adminStats(t, g)
+			if reflect.DeepEqual(got, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -2,13 +2,10 @@ package gateway_test
 
 import (
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
-	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -40,20 +37,7 @@ func TestAdminOnRedisCluster(t *testing.T) {
 		s := clusterSetup(t)
 		a, b := s.start(t), s.start(t)
 		script(t, s.upstream, a, b)
-		wantStats := normalized(t, scriptStats())
-		for _, g := range []*gateway.Gateway{a, b} {
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				got := adminStats(t, g)
-				if reflect.DeepEqual(got, wantStats) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, wantStats)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
+		wantStatsOn(t, normalized(t, scriptStats()), a, b)
 	})
 	t.Run("delete reaches other replicas", func(t *testing.T) {
 		deleteReachesOtherReplicas(t, clusterSetup(t), "1MiB")

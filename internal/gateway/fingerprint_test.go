@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -40,11 +38,7 @@ func TestFingerprintModeChangeKeepsRetriesOfOldRecords(t *testing.T) {
 		body := `{"id":"evt_sw","amount":5,"ts":1}`
 		first := send(t, before, "/hooks", body)
 		wantOutcome(t, first, 200, "forwarded")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := before.Shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
+		shutdownGateway(t, before)
 
 		after := startGateway(t, s.config(t, up.URL, "    fingerprint: {mode: fields, fields: [\"json:amount\"]}\n", ""))
 		r := send(t, after, "/hooks", body)
@@ -67,11 +61,7 @@ func TestFingerprintModeChangeKeepsRetriesWithScreenDown(t *testing.T) {
 	body := `{"id":"evt_swp","amount":5,"ts":1}`
 	first := send(t, before, "/hooks", body)
 	wantOutcome(t, first, 200, "forwarded")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := before.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	shutdownGateway(t, before)
 
 	rs := testenv.StartRedisServer(t)
 	rs.Stop()

@@ -253,3 +253,14 @@ func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// shutdownGateway stops g as SIGTERM would, before the test restarts on
+// the same stores.
+func shutdownGateway(tb testing.TB, g *Gateway) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookstamp/hookstamp/internal/config"
-	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 	"github.com/hookstamp/hookstamp/internal/testenv"
@@ -262,21 +261,7 @@ func TestOTLPGeneralEnvVars(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-	up := newUpstream(t)
-	cfg := gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}")
-	g, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_env"), 200, "forwarded")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := g.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	forwardOneThroughOTLP(t, "evt_env")
 	if len(recv.resourceSpans()) == 0 {
 		t.Fatalf("no spans received")
 	}

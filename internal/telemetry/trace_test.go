@@ -506,21 +506,7 @@ func TestOTLPExporterProtocol(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-	up := newUpstream(t)
-	cfg := gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}")
-	g, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_grpc"), 200, "forwarded")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := g.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	forwardOneThroughOTLP(t, "evt_grpc")
 	recv.mu.Lock()
 	names := slices.Clone(recv.names)
 	recv.mu.Unlock()
@@ -529,7 +515,7 @@ func TestOTLPExporterProtocol(t *testing.T) {
 	}
 
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-	_, err = gateway.New(context.Background(), gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}"),
+	_, err = gateway.New(context.Background(), gatewayConfig(t, "http://127.0.0.1:9", oneRoute, "telemetry: {traces: {exporter: otlp}}"),
 		gateway.Options{Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), `"http/json" is not supported`) {
 		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v, want a start-up error naming it", err)
@@ -568,5 +554,27 @@ func TestSpanMethodSurvivesTheNextRequest(t *testing.T) {
 	want := []string{"POST /hooks / POST", "GET / GET", "POST / POST"}
 	if !slices.Equal(got, want) {
 		t.Errorf("server spans (name / http.request.method) %q, want %q", got, want)
+	}
+}
+
+// forwardOneThroughOTLP runs a gateway exporting traces over OTLP (as the
+// OTEL_EXPORTER_OTLP_* environment says), forwards one delivery with key
+// through it and shuts it down, which flushes the exporter.
+func forwardOneThroughOTLP(t *testing.T, key string) {
+	t.Helper()
+	up := newUpstream(t)
+	cfg := gatewayConfig(t, up.URL, oneRoute, "telemetry: {traces: {exporter: otlp}}")
+	g, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", key), 200, "forwarded")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
