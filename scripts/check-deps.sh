@@ -15,4 +15,12 @@ if ! (exec 3<>"/dev/tcp/${rd%:*}/${rd#*:}") 2>/dev/null; then
   ok=0
 fi
 command -v redis-server >/dev/null || { echo "make test: redis-server is not on PATH (outage tests start their own)" >&2; ok=0; }
+# The PgBouncer test starts its own pgbouncer: install Debian's package on a
+# fresh machine rather than fail (make test does its own set-up).
+has_pgbouncer() { command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; }
+if ! has_pgbouncer && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "make test: installing pgbouncer (apt-get install pgbouncer)" >&2
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; } >/dev/null 2>&1 || true
+fi
+has_pgbouncer || { echo "make test: pgbouncer is not installed (apt-get install -y pgbouncer; the PgBouncer test starts its own)" >&2; ok=0; }
 [ $ok = 1 ] || exit 1
