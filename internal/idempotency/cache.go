@@ -254,13 +254,26 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 // same names and values. At most maxHeaderSets distinct sets are kept
 // (routes that keep a header unique to each answer, such as a request id,
 // would fill any table); entries past that keep their own map.
+//
+// The table is never emptied and its sets are not charged to the budget,
+// so only small sets enter it (maxSharedHeaderBytes): it then holds at
+// most about 1 MiB whatever the answers. Sharing pays off for the few
+// short sets a route's answers repeat (a Content-Type); large ones kept it
+// uncharged long after their entries were evicted, or had never been
+// cached (a 16 KiB Location unique to each answer: 73× a 1 MiB budget,
+// TestCacheBudgetHoldsWithLargeUniqueHeaders).
 type headerSets struct {
 	mu   sync.Mutex
 	sets map[string]map[string]string
 	buf  []byte
 }
 
-const maxHeaderSets = 1024
+const (
+	maxHeaderSets = 1024
+	// maxSharedHeaderBytes bounds the names and values of a shared set;
+	// a larger set stays its entry's own, charged to the budget.
+	maxSharedHeaderBytes = 256
+)
 
 // share returns the map an entry with headers h keeps, and whether it is
 // one that other entries already hold (and its memory is not the entry's):
@@ -268,6 +281,13 @@ const maxHeaderSets = 1024
 // table is full.
 func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
 	if len(h) == 0 || len(h) > 4 {
+		return h, false
+	}
+	size := 0
+	for k, v := range h {
+		size += len(k) + len(v)
+	}
+	if size > maxSharedHeaderBytes {
 		return h, false
 	}
 	hs.mu.Lock()

@@ -340,3 +340,36 @@ func TestCacheHashCollision(t *testing.T) {
 		t.Fatalf("%d entries after replacing a colliding one", c.Len())
 	}
 }
+
+// TestCacheBudgetHoldsWithLargeUniqueHeaders: answers whose kept headers
+// are large and differ from answer to answer (an upstream that puts a
+// request id, a long Location or what the sender sent into a kept header)
+// cost the process no more than screen.local_cache, like any others. The
+// table of shared header sets is not charged to the budget: sets that
+// outlived their entries, or that came with entries too large to cache,
+// must not hold megabytes of headers beside it.
+func TestCacheBudgetHoldsWithLargeUniqueHeaders(t *testing.T) {
+	const budget = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := NewCache(budget, 64<<10, time.Hour)
+	for i := range 2 * maxHeaderSets {
+		// 16 KiB of header per answer: fits a shard's budget (32 KiB here),
+		// so it is cached, and evicted by the next answers of its shard.
+		hdr := map[string]string{"Content-Type": "application/json", "Location": fmt.Sprintf("/r/%06d/%s", i, strings.Repeat("x", 16<<10))}
+		c.Put(Ref{Route: "hooks", Key: fmt.Sprint("evt_", i)}, &Entry{
+			Response:   Response{Status: 201, Headers: hdr, Body: []byte(`{"ok":true}`)},
+			BodyCached: true,
+		}, c.Ticket())
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	cost := float64(held) * gcHeadroom()
+	if ratio := cost / budget; ratio > 1.5 {
+		t.Fatalf("%d entries cached hold %d bytes of heap, costing %.0f for a budget of %d (%.1f×)", c.Len(), held, cost, budget, ratio)
+	}
+	t.Logf("%d entries cached; %d bytes of heap, cost %.2f× the budget", c.Len(), held, cost/budget)
+	runtime.KeepAlive(c)
+}
