@@ -366,9 +366,27 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	out.Body = body
 	// Reusable only if the answer had its own framing (a length, chunks,
 	// or no body by definition), the upstream keeps the connection open,
-	// and nothing more than the answer arrived.
+	// and nothing more than the answer arrived or was announced.
 	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody
-	return out, framed && !resp.Close && c.br.Buffered() == 0, nil
+	return out, framed && !resp.Close && !bodyAnnounced204(resp) && c.br.Buffered() == 0, nil
+}
+
+// bodyAnnounced204 reports a 204 whose head announces a body all the same
+// (Transfer-Encoding, or a Content-Length other than 0), which a server
+// must not send (RFC 9110 §8.6, RFC 9112 §6.1). http.ReadResponse rightly
+// reads no body after a 204, but an upstream that announced one is likely
+// to write it, and bytes arriving after the connection was pooled would be
+// read as the start of the next delivery's answer, past the idle check:
+// that delivery, processed, would fail as "no answer" and be sent again.
+func bodyAnnounced204(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusNoContent {
+		return false
+	}
+	if len(resp.TransferEncoding) > 0 {
+		return true
+	}
+	cl, ok := resp.Header["Content-Length"]
+	return ok && (len(cl) != 1 || textproto.TrimString(cl[0]) != "0")
 }
 
 // connectionOf returns the Connection field values of the final answer in

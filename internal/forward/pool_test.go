@@ -349,3 +349,45 @@ func TestDoEndlessHeaders(t *testing.T) {
 		t.Fatalf("Do = %v, want ErrNoAnswer for headers over 1 MiB", err)
 	}
 }
+
+// A 204 that announces a body (RFC 9110 §8.6 forbids it) is read without
+// one, but its connection is not pooled: the announced bytes, if they come
+// after the idle check, would be read as the next delivery's answer, and
+// that delivery, processed by the upstream, would fail as no answer. A 204
+// with "Content-Length: 0", as many servers send, keeps its connection.
+func TestDoNoReuseAfterA204AnnouncingABody(t *testing.T) {
+	for _, c := range []struct {
+		name, head, late string
+		conns            int64
+	}{
+		{"content-length", "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", "hello", 2},
+		{"chunked", "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n0\r\n\r\n", 2},
+		{"content-length 0", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newRawUpstream(t, func(conn net.Conn, req *http.Request, _ []byte) bool {
+				if req.URL.Path != "/first" {
+					return okAnswer(conn, req, nil)
+				}
+				if _, err := io.WriteString(conn, c.head); err != nil {
+					return false
+				}
+				time.Sleep(100 * time.Millisecond) // the next delivery is written by now
+				_, err := io.WriteString(conn, c.late)
+				return err == nil
+			})
+			f := newForwarder(t, forward.Options{})
+			resp, err := f.Do(context.Background(), post("http://"+u.addr+"/first", "a"))
+			if err != nil || resp.Status != http.StatusNoContent || len(resp.Body) != 0 {
+				t.Fatalf("first delivery: %+v %v; want 204 without body", resp, err)
+			}
+			resp, err = f.Do(context.Background(), post("http://"+u.addr+"/next", "b"))
+			if err != nil || resp.Status != http.StatusOK || string(resp.Body) != "ok" {
+				t.Fatalf("next delivery: %+v %v (ambiguous %v); want the upstream's 200 \"ok\"", resp, err, forward.Ambiguous(err))
+			}
+			if n := u.conns.Load(); n != c.conns {
+				t.Errorf("%d connections for 2 deliveries, want %d", n, c.conns)
+			}
+		})
+	}
+}

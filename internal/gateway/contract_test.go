@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // rawUpstream is an upstream that answers every request with resp,
@@ -118,4 +120,67 @@ func TestCookieLinesForwardedAsSent(t *testing.T) {
 	if got := up.lastHeader().Values("Cookie"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("upstream got Cookie %q, want %q as sent", got, want)
 	}
+}
+
+// A 204 has no body (RFC 9110 §15.3.5), and a server must not send it
+// Content-Length or Transfer-Encoding (RFC 9110 §8.6, RFC 9112 §6.1). An
+// upstream whose 204 announces a body anyway, and then writes those bytes a
+// moment later, left them on the pooled connection for the next delivery:
+// the gateway read them as the start of that delivery's answer, called it
+// no answer (502 released) although the upstream had processed it and
+// answered 200, and the provider's retry reached the upstream a second
+// time (SPEC §4: one forward per claim).
+func TestBodyAnnouncedOnA204NeverAnswersTheNextDelivery(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { ln.Close() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					key := req.Header.Get("Idempotency-Key")
+					mu.Lock()
+					seen[key]++
+					mu.Unlock()
+					if key != "evt_204" {
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+						continue
+					}
+					// The 204's announced body, late: after the gateway has
+					// answered the provider and pooled the connection.
+					_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n")
+					time.Sleep(300 * time.Millisecond)
+					_, _ = io.WriteString(c, "hello")
+				}
+			})
+		}
+	})
+	count := func(key string) int { mu.Lock(); defer mu.Unlock(); return seen[key] }
+	g := startGateway(t, gwConfig(t, "http://"+ln.Addr().String(), dbPath(t), "", ""))
+
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_204"}`), http.StatusNoContent, "forwarded")
+	first := send(t, g, "/hooks", `{"id":"evt_next"}`)
+	retry := send(t, g, "/hooks", `{"id":"evt_next"}`)
+	if n := count("evt_next"); n != 1 || first.status != http.StatusOK || first.outcome() != "forwarded" {
+		t.Fatalf("delivery after the 204: %d %q %s, upstream got it %d times; want 200 forwarded, once",
+			first.status, first.outcome(), first.body, n)
+	}
+	wantOutcome(t, retry, http.StatusOK, "replayed")
 }
