@@ -553,3 +553,65 @@ func patientGateway(t *testing.T) (*Gateway, *upstream, net.Conn) {
 	t.Cleanup(func() { c.Close() })
 	return g, up, c
 }
+
+// A delivery answered while the gateway drains tells its client to close
+// the connection. Without `Connection: close` the client (a provider, or
+// the load balancer in front, pooling connections) keeps it for its next
+// delivery, but the draining gateway closes it right after this answer:
+// that next POST goes into a closed socket and fails after being sent —
+// not safely retryable, so a balancer answers 502 and the provider logs
+// a failed attempt — instead of dialling a replica that is serving.
+func TestShutdownClosesKeptAliveConnections(t *testing.T) {
+	up := newUpstream(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the upstream closes (cleanups run last first)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		<-release
+		fmt.Fprint(w, "done")
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"id":"evt_keepalive"}`
+	// HTTP/1.1 without "Connection: close": a client that keeps its connection.
+	fmt.Fprintf(conn, "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- g.server.Shutdown(ctx)
+	}()
+	eventually(t, 5*time.Second, "listener closed (drain begun)", func() bool {
+		c, err := net.DialTimeout("tcp", g.Addr(), time.Second)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		return false
+	})
+	unblock()
+
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("answer to the delivery in flight: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Hookstamp-Outcome") != "forwarded" {
+		t.Fatalf("delivery in flight: %d %q, want 200 forwarded", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+	}
+	if !resp.Close {
+		t.Errorf("answer given while draining has Connection %q, want close: the client keeps a connection the gateway closes under its next delivery", resp.Header.Get("Connection"))
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	g.closeAll()
+}

@@ -151,6 +151,13 @@ func New(o Options) *Server {
 	srv := s.app.Server()
 	srv.HeaderReceived = s.headerReceived
 	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
+	// Answers given while draining say "Connection: close": fasthttp
+	// closes the connection after them anyway, and a client that was told
+	// to keep it (a provider's pool, the load balancer's) would send its
+	// next delivery into the closed socket — a failure after sending, which
+	// a balancer does not retry on another replica — instead of dialling
+	// one that serves.
+	srv.CloseOnShutdown = true
 	return s
 }
 
