@@ -99,16 +99,49 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	log := telemetry.NewLogger(cfg.Telemetry.Log, stderr)
 	telemetry.LogErrors(log)
 	redis.SetLogger(telemetry.RedisLogger(log))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, abandon, stop := stopSignals(log, cfg.Server.ShutdownTimeout)
 	defer stop()
-	if err := serve(ctx, cfg, log, *demoAddr); err != nil {
+	if err := serve(ctx, cfg, log, *demoAddr, abandon); err != nil {
 		log.Error("gateway stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr string) error {
+// stopSignals turns SIGTERM and SIGINT into the end of ctx (drain within
+// drain, then exit) and a second one into a close of abandon: the drain
+// ends at once, its deliveries cut and their claims released. Without it
+// the second signal was swallowed, and an operator who would not wait had
+// only SIGKILL, which leaves claims in flight to expire with their lease.
+func stopSignals(log *slog.Logger, drain time.Duration) (ctx context.Context, abandon <-chan struct{}, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	ab := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("stop signal: draining in-flight deliveries (a second signal abandons them)", "signal", s.String(), "shutdown_timeout", drain.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn("second stop signal: abandoning in-flight deliveries now; their claims are released", "signal", s.String())
+			close(ab)
+		case <-done:
+		}
+	}()
+	return ctx, ab, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr string, abandon <-chan struct{}) error {
 	if demoAddr != "" {
 		ln, err := net.Listen("tcp", demoAddr)
 		if err != nil {
@@ -129,7 +162,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr s
 		}
 		return err
 	}
-	return g.Run(ctx)
+	return g.RunAbandoning(ctx, abandon)
 }
 
 func migrate(cfg *config.Config) error {

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -92,5 +98,115 @@ store: {driver: postgres, dsn: "`+dsn+`", auto_migrate: true}
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop within 10s of SIGTERM during start-up")
+	}
+}
+
+// A second SIGTERM while serve drains ends the drain at once, as
+// shutdown_timeout running out does: the delivery still in flight is cut
+// and answered (released: nothing recorded, the provider's retry is
+// forwarded), and the process exits 0. Swallowed, it left an operator who
+// would not wait out shutdown_timeout only SIGKILL, whose claims outlive
+// the process for their lease (409s to the provider's retries).
+func TestSecondSIGTERMAbandonsDrain(t *testing.T) {
+	// This process must survive the SIGTERMs it sends itself.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var received atomic.Int32
+	block := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received.Add(1)
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	release := sync.OnceFunc(func() { close(block) })
+	defer release() // before up.Close: it waits for this handler
+
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg := filepath.Join(dir, "c.yaml")
+	writeFile(t, cfg, `
+server: {listen: "`+addr+`", shutdown_timeout: 30s}
+admin: {listen: "`+adminAddr+`"}
+store: {dsn: "`+filepath.Join(dir, "ledger.db")+`"}
+routes:
+  - name: demo
+    path: /d
+    upstream: {url: "`+up.URL+`/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`)
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		var out bytes.Buffer
+		done <- run([]string{"serve", "-config", cfg}, nil, &out, &errb)
+	}()
+	waitFor(t, "gateway listening", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	answered := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/d", strings.NewReader("{}"))
+		req.Header.Set("X-Event-Id", "evt_second_sigterm")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("delivery in flight: %v", err)
+			resp = nil
+		} else {
+			resp.Body.Close()
+		}
+		answered <- resp
+	}()
+	waitFor(t, "delivery in flight", func() bool { return received.Load() == 1 })
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "drain begun (/readyz 503)", func() bool {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	start := time.Now()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after a second SIGTERM, want 0; stderr %q", code, errb.String())
+		}
+		t.Logf("stopped %v after the second SIGTERM", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		release() // let the drain finish, so that the test ends
+		<-done
+		t.Fatalf("still draining 5s after a second SIGTERM (shutdown_timeout 30s): the signal was ignored")
+	}
+	if resp := <-answered; resp != nil && resp.Header.Get("Hookstamp-Outcome") != "released" {
+		t.Fatalf("abandoned delivery: %d %q, want it released", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -271,7 +271,15 @@ func (g *Gateway) Telemetry() *telemetry.Telemetry { return g.tel }
 
 // Run serves until ctx is done, then shuts down within
 // server.shutdown_timeout.
-func (g *Gateway) Run(ctx context.Context) error {
+func (g *Gateway) Run(ctx context.Context) error { return g.RunAbandoning(ctx, nil) }
+
+// RunAbandoning is Run, and closing abandon while it drains ends the drain
+// at once, as server.shutdown_timeout running out does: forwards still in
+// flight are cut and their claims released (or held on a hold route). An
+// operator's second SIGTERM uses it; a SIGKILL instead would leave those
+// claims to expire with their lease, and the provider's retries would get
+// 409 until then.
+func (g *Gateway) RunAbandoning(ctx context.Context, abandon <-chan struct{}) error {
 	if err := g.Start(); err != nil {
 		g.closeAll()
 		return err
@@ -284,6 +292,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	if abandon != nil {
+		go func() {
+			select {
+			case <-abandon:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
 	return g.Shutdown(sctx)
 }
 
@@ -292,8 +309,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	err := g.server.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		g.log.Warn("shutdown timeout: abandoned in-flight deliveries; their claims were released")
+	// The drain ran out (shutdown_timeout) or was cut (a second signal):
+	// abandoning deliveries is what it is for, not a failure.
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		g.log.Warn("shutdown: abandoned in-flight deliveries; their claims were released")
 		err = nil
 	}
 	g.closeAll()
