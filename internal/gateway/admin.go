@@ -187,17 +187,20 @@ func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
 // (route names never contain NUL).
 //
 // Pub/sub delivers at most once: a DELETE published while a replica's
-// subscription is down is lost to it. So every (re)subscription clears
-// the replica's cache, and cached entries expire anyway
-// (idempotency.DefaultCacheMaxAge). A subscription whose connection hangs
-// (a partition resets nothing) is found by a ping after a silent minute:
-// with no pong within a few seconds it is dropped, the cache cleared, and
-// a new one made.
+// subscription is down is lost to it. So from the moment the subscription
+// is found down until a (re)subscription is confirmed the replica's cache
+// is off (idempotency.Cache.Suspend: repeats read the screen or the
+// ledger, which the DELETE did reach), every (re)subscription clears it,
+// and cached entries expire anyway (idempotency.DefaultCacheMaxAge). A
+// subscription whose connection hangs (a partition resets nothing) is
+// found by a ping after a few silent seconds: with no pong within five
+// more, the cache is turned off and a new subscription made.
 type invalidations struct {
 	client  redis.UniversalClient
 	channel string
 	// silence is how long the subscription may stay quiet before a ping
-	// (a minute), pongWait how long the pong may take (five seconds).
+	// (invalidationSilence), pongWait how long the pong may take (five
+	// seconds).
 	silence, pongWait time.Duration
 
 	// The subscription (subscribe): only a replica with a cache has one.
@@ -212,7 +215,7 @@ type invalidations struct {
 // subscribe clears keys from cache as other replicas publish their deletes.
 func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) {
 	if inv.silence <= 0 {
-		inv.silence = time.Minute
+		inv.silence = invalidationSilence
 	}
 	if inv.pongWait <= 0 {
 		inv.pongWait = 5 * time.Second
@@ -220,6 +223,8 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 	inv.done, inv.stop = make(chan struct{}), make(chan struct{})
 	subscribed := make(chan struct{})
 	var once sync.Once
+	// Not subscribed yet: a delete published now would not reach us.
+	cache.Suspend()
 	ps := inv.resubscribe(nil)
 	go func() {
 		defer close(inv.done)
@@ -234,18 +239,29 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 				return
 			}
 			var ne net.Error
+			timeout := err != nil && errors.As(err, &ne) && ne.Timeout()
 			switch {
-			case err != nil && pinged && errors.As(err, &ne) && ne.Timeout():
+			case err != nil && pinged && timeout:
 				// No pong: the connection hangs. Deletes published
-				// meanwhile are lost to this replica.
+				// meanwhile are lost to this replica, and will be until
+				// a new subscription is confirmed.
 				log.Warn("cache invalidations: the subscription does not answer; subscribing anew", "channel", inv.channel)
-				cache.Clear()
+				cache.Suspend()
 				ps, pinged = inv.resubscribe(ps), false
 				continue
 			case err != nil:
-				// A silent spell, or a broken connection (go-redis
-				// reconnects and resubscribes on the next receive): make
-				// sure the connection answers.
+				if !timeout && !cache.Suspended() {
+					// A broken connection (go-redis reconnects and
+					// resubscribes on the next receive), or a refused
+					// subscription: deletes cannot reach this replica
+					// until a subscription is confirmed, so its cache
+					// answers nothing meanwhile.
+					log.Warn("cache invalidations: the subscription is down; the local cache is off until it is back",
+						"channel", inv.channel, "err", err)
+					cache.Suspend()
+				}
+				// A silent spell, or a broken connection: make sure the
+				// connection answers.
 				pinged = ps.Ping(context.Background()) == nil
 				select {
 				case <-time.After(100 * time.Millisecond):
@@ -260,7 +276,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 				// (Re)subscribed: deletes published while the subscription
 				// was down were lost, so nothing cached before can be trusted.
 				if m.Kind == "subscribe" {
-					cache.Clear()
+					cache.Resume()
 					once.Do(func() { close(subscribed) })
 				}
 			case *redis.Message:
@@ -284,6 +300,13 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 		log.Warn("cache invalidations: not subscribed yet; serving anyway", "channel", inv.channel)
 	}
 }
+
+// invalidationSilence is how long the subscription stays quiet before it
+// is pinged. A hung connection is found only by the missing pong, and until
+// then the replica replays from its cache records that other replicas'
+// DELETEs removed (the provider's redelivery answered, never forwarded):
+// a few seconds, not a minute, for one PING per replica now and then.
+const invalidationSilence = 5 * time.Second
 
 // subscribeWait bounds how long start-up waits for the first subscription.
 const subscribeWait = 2 * time.Second

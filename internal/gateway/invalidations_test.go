@@ -52,11 +52,15 @@ func TestInvalidationsRecoverFromAHungSubscription(t *testing.T) {
 		return !ok
 	})
 
-	// Back to normal: a delete published now reaches the cache.
+	// Back to normal: the cache keeps entries again once resubscribed, and
+	// a delete published now reaches it.
 	proxy.Restore()
 	other := idempotency.Ref{Route: "hooks", Key: "evt_after"}
-	time.Sleep(time.Second) // resubscribed through the restored network
-	cache.Put(other, ent, cache.Ticket())
+	eventually(t, 5*time.Second, "resubscribed through the restored network, the cache on again", func() bool {
+		cache.Put(other, ent, cache.Ticket())
+		_, ok := cache.Get(other)
+		return ok
+	})
 	if err := direct.Publish(context.Background(), inv.channel, other.Route+"\x00"+other.Key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,4 +165,54 @@ func TestInvalidationsOnRedisCluster(t *testing.T) {
 			return !ok
 		})
 	}
+}
+
+// A subscription that is merely quiet (no DELETE for a while) is pinged,
+// answers, and keeps the cache on: only a lost subscription turns it off.
+func TestQuietSubscriptionKeepsTheCache(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	client := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: prefix + "invalidate", silence: 100 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_quiet"}
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	cache.Put(ref, ent, cache.Ticket())
+	time.Sleep(time.Second) // several silent spells, each pinged
+	if cache.Suspended() {
+		t.Fatal("a quiet subscription turned the cache off")
+	}
+	if _, ok := cache.Get(ref); !ok {
+		t.Fatal("a quiet subscription cleared the cache")
+	}
+}
+
+// A replica whose Redis is unreachable when it starts has no subscription
+// to deletes: its cache stays off (repeats read the screen or the ledger)
+// until the subscription is made, then comes on.
+func TestCacheOffUntilSubscribed(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	srv.Stop()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "p:invalidate", silence: 200 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler)) // returns after subscribeWait
+	t.Cleanup(func() { _ = inv.close() })
+
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_early"}
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	cache.Put(ref, ent, cache.Ticket())
+	if _, ok := cache.Get(ref); ok {
+		t.Fatal("the cache kept an entry while no subscription could carry deletes")
+	}
+	srv.Start()
+	eventually(t, 10*time.Second, "subscribed, the cache on", func() bool {
+		cache.Put(ref, ent, cache.Ticket())
+		_, ok := cache.Get(ref)
+		return ok
+	})
 }

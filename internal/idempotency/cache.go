@@ -48,7 +48,10 @@ type Cache struct {
 	// clears counts Clear's calls: a Ticket taken before a record was read
 	// from the screen or the ledger is refused by Put once a Clear ran.
 	clears atomic.Uint64
-	shards [cacheShards]cacheShard
+	// suspended is set while the channel that carries deletes is down
+	// (Suspend, Resume): the cache answers nothing and keeps nothing.
+	suspended atomic.Bool
+	shards    [cacheShards]cacheShard
 }
 
 // Ticket is what a delivery takes before it reads a record from the screen
@@ -169,6 +172,9 @@ func (c *Cache) shard(h uint64) *cacheShard { return &c.shards[h%cacheShards] }
 // Get returns the cached entry for ref. The entry is shared: callers must
 // not change it.
 func (c *Cache) Get(ref Ref) (*Entry, bool) {
+	if c.suspended.Load() {
+		return nil, false
+	}
 	h := c.hash(ref)
 	s := c.shard(h)
 	s.mu.Lock()
@@ -208,7 +214,7 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 	defer s.mu.Unlock()
 	// Under the shard's lock: Clear counts itself before it empties the
 	// shards, so a Put either sees the new count or is emptied by it.
-	if Ticket(c.clears.Load()) != t {
+	if Ticket(c.clears.Load()) != t || c.suspended.Load() {
 		return
 	}
 	if len(s.deleted) > 0 {
@@ -414,6 +420,30 @@ func (c *Cache) Clear() {
 		s.mu.Unlock()
 	}
 }
+
+// Suspend empties the cache and keeps it empty until Resume: the channel
+// that carries other replicas' deletes is down, so a delete made meanwhile
+// would not reach this replica, which would go on replaying the deleted
+// record (the provider's redelivery answered, never forwarded) for as long
+// as the outage lasts. Clear at the resubscription alone came too late for
+// that; while suspended, repeats read the screen or the ledger, which the
+// delete did reach.
+func (c *Cache) Suspend() {
+	c.suspended.Store(true)
+	c.Clear()
+}
+
+// Resume clears the cache (deletes published while it was suspended were
+// lost) and lets it keep entries again: call it once the channel carrying
+// deletes is back. Reads that began before it cannot put what they read
+// (Ticket).
+func (c *Cache) Resume() {
+	c.Clear()
+	c.suspended.Store(false)
+}
+
+// Suspended reports whether the cache is suspended (Suspend).
+func (c *Cache) Suspended() bool { return c.suspended.Load() }
 
 // Len is the number of cached entries.
 func (c *Cache) Len() int {

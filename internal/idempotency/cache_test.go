@@ -246,6 +246,34 @@ func TestCacheRefusesWhatWasReadBeforeAClear(t *testing.T) {
 	}
 }
 
+// While suspended (the channel carrying deletes is down) the cache answers
+// nothing and keeps nothing, even what is read meanwhile; Resume turns it
+// on again, without what was read before it.
+func TestCacheSuspendedAnswersAndKeepsNothing(t *testing.T) {
+	c := NewCache(1<<20, 1024, 0)
+	ent := &Entry{Response: Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	before, during := Ref{Route: "r", Key: "before"}, Ref{Route: "r", Key: "during"}
+	c.Put(before, ent, c.Ticket())
+	c.Suspend()
+	if _, ok := c.Get(before); ok {
+		t.Fatal("a suspended cache answered an entry")
+	}
+	read := c.Ticket()
+	c.Put(during, ent, read)
+	if _, ok := c.Get(during); ok || c.Len() != 0 {
+		t.Fatalf("a suspended cache kept an entry (%d held)", c.Len())
+	}
+	c.Resume()
+	c.Put(during, ent, read) // read while suspended: a delete may have been missed
+	if _, ok := c.Get(during); ok {
+		t.Fatal("an entry read while suspended was kept after Resume")
+	}
+	c.Put(during, ent, c.Ticket())
+	if _, ok := c.Get(during); !ok {
+		t.Fatal("the cache kept nothing after Resume")
+	}
+}
+
 // TestCacheBudgetIsWhatItHolds: screen.local_cache is what a full cache
 // costs the process: the heap its entries hold, read from the runtime,
 // times the collector's headroom (2 with GOGC's default), within 15% of the
