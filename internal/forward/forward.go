@@ -368,18 +368,25 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	// or no body by definition), the upstream keeps the connection open,
 	// and nothing more than the answer arrived or was announced.
 	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody
-	return out, framed && !resp.Close && !bodyAnnounced204(resp) && c.br.Buffered() == 0, nil
+	return out, framed && !resp.Close && !bodylessAnnouncingBody(resp, r.Method) && c.br.Buffered() == 0, nil
 }
 
-// bodyAnnounced204 reports a 204 whose head announces a body all the same
-// (Transfer-Encoding, or a Content-Length other than 0), which a server
-// must not send (RFC 9110 §8.6, RFC 9112 §6.1). http.ReadResponse rightly
-// reads no body after a 204, but an upstream that announced one is likely
-// to write it, and bytes arriving after the connection was pooled would be
-// read as the start of the next delivery's answer, past the idle check:
-// that delivery, processed, would fail as "no answer" and be sent again.
-func bodyAnnounced204(resp *http.Response) bool {
-	if resp.StatusCode != http.StatusNoContent {
+// bodylessAnnouncingBody reports an answer that has no body by its status
+// but whose head announces one all the same (Transfer-Encoding, or a
+// Content-Length other than 0): a 204, which a server must not send so
+// (RFC 9110 §8.6, RFC 9112 §6.1), or a 304 to anything but a GET or HEAD
+// (to those, its length fields describe the representation a conditional
+// GET would have got, RFC 9110 §8.6, and announce nothing). ReadResponse
+// rightly reads no body after either, but an upstream that announced one
+// is likely to write it, and bytes arriving after the connection was
+// pooled would be read as the start of the next delivery's answer, past
+// the idle check: that delivery, processed, would fail as "no answer" and
+// be sent again.
+func bodylessAnnouncingBody(resp *http.Response, method string) bool {
+	switch {
+	case resp.StatusCode == http.StatusNoContent:
+	case resp.StatusCode == http.StatusNotModified && method != http.MethodGet && method != http.MethodHead:
+	default:
 		return false
 	}
 	if len(resp.TransferEncoding) > 0 {

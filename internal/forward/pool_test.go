@@ -391,3 +391,48 @@ func TestDoNoReuseAfterA204AnnouncingABody(t *testing.T) {
 		})
 	}
 }
+
+// A 304 has no body either (RFC 9110 §15.4.5), and its Content-Length or
+// Transfer-Encoding describe content only for a conditional GET (§8.6).
+// A 304 to a delivery that announces a body is the 204 case above: its
+// late bytes must not be left for the next delivery on the connection. To
+// a GET, such a 304 is how caches answer, and its connection is kept.
+func TestDoNoReuseAfterA304AnnouncingABody(t *testing.T) {
+	for _, c := range []struct {
+		name, method, head, late string
+		conns                    int64
+	}{
+		{"content-length", http.MethodPost, "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", "hello", 2},
+		{"chunked", http.MethodPost, "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n0\r\n\r\n", 2},
+		{"content-length 0", http.MethodPost, "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n", "", 1},
+		{"conditional GET", http.MethodGet, "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newRawUpstream(t, func(conn net.Conn, req *http.Request, _ []byte) bool {
+				if req.URL.Path != "/first" {
+					return okAnswer(conn, req, nil)
+				}
+				if _, err := io.WriteString(conn, c.head); err != nil {
+					return false
+				}
+				time.Sleep(100 * time.Millisecond) // the next delivery is written by now
+				_, err := io.WriteString(conn, c.late)
+				return err == nil
+			})
+			f := newForwarder(t, forward.Options{})
+			first := post("http://"+u.addr+"/first", "a")
+			first.Method = c.method
+			resp, err := f.Do(context.Background(), first)
+			if err != nil || resp.Status != http.StatusNotModified || len(resp.Body) != 0 {
+				t.Fatalf("first delivery: %+v %v; want 304 without body", resp, err)
+			}
+			resp, err = f.Do(context.Background(), post("http://"+u.addr+"/next", "b"))
+			if err != nil || resp.Status != http.StatusOK || string(resp.Body) != "ok" {
+				t.Fatalf("next delivery: %+v %v (ambiguous %v); want the upstream's 200 \"ok\"", resp, err, forward.Ambiguous(err))
+			}
+			if n := u.conns.Load(); n != c.conns {
+				t.Errorf("%d connections for 2 deliveries, want %d", n, c.conns)
+			}
+		})
+	}
+}

@@ -131,6 +131,24 @@ func TestCookieLinesForwardedAsSent(t *testing.T) {
 // answered 200, and the provider's retry reached the upstream a second
 // time (SPEC §4: one forward per claim).
 func TestBodyAnnouncedOnA204NeverAnswersTheNextDelivery(t *testing.T) {
+	bodyAnnouncedNeverAnswersTheNextDelivery(t, http.StatusNoContent, "forwarded", "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n")
+}
+
+// A 304 has no body either (RFC 9110 §15.4.5), and one to a delivery (not
+// a conditional GET) must not announce any (§8.6): an upstream that
+// answers a repeat with "304 Not Modified" and a late body did to the next
+// delivery what the 204 above did (the 304 itself is released: not final).
+func TestBodyAnnouncedOnA304NeverAnswersTheNextDelivery(t *testing.T) {
+	bodyAnnouncedNeverAnswersTheNextDelivery(t, http.StatusNotModified, "released", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n")
+}
+
+// bodyAnnouncedNeverAnswersTheNextDelivery delivers evt_first, which the
+// upstream answers with head (a status that has no body, announcing one)
+// and, a moment later, 5 bytes of body (the provider gets status and
+// outcome); then evt_next, which must reach
+// the upstream once and be answered with its 200.
+func bodyAnnouncedNeverAnswersTheNextDelivery(t *testing.T, status int, outcome, head string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -159,13 +177,13 @@ func TestBodyAnnouncedOnA204NeverAnswersTheNextDelivery(t *testing.T) {
 					mu.Lock()
 					seen[key]++
 					mu.Unlock()
-					if key != "evt_204" {
+					if key != "evt_first" {
 						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 						continue
 					}
-					// The 204's announced body, late: after the gateway has
+					// The announced body, late: after the gateway has
 					// answered the provider and pooled the connection.
-					_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n")
+					_, _ = io.WriteString(c, head)
 					time.Sleep(300 * time.Millisecond)
 					_, _ = io.WriteString(c, "hello")
 				}
@@ -175,12 +193,12 @@ func TestBodyAnnouncedOnA204NeverAnswersTheNextDelivery(t *testing.T) {
 	count := func(key string) int { mu.Lock(); defer mu.Unlock(); return seen[key] }
 	g := startGateway(t, gwConfig(t, "http://"+ln.Addr().String(), dbPath(t), "", ""))
 
-	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_204"}`), http.StatusNoContent, "forwarded")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_first"}`), status, outcome)
 	first := send(t, g, "/hooks", `{"id":"evt_next"}`)
 	retry := send(t, g, "/hooks", `{"id":"evt_next"}`)
 	if n := count("evt_next"); n != 1 || first.status != http.StatusOK || first.outcome() != "forwarded" {
-		t.Fatalf("delivery after the 204: %d %q %s, upstream got it %d times; want 200 forwarded, once",
-			first.status, first.outcome(), first.body, n)
+		t.Fatalf("delivery after the %d: %d %q %s, upstream got it %d times; want 200 forwarded, once",
+			status, first.status, first.outcome(), first.body, n)
 	}
 	wantOutcome(t, retry, http.StatusOK, "replayed")
 }
