@@ -21,6 +21,8 @@ has_pgbouncer() { command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ];
 if ! has_pgbouncer && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "make test: installing pgbouncer (apt-get install pgbouncer)" >&2
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; } >/dev/null 2>&1 || true
+  # The tests start their own; the package's service (on :6432) stays off.
+  if command -v systemctl >/dev/null; then systemctl disable --now pgbouncer >/dev/null 2>&1 || true; fi
 fi
 has_pgbouncer || { echo "make test: pgbouncer is not installed (apt-get install -y pgbouncer; the PgBouncer test starts its own)" >&2; ok=0; }
 [ $ok = 1 ] || exit 1
