@@ -146,7 +146,9 @@ func TestNextRequestParsedWhereItStarts(t *testing.T) {
 		{"32 KiB", cl("POST", "/nowhere", "HTTP/1.1", "", pad(32<<10)), false},
 		{"exactly the limit", cl("POST", "/nowhere", "HTTP/1.1", "", pad(64<<10)), false},
 		{"chunked, exactly the limit", te("/nowhere", "", chunked(pad(64<<10), 4096)), false},
-		{"chunked with trailers", te("/hooks", "X-Event-Id: evt_trailers\r\n", "2\r\n{}\r\n0\r\nX-A: a\r\nX-B: "+smuggled[:20]+"\r\n\r\n"), false},
+		// Closed: a folded trailer line misplaces what follows it
+		// (TestNothingIsReadBehindAFoldedTrailer).
+		{"chunked with trailers", te("/hooks", "X-Event-Id: evt_trailers\r\n", "2\r\n{}\r\n0\r\nX-A: a\r\nX-B: "+smuggled[:20]+"\r\n\r\n"), true},
 		{"limit+1", cl("POST", "/hooks", "HTTP/1.1", "", pad(64<<10+1)), true},
 		{"chunked, limit+1", te("/hooks", "", chunked(pad(64<<10+1), 4096)), true},
 		{"unknown method", cl("FROB", "/hooks", "HTTP/1.1", "", smuggled), true},

@@ -63,7 +63,8 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 	}
 	b := (*bp)[:0]
 	stream := rc.RequestBodyStream()
-	if cl := req.Header.ContentLength(); cl < 0 || cl > prefetched {
+	cl := req.Header.ContentLength() // -1: chunked
+	if cl < 0 || cl > prefetched {
 		// Part of the body is still to come from the connection: if it
 		// is still arriving when Shutdown abandons the deliveries in
 		// flight, it is cut then (408), not waited for until
@@ -88,6 +89,16 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 			return nil, fiber.ErrRequestEntityTooLarge
 		}
 		if errors.Is(rerr, io.EOF) {
+			// Past the prefetch, fasthttp's stream passes the
+			// connection's own EOF on as the body's end: a body cut
+			// short by a close would be forwarded and recorded as the
+			// delivery, and the whole one, resent, refused as a key
+			// reused with another body.
+			if cl >= 0 && len(b) != cl {
+				release()
+				rc.SetConnectionClose()
+				return nil, bodyReadError(io.ErrUnexpectedEOF)
+			}
 			break
 		}
 		if rerr != nil {
