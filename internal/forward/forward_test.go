@@ -942,3 +942,35 @@ func TestDoDropsUnderscoreTwinsOfGatewayHeaders(t *testing.T) {
 		t.Errorf("X_Custom_Id was dropped: %v", u.requests()[0].Header)
 	}
 }
+
+// An Expect field is the provider's request to the gateway, which has
+// read the whole body before forwarding: passed on, an expectation the
+// upstream's server does not know is answered 417 before the application
+// sees the delivery (Go's net/http does so for anything but 100-continue),
+// and that 4xx would be recorded as the delivery's final answer and
+// replayed to every retry — the event never reaching the application.
+func TestDoDropsExpect(t *testing.T) {
+	for _, expect := range []string{"100-continue", "x-unknown"} {
+		t.Run(expect, func(t *testing.T) {
+			u := newUpstream(t, nil)
+			f := newForwarder(t, forward.Options{})
+			resp, err := f.Do(context.Background(), &forward.Request{
+				Method:  http.MethodPost,
+				URL:     u.URL,
+				Header:  http.Header{"Expect": {expect}, "Content-Type": {"application/json"}},
+				Body:    []byte(`{"id":"evt_expect"}`),
+				Timeout: 5 * time.Second,
+			})
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			reqs := u.requests()
+			if resp.Status != http.StatusOK || len(reqs) != 1 {
+				t.Fatalf("Expect: %s: answer %d, the application saw %d requests; want 200 and 1", expect, resp.Status, len(reqs))
+			}
+			if v := reqs[0].Header.Get("Expect"); v != "" {
+				t.Fatalf("upstream saw Expect %q, want none", v)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ func removeUnderscoreTwins(h http.Header, keyHeader string) {
 
 // outgoingHeader builds the upstream request's header from r, leaving
 // r.Header untouched: canonical names, hop-by-hop and forwarding headers
-// removed, X-Forwarded-* and the key header set.
+// and Expect removed, X-Forwarded-* and the key header set.
 func outgoingHeader(r *Request) http.Header {
 	h := make(http.Header, len(r.Header)+4)
 	for name, values := range r.Header {
@@ -77,6 +77,12 @@ func outgoingHeader(r *Request) http.Header {
 		h[name] = values // shared with the caller, never modified in place
 	}
 	removeHopByHop(h)
+	// Expect asked the gateway, which has read the whole body, to go on:
+	// met, it is not passed on. An upstream's server answers an expectation
+	// it does not know with 417 before its application sees the delivery
+	// (Go's net/http: anything but 100-continue), and that 4xx would be
+	// recorded and replayed to every retry. nginx drops it too.
+	delete(h, "Expect")
 	for _, name := range forwarding {
 		delete(h, name)
 	}
