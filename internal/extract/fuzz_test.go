@@ -3,8 +3,10 @@ package extract
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,7 +181,18 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 			continue
 		}
 		// The fuzz templates are "{kind:name}" parts joined by literals
-		// made of '-' and ':'.
+		// made of '-' and ':'. With two placeholders or more, '%' and the
+		// first byte of each literal after a placeholder are escaped in
+		// the values as %XX (see Template).
+		escape := ""
+		if strings.Count(s.Arg, "{") > 1 {
+			escape = "%"
+			for _, lit := range strings.Split(s.Arg, "}")[1:] {
+				if lit != "" && lit[0] != '{' {
+					escape += lit[:1]
+				}
+			}
+		}
 		var out []byte
 		anyBad := false
 		rest := s.Arg
@@ -198,7 +211,13 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 				break
 			}
 			anyBad = anyBad || bad
-			out = append(out, v...)
+			for _, c := range v {
+				if strings.IndexByte(escape, c) >= 0 {
+					out = append(out, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
+				} else {
+					out = append(out, c)
+				}
+			}
 		}
 		if out != nil {
 			return out, anyBad, malformed
@@ -434,20 +453,45 @@ func FuzzValidJSON(f *testing.F) {
 	})
 }
 
-// FuzzFingerprintFields checks that the fields encoding is unambiguous: two
-// form bodies encode identically exactly when every configured field has the
-// same presence and value in both (as net/url.ParseQuery reads them).
+// FuzzFingerprintFields checks that the fields encoding is unambiguous and
+// ignores only what does not change a field's meaning: two form bodies
+// encode identically exactly when every configured field has the same
+// presence and value in both (as net/url.ParseQuery reads them), and two
+// JSON bodies exactly when every configured JSON field has the same
+// presence, type and value in both (as encoding/json reads them, numbers
+// as written): white space, member order and string escapes do not count.
+// A collision would replay a changed delivery's recorded answer instead of
+// refusing it (422), a spurious difference would refuse a provider's retry.
 func FuzzFingerprintFields(f *testing.F) {
 	f.Add("a=1&b=2", "a=1&b=2")
 	f.Add("a=12&b=3", "a=1&b=23")
 	f.Add("a=&b=1", "b=1")
 	f.Add("a=1&b=", "a=&b=1")
 	f.Add("a=x+y", "a=x%20y&c=1")
+	f.Add(`{"a":{"x":1,"y":[true,null]}}`, `{ "a" : { "y":[ true , null ], "x" :1 } }`)
+	f.Add(`{"a":"\u00e9","b":1}`, `{"b":1,"a":"é"}`)
 	fp, err := NewFingerprinter(FingerprintFields, []string{"form:a", "form:b", "form:a b"})
 	if err != nil {
 		f.Fatal(err)
 	}
+	jfp, err := NewFingerprinter(FingerprintFields, []string{"json:a", "json:b"})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, a, b string) {
+		jsonEncode := func(body string) []byte {
+			return jfp.appendFields(nil, MapRequest{
+				Headers: map[string]string{"Content-Type": "application/json"},
+				RawBody: []byte(body),
+			})
+		}
+		ca, oka := refJSONFields(a, "a", "b")
+		cb, okb := refJSONFields(b, "a", "b")
+		if oka && okb {
+			if got := bytes.Equal(jsonEncode(a), jsonEncode(b)); got != (ca == cb) {
+				t.Fatalf("JSON encodings of %q and %q: equal = %v, want %v (reference %q, %q)", a, b, got, ca == cb, ca, cb)
+			}
+		}
 		if strings.Count(a, "&") >= MaxFormFields || strings.Count(b, "&") >= MaxFormFields {
 			return
 		}
@@ -512,4 +556,109 @@ func distinct(t *testing.T, e *Extractor, a1, b1, a2, b2 string) {
 	if ok1 && ok2 && string(k1) == string(k2) && (a1 != a2 || b1 != b2) {
 		t.Fatalf("(%q, %q) and (%q, %q) share the key %q", a1, b1, a2, b2, k1)
 	}
+}
+
+// refJSONFields is the reference for FuzzFingerprintFields' JSON fields: a
+// canonical text of the top-level members names of body, built with
+// encoding/json's tokenizer (the first of duplicate names wins, as for
+// keys). ok is false where encoding/json would not tell values apart that
+// the gateway does: invalid UTF-8 and \u escapes of surrogates, which
+// encoding/json turns into U+FFFD.
+func refJSONFields(body string, names ...string) (canon string, ok bool) {
+	if !utf8.ValidString(body) || strings.Contains(strings.ToLower(body), `\ud`) {
+		return "", false
+	}
+	fields := map[string]string{}
+	if refValidJSON([]byte(body)) { // else not JSON: every field is absent
+		if !refJSONMembers(body, fields) {
+			return "", false
+		}
+	}
+	var b strings.Builder
+	for _, n := range names {
+		if v, found := fields[n]; found {
+			b.WriteString(n + "=" + v + ";")
+		} else {
+			b.WriteString(n + " absent;")
+		}
+	}
+	return b.String(), true
+}
+
+// refJSONMembers fills fields with the canonical text of each top-level
+// member of the valid JSON body (the first of duplicates).
+func refJSONMembers(body string, fields map[string]string) bool {
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	var value func() (string, error)
+	value = func() (string, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			var items []string
+			seen := map[string]bool{}
+			for dec.More() {
+				name := ""
+				if v == '{' {
+					k, err := dec.Token()
+					if err != nil {
+						return "", err
+					}
+					name = k.(string)
+				}
+				item, err := value()
+				if err != nil {
+					return "", err
+				}
+				if v == '{' {
+					if seen[name] {
+						continue
+					}
+					seen[name] = true
+					item = strconv.Quote(name) + ":" + item
+				}
+				items = append(items, item)
+			}
+			if _, err := dec.Token(); err != nil {
+				return "", err
+			}
+			if v == '{' {
+				slices.Sort(items) // quoted names: no name is a prefix of another's quote
+				return "{" + strings.Join(items, ",") + "}", nil
+			}
+			return "[" + strings.Join(items, ",") + "]", nil
+		case string:
+			return strconv.Quote(v), nil
+		case json.Number:
+			return "n" + string(v), nil
+		case bool:
+			return strconv.FormatBool(v), nil
+		case nil:
+			return "null", nil
+		}
+		return "", fmt.Errorf("token %T", tok)
+	}
+	top, err := dec.Token()
+	if err != nil {
+		return false
+	}
+	if top == json.Delim('{') {
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return false
+			}
+			v, err := value()
+			if err != nil {
+				return false
+			}
+			if _, dup := fields[k.(string)]; !dup {
+				fields[k.(string)] = v
+			}
+		}
+	}
+	return true
 }

@@ -188,7 +188,9 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 		var st status
 		mark := len(dst)
 		dst, st = l.appendValue(dst, p, limit)
-		if t.escape != nil && p.kind != kindLiteral && st != absent && st != tooLong {
+		// A value cut at limit (tooLong) is escaped too: the key logged
+		// for it is the real one cut there.
+		if t.escape != nil && p.kind != kindLiteral && st != absent {
 			var ok bool
 			if dst, ok = escapeFrom(dst, mark, t.escape, limit); !ok {
 				st = tooLong
@@ -214,8 +216,10 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 
 // escapeFrom writes the bytes of dst[from:] that are in set as %XX, in
 // place (dst grows within its capacity when it can: no allocation). It
-// reports false, with dst cut at limit, when the escaped value would not
-// fit within limit.
+// reports false when the escaped value would not fit within limit; dst then
+// holds the escaped value cut at limit, so that a key refused as too long
+// is logged as the start of the real key (SPEC §7), not as the raw values
+// joined, which the escaping exists to tell apart.
 func escapeFrom(dst []byte, from int, set *[256]bool, limit int) ([]byte, bool) {
 	n := 0
 	for _, c := range dst[from:] {
@@ -228,10 +232,20 @@ func escapeFrom(dst []byte, from int, set *[256]bool, limit int) ([]byte, bool) 
 	}
 	end := len(dst)
 	grown := end + 2*n
-	if grown > limit {
-		return dst[:min(end, limit)], false
+	fits := grown <= limit
+	if !fits {
+		// Escape only the bytes that reach limit: the last may overshoot
+		// it by two, cut below.
+		end, grown = from, from
+		for end < len(dst) && grown < limit {
+			if set[dst[end]] {
+				grown += 2
+			}
+			end++
+			grown++
+		}
 	}
-	dst = slices.Grow(dst, 2*n)[:grown]
+	dst = slices.Grow(dst[:end], grown-end)[:grown]
 	const hexDigits = "0123456789ABCDEF"
 	w := grown
 	for r := end - 1; r >= from; r-- {
@@ -243,6 +257,9 @@ func escapeFrom(dst []byte, from int, set *[256]bool, limit int) ([]byte, bool) 
 			w--
 			dst[w] = c
 		}
+	}
+	if !fits {
+		return dst[:min(grown, limit)], false
 	}
 	return dst, true
 }

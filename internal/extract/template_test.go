@@ -110,6 +110,30 @@ func TestTemplateKeysDoNotCollide(t *testing.T) {
 	}
 }
 
+// A key refused as too long is logged and put on the span (SPEC §7), cut
+// at key.max_length: the operator must see the start of the real, escaped
+// key, not the raw values joined (which the escaping exists to tell
+// apart, and which may even fit the limit).
+func TestTemplateTooLongKeyIsTheEscapedKeyCut(t *testing.T) {
+	e, err := extract.NewExtractor("r", []extract.Source{tmpl("{json:a}-{json:b}")}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		// The escaped value outgrows the limit ("1%2D2%2D3-4" in full).
+		{`{"a":"1-2-3","b":"4"}`, "1%2D2%2D"},
+		// The raw value alone outgrows it ("1%2D2%2D3%2D4%2D5-4").
+		{`{"a":"1-2-3-4-5","b":"4"}`, "1%2D2%2D"},
+		// Only the second value outgrows it ("a-1%2D2%2D3").
+		{`{"a":"a","b":"1-2-3"}`, "a-1%2D2%"},
+	} {
+		k, err := e.Key(jsonReq(tc.body), nil)
+		if !errors.Is(err, extract.ErrKeyTooLong) || string(k) != tc.want {
+			t.Errorf("Key(%s) = %q, %v; want %q, ErrKeyTooLong", tc.body, k, err, tc.want)
+		}
+	}
+}
+
 // An escaped value that outgrows key.max_length is too long, like any
 // other.
 func TestTemplateEscapesCountTowardsMaxLength(t *testing.T) {
