@@ -133,7 +133,9 @@ func TestEscapeRawQuery(t *testing.T) {
 }
 
 // FuzzEscapedRest: whatever the sender's escaping, the rest sent upstream
-// decodes to exactly the rest the route matched.
+// decodes to exactly the rest the route matched, and is a well-formed URI
+// path (pchar, "/" and "%XX" only): a raw space, "?", "#" or control would
+// break or re-cut the upstream's request line.
 func FuzzEscapedRest(f *testing.F) {
 	f.Add("/hooks/a%2Fb", 7)
 	f.Add("/hook%73/%20x", 7)
@@ -148,6 +150,13 @@ func FuzzEscapedRest(f *testing.F) {
 		back, err := url.PathUnescape(got)
 		if err != nil || back != rest {
 			t.Fatalf("escapedRest(%q, %q, %q) = %q, which decodes to %q (%v)", rest, decoded, raw, got, back, err)
+		}
+		for i := 0; i < len(got); i++ {
+			if isEscape([]byte(got[i:])) {
+				i += 2
+			} else if !pathSafe(got[i]) {
+				t.Fatalf("escapedRest(%q, %q, %q) = %q: byte %q at %d is not allowed raw in a path", rest, decoded, raw, got, got[i], i)
+			}
 		}
 	})
 }

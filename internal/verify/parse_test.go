@@ -5,13 +5,16 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/verify"
+	"github.com/hookstamp/hookstamp/internal/verify/verifytest"
 )
 
 func hexes(ss ...string) [][]byte {
@@ -329,8 +332,12 @@ func (r fuzzRequest) HeaderValues(name string) [][]byte {
 func (r fuzzRequest) Body() []byte { return r.body }
 
 // FuzzVerify's contract: no verifier panics on any signature, timestamp or
-// body, and each returns nil or an *Error wrapping ErrUnverified whose text
-// never contains the secret.
+// body; each rejects the fuzzed (forged) request with an *Error wrapping
+// ErrUnverified whose text never contains the secret; and each accepts the
+// fuzzed body once the provider's reference signer (verifytest) has signed
+// it, at a time within the tolerance picked from the fuzzed timestamp.
+// Alipay signs its parameters, not a body, and FuzzAlipayCanonical covers
+// its canonical form, so it takes part in the first two checks only.
 func FuzzVerify(f *testing.F) {
 	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
 	var verifiers []verify.Verifier
@@ -344,14 +351,76 @@ func FuzzVerify(f *testing.F) {
 		}
 		verifiers = append(verifiers, newVerifier(f, o))
 	}
+	trusted := make([]verify.Verifier, len(schemes))
+	for i, s := range schemes {
+		trusted[i] = newVerifier(f, s.options(f, "old"))
+	}
 	f.Fuzz(func(t *testing.T, sig, stamp, body []byte) {
 		r := fuzzRequest{sig: sig, stamp: stamp, body: body}
 		for i, v := range verifiers {
 			err := v.Verify(r)
 			var ve *verify.Error
-			if err != nil && (!errors.Is(err, verify.ErrUnverified) || !errors.As(err, &ve) || strings.Contains(err.Error(), secret)) {
-				t.Fatalf("%s: Verify = %v (%T)", schemes[i].name, err, err)
+			if err == nil || !errors.Is(err, verify.ErrUnverified) || !errors.As(err, &ve) || strings.Contains(err.Error(), secret) {
+				t.Fatalf("%s: Verify(forged) = %v (%T)", schemes[i].name, err, err)
+			}
+		}
+		at := now.Add(fuzzOffset(stamp))
+		for i, s := range schemes {
+			signed, ok := signBody(t, s.name, body, at)
+			if !ok {
+				continue
+			}
+			if err := trusted[i].Verify(signed); err != nil {
+				t.Fatalf("%s: Verify(body %q signed at now%+v) = %v", s.name, body, at.Sub(now), err)
 			}
 		}
 	})
+}
+
+// fuzzOffset maps b to an offset from now strictly inside the tolerance
+// (a second of margin, since most schemes sign whole seconds), nanoseconds
+// included.
+func fuzzOffset(b []byte) time.Duration {
+	var h uint64 = 14695981039346656037 // FNV-1a
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	span := 2 * (tolerance - time.Second)
+	return time.Duration(h%uint64(span)) - span/2
+}
+
+// signBody signs body at t with the "old" key the way the provider named
+// scheme does, through the independent signers of verifytest; false for
+// Alipay, which signs parameters rather than a body.
+func signBody(tb testing.TB, scheme string, body []byte, t time.Time) (verify.MapRequest, bool) {
+	var h http.Header
+	switch scheme {
+	case verify.SchemeStandardWebhooks:
+		h = must(verifytest.StandardWebhooks(whsec("old"), "msg_2x", body, t))(tb)
+	case verify.SchemeStripe:
+		h = verifytest.Stripe(secret("old"), body, t)
+	case verify.SchemeGitHub:
+		h = verifytest.GitHub(secret("old"), body)
+	case verify.SchemeShopify:
+		h = verifytest.Shopify(secret("old"), body)
+	case verify.SchemeSlack:
+		h = verifytest.Slack(secret("old"), body, t)
+	case verify.SchemeSquare:
+		h = verifytest.Square(secret("old"), squareURL, body)
+	case verify.SchemePaddle:
+		h = verifytest.Paddle(secret("old"), body, t)
+	case verify.SchemeRazorpay:
+		h = verifytest.Razorpay(secret("old"), body)
+	case verify.SchemeTwitch:
+		h = verifytest.Twitch(secret("old"), "befa7b53-d79d-478f-86b9-120f112b044e", body, t)
+	case verify.SchemeWeChatPay:
+		h = must(verifytest.WeChatPay(rsaKey(tb, "old"), "5157F09EFDC096DE15EBE81A47057A72", "fdasflkja484w", body, t))(tb)
+	case verify.SchemeHMAC:
+		h = must(verifytest.HMAC("X-Lemon-Signature", "sha512", "base64", "sha512=", secret("old"), body))(tb)
+	case verify.SchemeAlipay:
+		return verify.MapRequest{}, false
+	default:
+		tb.Fatalf("signBody: no signer for scheme %s", scheme)
+	}
+	return verify.MapRequest{Headers: h, Payload: body}, true
 }
