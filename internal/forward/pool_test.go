@@ -365,29 +365,7 @@ func TestDoNoReuseAfterA204AnnouncingABody(t *testing.T) {
 		{"content-length 0", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", "", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			u := newRawUpstream(t, func(conn net.Conn, req *http.Request, _ []byte) bool {
-				if req.URL.Path != "/first" {
-					return okAnswer(conn, req, nil)
-				}
-				if _, err := io.WriteString(conn, c.head); err != nil {
-					return false
-				}
-				time.Sleep(100 * time.Millisecond) // the next delivery is written by now
-				_, err := io.WriteString(conn, c.late)
-				return err == nil
-			})
-			f := newForwarder(t, forward.Options{})
-			resp, err := f.Do(context.Background(), post("http://"+u.addr+"/first", "a"))
-			if err != nil || resp.Status != http.StatusNoContent || len(resp.Body) != 0 {
-				t.Fatalf("first delivery: %+v %v; want 204 without body", resp, err)
-			}
-			resp, err = f.Do(context.Background(), post("http://"+u.addr+"/next", "b"))
-			if err != nil || resp.Status != http.StatusOK || string(resp.Body) != "ok" {
-				t.Fatalf("next delivery: %+v %v (ambiguous %v); want the upstream's 200 \"ok\"", resp, err, forward.Ambiguous(err))
-			}
-			if n := u.conns.Load(); n != c.conns {
-				t.Errorf("%d connections for 2 deliveries, want %d", n, c.conns)
-			}
+			lateBodyAfterBodyless(t, http.MethodPost, c.head, c.late, http.StatusNoContent, c.conns)
 		})
 	}
 }
@@ -408,31 +386,40 @@ func TestDoNoReuseAfterA304AnnouncingABody(t *testing.T) {
 		{"conditional GET", http.MethodGet, "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", "", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			u := newRawUpstream(t, func(conn net.Conn, req *http.Request, _ []byte) bool {
-				if req.URL.Path != "/first" {
-					return okAnswer(conn, req, nil)
-				}
-				if _, err := io.WriteString(conn, c.head); err != nil {
-					return false
-				}
-				time.Sleep(100 * time.Millisecond) // the next delivery is written by now
-				_, err := io.WriteString(conn, c.late)
-				return err == nil
-			})
-			f := newForwarder(t, forward.Options{})
-			first := post("http://"+u.addr+"/first", "a")
-			first.Method = c.method
-			resp, err := f.Do(context.Background(), first)
-			if err != nil || resp.Status != http.StatusNotModified || len(resp.Body) != 0 {
-				t.Fatalf("first delivery: %+v %v; want 304 without body", resp, err)
-			}
-			resp, err = f.Do(context.Background(), post("http://"+u.addr+"/next", "b"))
-			if err != nil || resp.Status != http.StatusOK || string(resp.Body) != "ok" {
-				t.Fatalf("next delivery: %+v %v (ambiguous %v); want the upstream's 200 \"ok\"", resp, err, forward.Ambiguous(err))
-			}
-			if n := u.conns.Load(); n != c.conns {
-				t.Errorf("%d connections for 2 deliveries, want %d", n, c.conns)
-			}
+			lateBodyAfterBodyless(t, c.method, c.head, c.late, http.StatusNotModified, c.conns)
 		})
+	}
+}
+
+// lateBodyAfterBodyless sends a first delivery (method) that the upstream
+// answers with head, then, a moment later, late on the same connection,
+// and a second delivery: it must get the upstream's own 200 "ok", over
+// conns connections in all.
+func lateBodyAfterBodyless(t *testing.T, method, head, late string, status int, conns int64) {
+	t.Helper()
+	u := newRawUpstream(t, func(conn net.Conn, req *http.Request, _ []byte) bool {
+		if req.URL.Path != "/first" {
+			return okAnswer(conn, req, nil)
+		}
+		if _, err := io.WriteString(conn, head); err != nil {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond) // the next delivery is written by now
+		_, err := io.WriteString(conn, late)
+		return err == nil
+	})
+	f := newForwarder(t, forward.Options{})
+	first := post("http://"+u.addr+"/first", "a")
+	first.Method = method
+	resp, err := f.Do(context.Background(), first)
+	if err != nil || resp.Status != status || len(resp.Body) != 0 {
+		t.Fatalf("first delivery: %+v %v; want %d without body", resp, err, status)
+	}
+	resp, err = f.Do(context.Background(), post("http://"+u.addr+"/next", "b"))
+	if err != nil || resp.Status != http.StatusOK || string(resp.Body) != "ok" {
+		t.Fatalf("next delivery: %+v %v (ambiguous %v); want the upstream's 200 \"ok\"", resp, err, forward.Ambiguous(err))
+	}
+	if n := u.conns.Load(); n != conns {
+		t.Errorf("%d connections for 2 deliveries, want %d", n, conns)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
@@ -16,14 +17,7 @@ import (
 // as the partition lasts: the provider takes the replay for an
 // acknowledgement and never delivers the event again.
 func TestDeleteReachesAReplicaCutOffFromRedis(t *testing.T) {
-	s := sharedSetup(t)
-	s.localCache = "1MiB"
-	a := s.start(t)
-	proxy := testenv.StartFaultProxy(t, s.redis)
-	sb := *s
-	sb.redis = proxy.Addr
-	b := sb.start(t)
-
+	s, a, b, proxy := replicaBehindProxy(t)
 	body := `{"id":"evt_cut"}`
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "forwarded")
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed") // from B's cache
@@ -56,14 +50,7 @@ func TestDeleteReachesAReplicaCutOffFromRedis(t *testing.T) {
 // forwards the redelivery, rather than for the minute of silence it
 // waited before it pinged.
 func TestDeleteReachesAReplicaWhoseRedisHangs(t *testing.T) {
-	s := sharedSetup(t)
-	s.localCache = "1MiB"
-	a := s.start(t)
-	proxy := testenv.StartFaultProxy(t, s.redis)
-	sb := *s
-	sb.redis = proxy.Addr
-	b := sb.start(t)
-
+	s, a, b, proxy := replicaBehindProxy(t)
 	body := `{"id":"evt_hang"}`
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "forwarded")
 	want(t, deliver(t, b, "/hooks", body), http.StatusOK, "replayed") // from B's cache
@@ -89,4 +76,17 @@ func TestDeleteReachesAReplicaWhoseRedisHangs(t *testing.T) {
 		t.Fatalf("upstream saw evt_hang %d times, want 2", n)
 	}
 	proxy.Restore()
+}
+
+// replicaBehindProxy starts replicas A and B sharing Redis and the ledger,
+// each with an in-process cache; B reaches Redis through proxy.
+func replicaBehindProxy(t *testing.T) (s *setup, a, b *gateway.Gateway, proxy *testenv.FaultProxy) {
+	t.Helper()
+	s = sharedSetup(t)
+	s.localCache = "1MiB"
+	a = s.start(t)
+	proxy = testenv.StartFaultProxy(t, s.redis)
+	sb := *s
+	sb.redis = proxy.Addr
+	return s, a, sb.start(t), proxy
 }
