@@ -229,6 +229,11 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 	go func() {
 		defer close(inv.done)
 		pinged := false
+		// down: the operator was told the subscription is down, once an
+		// outage. Not cache.Suspended: the cache is off from the start, and
+		// a subscription refused then (an ACL user without the channel)
+		// would never be logged, its cause with it.
+		down := false
 		for {
 			wait := inv.silence
 			if pinged {
@@ -247,10 +252,11 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 				// a new subscription is confirmed.
 				log.Warn("cache invalidations: the subscription does not answer; subscribing anew", "channel", inv.channel)
 				cache.Suspend()
+				down = true
 				ps, pinged = inv.resubscribe(ps), false
 				continue
 			case err != nil:
-				if !timeout && !cache.Suspended() {
+				if !timeout && !down {
 					// A broken connection (go-redis reconnects and
 					// resubscribes on the next receive), or a refused
 					// subscription: deletes cannot reach this replica
@@ -259,6 +265,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 					log.Warn("cache invalidations: the subscription is down; the local cache is off until it is back",
 						"channel", inv.channel, "err", err)
 					cache.Suspend()
+					down = true
 				}
 				// A silent spell, or a broken connection: make sure the
 				// connection answers.
@@ -277,6 +284,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 				// was down were lost, so nothing cached before can be trusted.
 				if m.Kind == "subscribe" {
 					cache.Resume()
+					down = false
 					once.Do(func() { close(subscribed) })
 				}
 			case *redis.Message:

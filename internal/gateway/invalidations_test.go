@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +216,37 @@ func TestCacheOffUntilSubscribed(t *testing.T) {
 		_, ok := cache.Get(ref)
 		return ok
 	})
+}
+
+// A Redis user without the invalidation channel (Redis 7 gives a new user
+// none) has its subscription refused: the replica's cache stays off for as
+// long as it runs (README, Redis ACL users). The operator is told why, once:
+// the refusal was swallowed, and start-up said only "serving anyway", so a
+// configured screen.local_cache was off with nothing in the log saying so.
+func TestRefusedSubscriptionIsLogged(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	if err := client.Do(context.Background(), "ACL", "SETUSER", "default", "resetchannels").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	logs := &syncBuffer{}
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "p:invalidate", silence: 100 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(func() { _ = inv.close() })
+
+	time.Sleep(time.Second) // several silent spells, each pinged
+	if !cache.Suspended() {
+		t.Fatal("the cache is on without a subscription to deletes")
+	}
+	var refused int
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "NOPERM") {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("the refused subscription was logged %d times, want once with its cause; logs:\n%s", refused, logs.String())
+	}
 }
