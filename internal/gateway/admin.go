@@ -234,6 +234,7 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 		// a subscription refused then (an ACL user without the channel)
 		// would never be logged, its cause with it.
 		down := false
+		var reloaded time.Time // the cluster's layout last reloaded
 		for {
 			wait := inv.silence
 			if pinged {
@@ -266,6 +267,31 @@ func (inv *invalidations) subscribe(cache *idempotency.Cache, log *slog.Logger) 
 						"channel", inv.channel, "err", err)
 					cache.Suspend()
 					down = true
+				}
+				var refused redis.Error
+				if errors.As(err, &refused) {
+					// Redis refused a command on the subscription (the
+					// SUBSCRIBE itself: an ACL user without the channel,
+					// a busy script). go-redis sends it again only on a
+					// new connection, so without a new subscription the
+					// cache would stay off for as long as this one lasts,
+					// long after the cause is gone (the ACL granted).
+					select {
+					case <-time.After(inv.silence):
+					case <-inv.stop:
+						return
+					}
+					ps, pinged = inv.resubscribe(ps), false
+					continue
+				}
+				if cc, ok := inv.client.(*redis.ClusterClient); ok && !timeout && time.Since(reloaded) >= time.Second {
+					// The node holding the subscription may be gone for
+					// good (failed over): go-redis redials the slot's
+					// master it last knew, and learns of the new one only
+					// at its periodic reload (a minute), the cache off
+					// meanwhile.
+					cc.ReloadState(context.Background())
+					reloaded = time.Now()
 				}
 				// A silent spell, or a broken connection: make sure the
 				// connection answers.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,4 +252,118 @@ func TestRefusedSubscriptionIsLogged(t *testing.T) {
 	if refused != 1 {
 		t.Fatalf("the refused subscription was logged %d times, want once with its cause; logs:\n%s", refused, logs.String())
 	}
+}
+
+// A subscription Redis refuses (an ACL user without the channel) is not
+// sent again by go-redis while its connection stays up. Once the operator
+// grants the channel the cache must come back: it stayed off for as long
+// as the connection lasted, every repeat a Redis round trip, with nothing
+// in the log after the first refusal.
+func TestCacheOnOnceARefusedSubscriptionIsAllowed(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	if err := client.Do(context.Background(), "ACL", "SETUSER", "default", "resetchannels").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "p:invalidate", silence: 100 * time.Millisecond, pongWait: 300 * time.Millisecond}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+	time.Sleep(300 * time.Millisecond) // refused, pinged
+	if !cache.Suspended() {
+		t.Fatal("the cache is on without a subscription to deletes")
+	}
+
+	// The operator grants the channel (README, Redis ACL users).
+	if err := client.Do(context.Background(), "ACL", "SETUSER", "default", "allchannels").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_granted"}
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	eventually(t, 5*time.Second, "subscribed once allowed, the cache on", func() bool {
+		cache.Put(ref, ent, cache.Ticket())
+		return cache.Len() == 1
+	})
+	// And a delete published now reaches it.
+	if err := client.Publish(context.Background(), inv.channel, ref.Route+"\x00"+ref.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the delete applied", func() bool { return cache.Len() == 0 })
+}
+
+// The master holding the subscription dies and its replica takes over: the
+// subscription must follow to the new master, and the cache come back on,
+// as soon as the cluster is whole again. go-redis redialled the dead node
+// until its periodic reload of the cluster's layout (a minute): the cache
+// stayed off all that time, every repeat a Redis round trip.
+func TestSubscriptionFollowsAClusterFailover(t *testing.T) {
+	var (
+		addrs   []string
+		servers []*testenv.RedisServer
+	)
+	for i := range 6 {
+		conf := filepath.Join(t.TempDir(), "nodes-"+strconv.Itoa(i)+".conf")
+		s := testenv.StartRedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", conf,
+			"--cluster-node-timeout", "1000", "--cluster-port", strconv.Itoa(testenv.FreePort(t)))
+		addrs, servers = append(addrs, s.Addr), append(servers, s)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	if out, err := exec.Command("redis-cli", append(args, "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	node := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	for _, a := range addrs {
+		eventually(t, 20*time.Second, "cluster ok at "+a, func() bool {
+			info, _ := node(a).ClusterInfo(context.Background()).Result()
+			return strings.Contains(info, "cluster_state:ok")
+		})
+	}
+	// As the gateway makes it (initAdmin).
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: addrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		PoolTimeout: 2 * time.Second, ContextTimeoutEnabled: true, PoolSize: 4,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	cache := idempotency.NewCache(1<<20, 1<<16, time.Hour)
+	inv := &invalidations{client: client, channel: "hs:invalidate"}
+	inv.subscribe(cache, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = inv.close() })
+	if cache.Suspended() {
+		t.Fatal("not subscribed at start")
+	}
+
+	holder := -1
+	for i, a := range addrs {
+		if n, _ := node(a).PubSubNumSub(context.Background(), inv.channel).Result(); n[inv.channel] == 1 {
+			holder = i
+		}
+	}
+	if holder < 0 {
+		t.Fatal("no node holds the subscription")
+	}
+	servers[holder].Stop()
+	for i, a := range addrs { // its replica takes over
+		role, _ := node(a).Do(context.Background(), "ROLE").Slice()
+		if i != holder && len(role) > 2 && role[0] == "slave" && fmt.Sprint(role[2]) == strconv.Itoa(servers[holder].Port) {
+			if err := node(a).Do(context.Background(), "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+				t.Fatalf("CLUSTER FAILOVER TAKEOVER: %v", err)
+			}
+		}
+	}
+	eventually(t, 5*time.Second, "the cache off", cache.Suspended)
+	ref := idempotency.Ref{Route: "hooks", Key: "evt_failover"}
+	ent := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, BodyCached: true}
+	eventually(t, 15*time.Second, "subscribed at the new master, the cache on", func() bool {
+		cache.Put(ref, ent, cache.Ticket())
+		return cache.Len() == 1
+	})
+	if err := client.Publish(context.Background(), inv.channel, ref.Route+"\x00"+ref.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the delete applied", func() bool { return cache.Len() == 0 })
 }
