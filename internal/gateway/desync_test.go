@@ -28,17 +28,12 @@ func TestBodyCutShortByCloseIsNoDelivery(t *testing.T) {
 	for _, sent := range []int{8500, 12000} { // past the prefetch, in one read and in several
 		t.Run(fmt.Sprint(sent), func(t *testing.T) {
 			key := fmt.Sprintf("evt_cut_%d", sent)
-			conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			conn := dialRaw(t, g, 5*time.Second)
 			head := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Event-Id: %s\r\nContent-Length: %d\r\n\r\n", key, len(full))
 			if _, err := conn.Write([]byte(head + full[:sent])); err != nil {
 				t.Fatal(err)
 			}
-			_ = conn.(*net.TCPConn).CloseWrite() // the sender is gone
+			_ = conn.CloseWrite() // the sender is gone
 			replies := readReplies(conn)
 			if n := up.count(key); n != 0 {
 				body, _, _ := up.lastRequest()
@@ -85,12 +80,7 @@ func TestFoldedHeaderLineIsRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			key, next := "evt_fold_"+c.name, "evt_after_fold_"+c.name
-			conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			conn := dialRaw(t, g, 5*time.Second)
 			br := bufio.NewReader(conn)
 			head := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Event-Id: %s\r\n%sContent-Length: %d\r\n\r\n", key, c.fold, len(body))
 			if _, err := io.WriteString(conn, head); err != nil {
@@ -143,12 +133,7 @@ func TestFoldedHeaderLineIsRefused(t *testing.T) {
 func TestNothingIsReadBehindAFoldedLine(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn := dialRaw(t, g, 5*time.Second)
 	br := bufio.NewReader(conn)
 	folded := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Event-Id: evt_folded\r\n" +
 		"X-Note: a=b\r\n c=d\r\nContent-Length: 2\r\n\r\n{}"
@@ -187,12 +172,7 @@ func TestNothingIsReadBehindAFoldedLine(t *testing.T) {
 func TestNothingIsReadBehindAFoldedTrailer(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
-	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	conn := dialRaw(t, g, 3*time.Second)
 	first := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Event-Id: evt_trailer_fold\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Trailer: a\r\n b\r\n\r\n"
 	behind := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Event-Id: evt_behind_trailer\r\nContent-Length: 13\r\n\r\n{\"amount\":10}"
@@ -238,4 +218,17 @@ func TestNothingIsReadBehindAFoldedTrailer(t *testing.T) {
 		t.Errorf("the request behind was never answered on a connection kept open (%v); forwarded %d times",
 			err, up.count("evt_behind_trailer"))
 	}
+}
+
+// dialRaw opens a raw connection to g, closed when the test ends, that
+// gives up after d: for requests net/http would not send.
+func dialRaw(t *testing.T, g interface{ Addr() string }, d time.Duration) *net.TCPConn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(d))
+	return conn.(*net.TCPConn)
 }
