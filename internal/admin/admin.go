@@ -70,6 +70,11 @@ type Options struct {
 	// of every replica, after its ledger row is gone (Engine.Forget plus
 	// the cross-replica invalidation). Nil: nothing to forget.
 	Forget func(ctx context.Context, ref idempotency.Ref) error
+	// Deleting is told before a key's ledger row is deleted, so that this
+	// replica stops retrying a failed commit of that key first
+	// (Engine.CancelCommitRetry): a retry landing after the DELETE would
+	// write the record back. Nil: nothing to stop.
+	Deleting func(ref idempotency.Ref)
 	// HeldChanged is told when a held key leaves the held state through
 	// this API (delta -1), for the hookstamp_held_keys gauge. Nil: ignored.
 	HeldChanged func(route string, delta int)

@@ -348,6 +348,28 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// A DELETE first stops this replica's background retry of a failed commit
+// of the key (Options.Deleting), while the row is still there: a retry
+// landing after the row is deleted would write the record back.
+func TestDeleteStopsCommitRetriesFirst(t *testing.T) {
+	var e *env
+	var rowThere []bool
+	e = newEnv(t, func(o *Options) {
+		o.Deleting = func(ref idempotency.Ref) {
+			_, err := e.ledger.Lookup(context.Background(), ref)
+			rowThere = append(rowThere, err == nil)
+		}
+	})
+	ref := idempotency.Ref{Route: "pay", Key: "evt_retried"}
+	e.commit(t, &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: idempotency.Response{Status: 200}})
+	if r := e.do(t, http.MethodDelete, recordPath("pay", ref.Key), token, ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE %d: %s", r.status, r.body)
+	}
+	if len(rowThere) != 1 || !rowThere[0] {
+		t.Fatalf("Deleting called %d times, the row there each time: %v; want once, before the row was deleted", len(rowThere), rowThere)
+	}
+}
+
 // A DELETE whose screen (or the replicas' caches) did not forget the key
 // is not reported done: repeats may still be replayed from the screen, so
 // the operator gets 503 + Retry-After and retries, never a 204 that

@@ -98,6 +98,9 @@ func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempoten
 // DELETE repeated by a script or a retrying client is not an error.
 func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
 	ctx := r.Context()
+	if s.o.Deleting != nil {
+		s.o.Deleting(ref)
+	}
 	rec, err := s.o.Ledger.Lookup(ctx, ref)
 	if err == nil {
 		err = s.o.Ledger.Delete(ctx, ref)

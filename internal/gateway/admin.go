@@ -134,6 +134,7 @@ func (g *Gateway) startAdmin() error {
 		Routes:      g.routeNames(),
 		Ledger:      g.ledger,
 		Forget:      g.forget,
+		Deleting:    g.engine.CancelCommitRetry,
 		HeldChanged: g.tel.AddHeld,
 		Stats:       a.stats,
 		Metrics:     g.tel.MetricsHandler(),

@@ -20,15 +20,7 @@ import (
 // test's own.
 func productionStores(t *testing.T) (*sqlledger.Ledger, *redisscreen.Screen) {
 	t.Helper()
-	ctx := context.Background()
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: testenv.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := postgresLedger(t)
 	addr, prefix := testenv.RedisPrefix(t)
 	s, err := redisscreen.New(redisscreen.Options{Addrs: []string{addr}, Prefix: prefix, MaxCachedBody: 64 << 10})
 	if err != nil {
@@ -41,8 +33,20 @@ func productionStores(t *testing.T) (*sqlledger.Ledger, *redisscreen.Screen) {
 // sqliteLedger opens an embedded SQLite ledger in a temporary directory.
 func sqliteLedger(tb testing.TB) *sqlledger.Ledger {
 	tb.Helper()
+	return openLedger(tb, sqlledger.DriverSQLite, filepath.Join(tb.TempDir(), "ledger.db"))
+}
+
+// postgresLedger opens a PostgreSQL ledger in a schema of the test's own.
+func postgresLedger(tb testing.TB) *sqlledger.Ledger {
+	tb.Helper()
+	return openLedger(tb, sqlledger.DriverPostgres, testenv.Postgres(tb))
+}
+
+// openLedger opens and migrates a ledger, closed when the test ends.
+func openLedger(tb testing.TB, driver, dsn string) *sqlledger.Ledger {
+	tb.Helper()
 	ctx := context.Background()
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(tb.TempDir(), "ledger.db")})
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn})
 	if err != nil {
 		tb.Fatal(err)
 	}

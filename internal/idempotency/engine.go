@@ -110,6 +110,10 @@ type Options struct {
 	// OpTimeout bounds the commit and release that follow a forward; they
 	// run even when the provider has gone away (5s).
 	OpTimeout time.Duration
+	// CommitRetryFor is how long a commit that could not reach the ledger
+	// after the upstream answered is retried in the background
+	// (DefaultCommitRetryFor; negative: not retried). See recommit.go.
+	CommitRetryFor time.Duration
 	// RetryAfter is the Retry-After of conflict, held and unavailable
 	// answers (1s).
 	RetryAfter time.Duration
@@ -133,6 +137,14 @@ type Engine struct {
 	tidyClosed bool
 	tidy       sync.WaitGroup
 	flights    *flights // nil without a screen: the seed's ledger-only design
+	// Background retries of failed commits (recommit.go); retryStop is
+	// closed by Close.
+	retryMu     sync.Mutex
+	retryClosed bool
+	retrying    map[Ref]*commitRetry
+	retryBytes  int // sum of retrying's sizes
+	retryStop   chan struct{}
+	retries     sync.WaitGroup
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -155,6 +167,9 @@ func New(o Options) (*Engine, error) {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
+	if o.CommitRetryFor == 0 {
+		o.CommitRetryFor = DefaultCommitRetryFor
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -170,7 +185,7 @@ func New(o Options) (*Engine, error) {
 	if o.BreakerCooldown <= 0 {
 		o.BreakerCooldown = BreakerCooldown
 	}
-	e := &Engine{o: o, breaker: newBreaker(o.BreakerFailures, o.BreakerCooldown, time.Now)}
+	e := &Engine{o: o, breaker: newBreaker(o.BreakerFailures, o.BreakerCooldown, time.Now), retryStop: make(chan struct{})}
 	if o.Screen != nil {
 		e.flights = &flights{}
 	}
@@ -202,6 +217,9 @@ const (
 	// repeats at every other replica 409 until its lease ran out.
 	viaLedgerLostScreen
 )
+
+// ledger reports whether the claim is a pending ledger row.
+func (v via) ledger() bool { return v == viaLedger || v == viaBoth || v == viaLedgerLostScreen }
 
 // screen reports whether the claim lives in the screen.
 func (v via) screen() bool { return v == viaScreen || v == viaScreenNoLedger || v == viaBoth }
@@ -240,13 +258,15 @@ func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Ent
 }
 
 // Close stops the background calls of tidyScreen and waits for those
-// under way: call it before closing the screen. A delivery still running
+// under way, and gives each commit being retried one last attempt: call
+// it before closing the screen and the ledger. A delivery still running
 // (shutdown gave up on it) no longer starts any.
 func (e *Engine) Close() {
 	e.tidyMu.Lock()
 	e.tidyClosed = true
 	e.tidyMu.Unlock()
 	e.tidy.Wait()
+	e.closeRetries()
 }
 
 // Handle decides what happens to one delivery, calling fwd at most once.
@@ -837,6 +857,7 @@ func (e *Engine) forward(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		// the ledger and outlive the local cache.
 		ent.Unrecorded = true
 		e.settleScreen(sctx, v, d.Ref, owner, ent)
+		e.retryCommit(ctx, rec, owner, now, v.ledger(), d.ticket, err)
 	}
 	return Result{Outcome: outcome, Upstream: up, TakenOver: takenOver}
 }
@@ -1066,6 +1087,7 @@ func (e *Engine) settleScreen(ctx context.Context, v via, ref Ref, owner string,
 // Forget removes a key from the in-process cache and the screen; the admin
 // API calls it after deleting the ledger row.
 func (e *Engine) Forget(ctx context.Context, ref Ref) error {
+	e.CancelCommitRetry(ref)
 	if c := e.o.Cache; c != nil {
 		c.Delete(ref)
 	}

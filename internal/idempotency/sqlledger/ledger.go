@@ -127,7 +127,10 @@ type Ledger struct {
 	commitStmt   *sql.Stmt
 }
 
-var _ idempotency.Ledger = (*Ledger)(nil)
+var (
+	_ idempotency.Ledger      = (*Ledger)(nil)
+	_ idempotency.Recommitter = (*Ledger)(nil)
+)
 
 // errClosed is returned (wrapped in ErrUnavailable) after Close.
 var errClosed = errors.New("ledger closed")

@@ -73,6 +73,14 @@ const commitSQL = `INSERT INTO hookstamp_records ` +
 	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
 	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR hookstamp_records.lease_until < ?)`
 
+// commitClaimedSQL is commitSQL without the insert: it turns a pending row
+// owned by the owner (or whose lease expired) into the record, and writes
+// nothing when the key has no row (Recommit).
+const commitClaimedSQL = `UPDATE hookstamp_records SET state = ?, owner = NULL, lease_until = NULL, ` +
+	`fingerprint = ?, status = ?, headers = ?, body = ?, body_omitted = ?, trace_id = ?, span_id = ?, ` +
+	`source = ?, completed_at = ?, expires_at = ? ` +
+	`WHERE route = ? AND "key" = ? AND state = 'pending' AND (owner = ? OR lease_until < ?)`
+
 const releaseSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'pending' AND owner = ?`
 
 // maxClaimAttempts bounds Claim's retries when the row changes between its
@@ -234,11 +242,54 @@ func (l *Ledger) insertClaim(ctx context.Context, req *idempotency.ClaimRequest,
 func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
+	row, err := l.commitRowOf(ctx, rec, owner, now)
+	if err != nil {
+		return err
+	}
+	if l.commits == nil {
+		return l.execCommit(ctx, &row)
+	}
+	j := &commitJob{ctx: ctx, row: row, done: make(chan error, 1)}
+	if err := l.commits.enqueue(ctx, j); err != nil {
+		return l.queueFailed(fmt.Sprintf("commit %s", ref(rec.Ref)), err)
+	}
+	return wait(ctx, l, "commit", &rec.Ref, j.done, func(err error) error { return err })
+}
+
+// Recommit is Commit run as a statement of its own, outside the batches
+// (idempotency.Recommitter): the engine's retry of a commit that could not
+// reach the ledger, which an operator's DELETE cancels and which must not
+// land after it from a batch still queued. With claimed, the record is
+// written only over the pending row (ErrNotOwner when the key has no row):
+// the claim was that row, and its absence means it was deleted.
+func (l *Ledger) Recommit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time, claimed bool) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	row, err := l.commitRowOf(ctx, rec, owner, now)
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		return l.execCommit(ctx, &row)
+	}
+	res := l.w.WithContext(ctx).Exec(commitClaimedSQL, row.state, nullBytes(row.fp), row.status, row.headers, nullBytes(row.body),
+		row.omitted, row.traceID, row.spanID, row.source, row.completed, row.expires, row.ref.Route, row.ref.Key, row.owner, row.now)
+	if res.Error != nil {
+		return l.fail(fmt.Sprintf("commit %s", ref(row.ref)), res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("commit %s: %w", ref(row.ref), idempotency.ErrNotOwner)
+	}
+	return nil
+}
+
+// commitRowOf is the row Commit writes for rec.
+func (l *Ledger) commitRowOf(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) (commitRow, error) {
 	if err := l.check(); err != nil {
-		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
+		return commitRow{}, fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
 	}
 	if rec.ExpiresAt.IsZero() {
-		return fmt.Errorf("commit %s: record has no ExpiresAt", ref(rec.Ref))
+		return commitRow{}, fmt.Errorf("commit %s: record has no ExpiresAt", ref(rec.Ref))
 	}
 	state := idempotency.StateDone
 	if rec.State == idempotency.StateHeld {
@@ -246,11 +297,11 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	}
 	headers, err := encodeHeaders(rec.Headers)
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
+		return commitRow{}, fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
 	}
 	shift, err := l.clock.shift(ctx)
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", ref(rec.Ref), l.fail("clock", err))
+		return commitRow{}, fmt.Errorf("commit %s: %w", ref(rec.Ref), l.fail("clock", err))
 	}
 	now = toDB(now, shift)
 	created := now
@@ -263,14 +314,7 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	if rec.BodyOmitted {
 		row.body = nil
 	}
-	if l.commits == nil {
-		return l.execCommit(ctx, &row)
-	}
-	j := &commitJob{ctx: ctx, row: row, done: make(chan error, 1)}
-	if err := l.commits.enqueue(ctx, j); err != nil {
-		return l.queueFailed(fmt.Sprintf("commit %s", ref(rec.Ref)), err)
-	}
-	return wait(ctx, l, "commit", &rec.Ref, j.done, func(err error) error { return err })
+	return row, nil
 }
 
 // execCommit runs one commit statement on its own.
