@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -22,6 +23,16 @@ import (
 // delivery's own pending row, or (when the claim was the screen's alone)
 // where the key has no row. A takeover, another delivery's record, or an
 // operator's DELETE in between wins (Recommitter, CancelCommitRetry).
+//
+// The retry waits up to CommitRetryMaxDelay between attempts, and a
+// provider's retry arriving in that time after the claim's lease would
+// take the expired claim over and be forwarded again. So a delivery of a
+// key whose commit this process is retrying makes the retry attempt at
+// once, before it claims in the ledger (nudgeCommitRetry): where the
+// ledger is back, the record lands first and the delivery is replayed
+// from it. A delivery is never answered from the record held for the
+// retry itself: until the ledger has it, an operator's DELETE through
+// another replica could not reach it.
 
 // Commit retry schedule: the first retry after CommitRetryFirst, then
 // doubling up to CommitRetryMaxDelay, for Options.CommitRetryFor.
@@ -49,11 +60,22 @@ type Recommitter interface {
 	Recommit(ctx context.Context, rec *Record, owner string, now time.Time, claimed bool) error
 }
 
-// commitRetry is one failed commit being retried.
+// commitRetry is one failed commit being retried: by its loop (runRetry)
+// and by deliveries of its key (nudgeCommitRetry), one attempt at a time.
 type commitRetry struct {
+	ctx    context.Context // cancelled by CancelCommitRetry
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the retry has ended
+	done   chan struct{} // closed when the loop has ended
 	size   int           // what the record holds, charged to retryBytes
+	commit func(context.Context) error
+	rec    *Record
+	ticket Ticket
+
+	mu       sync.Mutex
+	running  chan struct{} // closed when the attempt under way ends; nil if none
+	settled  bool          // recorded, or settled without it: no more attempts
+	attempts int
+	lastErr  error
 }
 
 // retrySize is what rec holds that a retry keeps alive: its body, key and
@@ -92,36 +114,36 @@ func (e *Engine) retryCommit(ctx context.Context, rec *Record, owner string, now
 			"route", rec.Route, "key", rec.Key, "retrying", len(e.retrying), "retrying_bytes", e.retryBytes)
 		return
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &commitRetry{cancel: cancel, done: make(chan struct{}), size: size}
-	e.retryBytes += size
+	r := &commitRetry{done: make(chan struct{}), size: size, rec: rec, ticket: ticket}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.commit = func(ctx context.Context) error { return e.o.Ledger.Commit(ctx, rec, owner, now) }
+	if rc, ok := e.o.Ledger.(Recommitter); ok {
+		r.commit = func(ctx context.Context) error { return rc.Recommit(ctx, rec, owner, now, claimed) }
+	}
 	if e.retrying == nil {
 		e.retrying = make(map[Ref]*commitRetry)
 	}
 	e.retrying[rec.Ref] = r
+	e.retryCount.Add(1)
+	e.retryBytes += size
 	e.retries.Go(func() {
 		defer close(r.done)
-		defer cancel()
+		defer r.cancel()
 		defer e.endRetry(rec.Ref, r)
-		e.runRetry(rctx, rec, owner, now, claimed, ticket)
+		e.runRetry(r)
 	})
 }
 
 // runRetry is the retry loop of one commit.
-func (e *Engine) runRetry(ctx context.Context, rec *Record, owner string, now time.Time, claimed bool, ticket Ticket) {
-	commit := func(ctx context.Context) error { return e.o.Ledger.Commit(ctx, rec, owner, now) }
-	if rc, ok := e.o.Ledger.(Recommitter); ok {
-		commit = func(ctx context.Context) error { return rc.Recommit(ctx, rec, owner, now, claimed) }
-	}
-	log := e.o.Logger.With("route", rec.Route, "key", rec.Key)
+func (e *Engine) runRetry(r *commitRetry) {
 	deadline := time.Now().Add(e.o.CommitRetryFor)
 	delay := CommitRetryFirst
 	t := time.NewTimer(delay)
 	defer t.Stop()
-	for attempt := 1; ; attempt++ {
+	for {
 		last := false
 		select {
-		case <-ctx.Done():
+		case <-r.ctx.Done():
 			// An operator deleted the key: the record must not come back.
 			return
 		case <-e.retryStop:
@@ -129,33 +151,89 @@ func (e *Engine) runRetry(ctx context.Context, rec *Record, owner string, now ti
 			last = true
 		case <-t.C:
 		}
-		cctx, ccancel := context.WithTimeout(ctx, e.o.OpTimeout)
-		err := commit(cctx)
-		ccancel()
+		settled, attempts, err := e.attempt(r)
 		switch {
-		case err == nil:
-			log.WarnContext(ctx, "ledger record written by a retry after its first commit could not reach the ledger",
-				"attempts", attempt)
-			if c := e.o.Cache; c != nil {
-				c.Put(rec.Ref, EntryOf(rec), ticket)
-			}
-			return
-		case errors.Is(err, ErrNotOwner):
-			// Recorded by a commit that did land after all, taken over,
-			// or deleted: the ledger has settled the key without us.
-			log.WarnContext(ctx, "retry of an unrecorded delivery stopped: the key was settled meanwhile",
-				"attempts", attempt)
-			return
-		case ctx.Err() != nil:
+		case settled || r.ctx.Err() != nil:
 			return
 		case last || !errors.Is(err, ErrUnavailable) || time.Now().After(deadline):
-			e.depError("ledger", "commit", err)
-			log.ErrorContext(ctx, "gave up recording a delivery forwarded with a final answer; repeats are intercepted only while the screen remembers",
-				"attempts", attempt, "err", err)
+			e.giveUp(r, attempts, err)
 			return
 		}
 		delay = min(2*delay, CommitRetryMaxDelay)
 		t.Reset(delay)
+	}
+}
+
+// attempt makes one attempt at r's commit, or, when one is under way
+// already, waits for it and reports its result. settled: nothing is left
+// to try (recorded, settled without this record, or cancelled).
+func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error) {
+	r.mu.Lock()
+	if ch := r.running; ch != nil {
+		r.mu.Unlock()
+		<-ch
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.settled, r.attempts, r.lastErr
+	}
+	if r.settled || r.ctx.Err() != nil {
+		defer r.mu.Unlock()
+		return true, r.attempts, r.lastErr
+	}
+	ch := make(chan struct{})
+	r.running = ch
+	r.attempts++
+	attempts = r.attempts
+	r.mu.Unlock()
+
+	cctx, cancel := context.WithTimeout(r.ctx, e.o.OpTimeout)
+	err = r.commit(cctx)
+	cancel()
+	log := e.o.Logger.With("route", r.rec.Route, "key", r.rec.Key, "attempts", attempts)
+	switch {
+	case err == nil:
+		log.WarnContext(r.ctx, "ledger record written by a retry after its first commit could not reach the ledger")
+		if c := e.o.Cache; c != nil {
+			c.Put(r.rec.Ref, EntryOf(r.rec), r.ticket)
+		}
+		settled = true
+	case errors.Is(err, ErrNotOwner):
+		// Recorded by a commit that did land after all, taken over, or
+		// deleted: the ledger has settled the key without us.
+		log.WarnContext(r.ctx, "retry of an unrecorded delivery stopped: the key was settled meanwhile")
+		settled = true
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running = nil
+	close(ch)
+	r.settled = r.settled || settled
+	r.lastErr = err
+	return r.settled, attempts, err
+}
+
+// giveUp ends a retry that did not land.
+func (e *Engine) giveUp(r *commitRetry, attempts int, err error) {
+	e.depError("ledger", "commit", err)
+	e.o.Logger.ErrorContext(r.ctx, "gave up recording a delivery forwarded with a final answer; repeats are intercepted only while the screen remembers",
+		"route", r.rec.Route, "key", r.rec.Key, "attempts", attempts, "err", err)
+}
+
+// nudgeCommitRetry makes this process's retry of ref's commit, if there is
+// one, attempt now (or waits for its attempt under way): called before a
+// delivery of ref claims in the ledger, so that a ledger that is back
+// holds the record before the delivery could take its claim over. Without
+// retries under way it costs an atomic load.
+func (e *Engine) nudgeCommitRetry(ref Ref) {
+	if e.retryCount.Load() == 0 {
+		return
+	}
+	e.retryMu.Lock()
+	r := e.retrying[ref]
+	e.retryMu.Unlock()
+	if r != nil {
+		e.attempt(r)
 	}
 }
 
@@ -165,6 +243,7 @@ func (e *Engine) endRetry(ref Ref, r *commitRetry) {
 	defer e.retryMu.Unlock()
 	if e.retrying[ref] == r {
 		delete(e.retrying, ref)
+		e.retryCount.Add(-1)
 		e.retryBytes -= r.size
 	}
 }
@@ -183,6 +262,15 @@ func (e *Engine) CancelCommitRetry(ref Ref) {
 	}
 	r.cancel()
 	<-r.done
+	// A delivery's nudge may still be attempting: wait for it, and let
+	// none start after (attempt checks the cancelled context).
+	r.mu.Lock()
+	ch := r.running
+	r.settled = true
+	r.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // closeRetries makes each retry under way try once more, then waits for

@@ -22,9 +22,11 @@ type flakyLedger struct {
 	*sqlledger.Ledger
 	down    atomic.Bool
 	commits atomic.Int64
+	refused atomic.Int64 // commits refused while down
 }
 
 func (l *flakyLedger) unreachable() error {
+	l.refused.Add(1)
 	return fmt.Errorf("commit: %w: connection refused", idempotency.ErrUnavailable)
 }
 
@@ -261,5 +263,65 @@ func TestCommitRetriesHoldAtMostTheirByteBudget(t *testing.T) {
 			state = string(rec.State)
 		}
 		t.Fatalf("the second large answer, over the budget: ledger %s (%v), want its pending claim only: it was held for a retry", state, err)
+	}
+}
+
+// The background retry waits up to CommitRetryMaxDelay between attempts.
+// A provider's retry that arrives in that gap, once the ledger is back and
+// the first claim's lease is over, makes the retry attempt first, before it
+// claims: the record lands and the retry is replayed from it. Without that,
+// it took the expired claim over and the upstream booked the event twice.
+// Both places a delivery goes to the ledger: a ledger claim (no screen),
+// and the confirmation of a Redis claim after Redis forgot the entry.
+func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
+	t.Parallel()
+	for _, screen := range []bool{false, true} {
+		name := map[bool]string{false: "ledger claim", true: "redis screen that forgot the entry"}[screen]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pl, rs := productionStores(t)
+			l := &flakyLedger{Ledger: pl}
+			const lease = time.Second
+			o := idempotency.Options{Ledger: l, Lease: lease}
+			if screen {
+				o.Screen, o.ScreenUnavailable, o.ConfirmByClaim = rs, idempotency.FailStore, true
+			}
+			e, err := idempotency.New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_retry_in_the_gap"}, Fingerprint: []byte("fp")}
+			var forwards atomic.Int64
+			body := []byte(`{"booked":1}`)
+			if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, body)); r.Outcome != idempotency.Forwarded {
+				t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+			}
+			// The first commit and the retries at 0.25, 0.75, 1.75 and
+			// 3.75 s are refused; the next is due 4 s after the last.
+			deadline := time.Now().Add(10 * time.Second)
+			for l.refused.Load() < 5 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d commits refused in 10s, want 5", l.refused.Load())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			l.down.Store(false)
+			if screen {
+				if err := rs.Forget(ctx, d.Ref); err != nil { // Redis lost it (eviction, a flush)
+					t.Fatal(err)
+				}
+			}
+			// Sixteen copies at once (the stacked retries of a provider,
+			// a consumer and a proxy): one attempt, one copy upstream.
+			results := make(chan idempotency.Result, 16)
+			for range cap(results) {
+				go func() { results <- e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"booked":2}`))) }()
+			}
+			for range cap(results) {
+				wantReplayOf(t, <-results, &forwards, body)
+			}
+		})
 	}
 }
