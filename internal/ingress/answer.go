@@ -66,6 +66,14 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 		case "Content-Length", "Transfer-Encoding", "Connection", HeaderOutcome, HeaderReplayed, HeaderBodyOmitted:
 			continue
 		}
+		if len(vals) > 1 && keptOnce(name) {
+			// Add would replace the line before, and the provider would get
+			// the last alone (of a body encoded gzip then br, "br") where a
+			// replay carries the record's lines joined: one line joined here
+			// too (RFC 9110 §5.3), the same on the first answer and after.
+			h.Set(name, strings.Join(vals, ", "))
+			continue
+		}
 		for i, v := range vals {
 			if i == 0 {
 				h.Set(name, v)
@@ -87,6 +95,17 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 	}
 	c.Status(up.Status)
 	return c.Send(up.Body)
+}
+
+// keptOnce reports whether fasthttp keeps one value of response header
+// name (canonical), its Add replacing the last: those it parses into a
+// field of its own.
+func keptOnce(name string) bool {
+	switch name {
+	case "Content-Type", "Content-Encoding", "Server":
+		return true
+	}
+	return false
 }
 
 // Problem is an RFC 9457 problem document with hookstamp's outcome member.
