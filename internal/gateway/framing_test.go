@@ -312,3 +312,31 @@ func TestRepeatedHostIsRefused(t *testing.T) {
 		t.Fatalf("X-Forwarded-Host %q", h)
 	}
 }
+
+// An HTTP/1.1 request without Host is refused too (RFC 9112 §3.2: a server
+// MUST answer 400): passed on, the upstream got an empty X-Forwarded-Host
+// (SPEC §4: the Host the client used). HTTP/1.0 has no Host requirement,
+// and is a delivery still.
+func TestHTTP11WithoutHostIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	g := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	const rest = "Content-Type: application/json\r\nX-Event-Id: evt_no_host\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+	out := rawExchange(t, g, "POST /hooks HTTP/1.1\r\n"+rest, 3*time.Second)
+	if len(out) != 1 {
+		t.Fatalf("got %d answers, want 1", len(out))
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("forwarded %d (%d %s) with X-Forwarded-Host %q", n, out[0].status, outcomeOf(out), up.lastHeader().Get("X-Forwarded-Host"))
+	}
+	wantProblem(t, out[0].reply(), http.StatusBadRequest, "")
+	if n := ledgerRows(t, db); n != 0 {
+		t.Fatalf("ledger has %d rows", n)
+	}
+	if out := rawExchange(t, g, "POST /hooks HTTP/1.0\r\n"+rest, 3*time.Second); len(out) != 1 || out[0].status != 200 {
+		t.Fatalf("HTTP/1.0 without Host: %v, want 200", statuses(out))
+	}
+	if n := up.count("evt_no_host"); n != 1 {
+		t.Fatalf("upstream received evt_no_host %d times, want 1", n)
+	}
+}

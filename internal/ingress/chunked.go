@@ -121,6 +121,12 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 			}
 		}
 	})
+	if problem == "" && !hasHost && h.IsHTTP11() {
+		// RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request
+		// without Host. Passed on, the upstream got an empty
+		// X-Forwarded-Host, where SPEC §4 promises the Host the client used.
+		problem = "the HTTP/1.1 request has no Host field (RFC 9112 §3.2)"
+	}
 	if problem == "" && hasTE && !endsChunked {
 		problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
 	}
