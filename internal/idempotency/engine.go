@@ -453,7 +453,7 @@ func (e *Engine) claim(ctx context.Context, p *Policy, req ClaimRequest, d Deliv
 
 	// The screen forgot the key, or never had it: a commit of it this
 	// process is retrying goes first, so that the confirmation finds it.
-	e.nudgeCommitRetry(req.Ref)
+	e.nudgeCommitRetry(ctx, req.Ref)
 	if e.o.ConfirmByClaim {
 		return e.confirmByClaim(ctx, req, c)
 	}
@@ -627,7 +627,7 @@ func (e *Engine) readable(ctx context.Context, ref Ref, err error) *Record {
 // ledgerClaim makes the claim a pending ledger row (screen "none", or the
 // screen is unreachable and screen.on_unavailable is store).
 func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardFunc) (Claim, via, *Result) {
-	e.nudgeCommitRetry(req.Ref)
+	e.nudgeCommitRetry(ctx, req.Ref)
 	lctx, span := e.o.Tracer.Start(ctx, "hookstamp.claim", trace.WithAttributes(attribute.String("hookstamp.claim_store", "ledger")))
 	c, err := e.o.Ledger.Claim(lctx, req, e.o.Now())
 	endSpan(span, err, attribute.String("hookstamp.claim", c.Status.String()))

@@ -103,10 +103,13 @@ func (e *Engine) retryCommit(ctx context.Context, rec *Record, owner string, now
 	if e.retryClosed {
 		return
 	}
-	if _, ok := e.retrying[rec.Ref]; ok {
-		// An earlier copy's record is being retried (this one came after
-		// a takeover): whichever lands first is the record.
-		return
+	if old, ok := e.retrying[rec.Ref]; ok {
+		// An earlier delivery's commit is being retried, yet this one
+		// held the claim and was forwarded (a takeover, a DELETE in
+		// between): the earlier record can no longer land over this
+		// delivery's claim, while this one can. It replaces the earlier.
+		e.dropRetry(rec.Ref, old)
+		old.cancel()
 	}
 	size := retrySize(rec)
 	if len(e.retrying) >= MaxCommitRetries || e.retryBytes+size > MaxCommitRetryBytes {
@@ -205,12 +208,18 @@ func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error)
 	}
 
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.running = nil
 	close(ch)
 	r.settled = r.settled || settled
 	r.lastErr = err
-	return r.settled, attempts, err
+	settled = r.settled
+	r.mu.Unlock()
+	if settled {
+		// Out of the map at once, not when the loop next wakes: a later
+		// delivery's failed commit must find no retry of the key.
+		e.endRetry(r.rec.Ref, r)
+	}
+	return settled, attempts, err
 }
 
 // giveUp ends a retry that did not land.
@@ -221,26 +230,47 @@ func (e *Engine) giveUp(r *commitRetry, attempts int, err error) {
 }
 
 // nudgeCommitRetry makes this process's retry of ref's commit, if there is
-// one, attempt now (or waits for its attempt under way): called before a
+// one, attempt now (or joins its attempt under way): called before a
 // delivery of ref claims in the ledger, so that a ledger that is back
-// holds the record before the delivery could take its claim over. Without
-// retries under way it costs an atomic load.
-func (e *Engine) nudgeCommitRetry(ref Ref) {
+// holds the record before the delivery could take its claim over. The
+// delivery waits for the attempt at most nudgeWait, or until ctx ends: a
+// ledger that answers does so well within it, and one that hangs must not
+// hold the delivery (and its screen claim) for a whole OpTimeout before
+// its own claim waits as long again; the attempt goes on as the retry's.
+// Without retries under way it costs an atomic load.
+func (e *Engine) nudgeCommitRetry(ctx context.Context, ref Ref) {
 	if e.retryCount.Load() == 0 {
 		return
 	}
 	e.retryMu.Lock()
 	r := e.retrying[ref]
 	e.retryMu.Unlock()
-	if r != nil {
-		e.attempt(r)
+	if r == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.attempt(r) // bounded by OpTimeout, and cancelled with the retry
+	}()
+	t := time.NewTimer(min(e.o.OpTimeout/5, time.Second))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
-// endRetry drops r from the retries under way.
+// endRetry drops r from the retries under way, if it is still the one.
 func (e *Engine) endRetry(ref Ref, r *commitRetry) {
 	e.retryMu.Lock()
 	defer e.retryMu.Unlock()
+	e.dropRetry(ref, r)
+}
+
+// dropRetry is endRetry with retryMu held.
+func (e *Engine) dropRetry(ref Ref, r *commitRetry) {
 	if e.retrying[ref] == r {
 		delete(e.retrying, ref)
 		e.retryCount.Add(-1)

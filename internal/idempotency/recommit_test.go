@@ -23,6 +23,7 @@ type flakyLedger struct {
 	down    atomic.Bool
 	commits atomic.Int64
 	refused atomic.Int64 // commits refused while down
+	hang    atomic.Bool  // retried commits hang until their context ends
 }
 
 func (l *flakyLedger) unreachable() error {
@@ -39,6 +40,10 @@ func (l *flakyLedger) Commit(ctx context.Context, rec *idempotency.Record, owner
 }
 
 func (l *flakyLedger) Recommit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time, claimed bool) error {
+	if l.hang.Load() {
+		<-ctx.Done()
+		return fmt.Errorf("commit: %w: %w", idempotency.ErrUnavailable, ctx.Err())
+	}
 	if l.down.Load() {
 		return l.unreachable()
 	}
@@ -115,19 +120,9 @@ func TestFailedCommitIsRecordedByItsRetry(t *testing.T) {
 
 				time.Sleep(600 * time.Millisecond) // an outage of a few retries
 				l.down.Store(false)
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					rec, err := l.Lookup(ctx, d.Ref)
-					if err == nil && rec.State == idempotency.StateDone {
-						if rec.Status != 200 || !bytes.Equal(rec.Body, body) {
-							t.Fatalf("record written by the retry: %d %q, want 200 %q", rec.Status, rec.Body, body)
-						}
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("the ledger is back, but 10s later it holds %v (%v), want the done record", rec, err)
-					}
-					time.Sleep(50 * time.Millisecond)
+				waitRecord(t, l, d.Ref)
+				if rec, err := l.Lookup(ctx, d.Ref); err != nil || rec.Status != 200 || !bytes.Equal(rec.Body, body) {
+					t.Fatalf("record written by the retry: %+v (%v), want 200 %q", rec, err, body)
 				}
 
 				// Past the first claim's lease, as a provider's retry
@@ -245,16 +240,7 @@ func TestCommitRetriesHoldAtMostTheirByteBudget(t *testing.T) {
 		}
 	}
 	l.down.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if rec, err := l.Lookup(ctx, refs[0]); err == nil && rec.State == idempotency.StateDone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the first large answer was not recorded by its retry within 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitRecord(t, l, refs[0]) // the first large answer, recorded by its retry
 	e.Close() // the last attempt of any retry under way
 	// Its claim's pending row is all the ledger holds of it, as before.
 	if rec, err := l.Lookup(ctx, refs[1]); err != nil || rec.State != idempotency.StatePending {
@@ -324,4 +310,98 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitRecord waits up to 10s for the ledger to hold ref's done record.
+func waitRecord(t *testing.T, l idempotency.Ledger, ref idempotency.Ref) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := l.Lookup(context.Background(), ref)
+		if err == nil && rec.State == idempotency.StateDone {
+			return
+		}
+		if time.Now().After(deadline) {
+			state := "no row"
+			if rec != nil {
+				state = string(rec.State)
+			}
+			t.Fatalf("after 10s the ledger holds %s (%v) for %s, want the done record", state, err, ref.Key)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A later delivery of a key whose earlier commit is still being retried —
+// forwarded because it held the claim (here after a DELETE through another
+// replica; a takeover is the other way) — gets a retry of its own when its
+// commit fails too. The earlier record can no longer land over the later
+// delivery's claim; the later one can. Before, the later failure was not
+// retried at all, and once its lease ran out the provider's next retry was
+// forwarded a third time. (Found by review.)
+func TestALaterFailedCommitReplacesTheEarlierRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := &flakyLedger{Ledger: sqliteLedger(t)}
+	const lease = time.Second
+	e := recommitEngine(t, l, false, lease)
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_later_commit"}, Fingerprint: []byte("fp")}
+	var forwards atomic.Int64
+	if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, []byte(`{"n":1}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	for l.refused.Load() < 3 { // the first commit and the retries at 0.25 and 0.75 s
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l.Delete(ctx, d.Ref); err != nil { // an operator's DELETE through another replica
+		t.Fatal(err)
+	}
+	l.down.Store(false)
+	// Its nudge finds the earlier claim gone; it claims afresh, is
+	// forwarded, and its own commit meets the ledger down again.
+	if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, []byte(`{"n":2}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("delivery after the DELETE: %s (%v)", r.Outcome, r.Err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.down.Store(false)
+	waitRecord(t, l, d.Ref)
+	time.Sleep(lease) // past the second claim's lease
+	r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"n":3}`)))
+	if r.Outcome != idempotency.Replayed || forwards.Load() != 2 || r.Replay == nil || string(r.Replay.Body) != `{"n":2}` {
+		t.Fatalf("third delivery: %s, upstream received %d copies; want a replay of the second answer, 2 copies", r.Outcome, forwards.Load())
+	}
+}
+
+// A delivery of a key being retried waits for the retry's attempt only
+// briefly: with a ledger that hangs, it goes on to its own claim after at
+// most a second (and then waits for the delivery in flight, as any repeat
+// does), instead of being held a whole OpTimeout first. Here OpTimeout is
+// 10s and the repeat's wait_timeout 1s: the answer comes within ~2s, not
+// after 10s more.
+func TestANudgeDoesNotHoldADeliveryOnAHungLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := &flakyLedger{Ledger: sqliteLedger(t)}
+	e, err := idempotency.New(idempotency.Options{Ledger: l, Lease: 30 * time.Second, OpTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_hung_nudge"}, Fingerprint: []byte("fp")}
+	var forwards atomic.Int64
+	if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, []byte(`{"n":1}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	l.hang.Store(true) // retried commits now hang; claims still answer
+	l.down.Store(false)
+	start := time.Now()
+	r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"n":2}`)))
+	if took := time.Since(start); took > 6*time.Second {
+		t.Fatalf("the repeat was answered after %v (%s): its nudge held it for the hung attempt", took, r.Outcome)
+	}
+	if r.Outcome != idempotency.Conflict || forwards.Load() != 1 {
+		t.Fatalf("repeat: %s, upstream received %d copies; want conflict (its first delivery's claim stands), 1 copy", r.Outcome, forwards.Load())
+	}
+	l.hang.Store(false)
+	waitRecord(t, l, d.Ref) // and the retry still lands
 }
