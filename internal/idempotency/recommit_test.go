@@ -241,7 +241,7 @@ func TestCommitRetriesHoldAtMostTheirByteBudget(t *testing.T) {
 	}
 	l.down.Store(false)
 	waitRecord(t, l, refs[0]) // the first large answer, recorded by its retry
-	e.Close() // the last attempt of any retry under way
+	e.Close()                 // the last attempt of any retry under way
 	// Its claim's pending row is all the ledger holds of it, as before.
 	if rec, err := l.Lookup(ctx, refs[1]); err != nil || rec.State != idempotency.StatePending {
 		state := "no row"
