@@ -1091,9 +1091,9 @@ func (e *Engine) settleScreen(ctx context.Context, v via, ref Ref, owner string,
 }
 
 // Forget removes a key from the in-process cache and the screen; the admin
-// API calls it after deleting the ledger row.
+// API calls it after deleting the ledger row (and, before deleting it,
+// CancelCommitRetry).
 func (e *Engine) Forget(ctx context.Context, ref Ref) error {
-	e.CancelCommitRetry(ref)
 	if c := e.o.Cache; c != nil {
 		c.Delete(ref)
 	}
