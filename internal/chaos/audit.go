@@ -107,6 +107,7 @@ const (
 	CheckUpstreamID = "upstream-key"     // every forward carries the event's Idempotency-Key
 	CheckHold       = "hold"             // a held key reaches the upstream only once resolved
 	CheckHealth     = "gateway-health"   // no data race, panic or fatal error
+	CheckEffects    = "effect-once"      // -inbox: no event's effect in the application's database twice
 )
 
 // LogLine is one gateway log line, the fields the auditor reads.
@@ -171,6 +172,10 @@ type AuditInput struct {
 	// ShutdownTimeout is server.shutdown_timeout.
 	Lease, Timeout, ShutdownTimeout time.Duration
 	StorePass                       bool
+	// Inbox: the upstream applied effects through the inbox library;
+	// Effects are the rows of its effects table.
+	Inbox   bool
+	Effects []Effect
 	// Resolutions are the operator's resolutions of keys held on
 	// holdRoute; HoldCutoff is the cutoff of its last complete pass: every
 	// key held before it had been listed and resolved.
@@ -204,6 +209,12 @@ type Audit struct {
 	Takeovers, CommitFailures       float64
 	HasTakeovers, HasCommitFailures bool
 	MetricsScraped                  bool
+	// -inbox: Effects are the rows of the application's effects table;
+	// Absorbed the second copies its inbox turned away, by what caused
+	// them (as a duplicate delivery would have been classified).
+	Effects         int
+	Absorbed        int
+	AbsorbedByCause map[DuplicateCause]int
 }
 
 var deliveryRe = regexp.MustCompile(`"delivery":(\d+)`)
@@ -287,6 +298,9 @@ func RunAudit(in *AuditInput) *Audit {
 	}
 
 	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
+	// answeredDirect: the same, through the gateway that forwarded the
+	// delivery (-inbox: not as the answer an inbox replayed to a later copy).
+	answeredDirect := map[int64]*Send{}
 	// unrecorded are first-hand answers that differ from the ledger's,
 	// by upstream delivery: legitimate only for a copy of an allowed
 	// duplicate (both copies answered, one recorded).
@@ -322,6 +336,9 @@ func RunAudit(in *AuditInput) *Audit {
 			a.Outcomes[s.Outcome]++
 			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
 				answeredSeq[n] = s
+				if up := bySeq[n]; up != nil && up.Gateway == s.Incarnation {
+					answeredDirect[n] = s
+				}
 				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {
 					sendStart[n] = s.Start
 				}
@@ -413,7 +430,9 @@ func RunAudit(in *AuditInput) *Audit {
 		ev := events[ref]
 		for i := 1; i < len(recs); i++ {
 			d := classify(in, ev, recs[i-1], recs[i], lives, answeredSeq, claimStart, loggedAny)
-			d.Allowed = d.Cause.Allowed(in.StorePass)
+			// With the inbox, a second application is the inbox failing,
+			// whatever caused the second copy.
+			d.Allowed = d.Cause.Allowed(in.StorePass) && !in.Inbox
 			if d.Allowed {
 				for _, seq := range []int64{d.Earlier.Seq, d.Later.Seq} {
 					if len(unrecorded[seq]) > 0 {
@@ -432,6 +451,11 @@ func RunAudit(in *AuditInput) *Audit {
 		}
 	}
 	sort.Slice(a.Duplicates, func(i, j int) bool { return a.Duplicates[i].Later.Seq < a.Duplicates[j].Later.Seq })
+	if in.Inbox {
+		checkEffects(in, a, events, applied, func(ev *Event, earlier, later *UpRecord) DuplicateCause {
+			return classify(in, ev, earlier, later, lives, answeredDirect, claimStart, loggedAny).Cause
+		}, violate)
+	}
 	for _, vs := range unrecorded {
 		a.Violations = append(a.Violations, vs...)
 	}
