@@ -298,8 +298,9 @@ func RunAudit(in *AuditInput) *Audit {
 	}
 
 	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
-	// answeredDirect: the same, through the gateway that forwarded the
-	// delivery (-inbox: not as the answer an inbox replayed to a later copy).
+	// answeredDirect: the same, by a send that was under way when the
+	// delivery reached the upstream, through the gateway that forwarded it
+	// (-inbox: not the answer an inbox replayed to a later copy).
 	answeredDirect := map[int64]*Send{}
 	// unrecorded are first-hand answers that differ from the ledger's,
 	// by upstream delivery: legitimate only for a copy of an allowed
@@ -336,7 +337,7 @@ func RunAudit(in *AuditInput) *Audit {
 			a.Outcomes[s.Outcome]++
 			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
 				answeredSeq[n] = s
-				if up := bySeq[n]; up != nil && up.Gateway == s.Incarnation {
+				if up := bySeq[n]; up != nil && up.Gateway == s.Incarnation && !s.Start.After(up.Time) {
 					answeredDirect[n] = s
 				}
 				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {

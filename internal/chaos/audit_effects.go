@@ -11,7 +11,8 @@ const causeConcurrent DuplicateCause = "concurrent copy, waited on the applying 
 // the effect of a delivery the upstream logged as applied, and each
 // applied delivery its row. Every copy the inbox absorbed is counted by
 // what sent it (classify: a takeover after a crash, an ambiguous release,
-// …); none of them is a violation, since none had an effect.
+// …). It had no effect, but a copy the gateways were not allowed to send
+// is still a violation of theirs (CheckDuplicate).
 func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied map[string][]*UpRecord,
 	classify func(ev *Event, earlier, later *UpRecord) DuplicateCause,
 	violate func(check, ev, format string, args ...any)) {
@@ -79,11 +80,17 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			switch {
 			case len(applied[ref]) == 0 || ev == nil:
 				violate(CheckEffects, evID(ref), "delivery %d via %s was absorbed by the inbox, but no copy of the event was applied", r.Seq, r.Gateway)
-			case i == 0:
-				// It arrived first but waited on the applying copy's lock.
-				a.AbsorbedByCause[causeConcurrent]++
 			default:
-				a.AbsorbedByCause[classify(ev, chain[i-1], r)]++
+				cause := causeConcurrent // it arrived first, and waited on the applying copy's lock
+				if i > 0 {
+					cause = classify(ev, chain[i-1], r)
+				}
+				a.AbsorbedByCause[cause]++
+				if !cause.Allowed(in.StorePass) {
+					// No effect, but the gateways broke their own promise.
+					violate(CheckDuplicate, ev.ID, "forwarded again under key %q: delivery %d via %s, absorbed by the inbox — %s",
+						r.Key, r.Seq, r.Gateway, cause)
+				}
 			}
 		}
 	}

@@ -54,6 +54,16 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			wantAbsorbed: map[DuplicateCause]int{CauseCrashTakeover: 1},
 		},
 		{
+			name: "a second copy no crash explains, absorbed",
+			build: func(f *fixture) {
+				ev, first := f.delivered("e1")
+				f.effect(first)
+				f.absorb(ev, first, "g2.1", 10*time.Millisecond)
+			},
+			wantChecks:   []string{CheckDuplicate},
+			wantAbsorbed: map[DuplicateCause]int{CauseUnexplained: 1},
+		},
+		{
 			name: "a takeover's second copy applied again",
 			build: func(f *fixture) {
 				f.takeover(func(ev *Event, _ *UpRecord) *UpRecord {
