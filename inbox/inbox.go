@@ -150,6 +150,11 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 // nil once it has committed (or run fn themselves if it rolled back). fn's
 // error is returned as is, and nothing is recorded: the key and fn's writes
 // roll back together. A panic in fn rolls back and panics again.
+//
+// An error from the commit itself (ctx cancelled while COMMIT was on the
+// wire, a connection lost) leaves the outcome unknown, as with any
+// transaction; the key and fn's writes still committed or not together,
+// so calling Once again is safe: it runs fn only if they did not.
 func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) error) (ran bool, err error) {
 	tx, err := in.claim(ctx, key)
 	if err != nil || tx == nil {
