@@ -67,11 +67,10 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-
 // Inbox records the keys of the events an application has applied.
 // It is safe for concurrent use.
 type Inbox struct {
-	db      *gorm.DB
-	quiet   logger.Interface // for statements whose failure is an expected outcome
-	d       *dialect
-	o       Options
-	consume string
+	db    *gorm.DB
+	quiet logger.Interface // for statements whose failure is an expected outcome
+	d     *dialect
+	o     Options
 	// SQL, built once for the table.
 	insertSQL, answerSQL, selectSQL string
 }
@@ -116,7 +115,7 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Inbox{db: db, quiet: db.Logger.LogMode(logger.Silent), d: d, o: o, consume: o.Consumer}
+	in := &Inbox{db: db, quiet: db.Logger.LogMode(logger.Silent), d: d, o: o}
 	t, k := in.quote(o.Table), in.quote("key")
 	in.insertSQL = "INSERT INTO " + t + " (consumer, " + k + ", status, headers, body, created_at, expires_at) VALUES (?, ?, 0, '', ?, ?, ?)"
 	in.answerSQL = "UPDATE " + t + " SET status = ?, headers = ?, body = ? WHERE consumer = ? AND " + k + " = ?"
@@ -193,7 +192,7 @@ func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
 		}
 		now := in.o.Now().UTC().Truncate(time.Microsecond)
 		err := tx.Session(&gorm.Session{Logger: in.quiet}).
-			Exec(in.insertSQL, in.consume, key, []byte{}, now, now.Add(in.o.Retention)).Error
+			Exec(in.insertSQL, in.o.Consumer, key, []byte{}, now, now.Add(in.o.Retention)).Error
 		if err == nil {
 			return tx, nil
 		}

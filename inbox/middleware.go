@@ -43,19 +43,19 @@ func (in *Inbox) encodeHeader(h http.Header) string {
 	return string(b)
 }
 
-// record writes a's status, headers and body to key's row in tx.
+// record writes an answer's status, headers and body to key's row in tx.
 func (in *Inbox) record(tx *gorm.DB, key string, status int, headers string, body []byte) error {
 	if body == nil {
 		body = []byte{}
 	}
-	return tx.Exec(in.answerSQL, status, headers, body, in.consume, key).Error
+	return tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, key).Error
 }
 
 // recorded reads key's answer; found is false when the row is gone (swept
 // since the insert found it).
 func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool, err error) {
 	var headers string
-	row := in.db.WithContext(ctx).Raw(in.selectSQL, in.consume, key).Row()
+	row := in.db.WithContext(ctx).Raw(in.selectSQL, in.o.Consumer, key).Row()
 	if err := row.Scan(&a.status, &headers, &a.body); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return a, false, nil

@@ -17,7 +17,7 @@ func (in *Inbox) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		now := in.o.Now().UTC().Truncate(time.Microsecond)
-		res := in.db.WithContext(ctx).Exec(stmt, in.consume, now, sweepBatch)
+		res := in.db.WithContext(ctx).Exec(stmt, in.o.Consumer, now, sweepBatch)
 		if res.Error != nil {
 			return total, fmt.Errorf("inbox: sweep %s: %w", in.o.Table, res.Error)
 		}
