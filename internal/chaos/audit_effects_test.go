@@ -118,3 +118,19 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 		})
 	}
 }
+
+// An absorbed takeover is still a takeover: hookstamp_takeovers_total
+// must count it.
+func TestAuditInboxComparesTakeoversWithTheMetric(t *testing.T) {
+	f := newFixture()
+	f.in.Inbox = true
+	f.takeover(func(ev *Event, first *UpRecord) *UpRecord { return f.absorb(ev, first, "g2.1", 3*time.Second) })
+	f.life("g2.1").Metrics = &Scrape{Present: true, HasTakeovers: true, Takeovers: 0}
+	if got := checks(RunAudit(f.in)); !slices.Equal(got, []string{CheckTakeovers}) {
+		t.Fatalf("violated checks = %v, want [%s]", got, CheckTakeovers)
+	}
+	f.life("g2.1").Metrics.Takeovers = 1
+	if a := RunAudit(f.in); len(a.Violations) != 0 {
+		t.Fatalf("with the takeover counted: %v", a.Violations)
+	}
+}
