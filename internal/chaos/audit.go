@@ -213,6 +213,7 @@ type Audit struct {
 	// Absorbed the second copies its inbox turned away, by what caused
 	// them (as a duplicate delivery would have been classified).
 	Effects         int
+	EffectsTwice    int // events with more than one effect row
 	Absorbed        int
 	AbsorbedByCause map[DuplicateCause]int
 }
@@ -298,10 +299,15 @@ func RunAudit(in *AuditInput) *Audit {
 	}
 
 	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
-	// answeredDirect: the same, by a send that was under way when the
-	// delivery reached the upstream, through the gateway that forwarded it
-	// (-inbox: not the answer an inbox replayed to a later copy).
+	// answeredDirect: the same, by the send that the delivery itself
+	// answered (-inbox: not the answer an inbox replayed to a later copy).
 	answeredDirect := map[int64]*Send{}
+	absorbedOf := map[string][]*UpRecord{}
+	for _, r := range in.Upstream {
+		if r.Action == ActAbsorbed {
+			absorbedOf[refKey(r.Route, r.Key)] = append(absorbedOf[refKey(r.Route, r.Key)], r)
+		}
+	}
 	// unrecorded are first-hand answers that differ from the ledger's,
 	// by upstream delivery: legitimate only for a copy of an allowed
 	// duplicate (both copies answered, one recorded).
@@ -337,7 +343,7 @@ func RunAudit(in *AuditInput) *Audit {
 			a.Outcomes[s.Outcome]++
 			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
 				answeredSeq[n] = s
-				if up := bySeq[n]; up != nil && up.Gateway == s.Incarnation && !s.Start.After(up.Time) {
+				if up := bySeq[n]; up != nil && answeredBy(s, up, absorbedOf[ref]) {
 					answeredDirect[n] = s
 				}
 				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {
@@ -640,6 +646,22 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 				s.Kind, s.Attempt, s.Incarnation, l.Stopping.Sub(s.Start).Round(time.Millisecond), s.Err)
 		}
 	}
+}
+
+// answeredBy reports whether send s got its answer from delivery up
+// itself: s went through up's gateway and was under way when up reached
+// the upstream, and no copy the inbox absorbed (whose replayed answer
+// names up too) reached the upstream through that gateway meanwhile.
+func answeredBy(s *Send, up *UpRecord, absorbed []*UpRecord) bool {
+	if up.Gateway != s.Incarnation || up.Time.Before(s.Start) || up.Time.After(s.End) {
+		return false
+	}
+	for _, r := range absorbed {
+		if r.Gateway == s.Incarnation && !r.Time.Before(s.Start) && !r.Time.After(s.End) {
+			return false
+		}
+	}
+	return true
 }
 
 // isCommitFailure matches the error a gateway logs when the ledger commit

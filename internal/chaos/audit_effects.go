@@ -49,6 +49,7 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			seqs[i] = e.Seq
 		}
 		violate(CheckEffects, evID(ref), "applied %d times in the application's database (deliveries %v)", len(es), seqs)
+		a.EffectsTwice++
 	}
 	for seq, up := range bySeq {
 		if !effectOf[seq] {

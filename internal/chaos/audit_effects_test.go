@@ -54,6 +54,26 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			wantAbsorbed: map[DuplicateCause]int{CauseCrashTakeover: 1},
 		},
 		{
+			// A duplicate waited on the claim at g1.1 while the first copy
+			// timed out there; its retry, through the same gateway, was
+			// absorbed, and the duplicate got the replayed answer.
+			name: "an ambiguous release's retry absorbed, answered to a copy that waited on the claim",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 300*time.Millisecond)
+				f.effect(first)
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+					Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: 504, Outcome: "released"})
+				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(1360 * time.Millisecond), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+					Outcome: "released", Err: "upstream timed out after sending"}}
+				f.absorb(ev, first, "g1.1", 1400*time.Millisecond)
+				s := f.answer(ev, KindDuplicate, "g1.1", 100*time.Millisecond, first, "forwarded")
+				s.End = f.at(1600 * time.Millisecond)
+				f.record(ev, first)
+			},
+			wantAbsorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
+		},
+		{
 			name: "a second copy no crash explains, absorbed",
 			build: func(f *fixture) {
 				ev, first := f.delivered("e1")
@@ -106,6 +126,9 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("violated checks = %v, want %v; violations:\n%v", got, want, a.Violations)
+			}
+			if a.EffectsTwice != 0 && !slices.Contains(tc.wantChecks, CheckEffects) {
+				t.Errorf("%d events applied twice, want none", a.EffectsTwice)
 			}
 			if len(a.AbsorbedByCause) != len(tc.wantAbsorbed) {
 				t.Errorf("absorbed by cause = %v, want %v", a.AbsorbedByCause, tc.wantAbsorbed)

@@ -35,6 +35,10 @@ type Effect struct {
 // TableName is the effects table.
 func (Effect) TableName() string { return "chaos_effects" }
 
+// applyTimeout bounds one application of an effect (its database is not
+// under faults: only a stuck harness reaches it).
+const applyTimeout = 30 * time.Second
+
 // inboxKeyHeader carries the inbox key (route and Idempotency-Key: one key
 // may name an event on each route) from the upstream to its middleware.
 const inboxKeyHeader = "X-Chaos-Inbox-Key"
@@ -89,13 +93,16 @@ func (e *Effects) apply(r *http.Request, rec *UpRecord) {
 		write(w, rec)
 	})
 	r.Header.Set(inboxKeyHeader, rec.Route+"/"+rec.Key)
+	// The application finishes what it began when the gateway hangs up
+	// (its timeout, its death): a COMMIT cancelled on the wire would leave
+	// unknown whether the effect happened, and the log must know.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
+	defer cancel()
 	rr := httptest.NewRecorder()
-	e.ib.Middleware(h).ServeHTTP(rr, r)
+	e.ib.Middleware(h).ServeHTTP(rr, r.WithContext(ctx))
 	switch {
-	case ran && (rr.Code == rec.Status || e.committed(rec.Seq)):
-		// Applied: the effect and the key committed together (even when
-		// the commit reported an error: a request cancelled while its
-		// COMMIT was on the wire, when the gateway gave up or died).
+	case ran && rr.Code == rec.Status:
+		// Applied: the effect and the key committed together.
 	case ran || rr.Code >= 500:
 		rec.Applied, rec.Action, rec.Status, rec.ContentType = false, ActFail, http.StatusServiceUnavailable, "application/json"
 		rec.Response = fmt.Appendf(nil, `{"error":"inbox could not apply","delivery":%d}`, rec.Seq)
@@ -103,15 +110,6 @@ func (e *Effects) apply(r *http.Request, rec *UpRecord) {
 		rec.Applied, rec.Action, rec.Status = false, ActAbsorbed, rr.Code
 		rec.ContentType, rec.Response = rr.Header().Get("Content-Type"), rr.Body.Bytes()
 	}
-}
-
-// committed reports whether delivery seq's effect is in the database.
-func (e *Effects) committed(seq int64) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var n int64
-	err := e.db.WithContext(ctx).Model(&Effect{}).Where("seq = ?", seq).Count(&n).Error
-	return err == nil && n > 0
 }
 
 // Read returns every effect applied.

@@ -143,13 +143,7 @@ func (r *Report) Write(w io.Writer) {
 // the application's inbox absorbed, by what sent them.
 func (r *Report) writeInboxRows(row func(name string, n any, detail string)) {
 	a := r.Audit
-	twice := 0
-	for _, v := range a.Violations {
-		if v.Check == CheckEffects || v.Check == CheckDuplicate {
-			twice++
-		}
-	}
-	row("effects (inbox mode)", a.Effects, fmt.Sprintf("rows in the application's own database; applied twice: %d", twice))
+	row("effects (inbox mode)", a.Effects, fmt.Sprintf("rows in the application's own database; events applied twice: %d", a.EffectsTwice))
 	ac := map[string]int{}
 	for c, n := range a.AbsorbedByCause {
 		ac[string(c)] = n
