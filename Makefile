@@ -17,7 +17,7 @@ run: ## run the gateway on its embedded default (SQLite + memory screen) with a 
 build: ## build bin/gateway
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/gateway ./cmd/gateway
 
-test: ## vet, staticcheck, gofmt, then every test with the race detector (needs PostgreSQL and Redis on 127.0.0.1)
+test: ## vet, staticcheck, gofmt, then every test with the race detector (needs PostgreSQL, Redis and MariaDB on 127.0.0.1)
 	@scripts/check-deps.sh
 	$(GO) vet $(PKGS)
 	@$(MAKE) --no-print-directory staticcheck

@@ -3,6 +3,7 @@
 set -u
 pg="${HOOKSTAMP_TEST_PG_HOSTPORT:-127.0.0.1:5432}"
 rd="${HOOKSTAMP_TEST_REDIS:-127.0.0.1:6379}"
+my="${HOOKSTAMP_TEST_MYSQL_HOSTPORT:-127.0.0.1:3306}"
 ok=1
 if ! (exec 3<>"/dev/tcp/${pg%:*}/${pg#*:}") 2>/dev/null; then
   echo "make test: PostgreSQL is not reachable at $pg" >&2
@@ -12,6 +13,11 @@ fi
 if ! (exec 3<>"/dev/tcp/${rd%:*}/${rd#*:}") 2>/dev/null; then
   echo "make test: Redis is not reachable at $rd" >&2
   echo "  start it: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save \"\" --appendonly no" >&2
+  ok=0
+fi
+if ! (exec 3<>"/dev/tcp/${my%:*}/${my#*:}") 2>/dev/null; then
+  echo "make test: MariaDB/MySQL is not reachable at $my (the inbox package's tests)" >&2
+  echo "  start it: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd" >&2
   ok=0
 fi
 command -v redis-server >/dev/null || { echo "make test: redis-server is not on PATH (outage tests start their own)" >&2; ok=0; }

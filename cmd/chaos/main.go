@@ -4,7 +4,7 @@
 // at-least-once providers and a recording upstream, a fault schedule drawn
 // from -seed, and an audit of exactly-once at the end.
 //
-//	chaos [-seed N] [-duration 2m] [-faults all|none|k1,k2] [-soak] [-keep] [-work DIR]
+//	chaos [-seed N] [-duration 2m] [-faults all|none|k1,k2] [-inbox] [-soak] [-keep] [-work DIR]
 //
 // It prints the report and exits 1 on any violation, 2 when the harness
 // itself could not run.
@@ -41,6 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Lease, "lease", 3*time.Second, "screen.lease of the gateways")
 	fs.DurationVar(&o.Timeout, "timeout", time.Second, "upstream.timeout of every route")
 	fs.BoolVar(&o.StorePass, "store-pass", false, "run the gateways with store.on_unavailable: pass")
+	fs.BoolVar(&o.Inbox, "inbox", false, "the upstream applies effects through the inbox library in a PostgreSQL database of its own; the audit counts effects")
 	fs.StringVar(&o.GatewayBin, "gateway", "", "gateway binary (default: go build ./cmd/gateway)")
 	fs.BoolVar(&o.Race, "race", false, "build the gateway with the race detector; a reported race is a violation")
 	fs.DurationVar(&o.MaxHold, "max-hold", 0, "cap on how long each fault lasts (default: each kind's own range, up to 5s)")

@@ -107,6 +107,7 @@ const (
 	CheckUpstreamID = "upstream-key"     // every forward carries the event's Idempotency-Key
 	CheckHold       = "hold"             // a held key reaches the upstream only once resolved
 	CheckHealth     = "gateway-health"   // no data race, panic or fatal error
+	CheckEffects    = "effect-once"      // -inbox: no event's effect in the application's database twice
 )
 
 // LogLine is one gateway log line, the fields the auditor reads.
@@ -171,6 +172,10 @@ type AuditInput struct {
 	// ShutdownTimeout is server.shutdown_timeout.
 	Lease, Timeout, ShutdownTimeout time.Duration
 	StorePass                       bool
+	// Inbox: the upstream applied effects through the inbox library;
+	// Effects are the rows of its effects table.
+	Inbox   bool
+	Effects []Effect
 	// Resolutions are the operator's resolutions of keys held on
 	// holdRoute; HoldCutoff is the cutoff of its last complete pass: every
 	// key held before it had been listed and resolved.
@@ -204,6 +209,13 @@ type Audit struct {
 	Takeovers, CommitFailures       float64
 	HasTakeovers, HasCommitFailures bool
 	MetricsScraped                  bool
+	// -inbox: Effects are the rows of the application's effects table;
+	// Absorbed the second copies its inbox turned away, by what caused
+	// them (as a duplicate delivery would have been classified).
+	Effects         int
+	EffectsTwice    int // events with more than one effect row
+	Absorbed        int
+	AbsorbedByCause map[DuplicateCause]int
 }
 
 var deliveryRe = regexp.MustCompile(`"delivery":(\d+)`)
@@ -287,6 +299,15 @@ func RunAudit(in *AuditInput) *Audit {
 	}
 
 	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
+	// answeredDirect: the same, by the send that the delivery itself
+	// answered (-inbox: not the answer an inbox replayed to a later copy).
+	answeredDirect := map[int64]*Send{}
+	absorbedOf := map[string][]*UpRecord{}
+	for _, r := range in.Upstream {
+		if r.Action == ActAbsorbed {
+			absorbedOf[refKey(r.Route, r.Key)] = append(absorbedOf[refKey(r.Route, r.Key)], r)
+		}
+	}
 	// unrecorded are first-hand answers that differ from the ledger's,
 	// by upstream delivery: legitimate only for a copy of an allowed
 	// duplicate (both copies answered, one recorded).
@@ -322,6 +343,9 @@ func RunAudit(in *AuditInput) *Audit {
 			a.Outcomes[s.Outcome]++
 			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
 				answeredSeq[n] = s
+				if up := bySeq[n]; up != nil && answeredBy(s, up, absorbedOf[ref]) {
+					answeredDirect[n] = s
+				}
 				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {
 					sendStart[n] = s.Start
 				}
@@ -413,7 +437,9 @@ func RunAudit(in *AuditInput) *Audit {
 		ev := events[ref]
 		for i := 1; i < len(recs); i++ {
 			d := classify(in, ev, recs[i-1], recs[i], lives, answeredSeq, claimStart, loggedAny)
-			d.Allowed = d.Cause.Allowed(in.StorePass)
+			// With the inbox, a second application is the inbox failing,
+			// whatever caused the second copy.
+			d.Allowed = d.Cause.Allowed(in.StorePass) && !in.Inbox
 			if d.Allowed {
 				for _, seq := range []int64{d.Earlier.Seq, d.Later.Seq} {
 					if len(unrecorded[seq]) > 0 {
@@ -432,6 +458,11 @@ func RunAudit(in *AuditInput) *Audit {
 		}
 	}
 	sort.Slice(a.Duplicates, func(i, j int) bool { return a.Duplicates[i].Later.Seq < a.Duplicates[j].Later.Seq })
+	if in.Inbox {
+		checkEffects(in, a, events, applied, func(ev *Event, earlier, later *UpRecord) DuplicateCause {
+			return classify(in, ev, earlier, later, lives, answeredDirect, claimStart, loggedAny).Cause
+		}, violate)
+	}
 	for _, vs := range unrecorded {
 		a.Violations = append(a.Violations, vs...)
 	}
@@ -463,8 +494,12 @@ func RunAudit(in *AuditInput) *Audit {
 			len(a.Unrecorded), a.CommitFailures)
 	}
 	if a.HasTakeovers {
-		if n := a.DuplicatesByCause[CauseCrashTakeover] + a.DuplicatesByCause[CauseStallTakeover]; float64(n) > a.Takeovers {
-			violate(CheckTakeovers, "", "%d duplicates came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
+		// -inbox: a takeover's copy is absorbed rather than duplicated, and
+		// still counted.
+		n := a.DuplicatesByCause[CauseCrashTakeover] + a.DuplicatesByCause[CauseStallTakeover] +
+			a.AbsorbedByCause[CauseCrashTakeover] + a.AbsorbedByCause[CauseStallTakeover]
+		if float64(n) > a.Takeovers {
+			violate(CheckTakeovers, "", "%d second copies came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
 		}
 	}
 	checkLiveness(in, lives, violate)
@@ -611,6 +646,22 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 				s.Kind, s.Attempt, s.Incarnation, l.Stopping.Sub(s.Start).Round(time.Millisecond), s.Err)
 		}
 	}
+}
+
+// answeredBy reports whether send s got its answer from delivery up
+// itself: s went through up's gateway and was under way when up reached
+// the upstream, and no copy the inbox absorbed (whose replayed answer
+// names up too) reached the upstream through that gateway meanwhile.
+func answeredBy(s *Send, up *UpRecord, absorbed []*UpRecord) bool {
+	if up.Gateway != s.Incarnation || up.Time.Before(s.Start) || up.Time.After(s.End) {
+		return false
+	}
+	for _, r := range absorbed {
+		if r.Gateway == s.Incarnation && !r.Time.Before(s.Start) && !r.Time.After(s.End) {
+			return false
+		}
+	}
+	return true
 }
 
 // isCommitFailure matches the error a gateway logs when the ledger commit

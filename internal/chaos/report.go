@@ -58,6 +58,9 @@ func (r *Report) Write(w io.Writer) {
 		dc[string(c)+tag] = n
 	}
 	row("duplicates delivered", len(a.Duplicates), joinCounts(dc))
+	if r.Options.Inbox {
+		r.writeInboxRows(row)
+	}
 	if len(a.Unrecorded) > 0 {
 		row("acknowledged, unrecorded", len(a.Unrecorded), "commit failed after the upstream answered (SPEC §1: answered, counted, logged; repeats caught only while the screen remembers)")
 	}
@@ -134,6 +137,18 @@ func (r *Report) Write(w io.Writer) {
 	if r.WorkDir != "" {
 		fmt.Fprintf(w, "\nartifacts: %s (gateway logs, configurations, upstream.log, sends.jsonl)\n", r.WorkDir)
 	}
+}
+
+// writeInboxRows: the -inbox mode counts effects, and the second copies
+// the application's inbox absorbed, by what sent them.
+func (r *Report) writeInboxRows(row func(name string, n any, detail string)) {
+	a := r.Audit
+	row("effects (inbox mode)", a.Effects, fmt.Sprintf("rows in the application's own database; events applied twice: %d", a.EffectsTwice))
+	ac := map[string]int{}
+	for c, n := range a.AbsorbedByCause {
+		ac[string(c)] = n
+	}
+	row("  absorbed by the inbox", a.Absorbed, joinCounts(ac))
 }
 
 func verdict(ok bool) string {
@@ -334,6 +349,9 @@ func (r *Report) ReplayCommand() string {
 	args := []string{"go run ./cmd/chaos", fmt.Sprintf("-seed %d", r.Seed), fmt.Sprintf("-duration %v", o.Duration)}
 	if o.Soak {
 		args = append(args, "-soak")
+	}
+	if o.Inbox {
+		args = append(args, "-inbox")
 	}
 	if !slices.Equal(o.Faults, AllFaults) && !(o.Soak && slices.Equal(o.Faults, SoakFaults)) {
 		names := make([]string, len(o.Faults))

@@ -45,6 +45,10 @@ type Options struct {
 	Lease, Timeout time.Duration
 	// StorePass sets store.on_unavailable: pass (default reject).
 	StorePass bool
+	// Inbox makes the upstream apply every effect through the inbox
+	// library, in a PostgreSQL database of its own, and the audit count
+	// effects: none may happen twice, not even after a lease takeover.
+	Inbox bool
 	// GatewayBin is the gateway binary; empty builds ./cmd/gateway from the
 	// module into the work directory.
 	GatewayBin string
@@ -155,6 +159,7 @@ type runner struct {
 	pproxy   *faultproxy.Proxy
 	db       *Database
 	up       *Upstream
+	effects  *Effects // Inbox only
 	gws      []*GatewayProc
 	metrics  *http.Client
 
@@ -263,7 +268,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return rep, fmt.Errorf("close upstream: %w", err)
 	}
 	in := &AuditInput{Events: providers.Events(), Lease: o.Lease, Timeout: o.Timeout, ShutdownTimeout: r.shutdownTimeout(),
-		StorePass: o.StorePass}
+		StorePass: o.StorePass, Inbox: o.Inbox}
 	in.Resolutions, in.HoldCutoff, rep.OperatorFailures = op.results()
 	if in.Upstream, err = ReadUpstreamLog(filepath.Join(r.work, "upstream.log")); err != nil {
 		return rep, err
@@ -272,6 +277,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer cancel()
 	if in.Ledger, err = r.db.Ledger(actx); err != nil {
 		return rep, err
+	}
+	if r.effects != nil {
+		if in.Effects, err = r.effects.Read(actx); err != nil {
+			return rep, err
+		}
 	}
 	in.Logs = map[string][]LogLine{}
 	for _, g := range r.gws {
@@ -353,6 +363,12 @@ func (r *runner) setup(ctx context.Context) (err error) {
 	if r.up, err = StartUpstream(filepath.Join(r.work, "upstream.log")); err != nil {
 		return err
 	}
+	if r.o.Inbox {
+		if r.effects, err = OpenEffects(ctx, r.o.PostgresAdminDSN); err != nil {
+			return err
+		}
+		r.up.ApplyThrough(r.effects)
+	}
 	storeMode := "reject"
 	if r.o.StorePass {
 		storeMode = "pass"
@@ -431,10 +447,15 @@ func (r *runner) teardown() {
 	if r.redis != nil {
 		r.redis.Kill()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if r.db != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		if err := r.db.Drop(ctx); err != nil {
+			r.logf("warning: %v", err)
+		}
+	}
+	if r.effects != nil {
+		if err := r.effects.Close(ctx); err != nil {
 			r.logf("warning: %v", err)
 		}
 	}

@@ -104,6 +104,7 @@ type Upstream struct {
 	holding  map[string]int       // requests currently held, per incarnation
 	applied  map[string]*UpRecord // the first applied request of each route and key
 	wake     chan struct{}        // closed when the mode changes (hung requests re-check)
+	effects  *Effects             // nil: effects are the log's alone; else applied through an inbox
 }
 
 // StartUpstream listens on a free loopback port and logs to path.
@@ -151,6 +152,14 @@ func (u *Upstream) HoldFrom(gw string, on bool) {
 	}
 }
 
+// ApplyThrough makes the upstream apply every effect through e's inbox, in
+// e's database: a second copy of an applied event is absorbed there.
+func (u *Upstream) ApplyThrough(e *Effects) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.effects = e
+}
+
 // Holding is the number of requests from gw held right now.
 func (u *Upstream) Holding(gw string) int {
 	u.mu.Lock()
@@ -183,7 +192,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Key: r.Header.Get("Idempotency-Key"), Body: body}
 
 	u.mu.Lock()
-	mode, held, wake := u.mode, u.holdFrom[rec.Gateway], u.wake
+	mode, held, wake, effects := u.mode, u.holdFrom[rec.Gateway], u.wake, u.effects
 	if held {
 		u.holding[rec.Gateway]++
 	}
@@ -230,15 +239,25 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rec.Response = fmt.Appendf(nil, `{"booked":%s,"delivery":%d,"gw":%q}`, strconv.Quote(rec.Key), rec.Seq, rec.Gateway)
 	}
+	if effects != nil {
+		effects.apply(r, rec)
+	}
+	if rec.Action == ActFail {
+		if u.log.append(rec) != nil {
+			panic(http.ErrAbortHandler)
+		}
+		write(w, rec)
+		return
+	}
 	lose := !held && mode.LoseAnswers
-	if lose {
+	if lose && rec.Applied {
 		rec.Action = ActLost
 	}
 	if err := u.log.append(rec); err != nil {
 		panic(http.ErrAbortHandler) // not logged: not applied
 	}
 	u.mu.Lock()
-	if _, ok := u.applied[refKey(rec.Route, rec.Key)]; !ok {
+	if _, ok := u.applied[refKey(rec.Route, rec.Key)]; !ok && rec.Applied {
 		u.applied[refKey(rec.Route, rec.Key)] = rec
 	}
 	u.mu.Unlock()

@@ -1,0 +1,162 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+// dialect holds what differs between the databases: the table's DDL, the
+// bounded sweep, and which errors mean "the key is taken" or "try again".
+type dialect struct {
+	name string
+	// migrate returns the statements that create the table and its index
+	// when missing, run in one transaction.
+	migrate func(table string, quote func(string) string) []string
+	// sweepSQL deletes at most N expired rows of one consumer; arguments:
+	// consumer, now, N.
+	sweepSQL func(table string, quote func(string) string) string
+	// retryable: a deadlock, a lock wait timeout, a busy database — the
+	// transaction was rolled back and may simply be tried again.
+	retryable func(error) bool
+}
+
+func dialectOf(db *gorm.DB) (*dialect, error) {
+	switch name := db.Dialector.Name(); name {
+	case "postgres":
+		return &postgresDialect, nil
+	case "mysql":
+		return &mysqlDialect, nil
+	case "sqlite", "sqlite3":
+		return &sqliteDialect, nil
+	default:
+		return nil, fmt.Errorf("inbox: unsupported database %q (want postgres, sqlite or mysql)", name)
+	}
+}
+
+// indexName names the expiry index after the table (without its schema:
+// PostgreSQL puts an index in its table's schema).
+func indexName(table string) string {
+	return table[strings.LastIndexByte(table, '.')+1:] + "_expires_at"
+}
+
+var postgresDialect = dialect{
+	name: "postgres",
+	migrate: func(table string, q func(string) string) []string {
+		return []string{
+			// CREATE TABLE IF NOT EXISTS is not safe against itself in
+			// PostgreSQL (two can race on the catalog): the lock serialises
+			// processes migrating together, until the transaction ends.
+			"SELECT pg_advisory_xact_lock(hashtext(current_schema() || '." + table + "'))",
+			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+				consumer VARCHAR(100) NOT NULL,
+				"key" VARCHAR(255) NOT NULL,
+				status INTEGER NOT NULL,
+				headers TEXT NOT NULL,
+				body BYTEA NOT NULL,
+				created_at TIMESTAMPTZ NOT NULL,
+				expires_at TIMESTAMPTZ NOT NULL,
+				PRIMARY KEY (consumer, "key"))`,
+			"CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)",
+		}
+	},
+	sweepSQL: func(table string, q func(string) string) string {
+		// SKIP LOCKED: a row a live transaction is writing is left for the
+		// next sweep instead of waited on.
+		return "DELETE FROM " + q(table) + ` WHERE (consumer, "key") IN (SELECT consumer, "key" FROM ` + q(table) +
+			` WHERE consumer = ? AND expires_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)`
+	},
+	retryable: func(err error) bool {
+		var e interface{ SQLState() string }
+		if !errors.As(err, &e) {
+			return false
+		}
+		switch e.SQLState() {
+		case "40001", "40P01", "55P03": // serialization failure, deadlock, lock not available
+			return true
+		}
+		return false
+	},
+}
+
+var mysqlDialect = dialect{
+	name: "mysql",
+	migrate: func(table string, q func(string) string) []string {
+		// The index is declared inside CREATE TABLE: MySQL has no CREATE
+		// INDEX IF NOT EXISTS.
+		return []string{"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+			consumer VARCHAR(100) NOT NULL,
+			` + "`key`" + ` VARCHAR(255) NOT NULL,
+			status INT NOT NULL,
+			headers TEXT NOT NULL,
+			body LONGBLOB NOT NULL,
+			created_at DATETIME(6) NOT NULL,
+			expires_at DATETIME(6) NOT NULL,
+			PRIMARY KEY (consumer, ` + "`key`" + `),
+			INDEX ` + q(indexName(table)) + ` (expires_at)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`}
+	},
+	sweepSQL: func(table string, q func(string) string) string {
+		return "DELETE FROM " + q(table) + " WHERE consumer = ? AND expires_at < ? ORDER BY expires_at LIMIT ?"
+	},
+	retryable: func(err error) bool {
+		var e *mysql.MySQLError
+		if !errors.As(err, &e) {
+			return false
+		}
+		switch e.Number {
+		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+			return true
+		}
+		return false
+	},
+}
+
+var sqliteDialect = dialect{
+	name: "sqlite",
+	migrate: func(table string, q func(string) string) []string {
+		return []string{
+			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+				consumer TEXT NOT NULL,
+				"key" TEXT NOT NULL,
+				status INTEGER NOT NULL,
+				headers TEXT NOT NULL,
+				body BLOB NOT NULL,
+				created_at DATETIME NOT NULL,
+				expires_at DATETIME NOT NULL,
+				PRIMARY KEY (consumer, "key"))`,
+			"CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)",
+		}
+	},
+	sweepSQL: func(table string, q func(string) string) string {
+		return "DELETE FROM " + q(table) + " WHERE rowid IN (SELECT rowid FROM " + q(table) +
+			" WHERE consumer = ? AND expires_at < ? LIMIT ?)"
+	},
+	retryable: func(err error) bool {
+		// modernc.org/sqlite (and the GORM drivers built on it) report
+		// the result code through Code(); the primary code is its low byte.
+		var e interface{ Code() int }
+		if !errors.As(err, &e) {
+			return false
+		}
+		switch e.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+		return false
+	},
+}
+
+// duplicate reports whether err is the unique index refusing the key.
+func (d *dialect) duplicate(db *gorm.DB, err error) bool {
+	if errors.Is(err, gorm.ErrDuplicatedKey) { // the application's gorm.Config.TranslateError
+		return true
+	}
+	if t, ok := db.Dialector.(gorm.ErrorTranslator); ok {
+		return errors.Is(t.Translate(err), gorm.ErrDuplicatedKey)
+	}
+	return false
+}

@@ -1,0 +1,48 @@
+// Package inbox gives a Go application behind hookstamp exactly-once
+// effects: it records each event's key in the same database transaction as
+// the application's own business write, so that a second copy of the event
+// finds the key and does nothing.
+//
+// hookstamp forwards each event once, except when a gateway process dies
+// mid-forward: the provider's retry then takes the claim over after the
+// lease and is forwarded again, with the same Idempotency-Key. An inbox
+// closes that gap on the application's side (SPEC §13):
+//
+//	ib, err := inbox.New(db, inbox.Options{Consumer: "payments"})
+//	ran, err := ib.Once(ctx, key, func(tx *gorm.DB) error {
+//		return tx.Create(&Payment{EventID: key, Cents: 1200}).Error
+//	})
+//
+// or, for an HTTP handler, ib.Middleware(handler) (net/http) or
+// ib.Fiber(handler) (Fiber), where the handler writes through inbox.Tx and
+// its answer is recorded with the key and replayed to every repeat.
+//
+// # The unique index decides
+//
+// The key is inserted first, in the transaction that then runs the
+// business write; the table's primary key (consumer, key) decides which of
+// two concurrent copies runs. There is no read-then-insert. How each
+// database makes the second copy wait:
+//
+//   - PostgreSQL: the second INSERT blocks until the first transaction ends.
+//     If it commits, the second fails on the unique index and runs nothing;
+//     if it rolls back (the effect failed), the second INSERT succeeds and
+//     the second copy runs.
+//   - MySQL/MariaDB (InnoDB): the same wait, on the record lock. When the
+//     first rolls back, the waiters can deadlock each other on their
+//     insert-intention locks; InnoDB picks a victim, and the inbox retries
+//     it (a deadlock or a lock wait timeout never reaches the caller while
+//     the context allows another try).
+//   - SQLite: one writer at a time. The INSERT is the transaction's first
+//     statement, so it waits for the write lock under the connection's
+//     busy_timeout; an SQLITE_BUSY that still comes back is retried.
+//
+// # What is recorded
+//
+// A row of the inbox table (hookstamp_inbox unless Options.Table says
+// otherwise) holds consumer, key, status, headers, body, created_at and
+// expires_at. Once records the key alone (status 0); the middleware records
+// the handler's final answer. Rows live for Options.Retention and are then
+// deleted by Sweep (or RunSweeper); until it runs, an expired key is still
+// honoured.
+package inbox

@@ -1,0 +1,246 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Options configure an Inbox. The zero value works.
+type Options struct {
+	// Consumer names the application (or the part of it) whose keys these
+	// are; two consumers may record the same key independently. Default
+	// "default".
+	Consumer string
+	// Table is the inbox table's name. Default "hookstamp_inbox".
+	Table string
+	// Retention is how long a recorded key is kept (and honoured) before
+	// Sweep deletes it. It must outlast every provider's retries. Default
+	// 720h (30 days).
+	Retention time.Duration
+	// Header is the request header the middleware reads the key from.
+	// Default "Idempotency-Key" (the header hookstamp forwards the key in).
+	Header string
+	// Headers are the response headers the middleware records and replays
+	// with the status and body. Default ["Content-Type"].
+	Headers []string
+	// Logger receives what the inbox cannot return to a caller: a failed
+	// commit after the middleware's handler answered, a failed sweep.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Defaults of Options.
+const (
+	DefaultConsumer  = "default"
+	DefaultTable     = "hookstamp_inbox"
+	DefaultRetention = 720 * time.Hour
+	DefaultHeader    = "Idempotency-Key"
+)
+
+// MaxKeyLen is the longest key the table holds, in bytes.
+const MaxKeyLen = 255
+
+// maxConsumerLen is the consumer column's width.
+const maxConsumerLen = 100
+
+// Errors callers branch on.
+var (
+	// ErrNoKey: the key is empty.
+	ErrNoKey = errors.New("inbox: empty key")
+	// ErrKeyTooLong: the key is longer than MaxKeyLen bytes.
+	ErrKeyTooLong = fmt.Errorf("inbox: key longer than %d bytes", MaxKeyLen)
+)
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// Inbox records the keys of the events an application has applied.
+// It is safe for concurrent use.
+type Inbox struct {
+	db    *gorm.DB
+	quiet logger.Interface // for statements whose failure is an expected outcome
+	d     *dialect
+	o     Options
+	// SQL, built once for the table.
+	insertSQL, answerSQL, selectSQL string
+}
+
+// New returns an Inbox on db and creates its table when it is missing
+// (Migrate). db is the application's own *gorm.DB on PostgreSQL, SQLite or
+// MySQL/MariaDB.
+func New(db *gorm.DB, o Options) (*Inbox, error) {
+	if db == nil {
+		return nil, errors.New("inbox: nil *gorm.DB")
+	}
+	if o.Consumer == "" {
+		o.Consumer = DefaultConsumer
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.Header == "" {
+		o.Header = DefaultHeader
+	}
+	if o.Headers == nil {
+		o.Headers = []string{"Content-Type"}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	switch {
+	case len(o.Consumer) > maxConsumerLen:
+		return nil, fmt.Errorf("inbox: consumer %q longer than %d bytes", o.Consumer, maxConsumerLen)
+	case !tableName.MatchString(o.Table):
+		return nil, fmt.Errorf("inbox: table %q: want letters, digits and underscores, optionally schema.table", o.Table)
+	case o.Retention < 0:
+		return nil, fmt.Errorf("inbox: negative retention %v", o.Retention)
+	}
+	d, err := dialectOf(db)
+	if err != nil {
+		return nil, err
+	}
+	in := &Inbox{db: db, quiet: db.Logger.LogMode(logger.Silent), d: d, o: o}
+	t, k := in.quote(o.Table), in.quote("key")
+	in.insertSQL = "INSERT INTO " + t + " (consumer, " + k + ", status, headers, body, created_at, expires_at) VALUES (?, ?, 0, '', ?, ?, ?)"
+	in.answerSQL = "UPDATE " + t + " SET status = ?, headers = ?, body = ? WHERE consumer = ? AND " + k + " = ?"
+	in.selectSQL = "SELECT status, headers, body FROM " + t + " WHERE consumer = ? AND " + k + " = ?"
+	if err := in.Migrate(context.Background()); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Migrate creates the inbox table and its index when they are missing. New
+// calls it; it is safe to run from several processes at once.
+func (in *Inbox) Migrate(ctx context.Context) error {
+	err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, stmt := range in.d.migrate(in.o.Table, in.quote) {
+			if err := tx.Exec(stmt).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: migrate %s: %w", in.o.Table, err)
+	}
+	return nil
+}
+
+// Once runs fn and records key in one transaction, and reports whether fn
+// ran. A key already recorded runs nothing and returns false, nil; of
+// concurrent calls with one key, one runs fn and the others return false,
+// nil once it has committed (or run fn themselves if it rolled back). fn's
+// error is returned as is, and nothing is recorded: the key and fn's writes
+// roll back together. A panic in fn rolls back and panics again.
+//
+// An error from the commit itself (ctx cancelled while COMMIT was on the
+// wire, a connection lost) leaves the outcome unknown, as with any
+// transaction; the key and fn's writes still committed or not together,
+// so calling Once again is safe: it runs fn only if they did not.
+func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) error) (ran bool, err error) {
+	tx, err := in.claim(ctx, key)
+	if err != nil || tx == nil {
+		return false, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback()
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return false, err
+	}
+	committed = true
+	if err := tx.Commit().Error; err != nil {
+		return false, fmt.Errorf("inbox: commit %q: %w", key, err)
+	}
+	return true, nil
+}
+
+// claim begins a transaction and inserts key in it. It returns the open
+// transaction, or nil when the key is already recorded. Deadlocks and busy
+// databases are retried while ctx allows.
+func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
+	switch {
+	case key == "":
+		return nil, ErrNoKey
+	case len(key) > MaxKeyLen:
+		return nil, ErrKeyTooLong
+	}
+	for attempt := 0; ; attempt++ {
+		tx := in.db.WithContext(ctx).Begin()
+		if tx.Error != nil {
+			return nil, fmt.Errorf("inbox: begin: %w", tx.Error)
+		}
+		now := in.o.Now().UTC().Truncate(time.Microsecond)
+		err := tx.Session(&gorm.Session{Logger: in.quiet}).
+			Exec(in.insertSQL, in.o.Consumer, key, []byte{}, now, now.Add(in.o.Retention)).Error
+		if err == nil {
+			return tx, nil
+		}
+		tx.Rollback()
+		switch {
+		case in.d.duplicate(in.db, err):
+			return nil, nil
+		case !in.d.retryable(err) || attempt >= maxAttempts:
+			return nil, fmt.Errorf("inbox: record %q: %w", key, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("inbox: record %q: %w", key, err)
+		}
+	}
+}
+
+// maxAttempts bounds the retries of a deadlocked or busy insert (with
+// backoff up to 100ms, about five seconds in all).
+const maxAttempts = 60
+
+func backoff(ctx context.Context, attempt int) error {
+	ceil := min(time.Millisecond<<min(attempt, 7), 100*time.Millisecond)
+	t := time.NewTimer(ceil/2 + rand.N(ceil/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+type txKey struct{}
+
+// Tx is the transaction the middleware runs its handler in: the handler's
+// business writes go through it, so that they commit or roll back with the
+// key. It is nil outside such a handler.
+func Tx(ctx context.Context) *gorm.DB {
+	tx, _ := ctx.Value(txKey{}).(*gorm.DB)
+	return tx
+}
+
+func withTx(ctx context.Context, tx *gorm.DB) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
+}
+
+func (in *Inbox) quote(name string) string {
+	var b strings.Builder
+	in.db.Dialector.QuoteTo(&b, name)
+	return b.String()
+}

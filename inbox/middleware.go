@@ -1,0 +1,217 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"gorm.io/gorm"
+)
+
+// Final reports whether an answer with this status is recorded and
+// replayed. 5xx, 408, 425 and 429 say "try again later": the handler's
+// writes roll back and a repeat runs the handler again (as hookstamp's
+// record.statuses default does).
+func Final(status int) bool {
+	switch {
+	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooEarly,
+		status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+// answer is a recorded response: what a repeat gets.
+type answer struct {
+	status int
+	header http.Header // the recorded headers only
+	body   []byte
+}
+
+func (in *Inbox) encodeHeader(h http.Header) string {
+	kept := map[string][]string{}
+	for _, name := range in.o.Headers {
+		if v := h.Values(name); len(v) > 0 {
+			kept[http.CanonicalHeaderKey(name)] = v
+		}
+	}
+	b, _ := json.Marshal(kept) // a map of strings always marshals
+	return string(b)
+}
+
+// record writes an answer's status, headers and body to key's row in tx.
+func (in *Inbox) record(tx *gorm.DB, key string, status int, headers string, body []byte) error {
+	if body == nil {
+		body = []byte{}
+	}
+	return tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, key).Error
+}
+
+// recorded reads key's answer; found is false when the row is gone (swept
+// since the insert found it).
+func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool, err error) {
+	var headers string
+	row := in.db.WithContext(ctx).Raw(in.selectSQL, in.o.Consumer, key).Row()
+	if err := row.Scan(&a.status, &headers, &a.body); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return a, false, nil
+		}
+		return a, false, fmt.Errorf("inbox: read %q: %w", key, err)
+	}
+	a.header = http.Header{}
+	if headers != "" {
+		if err := json.Unmarshal([]byte(headers), &a.header); err != nil {
+			return a, false, fmt.Errorf("inbox: read %q: headers: %w", key, err)
+		}
+	}
+	if a.status == 0 { // recorded by Once: no answer of its own
+		a.status = http.StatusOK
+	}
+	return a, true, nil
+}
+
+// begin claims key for a handler: it returns the open transaction, or the
+// recorded answer of a key already taken.
+func (in *Inbox) begin(ctx context.Context, key string) (*gorm.DB, *answer, error) {
+	for {
+		tx, err := in.claim(ctx, key)
+		if err != nil || tx != nil {
+			return tx, nil, err
+		}
+		a, found, err := in.recorded(ctx, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found {
+			return nil, &a, nil
+		}
+		// Swept between the insert and the read: claim it afresh.
+	}
+}
+
+// keyProblem is the 400 answer's text for a key the table cannot hold.
+func (in *Inbox) keyProblem(key string) string {
+	switch {
+	case key == "":
+		return "missing " + in.o.Header + " header"
+	case len(key) > MaxKeyLen:
+		return fmt.Sprintf("%s longer than %d bytes", in.o.Header, MaxKeyLen)
+	}
+	return ""
+}
+
+// Middleware runs next at most once per key (the Options.Header request
+// header) and answers every repeat with the recorded answer.
+//
+// next runs inside the transaction that records the key; its business
+// writes go through Tx(r.Context()). A final answer (see Final) is recorded
+// with the key, committed, and only then written to the client, with all
+// the headers next set; a repeat gets the status, the Options.Headers and
+// the body, byte for byte. A non-final answer rolls everything back and is
+// passed on; a panic rolls back and panics again. A request without a key
+// gets 400; a database that cannot record gets 503 (nothing committed).
+func (in *Inbox) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(in.o.Header)
+		if p := in.keyProblem(key); p != "" {
+			http.Error(w, p, http.StatusBadRequest)
+			return
+		}
+		tx, replay, err := in.begin(r.Context(), key)
+		switch {
+		case err != nil:
+			in.o.Logger.Error("inbox: could not claim the key", "key", key, "err", err)
+			http.Error(w, "inbox unavailable", http.StatusServiceUnavailable)
+			return
+		case replay != nil:
+			h := w.Header()
+			for name, v := range replay.header {
+				h[name] = v
+			}
+			w.WriteHeader(replay.status)
+			_, _ = w.Write(replay.body)
+			return
+		}
+		rec := &recorder{header: http.Header{}}
+		if in.run(tx, key, func() int {
+			next.ServeHTTP(rec, r.WithContext(withTx(r.Context(), tx)))
+			return rec.code()
+		}, func() (string, []byte) { return in.encodeHeader(rec.header), rec.body.Bytes() }) {
+			rec.writeTo(w)
+			return
+		}
+		http.Error(w, "inbox could not record the answer", http.StatusServiceUnavailable)
+	})
+}
+
+// run calls handle inside tx; a final status is recorded (with the
+// headers and body answer gives) and committed, anything else rolled back.
+// It reports whether the handler's own answer stands: false when the
+// answer could not be recorded. A panic in handle rolls back and goes on.
+func (in *Inbox) run(tx *gorm.DB, key string, handle func() int, answer func() (string, []byte)) bool {
+	settled := false
+	defer func() {
+		if !settled {
+			tx.Rollback()
+		}
+	}()
+	status := handle()
+	settled = true
+	if !Final(status) {
+		tx.Rollback()
+		return true
+	}
+	headers, body := answer()
+	if err := in.record(tx, key, status, headers, body); err != nil {
+		tx.Rollback()
+		in.o.Logger.Error("inbox: could not record the answer; rolled back", "key", key, "err", err)
+		return false
+	}
+	if err := tx.Commit().Error; err != nil {
+		in.o.Logger.Error("inbox: commit failed; the handler's writes are not applied", "key", key, "err", err)
+		return false
+	}
+	return true
+}
+
+// recorder holds a handler's answer until it is committed.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 && status >= 200 { // informational answers are not the answer
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(p)
+}
+
+func (r *recorder) code() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}
+
+func (r *recorder) writeTo(w http.ResponseWriter) {
+	h := w.Header()
+	for name, v := range r.header {
+		h[name] = v
+	}
+	w.WriteHeader(r.code())
+	_, _ = w.Write(r.body.Bytes())
+}

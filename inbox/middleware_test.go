@@ -1,0 +1,189 @@
+package inbox_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/hookstamp/hookstamp/inbox"
+)
+
+// payments is the handler of the middleware tests: it books a payment per
+// event through inbox.Tx and answers as status says.
+type payments struct {
+	runs   atomic.Int32
+	status atomic.Int32 // 0: 201
+	panics atomic.Bool
+}
+
+func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := p.runs.Add(1)
+	key := r.Header.Get("Idempotency-Key")
+	if err := book(inbox.Tx(r.Context()), key); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if p.panics.Load() {
+		panic("payments handler bug")
+	}
+	status := int(p.status.Load())
+	if status == 0 {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Run", fmt.Sprint(n)) // not among Options.Headers: not replayed
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"booked":%q,"run":%d}`+"\n\x00\xff", key, n)
+}
+
+type got struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(tb testing.TB, url, key string) got {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":1200}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return got{resp.StatusCode, resp.Header, string(b)}
+}
+
+// A repeat gets the first answer byte for byte (status, recorded headers,
+// body), and the handler never sees it: one payment.
+func TestMiddlewareReplaysFirstAnswer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		h := &payments{}
+		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+		defer srv.Close()
+		first := post(t, srv.URL, "evt_10")
+		if first.status != http.StatusCreated || first.header.Get("X-Run") != "1" {
+			t.Fatalf("first answer %d %v, want the handler's 201", first.status, first.header)
+		}
+		for i := 0; i < 3; i++ {
+			again := post(t, srv.URL, "evt_10")
+			if again.status != first.status || again.body != first.body ||
+				again.header.Get("Content-Type") != first.header.Get("Content-Type") {
+				t.Fatalf("repeat got %d %q %q, want %d %q %q", again.status, again.header.Get("Content-Type"), again.body,
+					first.status, first.header.Get("Content-Type"), first.body)
+			}
+			if again.header.Get("X-Run") != "" {
+				t.Errorf("a header outside Options.Headers was replayed: X-Run %q", again.header.Get("X-Run"))
+			}
+		}
+		if n := h.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_10", 1, 1)
+	})
+}
+
+// Concurrent copies of one event: the handler runs once and every copy
+// gets its answer.
+func TestMiddlewareConcurrentCopies(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		h := &payments{}
+		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+		defer srv.Close()
+		const copies = 30
+		answers := make(chan got, copies)
+		var wg sync.WaitGroup
+		for i := 0; i < copies; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); answers <- post(t, srv.URL, "evt_11") }()
+		}
+		wg.Wait()
+		close(answers)
+		want := fmt.Sprintf(`{"booked":%q,"run":1}`+"\n\x00\xff", "evt_11")
+		for a := range answers {
+			if a.status != http.StatusCreated || a.body != want {
+				t.Errorf("a copy got %d %q, want 201 %q", a.status, a.body, want)
+			}
+		}
+		if n := h.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_11", 1, 1)
+	})
+}
+
+// A non-final answer (503) is passed on and rolls back: nothing recorded,
+// and the next copy runs the handler again.
+func TestMiddlewareNonFinalRollsBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		h := &payments{}
+		h.status.Store(http.StatusServiceUnavailable)
+		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+		defer srv.Close()
+		if a := post(t, srv.URL, "evt_12"); a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, `"run":1`) {
+			t.Fatalf("got %d %q, want the handler's own 503", a.status, a.body)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_12", 0, 0)
+		h.status.Store(http.StatusOK)
+		if a := post(t, srv.URL, "evt_12"); a.status != http.StatusOK || !strings.Contains(a.body, `"run":2`) {
+			t.Fatalf("next copy got %d %q, want the handler's 200 from a second run", a.status, a.body)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_12", 1, 1)
+	})
+}
+
+// A panicking handler rolls back and the panic goes on to the server.
+func TestMiddlewarePanicRollsBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		h := &payments{}
+		h.panics.Store(true)
+		mw := newInbox(t, db, inbox.Options{}).Middleware(h)
+		recovered := func() (v any) {
+			defer func() { v = recover() }()
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
+			req.Header.Set("Idempotency-Key", "evt_13")
+			mw.ServeHTTP(httptest.NewRecorder(), req)
+			return nil
+		}()
+		if recovered != "payments handler bug" {
+			t.Fatalf("recovered %v, want the handler's panic", recovered)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_13", 0, 0)
+		h.panics.Store(false)
+		srv := httptest.NewServer(mw)
+		defer srv.Close()
+		if a := post(t, srv.URL, "evt_13"); a.status != http.StatusCreated {
+			t.Fatalf("after the panic got %d %q, want 201", a.status, a.body)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_13", 1, 1)
+	})
+}
+
+func TestMiddlewareWithoutKey(t *testing.T) {
+	db := backends[2].open(t)
+	h := &payments{}
+	srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+	defer srv.Close()
+	if a := post(t, srv.URL, ""); a.status != http.StatusBadRequest {
+		t.Errorf("no key: %d %q, want 400", a.status, a.body)
+	}
+	if h.runs.Load() != 0 {
+		t.Error("the handler ran without a key")
+	}
+}

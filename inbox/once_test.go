@@ -1,0 +1,199 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/hookstamp/hookstamp/inbox"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// 100 goroutines deliver one key at once: the effect happens once, on
+// every database, and nobody sees an error.
+func TestOnceConcurrentRunsOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		var runs atomic.Int32
+		var ranTrue atomic.Int32
+		var wg sync.WaitGroup
+		errs := make(chan error, 100)
+		start := make(chan struct{})
+		for i := 0; i < 100; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ran, err := ib.Once(context.Background(), "evt_1", func(tx *gorm.DB) error {
+					runs.Add(1)
+					return book(tx, "evt_1")
+				})
+				if err != nil {
+					errs <- err
+				}
+				if ran {
+					ranTrue.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("Once: %v", err)
+		}
+		if runs.Load() != 1 || ranTrue.Load() != 1 {
+			t.Errorf("fn ran %d times, %d calls reported ran; want 1 and 1", runs.Load(), ranTrue.Load())
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_1", 1, 1)
+	})
+}
+
+// fn fails: neither its write nor the key is recorded, and the next call
+// runs it; a recorded key then runs nothing.
+func TestOnceFailureRecordsNothing(t *testing.T) {
+	boom := errors.New("card declined by the bank's test")
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		ctx := context.Background()
+		ran, err := ib.Once(ctx, "evt_2", func(tx *gorm.DB) error {
+			if err := book(tx, "evt_2"); err != nil {
+				return err
+			}
+			return boom
+		})
+		if ran || !errors.Is(err, boom) {
+			t.Fatalf("failing fn: ran=%v err=%v, want false and %v", ran, err, boom)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_2", 0, 0)
+
+		if ran, err := ib.Once(ctx, "evt_2", func(tx *gorm.DB) error { return book(tx, "evt_2") }); !ran || err != nil {
+			t.Fatalf("second call: ran=%v err=%v, want true, nil", ran, err)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_2", 1, 1)
+
+		called := false
+		if ran, err := ib.Once(ctx, "evt_2", func(tx *gorm.DB) error { called = true; return book(tx, "evt_2") }); ran || err != nil || called {
+			t.Fatalf("recorded key: ran=%v err=%v called=%v, want false, nil, false", ran, err, called)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_2", 1, 1)
+	})
+}
+
+// A panic in fn rolls back the write and the key, and reaches the caller.
+func TestOncePanicRollsBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			_, _ = ib.Once(context.Background(), "evt_3", func(tx *gorm.DB) error {
+				if err := book(tx, "evt_3"); err != nil {
+					return err
+				}
+				panic("ledger bug")
+			})
+			return nil
+		}()
+		if got != "ledger bug" {
+			t.Fatalf("recovered %v, want the handler's panic", got)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_3", 0, 0)
+		if ran, err := ib.Once(context.Background(), "evt_3", func(tx *gorm.DB) error { return book(tx, "evt_3") }); !ran || err != nil {
+			t.Fatalf("after the panic: ran=%v err=%v, want true, nil", ran, err)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_3", 1, 1)
+	})
+}
+
+// The first copy holds the key while waiters queue behind it, then rolls
+// back: exactly one waiter runs fn, the others find it recorded, and no
+// deadlock (MariaDB's insert-intention locks) reaches a caller.
+func TestOnceWaitersAfterRollback(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		table := testenv.Name("inbox_")
+		ib := newInbox(t, db, inbox.Options{Table: table})
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		letGo := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(letGo) // a failed wait must not leave the key locked
+		firstIn := make(chan struct{})
+		firstDone := make(chan error, 1)
+		go func() {
+			_, err := ib.Once(context.Background(), "evt_4", func(tx *gorm.DB) error {
+				close(firstIn)
+				<-release
+				return errors.New("first copy fails")
+			})
+			firstDone <- err
+		}()
+		<-firstIn
+
+		const waiters = 8
+		var runs, ranTrue, entered atomic.Int32
+		errs := make(chan error, waiters)
+		var wg sync.WaitGroup
+		for i := 0; i < waiters; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				entered.Add(1)
+				ran, err := ib.Once(context.Background(), "evt_4", func(tx *gorm.DB) error {
+					runs.Add(1)
+					return book(tx, "evt_4")
+				})
+				if err != nil {
+					errs <- err
+				}
+				if ran {
+					ranTrue.Add(1)
+				}
+			}()
+		}
+		waitFor(t, "the waiters to queue on the key", func() bool {
+			n := lockWaiters(t, db, table)
+			return n == waiters || n < 0 && entered.Load() == waiters
+		})
+		if runs.Load() != 0 {
+			t.Fatalf("a waiter ran fn while the first copy held the key")
+		}
+		letGo()
+		if err := <-firstDone; err == nil {
+			t.Fatal("the first copy's failure was not returned")
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("waiter: %v", err)
+		}
+		if runs.Load() != 1 || ranTrue.Load() != 1 {
+			t.Errorf("after the rollback fn ran %d times (%d reported ran), want once", runs.Load(), ranTrue.Load())
+		}
+		wantCounts(t, db, table, "evt_4", 1, 1)
+	})
+}
+
+// Consumers keep their own keys; a key longer than the table holds is
+// refused before anything runs.
+func TestOnceConsumersAndKeys(t *testing.T) {
+	db := backends[2].open(t)
+	a := newInbox(t, db, inbox.Options{Consumer: "billing"})
+	b := newInbox(t, db, inbox.Options{Consumer: "shipping"})
+	ctx := context.Background()
+	for _, ib := range []*inbox.Inbox{a, b} {
+		if ran, err := ib.Once(ctx, "evt_5", func(tx *gorm.DB) error { return book(tx, "evt_5") }); !ran || err != nil {
+			t.Fatalf("ran=%v err=%v, want true, nil for each consumer", ran, err)
+		}
+	}
+	wantCounts(t, db, inbox.DefaultTable, "evt_5", 2, 2)
+	long := string(make([]byte, inbox.MaxKeyLen+1))
+	if _, err := a.Once(ctx, long, func(*gorm.DB) error { t.Error("fn ran"); return nil }); !errors.Is(err, inbox.ErrKeyTooLong) {
+		t.Errorf("long key: %v, want ErrKeyTooLong", err)
+	}
+	if _, err := a.Once(ctx, "", func(*gorm.DB) error { t.Error("fn ran"); return nil }); !errors.Is(err, inbox.ErrNoKey) {
+		t.Errorf("empty key: %v, want ErrNoKey", err)
+	}
+}

@@ -1,0 +1,69 @@
+package inbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/hookstamp/hookstamp/inbox"
+)
+
+// clock is a settable clock for Options.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Keys live for Retention: a sweep before then deletes nothing and the key
+// is still honoured; after it, the key is deleted (only this consumer's)
+// and a repeat runs again.
+func TestSweepDeletesExpiredKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+		ib := newInbox(t, db, inbox.Options{Retention: time.Hour, Now: c.now})
+		other := newInbox(t, db, inbox.Options{Consumer: "other", Retention: time.Hour, Now: c.now})
+		ctx := context.Background()
+		for _, key := range []string{"evt_30", "evt_31"} {
+			if _, err := ib.Once(ctx, key, func(tx *gorm.DB) error { return book(tx, key) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := other.Once(ctx, "evt_30", func(*gorm.DB) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		c.advance(59 * time.Minute)
+		if n, err := ib.Sweep(ctx); n != 0 || err != nil {
+			t.Fatalf("sweep within retention: %d deleted, %v", n, err)
+		}
+		if ran, _ := ib.Once(ctx, "evt_30", func(*gorm.DB) error { return nil }); ran {
+			t.Fatal("a key within its retention ran again")
+		}
+		c.advance(2 * time.Minute)
+		if n, err := ib.Sweep(ctx); n != 2 || err != nil {
+			t.Fatalf("sweep after retention: %d deleted, %v; want 2", n, err)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_31", 1, 0)
+		wantCounts(t, db, inbox.DefaultTable, "evt_30", 1, 1) // the other consumer's row
+		if ran, err := ib.Once(ctx, "evt_30", func(tx *gorm.DB) error { return book(tx, "evt_30") }); !ran || err != nil {
+			t.Fatalf("a swept key: ran=%v err=%v, want it to run again", ran, err)
+		}
+	})
+}
+
+// New on an existing table (another process migrated it) works.
+func TestNewTwice(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		newInbox(t, db, inbox.Options{})
+		ib := newInbox(t, db, inbox.Options{})
+		if ran, err := ib.Once(context.Background(), "evt_32", func(*gorm.DB) error { return nil }); !ran || err != nil {
+			t.Fatalf("ran=%v err=%v", ran, err)
+		}
+	})
+}
