@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fails clearly, naming the address tried, when the test dependencies are down.
+# Starts what is stopped (start-deps.sh), then fails clearly, naming the address tried, when the test dependencies are down.
 set -u
+"$(dirname "$0")/start-deps.sh"
 pg="${HOOKSTAMP_TEST_PG_HOSTPORT:-127.0.0.1:5432}"
 rd="${HOOKSTAMP_TEST_REDIS:-127.0.0.1:6379}"
 my="${HOOKSTAMP_TEST_MYSQL_HOSTPORT:-127.0.0.1:3306}"
