@@ -10,11 +10,9 @@ import (
 )
 
 // acquire takes d's key for owner or learns what holds it (SPEC §1 CLAIM
-// and CONFIRM): a delivery in flight in this process first, then the
-// screen, whose grant is confirmed in the ledger because the screen
-// forgets (TTL, eviction, restarts, FLUSHALL); without a screen, or when
-// it fails and screen.on_unavailable is store, the claim is a pending
-// ledger row. A non-nil *Result ends the delivery.
+// and CONFIRM): in this process's flights, then the screen, whose grant the
+// ledger confirms because the screen forgets; or the ledger alone. A
+// non-nil *Result ends the delivery.
 func (e *Engine) acquire(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, owner string) (claim, *Result) {
 	if f := e.flights.get(d.Ref); f != nil {
 		return claim{Claim: Claim{Status: InFlight, Fingerprint: f.fingerprint}, e: e, ref: d.Ref, local: f}, nil
@@ -36,8 +34,7 @@ func (e *Engine) acquire(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	if got.Status == TakenOver {
 		e.hook(e.o.Hooks.Takeover, req.Route)
 	}
-	// A commit of this key that this process is retrying goes first, so
-	// that the confirmation finds it.
+	// A retried commit of the key goes first, for the confirmation to find.
 	e.nudgeCommitRetry(ctx, req.Ref)
 	if e.o.ConfirmByClaim {
 		return e.confirmByClaim(ctx, req, c)
@@ -48,8 +45,7 @@ func (e *Engine) acquire(ctx context.Context, p *Policy, d Delivery, fwd Forward
 // errBreakerOpen: the screen was not asked (see breaker).
 var errBreakerOpen = fmt.Errorf("%w: the screen keeps failing; it is skipped until a probe succeeds", ErrUnavailable)
 
-// screenClaim claims in the screen unless the breaker says it keeps
-// failing.
+// screenClaim claims in the screen unless the breaker is open.
 func (e *Engine) screenClaim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	ok, probe := e.breaker.allow()
 	if !ok {
@@ -75,11 +71,9 @@ func (e *Engine) screenClaim(ctx context.Context, req ClaimRequest) (Claim, erro
 	return c, err
 }
 
-// withoutScreen goes on after the screen claim failed with err, as
-// screen.on_unavailable says: a ledger claim (store), a forward without
-// deduplication (pass) or 503 (reject). Unless the breaker skipped the
-// screen, its claim may have landed although its answer was lost, and
-// nobody else would end it.
+// withoutScreen goes on as screen.on_unavailable says after the screen
+// claim failed. Unless the breaker skipped the screen, the claim may have
+// landed although its answer was lost, and only this delivery can end it.
 func (e *Engine) withoutScreen(ctx context.Context, p *Policy, req ClaimRequest, d Delivery, fwd ForwardFunc, err error) (claim, *Result) {
 	lost := !errors.Is(err, errBreakerOpen)
 	if e.o.ScreenUnavailable == FailStore {
@@ -100,10 +94,8 @@ func (e *Engine) withoutScreen(ctx context.Context, p *Policy, req ClaimRequest,
 	return claim{}, &r
 }
 
-// afterLostScreenClaim settles a screen claim that got no answer, once the
-// ledger claim c that replaced it is known: a claim the ledger granted
-// settles it when the delivery ends; otherwise it is dropped, or turned
-// into the record the ledger holds, now.
+// afterLostScreenClaim settles a screen claim whose answer was lost: with
+// the delivery when the ledger claim c was granted, at once otherwise.
 func (e *Engine) afterLostScreenClaim(ctx context.Context, req ClaimRequest, c *claim, failed bool) {
 	switch {
 	case !failed && (c.Status == Acquired || c.Status == TakenOver):
@@ -180,10 +172,8 @@ func (e *Engine) confirm(ctx context.Context, req ClaimRequest, c claim) (claim,
 	return c, nil
 }
 
-// confirmByClaim confirms the screen's grant c by claiming in the ledger as
-// well (Options.ConfirmByClaim): the conditional insert fails if a replica
-// that could not reach the screen holds a pending row, and reports a
-// recorded or held key as a lookup would.
+// confirmByClaim confirms the screen's grant c with a ledger claim
+// (Options.ConfirmByClaim).
 func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c claim) (claim, *Result) {
 	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.confirm", trace.WithAttributes(attribute.String("hookstamp.claim_store", "ledger")))
 	lc, err := e.o.Ledger.Claim(cctx, req, e.o.Now())
@@ -211,16 +201,14 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c claim) 
 		c.Claim = lc
 		return c, nil
 	}
-	// Held, or a live pending row of a replica that could not reach the
-	// screen.
+	// Held, or a replica that could not reach the screen holds the key.
 	c.release(ctx)
 	c.Claim, c.screen, c.ledger = lc, false, true
 	return c, nil
 }
 
-// recorded answers the screen's grant c from the record its confirmation
-// found: a done record is put into the screen over the claim, a held one
-// releases the claim and stands. false for any other state.
+// recorded turns the screen's grant c into the done record (refilled into
+// the screen) or held record its confirmation found; false for others.
 func (c *claim) recorded(ctx context.Context, rec *Record) bool {
 	switch rec.State {
 	case StateDone:
@@ -237,10 +225,9 @@ func (c *claim) recorded(ctx context.Context, rec *Record) bool {
 	return false
 }
 
-// unconfirmed ends the screen's grant c when the ledger could not confirm
-// it: forwarded without deduplication when store.on_unavailable is pass
-// (the screen still stops concurrent repeats), released and answered 503
-// otherwise. rowMayExist: the ledger may hold a pending row of the claim.
+// unconfirmed goes on with the screen's grant c the ledger could not
+// confirm: forwarded as passthrough (store.on_unavailable: pass), or
+// released with 503. rowMayExist: the ledger may hold c's pending row.
 func (e *Engine) unconfirmed(ctx context.Context, c claim, err error, rowMayExist bool) (claim, *Result) {
 	if e.passLedger(err) {
 		e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
@@ -255,23 +242,17 @@ func (e *Engine) unconfirmed(ctx context.Context, c claim, err error, rowMayExis
 }
 
 // passLedger reports whether a failed ledger call lets the delivery be
-// forwarded without dedup (store.on_unavailable: pass). Only a ledger that
-// could not be reached does: a logic error (its table missing, a privilege
-// revoked) is no outage, and passing it would forward every repeat for as
-// long as nobody notices.
+// forwarded without dedup: a logic error (a table missing) is no outage,
+// and passing it would forward every repeat until somebody noticed.
 func (e *Engine) passLedger(err error) bool {
 	return e.o.LedgerUnavailable == FailPass && errors.Is(err, ErrUnavailable)
 }
 
-// readable looks ref up after a ledger claim failed to reach the ledger,
-// and returns its done or held record if the ledger can still be read: a
-// ledger that refuses writes (a PostgreSQL standby during a failover, a
-// full SQLite disk) still knows which deliveries are recorded. A write
-// that timed out gets a read of a tenth of OpTimeout: a SQLite file whose
-// write lock another process holds times out writes but reads at once
-// (WAL), while a hung database must not hold the delivery for a second
-// full timeout. nil when the delivery was cut, when the ledger cannot be
-// read, and for logic errors, which fail closed.
+// readable returns ref's done or held record after a ledger claim failed
+// to reach the ledger, if it can still be read: a ledger refusing writes
+// (a standby, a full disk) still knows what is recorded. After a timeout
+// the read gets a tenth of OpTimeout: a locked SQLite file reads at once,
+// and a hung database must not cost a second full timeout.
 func (e *Engine) readable(ctx context.Context, ref Ref, err error) *Record {
 	if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 		return nil
@@ -289,9 +270,6 @@ func (e *Engine) readable(ctx context.Context, ref Ref, err error) *Record {
 }
 
 // mayHaveLanded reports whether a ledger claim that failed because the
-// delivery was cut may still have been made: a batch carrying its row can
-// commit after the caller left, and nobody is left to commit it, so it is
-// released. A claim that failed on the ledger's own timeout is not chased
-// with another call that would wait out the same timeout; its row, if any,
-// expires with its lease.
+// delivery was cut may still be made by its batch, and must be released.
+// One that timed out is not chased; its row expires with its lease.
 func mayHaveLanded(ctx context.Context) bool { return ctx.Err() != nil }

@@ -6,10 +6,9 @@ import (
 )
 
 // claim is a delivery's claim on its key as acquire left it: what the
-// stores answered, and which of them hold the claim — this delivery's when
-// the status is Acquired or TakenOver, the holder's when it is InFlight.
-// A held claim owns what may be done with it: forward and commit, hold,
-// release.
+// stores answered and which of them hold the claim (this delivery's when
+// Acquired or TakenOver, the holder's when InFlight). It owns forward,
+// commit, hold and release.
 type claim struct {
 	Claim // the stores' answer; Owner is an InFlight holder's
 	e     *Engine
@@ -18,15 +17,12 @@ type claim struct {
 	// screen and ledger name the stores holding the claim: the screen, a
 	// pending ledger row, or both (Options.ConfirmByClaim).
 	screen, ledger bool
-	// lostScreen: the claim is a pending ledger row taken after a screen
-	// claim that got no answer (a timeout, a dropped connection), so the
-	// screen may hold it too. Left there it would answer repeats at every
-	// other replica 409 until its lease ran out, so it is settled in the
-	// background (tidyScreen).
+	// lostScreen: a ledger claim taken after a screen claim whose answer
+	// was lost, which the screen may hold too; it is settled in the
+	// background, or other replicas would answer 409 for its lease.
 	lostScreen bool
-	// pass: forwarded without deduplication (outcome passthrough). No store
-	// holds the claim, or only the screen does because the ledger cannot be
-	// reached and store.on_unavailable is pass.
+	// pass: forwarded without deduplication (passthrough): no store holds
+	// the claim, or only the screen when the ledger cannot be reached.
 	pass bool
 	// local: the key is in flight in this process; no store was asked.
 	local *flight
@@ -40,13 +36,9 @@ func (e *Engine) newClaim(req ClaimRequest, got Claim) claim {
 // holds reports whether a store holds the claim.
 func (c *claim) holds() bool { return c.screen || c.ledger }
 
-// release drops the claim so that the next delivery is forwarded. Losing
-// ownership in between is fine: someone else settles the key.
-//
-// It runs on its own deadline, detached from ctx: a release is most needed
-// when the delivery was cut (shutdown abandoned it, the provider hung up),
-// and under that cancelled context it would fail and leave the claim to
-// make every retry wait for the lease.
+// release drops the claim so that the next delivery is forwarded; a claim
+// lost meanwhile is someone else's to settle. It is detached from ctx: it
+// is most needed when the delivery was cut.
 func (c *claim) release(ctx context.Context) {
 	e := c.e
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
@@ -101,13 +93,10 @@ func (c *claim) settleScreen(ctx context.Context, ent *Entry) {
 	}
 }
 
-// tidyScreen settles, in the background, a screen claim whose answer was
-// lost: it turns it into ent's record, or releases it when ent is nil
-// (only the owner's claim is released). In the background because the
-// claim most likely never landed, and the provider's answer must not wait
-// out another timeout for it; skipped while the breaker says the screen
-// keeps failing (the claim, if any, expires with its lease), and once
-// Close has begun.
+// tidyScreen turns a screen claim whose answer was lost into ent's record,
+// or releases it (ent nil), in the background: it most likely never
+// landed, and the answer must not wait another timeout for it. Skipped
+// while the breaker is open and once Close began.
 func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
 	if e.o.Screen == nil || !e.breaker.closed() {
 		return
@@ -144,9 +133,8 @@ func (e *Engine) complete(ctx context.Context, ref Ref, owner string, ent *Entry
 	}
 }
 
-// refill puts a record the ledger confirmed into the screen, over the
-// caller's claim. It was read, not written, so it may be stale: the screen
-// keeps another delivery's claim over it (Entry.Refill).
+// refill puts a record read from the ledger into the screen, over the
+// caller's claim only (Entry.Refill).
 func (e *Engine) refill(ctx context.Context, ref Ref, owner string, ent *Entry) {
 	e.complete(ctx, ref, owner, asRefill(ent))
 }

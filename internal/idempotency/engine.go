@@ -24,17 +24,13 @@ type FailMode int
 
 // Failure policies (SPEC §3 store.on_unavailable and screen.on_unavailable).
 const (
-	// FailReject answers 503 + Retry-After and forwards nothing.
-	FailReject FailMode = iota
-	// FailPass forwards without deduplication (outcome passthrough).
-	FailPass
-	// FailStore (screen only) makes the claim in the ledger instead.
-	FailStore
+	FailReject FailMode = iota // 503 + Retry-After, nothing forwarded
+	FailPass                   // forward without deduplication (passthrough)
+	FailStore                  // (screen only) claim in the ledger instead
 )
 
 // ForwardFunc sends the delivery upstream once and returns its complete
-// answer, or a transport error that Options.Classify understands. The state
-// machine calls it at most once per delivery.
+// answer, or a transport error that Options.Classify understands.
 type ForwardFunc func(ctx context.Context) (*Upstream, error)
 
 // Delivery is what the state machine needs to know about one request.
@@ -42,39 +38,30 @@ type Delivery struct {
 	Ref
 	// Fingerprint is the digest of what the delivery means; nil = none.
 	Fingerprint []byte
-	// Also returns other digests a record of this key may hold for a retry
-	// of this delivery: those of fingerprint settings the route had before
-	// (extract.Fingerprinter.Also). A record holding one of them is this
-	// delivery's, not a key reuse; new records get Fingerprint. It is only
-	// called when Fingerprint does not match, during Handle; nil = none.
+	// Also returns the digests of the route's earlier fingerprint settings
+	// (extract.Fingerprinter.Also): a record holding one is a retry's, not
+	// a key reuse. Called only on a mismatch; nil = none.
 	Also func() [][]byte
 	// Source is the sender (routes[].source), for duplicate statistics.
 	Source string
 
-	// ticket is the cache's, taken by Handle before it reads anything, for
-	// every Cache.Put of what this delivery read or recorded.
-	ticket Ticket
+	ticket Ticket // taken before anything is read, for every Cache.Put
 }
 
-// Hooks receive events that are not outcomes, for metrics. Nil fields are
+// Hooks receive events that are not outcomes, for metrics; nil fields are
 // ignored.
 type Hooks struct {
-	// Takeover: a claim whose owner died was taken over after its lease.
-	Takeover func(route string)
-	// CommitFailure: the upstream answered finally but the ledger commit
-	// failed; the provider got the upstream's answer.
-	CommitFailure func(route string)
-	// DependencyError: a call to the screen or ledger failed to reach it.
+	Takeover        func(route string) // an expired claim was taken over
+	CommitFailure   func(route string) // a final answer was not committed
 	DependencyError func(dependency, op string)
-	// HeldChanged: a key became held on route (delta +1); operators resolve
-	// (delta -1) through the admin API, which calls it too.
+	// HeldChanged: a key became held (+1) or was resolved through the
+	// admin API (-1).
 	HeldChanged func(route string, delta int)
 }
 
 // Options configure an Engine. Zero values take the defaults named.
 type Options struct {
-	// Screen is the fast claim store. Nil means screen "none": every claim
-	// is a pending row in the ledger.
+	// Screen is the fast claim store; nil: every claim is a ledger row.
 	Screen Screen
 	// Ledger is the durable source of truth. Required.
 	Ledger Ledger
@@ -93,36 +80,28 @@ type Options struct {
 	Classify func(error) (status int, ambiguous bool)
 	// Cache keeps done entries in-process (screen.local_cache); nil = off.
 	Cache *Cache
-	// ConfirmByClaim confirms a claim the screen granted by claiming in the
-	// ledger too (a pending row, conditional insert) instead of looking the
-	// key up. Set it when replicas share a screen that can fail for some of
-	// them but not others (a partition, a timeout, an exhausted pool) and
-	// ScreenUnavailable is FailStore: a replica that falls back to a ledger
-	// claim then sees the claims made through the screen, and never
-	// forwards a second copy beside them. It costs one ledger write per
-	// first delivery; repeats the screen answers are unaffected.
+	// ConfirmByClaim confirms a screen's grant with a ledger claim instead
+	// of a lookup, so that a replica that fell back to a ledger claim
+	// (FailStore) sees it. Set it when replicas share a screen that can
+	// fail for some of them only; it costs a ledger write per first
+	// delivery.
 	ConfirmByClaim bool
-	// BreakerFailures and BreakerCooldown: after BreakerFailures screen
-	// claims in a row failed, claims skip the screen (screen.on_unavailable
-	// applies at once) for BreakerCooldown, then one probes it (defaults
-	// BreakerFailures, BreakerCooldown; see breaker).
+	// BreakerFailures failed screen claims in a row make claims skip the
+	// screen for BreakerCooldown, then one probes it (see breaker).
 	BreakerFailures int
 	BreakerCooldown time.Duration
 	// OpTimeout bounds the commit and release that follow a forward; they
 	// run even when the provider has gone away (5s).
 	OpTimeout time.Duration
 	// CommitRetryFor is how long a commit that could not reach the ledger
-	// after the upstream answered is retried in the background
-	// (DefaultCommitRetryFor; negative: not retried). See recommit.go.
+	// is retried in the background (DefaultCommitRetryFor; negative: not).
 	CommitRetryFor time.Duration
 	// RetryAfter is the Retry-After of conflict, held and unavailable
 	// answers (1s).
 	RetryAfter time.Duration
 	// Now is the clock for ledger leases and expiry (time.Now).
-	Now func() time.Time
-	// Tracer makes the claim, confirm, forward, commit and release spans
-	// (no-op by default).
-	Tracer trace.Tracer
+	Now    func() time.Time
+	Tracer trace.Tracer // spans of each step (no-op by default)
 	Hooks  Hooks
 	// Logger receives failures, with keys but never bodies (slog.Default).
 	Logger *slog.Logger
@@ -137,9 +116,8 @@ type Engine struct {
 	tidyMu     sync.Mutex
 	tidyClosed bool
 	tidy       sync.WaitGroup
-	flights    *flights // nil without a screen: the seed's ledger-only design
-	// Background retries of failed commits (recommit.go); retryStop is
-	// closed by Close.
+	flights    *flights // nil without a screen
+	// Background retries of failed commits (recommit.go).
 	retryMu     sync.Mutex
 	retryClosed bool
 	retrying    map[Ref]*commitRetry

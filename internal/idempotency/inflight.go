@@ -58,13 +58,9 @@ func (e *Engine) wait(ctx context.Context, c *claim, deadline time.Time, attempt
 	return ctx.Err() == nil && time.Now().Before(deadline)
 }
 
-// flights are the deliveries this process is forwarding now. A repeat that
-// finds its first delivery here waits for it in-process and is then
-// answered from the local cache, sparing the screen the in-flight answer,
-// the wait and the second claim. It is only a shortcut: a repeat that
-// misses the flight (it arrived between the claim and the registration, or
-// on another replica) takes the screen's path, which is correct on its
-// own.
+// flights are the deliveries this process is forwarding now: a repeat that
+// finds its first delivery here waits for it in-process, sparing the
+// screen three calls. Only a shortcut: the screen's path is correct alone.
 type flights struct {
 	m sync.Map // Ref → *flight
 }

@@ -27,17 +27,11 @@ func (e *Engine) replayFound(ctx context.Context, p *Policy, d Delivery, fwd For
 	return e.replay(ctx, p, d, fwd, ent)
 }
 
-// replay answers a delivery whose record exists: replay it, or reject a
-// different delivery reusing the key, or forward anyway in shadow mode.
-//
-// It reports false when the record is gone: the screen remembered a record
-// whose body only the ledger keeps, and the ledger row has since been
-// swept (record.retention shorter than screen.ttl) or deleted by an
-// operator, perhaps claimed again. The screen's done entry is then dropped
-// and the caller claims afresh: the ledger is the truth and it answers, so
-// a 503 would only make the provider retry into the same answer until the
-// screen's TTL. (An entry whose commit failed keeps its body: it never
-// comes here.)
+// replay answers a delivery whose record exists: replayed, mismatch, or
+// forwarded in shadow mode. It reports false when the screen remembered a
+// record whose body only the ledger keeps and the ledger no longer has it
+// (swept or deleted): the screen's entry is dropped and the caller claims
+// afresh, since the ledger is the truth.
 func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
 	if p.Shadow {
 		return e.shadow(ctx, fwd), true
@@ -69,9 +63,8 @@ func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}, true
 }
 
-// forgetDone drops the screen's done entry of d's key, and only that: a
-// repeat that read it too may have dropped it already and claimed the key,
-// and Forget would wipe that claim and let d be forwarded beside it.
+// forgetDone drops the screen's done entry of d's key, not a claim another
+// repeat may have made since.
 func (e *Engine) forgetDone(ctx context.Context, d Delivery) {
 	if e.o.Screen == nil {
 		return
@@ -82,14 +75,10 @@ func (e *Engine) forgetDone(ctx context.Context, d Delivery) {
 	}
 }
 
-// settledInLedger answers from the ledger a repeat that the screen says is
-// in flight, before it gets a 409: when the holder was recorded but
-// marking its screen entry done failed (its replica lost Redis right after
-// the commit), the screen keeps the stale claim until its lease runs out.
-// A done row is replayed and put into the screen over the stale claim
-// (only over its holder's: a newer claim is left alone); a held row
-// answers held. false when the ledger holds no settled row or cannot be
-// read.
+// settledInLedger answers from the ledger a repeat the screen says is in
+// flight, before its 409: the holder may have been recorded without
+// marking its screen entry done. A done row is replayed and refilled over
+// the holder's claim; a held row answers held.
 func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, c *claim) (Result, bool) {
 	if !c.screen || ctx.Err() != nil {
 		return Result{}, false
@@ -118,11 +107,9 @@ func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd
 	return Result{}, false
 }
 
-// replayRecorded answers from the ledger a delivery about to be forwarded
-// without deduplication, when the ledger holds its record: replayed (or
-// mismatch) when done, 409 when held. It reports false when the delivery
-// is to be forwarded, with the lookup's error when the ledger did not
-// answer.
+// replayRecorded answers from the ledger's record a delivery about to be
+// forwarded without deduplication; false, with the lookup's error if it
+// failed, when it is to be forwarded.
 func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool, error) {
 	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
 	if errors.Is(err, ErrNotFound) {

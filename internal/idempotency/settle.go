@@ -10,15 +10,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// withinLease bounds a claimed delivery's forward by its claim's lease,
-// counted from claimedAt (taken before the claim was asked for), less a
-// reserve for the commit that follows. A forward still running when the
-// lease ran out would let a repeat at another replica take the live claim
-// over and forward a second copy; ended here, it is a timeout like any
-// other. The reserve never takes more than half of what the configuration
-// leaves between upstream.timeout and the lease (SPEC §3 asks only lease >
-// timeout), or an upstream answering within its timeout after a fast claim
-// would be cut to a 504 and forwarded again.
+// withinLease ends a forward before its claim's lease (from claimedAt),
+// less a reserve for the commit: past it, another replica could take the
+// live claim over. The reserve takes at most half of what the lease leaves
+// beyond upstream.timeout, so that an upstream answering in time is not
+// cut.
 func (e *Engine) withinLease(ctx context.Context, p *Policy, claimedAt time.Time) (context.Context, context.CancelFunc) {
 	reserve := min(e.o.OpTimeout, e.o.Lease/10)
 	if t := p.UpstreamTimeout; t > 0 && t < e.o.Lease {
@@ -32,14 +28,12 @@ func (e *Engine) withinLease(ctx context.Context, p *Policy, claimedAt time.Time
 func (c *claim) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
 	e := c.e
 	if e.flights != nil && c.holds() {
-		// Finished when this returns, after the commit, the screen update
-		// and the cache (or the release), so that its waiters find them.
+		// Finished after the settling, for its waiters to find it.
 		f := e.flights.start(d.Ref, d.Fingerprint)
 		defer e.flights.finish(d.Ref, f)
 	}
 	up, ferr := e.call(ctx, fwd)
-	// Settle even if the provider has gone away: a claim left behind would
-	// stall the retry until its lease expires.
+	// Settle even if the provider has gone away.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
 	takenOver := c.Status == TakenOver
@@ -82,10 +76,9 @@ func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr erro
 	return Result{Outcome: Released, Status: status, Detail: "the upstream did not answer; the delivery was not recorded and its retry will be forwarded", Err: ferr, TakenOver: takenOver}
 }
 
-// commit records up as the delivery's answer in one ledger transaction and
-// marks the screen's entry done (sctx: the settling deadline). When the
-// ledger cannot be reached the screen's entry is the only record: it
-// keeps its body, and the commit is retried in the background.
+// commit records up in one ledger transaction and marks the screen's entry
+// done, within sctx. When the ledger cannot be reached the screen's entry
+// is the only record and the commit is retried in the background.
 func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Upstream) {
 	e := c.e
 	now := e.o.Now()
@@ -160,10 +153,8 @@ func traceOf(ctx context.Context, rec *Record) {
 	}
 }
 
-// passthrough is the fail-open path: the screen is down and
-// screen.on_unavailable is pass. The ledger is still asked first when it
-// answers, so that a recorded delivery is replayed rather than forwarded
-// twice.
+// passthrough forwards without a claim (screen.on_unavailable: pass),
+// unless the ledger answers with the delivery's record.
 func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, d Delivery, fwd ForwardFunc, cause error) Result {
 	r, ok, err := e.replayRecorded(ctx, p, d, fwd)
 	if ok {
@@ -180,9 +171,8 @@ func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, d
 	return c.forward(ctx, p, d, fwd)
 }
 
-// Passthrough forwards a request the route does not deduplicate (a method
-// it does not list, an optional key absent): no claim, no record, outcome
-// passthrough, inside the same forward span as every other forward.
+// Passthrough forwards a request the route does not deduplicate: no claim,
+// no record, outcome passthrough.
 func (e *Engine) Passthrough(ctx context.Context, fwd ForwardFunc) Result {
 	return e.forwardUnclaimed(ctx, Passthrough, fwd)
 }
