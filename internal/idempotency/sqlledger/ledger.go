@@ -140,6 +140,36 @@ var errClosed = errors.New("ledger closed")
 // the first call, so a gateway can start while its database is down and
 // report itself not ready (Ping). ctx is reserved: Open does no network I/O.
 func Open(ctx context.Context, o Options) (*Ledger, error) {
+	o.setDefaults()
+	if o.DSN == "" {
+		return nil, errors.New("sqlledger: empty DSN")
+	}
+	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
+	if err := l.openPools(o); err != nil {
+		return nil, err
+	}
+	if o.CommitBatch > 1 {
+		l.commits = l.newCommitter(o.CommitWorkers, o.CommitBatch)
+		if o.Driver == DriverPostgres {
+			l.claims = l.newClaimer(o.CommitWorkers, o.CommitBatch)
+		}
+	}
+	if o.LookupBatch > 1 && o.Driver == DriverPostgres {
+		l.lookups = l.newLookups(o.LookupWorkers, o.LookupBatch)
+	}
+	for _, p := range o.Plugins {
+		for _, db := range l.handles() {
+			if err := db.Use(p); err != nil {
+				_ = l.Close()
+				return nil, fmt.Errorf("sqlledger: plugin %s: %w", p.Name(), err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// setDefaults gives the zero fields of o their defaults.
+func (o *Options) setDefaults() {
 	if o.MaxOpenConns <= 0 {
 		o.MaxOpenConns = DefaultMaxOpenConns
 	}
@@ -149,16 +179,28 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.DSN == "" {
-		return nil, errors.New("sqlledger: empty DSN")
+	if o.CommitBatch == 0 {
+		o.CommitBatch = DefaultCommitBatch
 	}
+	if o.CommitWorkers <= 0 {
+		o.CommitWorkers = DefaultCommitWorkers
+	}
+	if o.LookupBatch == 0 {
+		o.LookupBatch = DefaultLookupBatch
+	}
+	if o.LookupWorkers <= 0 {
+		o.LookupWorkers = DefaultLookupWorkers
+	}
+}
+
+// openPools opens l's connection pools for o.Driver.
+func (l *Ledger) openPools(o Options) error {
 	cfg := func() *gorm.Config {
 		return &gorm.Config{
 			Logger:                 newGormLogger(o.Logger),
 			SkipDefaultTransaction: true,
 		}
 	}
-	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
 	var err error
 	switch o.Driver {
 	case DriverSQLite:
@@ -175,41 +217,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
+		return fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
 	}
 	if err != nil {
-		return nil, l.fail(fmt.Sprintf("open %s", o.Driver), err)
+		return l.fail(fmt.Sprintf("open %s", o.Driver), err)
 	}
-	if o.CommitBatch == 0 {
-		o.CommitBatch = DefaultCommitBatch
-	}
-	if o.CommitWorkers <= 0 {
-		o.CommitWorkers = DefaultCommitWorkers
-	}
-	if o.CommitBatch > 1 {
-		l.commits = l.newCommitter(o.CommitWorkers, o.CommitBatch)
-		if o.Driver == DriverPostgres {
-			l.claims = l.newClaimer(o.CommitWorkers, o.CommitBatch)
-		}
-	}
-	if o.LookupBatch == 0 {
-		o.LookupBatch = DefaultLookupBatch
-	}
-	if o.LookupWorkers <= 0 {
-		o.LookupWorkers = DefaultLookupWorkers
-	}
-	if o.LookupBatch > 1 && o.Driver == DriverPostgres {
-		l.lookups = l.newLookups(o.LookupWorkers, o.LookupBatch)
-	}
-	for _, p := range o.Plugins {
-		for _, db := range l.handles() {
-			if err := db.Use(p); err != nil {
-				_ = l.Close()
-				return nil, fmt.Errorf("sqlledger: plugin %s: %w", p.Name(), err)
-			}
-		}
-	}
-	return l, nil
+	return nil
 }
 
 // handles returns the distinct GORM handles.
