@@ -67,23 +67,18 @@ type Options struct {
 	// not record argument values: they carry keys, headers and bodies
 	// (gorm.io/plugin/opentelemetry/tracing: WithoutQueryVariables).
 	Plugins []gorm.Plugin
-	// Now is the clock of the times callers pass (Claim's, Commit's and
-	// Sweep's now, and a record's times), and for those they do not
-	// (Resolve's completed_at). On PostgreSQL the ledger measures it against
-	// the database server's clock and stores every time on the server's
-	// (clock.go). nil = time.Now.
+	// Now is the clock of the times callers pass and of Resolve's; on
+	// PostgreSQL they are stored on the server's clock (clock.go). nil =
+	// time.Now.
 	Now func() time.Time
 	// CommitBatch is the most commits group-committed in one statement
 	// (PostgreSQL) or transaction (SQLite), and on PostgreSQL the most
 	// ledger claims made in one statement (DefaultCommitBatch); 1 turns
 	// group commit off.
 	CommitBatch int
-	// CommitWorkers is how many commit batches (and, on PostgreSQL, claim
-	// batches) may run at once; DefaultCommitWorkers. One is best on
-	// PostgreSQL too: while a batch's statement waits for its WAL flush the
-	// next batch gathers, so batches grow with the load (measured with
-	// BenchmarkClaimCommitParallel: 1 worker ≈ 40µs a delivery, 4 ≈
-	// 60–95µs, unbatched 130µs on a 2-core machine).
+	// CommitWorkers is how many commit (and claim) batches may run at once
+	// (DefaultCommitWorkers): with one, the next batch gathers while a
+	// batch waits for its WAL flush.
 	CommitWorkers int
 	// LookupBatch is the most lookups read in one statement on PostgreSQL
 	// (DefaultLookupBatch); 1 turns lookup batching off. SQLite reads are
@@ -120,9 +115,7 @@ type Ledger struct {
 	lookups *batcher[*lookupJob]
 	// clock maps Options.Now onto the database's clock; nil on SQLite.
 	clock *dbClock
-	// commitStmt is commitSQL prepared on the SQLite writer, for batches
-	// (commitTransaction, through sqliteCommitStmt); made at first use, as
-	// the table must exist.
+	// commitStmt is commitSQL prepared on the SQLite writer at first use.
 	commitStmtMu sync.Mutex
 	commitStmt   *sql.Stmt
 }
@@ -333,9 +326,7 @@ func (l *Ledger) Close() error {
 	return errors.Join(errs...)
 }
 
-// op bounds one ledger call by OpTimeout, unless ctx already ends sooner
-// (the engine's commit runs under its own 5s bound): a context and timer
-// fewer per delivery.
+// op bounds one ledger call by OpTimeout, unless ctx already ends sooner.
 func (l *Ledger) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opTimeout {
 		return ctx, noCancel
