@@ -22,39 +22,41 @@ type stores struct {
 }
 
 // storeCombinations are the ways a claim can be held, each with the real
-// drivers, and what holds the claim the engine under test acquires.
+// drivers: what holds the claim the engine under test acquires, and the
+// state of the key's ledger row while it is held.
 var storeCombinations = []struct {
 	name, held string
+	row        idempotency.State
 	open       func(t *testing.T) stores
 }{
-	{"memory screen, SQLite ledger", "screen", func(t *testing.T) stores {
+	{"memory screen, SQLite ledger", "screen", "", func(t *testing.T) stores {
 		l := sqliteLedger(t)
 		s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 		t.Cleanup(s.Close)
 		o := idempotency.Options{Screen: s, Ledger: l}
 		return stores{o, o, s, l}
 	}},
-	{"Redis screen, PostgreSQL ledger", "screen", func(t *testing.T) stores {
+	{"Redis screen, PostgreSQL ledger", "screen", "", func(t *testing.T) stores {
 		l, s := productionStores(t)
 		o := idempotency.Options{Screen: s, Ledger: l}
 		return stores{o, o, s, l}
 	}},
-	{"SQLite ledger alone", "ledger", func(t *testing.T) stores {
+	{"SQLite ledger alone", "ledger", idempotency.StatePending, func(t *testing.T) stores {
 		l := sqliteLedger(t)
 		o := idempotency.Options{Ledger: l}
 		return stores{o, o, nil, l}
 	}},
-	{"PostgreSQL ledger alone", "ledger", func(t *testing.T) stores {
+	{"PostgreSQL ledger alone", "ledger", idempotency.StatePending, func(t *testing.T) stores {
 		l := postgresLedger(t)
 		o := idempotency.Options{Ledger: l}
 		return stores{o, o, nil, l}
 	}},
-	{"Redis screen confirmed by a PostgreSQL claim", "screen+ledger", func(t *testing.T) stores {
+	{"Redis screen confirmed by a PostgreSQL claim", "screen+ledger", idempotency.StatePending, func(t *testing.T) stores {
 		l, s := productionStores(t)
 		o := idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true}
 		return stores{o, o, s, l}
 	}},
-	{"Redis screen claim lost, PostgreSQL claim instead", "ledger+lost screen", func(t *testing.T) stores {
+	{"Redis screen claim lost, PostgreSQL claim instead", "ledger+lost screen", idempotency.StatePending, func(t *testing.T) stores {
 		l, s := productionStores(t)
 		lost := idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
 			ScreenUnavailable: idempotency.FailStore, BreakerFailures: 100}
@@ -129,12 +131,8 @@ func TestClaimHandleHoldsTheKey(t *testing.T) {
 			if n := forwards.Load(); n != 0 {
 				t.Fatalf("upstream received %d, want 0", n)
 			}
-			wantRow := idempotency.State("")
-			if sc.held != "screen" {
-				wantRow = idempotency.StatePending
-			}
-			if got := ledgerState(t, st.ledger); got != wantRow {
-				t.Fatalf("ledger row %q, want %q", got, wantRow)
+			if got := ledgerState(t, st.ledger); got != sc.row {
+				t.Fatalf("ledger row %q, want %q", got, sc.row)
 			}
 		})
 	}
