@@ -34,10 +34,8 @@ type Cache struct {
 	shards    [cacheShards]cacheShard
 }
 
-// Ticket is what a delivery takes before it reads a record from the screen
-// or the ledger, and gives to Put with what it read. A record read before
-// a Clear may be one whose delete this replica missed (no tombstone keeps
-// it out), so Put refuses it by its ticket.
+// Ticket is taken before a record is read and given to Put with it: a
+// record read before a Clear may be one whose delete was missed.
 type Ticket uint64
 
 // Ticket returns the ticket for a read that starts now (0 for a nil cache).
@@ -53,8 +51,7 @@ const cacheShards = 16
 // protectedShare is the protected segment's most, in percent of a shard.
 const protectedShare = 80
 
-// DefaultCacheMaxAge bounds how long a replica that missed an operator's
-// delete can go on replaying the deleted record.
+// DefaultCacheMaxAge bounds how long a missed delete goes on replaying.
 const DefaultCacheMaxAge = 5 * time.Minute
 
 type cacheShard struct {
@@ -170,8 +167,7 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Under the shard's lock: Clear counts itself before it empties the
-	// shards, so a Put either sees the new count or is emptied by it.
+	// Under the lock: Clear counts before it empties the shards.
 	if Ticket(c.clears.Load()) != t || c.suspended.Load() {
 		return
 	}
@@ -386,9 +382,8 @@ func (c *Cache) Len() int {
 	return n
 }
 
-// entrySize approximates the memory an entry holds: the capacity of its
-// body and fingerprint, its headers map unless it is shared, and the item
-// with its slot in the shard's map (fixed, measured on a full cache).
+// entrySize approximates the memory an entry holds, unshared headers and
+// fixed costs included.
 func entrySize(ref Ref, e *Entry, ownHeaders bool) int {
 	const fixed, perHeader, headersMap = 165, 48, 200
 	n := fixed + len(ref.Route) + len(ref.Key) + cap(e.Body) + cap(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)

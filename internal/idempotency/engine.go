@@ -61,25 +61,19 @@ type Hooks struct {
 
 // Options configure an Engine. Zero values take the defaults named.
 type Options struct {
-	// Screen is the fast claim store; nil: every claim is a ledger row.
-	Screen Screen
-	// Ledger is the durable source of truth. Required.
-	Ledger Ledger
-	// Lease is the lifetime of an in-flight claim (screen.lease; 30s).
-	Lease time.Duration
-	// TTL is the lifetime of a done screen entry (screen.ttl; 24h).
-	TTL time.Duration
+	Screen Screen        // the fast claim store; nil: every claim is a ledger row
+	Ledger Ledger        // the durable source of truth; required
+	Lease  time.Duration // of an in-flight claim (screen.lease; 30s)
+	TTL    time.Duration // of a done screen entry (screen.ttl; 24h)
 	// ScreenUnavailable is screen.on_unavailable (FailStore by default:
 	// FailStore is the zero value only if set explicitly; see New).
 	ScreenUnavailable FailMode
 	// LedgerUnavailable is store.on_unavailable (FailReject or FailPass).
 	LedgerUnavailable FailMode
-	// Classify maps a ForwardFunc error to the status the provider gets
-	// (502 or 504) and whether the effect upstream is unknown (the request
-	// was sent, no answer came). Nil: 502, not ambiguous.
+	// Classify maps a ForwardFunc error to the status the provider gets and
+	// whether the effect upstream is unknown. Nil: 502, not ambiguous.
 	Classify func(error) (status int, ambiguous bool)
-	// Cache keeps done entries in-process (screen.local_cache); nil = off.
-	Cache *Cache
+	Cache    *Cache // screen.local_cache; nil = off
 	// ConfirmByClaim confirms a screen's grant with a ledger claim instead
 	// of a lookup, so that a replica that fell back to a ledger claim
 	// (FailStore) sees it. Set it when replicas share a screen that can
@@ -96,15 +90,11 @@ type Options struct {
 	// CommitRetryFor is how long a commit that could not reach the ledger
 	// is retried in the background (DefaultCommitRetryFor; negative: not).
 	CommitRetryFor time.Duration
-	// RetryAfter is the Retry-After of conflict, held and unavailable
-	// answers (1s).
-	RetryAfter time.Duration
-	// Now is the clock for ledger leases and expiry (time.Now).
-	Now    func() time.Time
-	Tracer trace.Tracer // spans of each step (no-op by default)
-	Hooks  Hooks
-	// Logger receives failures, with keys but never bodies (slog.Default).
-	Logger *slog.Logger
+	RetryAfter     time.Duration    // of conflict, held and unavailable answers (1s)
+	Now            func() time.Time // the clock of ledger leases and expiry (time.Now)
+	Tracer         trace.Tracer     // spans of each step (no-op by default)
+	Hooks          Hooks
+	Logger         *slog.Logger // failures, with keys but never bodies (slog.Default)
 }
 
 // Engine runs the state machine of SPEC §1 for every route. It is safe for
@@ -184,13 +174,10 @@ func (e *Engine) Close() {
 	e.closeRetries()
 }
 
-// Handle decides what happens to one delivery, calling fwd at most once.
-// It follows SPEC §1: acquire the key (claim in the screen, confirm in the
-// ledger); a recorded key is replayed, a held one answered 409, and a
-// repeat of a delivery in flight waits for it (or gets 409) and then
-// tries again; a claimed delivery is forwarded and settled, committed in
-// the ledger before the provider is answered or released so that the
-// provider's retry is forwarded again.
+// Handle decides what happens to one delivery, calling fwd at most once,
+// as SPEC §1 says: acquire the key; replay a recorded key, answer a held
+// one 409, wait for (or 409) a delivery in flight and try again; forward a
+// claimed delivery and settle it.
 func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
 	d.ticket = e.o.Cache.Ticket()
 	var deadline time.Time // of a repeat's wait for its first delivery
@@ -240,9 +227,8 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	}
 }
 
-// Forget removes a key from the in-process cache and the screen; the admin
-// API calls it after deleting the ledger row (and, before deleting it,
-// CancelCommitRetry).
+// Forget removes a key from the in-process cache and the screen, after the
+// admin API deleted its ledger row.
 func (e *Engine) Forget(ctx context.Context, ref Ref) error {
 	if c := e.o.Cache; c != nil {
 		c.Delete(ref)
@@ -280,9 +266,8 @@ func EntryOf(rec *Record) *Entry {
 		TraceID: rec.TraceID, SpanID: rec.SpanID}
 }
 
-// matches reports whether fp, the fingerprint of the record (or claim)
-// holding d's key, is that of a retry of d. A missing fingerprint (mode
-// none, on either side) matches.
+// matches reports whether fp, of the record or claim holding d's key, is a
+// retry's of d; a missing fingerprint matches.
 func (d *Delivery) matches(fp []byte) bool {
 	if fp == nil || d.Fingerprint == nil || bytes.Equal(fp, d.Fingerprint) {
 		return true

@@ -57,8 +57,8 @@ func (c *claim) outcome(o Outcome) Outcome {
 	return o
 }
 
-// unanswered settles a claim whose forward got no answer (ferr): held when
-// the effect upstream is unknown on a hold route, released otherwise.
+// unanswered settles a claim whose forward got no answer: held on a hold
+// route when the effect is unknown, released otherwise.
 func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr error) Result {
 	status, ambiguous := c.e.o.Classify(ferr)
 	takenOver := c.Status == TakenOver
@@ -96,15 +96,12 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 			cache.Put(d.Ref, ent, d.ticket)
 		}
 	case errors.Is(err, ErrNotOwner):
-		// The second copy after a lease takeover: the record that won stays,
-		// and this provider still gets what its upstream said.
+		// The second copy after a takeover: the first record stays.
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
 		c.settleScreen(sctx, nil)
 	case c.pass:
-		// Recording a delivery forwarded without a ledger was a bonus: a
-		// commit_failures count for each would bury the failures that
-		// break a promise.
+		// A bonus lost: no commit failure, which would bury real ones.
 		e.depError("ledger", "commit", err)
 		e.o.Logger.WarnContext(ctx, "passthrough delivery not recorded: the ledger is unavailable",
 			"route", d.Route, "key", d.Key, "err", err)
