@@ -71,10 +71,7 @@ var errNoAnswer = errors.New("the upstream did not answer in time")
 func handleEngine(t *testing.T, o idempotency.Options) *idempotency.Engine {
 	t.Helper()
 	o.Classify = func(err error) (int, bool) { return http.StatusGatewayTimeout, errors.Is(err, errNoAnswer) }
-	e, err := idempotency.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, o)
 	t.Cleanup(e.Close)
 	return e
 }
@@ -84,6 +81,16 @@ var (
 		Retention: time.Hour, RejectInflight: true}
 	handleDelivery = idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_handle"}, Fingerprint: []byte("fp")}
 )
+
+// claimed opens a combination's stores, an engine and another replica on
+// them, and claims handleDelivery's key through the engine's handle.
+func claimed(t *testing.T, open func(*testing.T) stores, held string) (st stores, replica *idempotency.Engine, h *idempotency.ClaimHandle, forwards *atomic.Int64) {
+	t.Helper()
+	st = open(t)
+	e := handleEngine(t, st.engine)
+	forwards = new(atomic.Int64)
+	return st, handleEngine(t, st.replica), acquired(t, e, held, forwards), forwards
+}
 
 // acquired claims handleDelivery's key through the handle and checks which
 // stores hold it.
@@ -118,13 +125,10 @@ func ledgerState(t *testing.T, l idempotency.Ledger) idempotency.State {
 func TestClaimHandleHoldsTheKey(t *testing.T) {
 	for _, sc := range storeCombinations {
 		t.Run(sc.name, func(t *testing.T) {
-			st := sc.open(t)
-			e, replica := handleEngine(t, st.engine), handleEngine(t, st.replica)
-			var forwards atomic.Int64
-			h := acquired(t, e, sc.held, &forwards)
+			st, replica, h, forwards := claimed(t, sc.open, sc.held)
 			defer h.Release(context.Background())
 
-			r := replica.Handle(context.Background(), handlePolicy, handleDelivery, fwdCount(&forwards))
+			r := replica.Handle(context.Background(), handlePolicy, handleDelivery, fwdCount(forwards))
 			if r.Outcome != idempotency.Conflict || r.Status != http.StatusConflict {
 				t.Fatalf("repeat at another replica: %s %d, want conflict 409", r.Outcome, r.Status)
 			}
@@ -144,17 +148,14 @@ func TestClaimHandleHoldsTheKey(t *testing.T) {
 func TestClaimHandleRelease(t *testing.T) {
 	for _, sc := range storeCombinations {
 		t.Run(sc.name, func(t *testing.T) {
-			st := sc.open(t)
-			e, replica := handleEngine(t, st.engine), handleEngine(t, st.replica)
-			var forwards atomic.Int64
-			h := acquired(t, e, sc.held, &forwards)
+			st, replica, h, forwards := claimed(t, sc.open, sc.held)
 			h.Release(context.Background())
 			if got := ledgerState(t, st.ledger); got != "" {
 				t.Fatalf("ledger row %q after the release, want none", got)
 			}
 			var last idempotency.Result
 			testenv.Eventually(t, 5*time.Second, "the next delivery to be forwarded", func() bool {
-				last = replica.Handle(context.Background(), handlePolicy, handleDelivery, fwdCount(&forwards))
+				last = replica.Handle(context.Background(), handlePolicy, handleDelivery, fwdCount(forwards))
 				return last.Outcome != idempotency.Conflict
 			})
 			if last.Outcome != idempotency.Forwarded || forwards.Load() != 1 {
@@ -170,12 +171,9 @@ func TestClaimHandleRelease(t *testing.T) {
 func TestClaimHandleCommit(t *testing.T) {
 	for _, sc := range storeCombinations {
 		t.Run(sc.name, func(t *testing.T) {
-			st := sc.open(t)
-			e, replica := handleEngine(t, st.engine), handleEngine(t, st.replica)
-			var forwards atomic.Int64
-			h := acquired(t, e, sc.held, &forwards)
+			st, replica, h, forwards := claimed(t, sc.open, sc.held)
 			ctx := context.Background()
-			if r := h.Forward(ctx, handlePolicy, handleDelivery, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
+			if r := h.Forward(ctx, handlePolicy, handleDelivery, fwdCount(forwards)); r.Outcome != idempotency.Forwarded {
 				t.Fatalf("forward: %s %v", r.Outcome, r.Err)
 			}
 			if got := ledgerState(t, st.ledger); got != idempotency.StateDone {
@@ -187,7 +185,7 @@ func TestClaimHandleCommit(t *testing.T) {
 					return err == nil && c.Status == idempotency.Done
 				})
 			}
-			r := replica.Handle(ctx, handlePolicy, handleDelivery, fwdCount(&forwards))
+			r := replica.Handle(ctx, handlePolicy, handleDelivery, fwdCount(forwards))
 			if r.Outcome != idempotency.Replayed || string(r.Replay.Body) != "ok" {
 				t.Fatalf("repeat at another replica: %s, want the recorded answer replayed", r.Outcome)
 			}
@@ -206,10 +204,7 @@ func TestClaimHandleHold(t *testing.T) {
 	p.HoldAmbiguous = true
 	for _, sc := range storeCombinations {
 		t.Run(sc.name, func(t *testing.T) {
-			st := sc.open(t)
-			e, replica := handleEngine(t, st.engine), handleEngine(t, st.replica)
-			var forwards atomic.Int64
-			h := acquired(t, e, sc.held, &forwards)
+			st, replica, h, forwards := claimed(t, sc.open, sc.held)
 			ctx := context.Background()
 			noAnswer := func(context.Context) (*idempotency.Upstream, error) {
 				forwards.Add(1)
@@ -221,7 +216,7 @@ func TestClaimHandleHold(t *testing.T) {
 			if got := ledgerState(t, st.ledger); got != idempotency.StateHeld {
 				t.Fatalf("ledger row %q, want held", got)
 			}
-			r := replica.Handle(ctx, &p, handleDelivery, fwdCount(&forwards))
+			r := replica.Handle(ctx, &p, handleDelivery, fwdCount(forwards))
 			if r.Outcome != idempotency.HeldKey || r.Status != http.StatusConflict {
 				t.Fatalf("repeat at another replica: %s %d, want held 409", r.Outcome, r.Status)
 			}
@@ -237,24 +232,24 @@ func TestClaimHandleHold(t *testing.T) {
 func TestClaimHandleInFlightHere(t *testing.T) {
 	st := storeCombinations[0].open(t)
 	e := handleEngine(t, st.engine)
-	var forwards atomic.Int64
-	h := acquired(t, e, "screen", &forwards)
+	forwards := new(atomic.Int64)
+	h := acquired(t, e, "screen", forwards)
 	release := make(chan struct{})
 	blocked := func(ctx context.Context) (*idempotency.Upstream, error) {
 		<-release
-		return fwdCount(&forwards)(ctx)
+		return fwdCount(forwards)(ctx)
 	}
 	ctx := context.Background()
 	first := make(chan idempotency.Result, 1)
 	go func() { first <- h.Forward(ctx, handlePolicy, handleDelivery, blocked) }()
 	testenv.Eventually(t, 5*time.Second, "the repeat to find the delivery in flight here", func() bool {
-		r, stop := e.Acquire(ctx, handlePolicy, handleDelivery, fwdCount(&forwards))
+		r, stop := e.Acquire(ctx, handlePolicy, handleDelivery, fwdCount(forwards))
 		return stop == nil && r.Status() == idempotency.InFlight && r.Stores() == "local"
 	})
 	wait := *handlePolicy
 	wait.RejectInflight, wait.WaitTimeout = false, 5*time.Second
 	repeat := make(chan idempotency.Result, 1)
-	go func() { repeat <- e.Handle(ctx, &wait, handleDelivery, fwdCount(&forwards)) }()
+	go func() { repeat <- e.Handle(ctx, &wait, handleDelivery, fwdCount(forwards)) }()
 	close(release)
 	if r := <-first; r.Outcome != idempotency.Forwarded {
 		t.Fatalf("first delivery: %s %v", r.Outcome, r.Err)

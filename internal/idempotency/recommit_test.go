@@ -74,10 +74,7 @@ func recommitEngine(t *testing.T, l idempotency.Ledger, screen bool, lease time.
 		t.Cleanup(s.Close)
 		o.Screen, o.ScreenUnavailable = s, idempotency.FailStore
 	}
-	e, err := idempotency.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, o)
 	t.Cleanup(e.Close)
 	return e
 }
@@ -274,10 +271,7 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 			if screen {
 				o.Screen, o.ScreenUnavailable, o.ConfirmByClaim = rs, idempotency.FailStore, true
 			}
-			e, err := idempotency.New(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, o)
 			t.Cleanup(e.Close)
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_retry_in_the_gap"}, Fingerprint: []byte("fp")}
 			var forwards atomic.Int64
@@ -366,10 +360,7 @@ func TestANudgeDoesNotHoldADeliveryOnAHungLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := &flakyLedger{Ledger: sqliteLedger(t)}
-	e, err := idempotency.New(idempotency.Options{Ledger: l, Lease: 30 * time.Second, OpTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Ledger: l, Lease: 30 * time.Second, OpTimeout: 10 * time.Second})
 	t.Cleanup(e.Close)
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_hung_nudge"}, Fingerprint: []byte("fp")}
 	var forwards atomic.Int64
