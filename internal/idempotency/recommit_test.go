@@ -301,7 +301,8 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 	}
 }
 
-// waitRecord waits up to 10s for the ledger to hold ref's done record.
+// waitRecord waits up to 30s for the ledger to hold ref's done record: a
+// 64 MiB retry budget's record takes seconds on a loaded machine.
 func waitRecord(t *testing.T, l idempotency.Ledger, ref idempotency.Ref) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, "the done record of "+ref.Key, func() bool {
