@@ -305,7 +305,7 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 // 64 MiB retry budget's record takes seconds on a loaded machine.
 func waitRecord(t *testing.T, l idempotency.Ledger, ref idempotency.Ref) {
 	t.Helper()
-	testenv.Eventually(t, 10*time.Second, "the done record of "+ref.Key, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the done record of "+ref.Key, func() bool {
 		rec, err := l.Lookup(context.Background(), ref)
 		return err == nil && rec.State == idempotency.StateDone
 	})
