@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // upstream is a test upstream that counts what it receives, per
@@ -242,17 +243,8 @@ func lookup(tb testing.TB, g *Gateway, route, key string) *idempotency.Record {
 
 func dbPath(tb testing.TB) string { return filepath.Join(tb.TempDir(), "ledger.db") }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or d passes.
+var eventually = testenv.Eventually
 
 // shutdownGateway stops g as SIGTERM would, before the test restarts on
 // the same stores.

@@ -5,18 +5,11 @@ import (
 	"time"
 )
 
-// breaker stops asking a screen that keeps failing. A screen that does not
-// answer (a partition, a hung Redis) costs every claim its whole operation
-// timeout (1s) before the fallback (screen.on_unavailable) applies; once
-// BreakerFailures claims in a row have failed, claims go to the fallback
-// at once for BreakerCooldown, then one claim probes the screen: success
-// closes the breaker, failure opens it for another cooldown.
-//
-// Skipping the screen is exactly what a failed claim leads to anyway, so
-// it changes no outcome, only how long it takes: in store mode the claim
-// is a pending ledger row, which is safe beside replicas that still reach
-// the screen because those confirm their screen claims with a ledger claim
-// too (Options.ConfirmByClaim).
+// breaker stops asking a screen that keeps failing, which would cost every
+// claim a whole operation timeout before screen.on_unavailable applies.
+// After failures claims in a row failed, claims skip the screen for
+// cooldown, then one probes it. Skipping changes no outcome: it is what a
+// failed claim leads to anyway.
 type breaker struct {
 	failures int           // consecutive failures that open it
 	cooldown time.Duration // how long it stays open before a probe
@@ -28,9 +21,7 @@ type breaker struct {
 	probing bool      // a probe is in flight (half open)
 }
 
-// Breaker defaults: three claims in a row failing is not a blip, and a
-// second is short enough that the screen is used again soon after it
-// recovers.
+// Breaker defaults.
 const (
 	BreakerFailures = 3
 	BreakerCooldown = time.Second
@@ -55,17 +46,15 @@ func (b *breaker) allow() (ok, probe bool) {
 	return true, true
 }
 
-// closed reports whether the screen is not known to be failing: calls
-// that only tidy up after a failed claim ask it only then, and do not
-// count as probes.
+// closed reports whether the screen is not known to be failing; it is no
+// probe.
 func (b *breaker) closed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.until.IsZero()
 }
 
-// abandon ends a call allow let through that says nothing about the
-// screen (its caller went away).
+// abandon ends a call whose caller went away: no news of the screen.
 func (b *breaker) abandon(probe bool) {
 	if probe {
 		b.mu.Lock()
@@ -74,9 +63,8 @@ func (b *breaker) abandon(probe bool) {
 	}
 }
 
-// done records the result of a call allow let through. It returns +1 when
-// this call opened the breaker and -1 when it closed it (for the log), 0
-// otherwise.
+// done records a call's result: +1 when it opened the breaker, -1 when it
+// closed it, 0 otherwise.
 func (b *breaker) done(probe, failed bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -65,11 +65,8 @@ func commitFailureMemoryScreen(t *testing.T, cacheBytes int) {
 	// As gateway.New builds them for screen.driver: memory.
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: cacheBytes > 0})
 	t.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
 		ScreenUnavailable: idempotency.FailStore, Cache: idempotency.NewCache(cacheBytes, 64<<10, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_fails"}}
 	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
@@ -99,10 +96,7 @@ func TestCommitFailureLargeBody(t *testing.T) {
 			l, s := productionStores(t) // MaxCachedBody 64 KiB
 			o := tc.opts
 			o.Screen, o.Ledger = s, &failCommitLedger{Ledger: l}
-			e, err := idempotency.New(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, o)
 			big := bytes.Repeat([]byte("x"), 100<<10)
 			var forwards atomic.Int64
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_big_commit_fails"}}
@@ -122,10 +116,7 @@ func TestCommitFailureLargeBody(t *testing.T) {
 func TestReplayFromLedgerSkipsARowThatIsNotDone(t *testing.T) {
 	ctx := context.Background()
 	l, s := productionStores(t) // MaxCachedBody 64 KiB
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore})
 	big := bytes.Repeat([]byte("z"), 100<<10)
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_reclaimed"}}
@@ -161,11 +152,8 @@ func TestPassthroughCommitIsNoCommitFailure(t *testing.T) {
 	var failures atomic.Int64
 	down := &switchLedger{} // no ledger behind it: never brought back
 	down.down.Store(true)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: down, LedgerUnavailable: idempotency.FailPass,
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: down, LedgerUnavailable: idempotency.FailPass,
 		Hooks: idempotency.Hooks{CommitFailure: func(string) { failures.Add(1) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_pass"}}
 	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte("ok"))); r.Outcome != idempotency.Passthrough {

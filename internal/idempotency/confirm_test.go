@@ -63,10 +63,7 @@ func lookupConfirmEngine(t *testing.T, l idempotency.Ledger) *idempotency.Engine
 	t.Helper()
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	t.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore})
 	t.Cleanup(e.Close)
 	return e
 }
@@ -118,11 +115,8 @@ func TestLookupConfirmSeesALiveLedgerClaim(t *testing.T) {
 	var takeovers atomic.Int64
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	t.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
 		Hooks: idempotency.Hooks{Takeover: func(string) { takeovers.Add(1) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(e.Close)
 	p := *racePolicy
 	p.RejectInflight = true

@@ -99,10 +99,7 @@ var racePolicy = &idempotency.Policy{Route: "r", Final: idempotency.DefaultFinal
 // recorded, and the count of the upstream's deliveries (1 so far).
 func deliveredOnce(t *testing.T, o idempotency.Options, d idempotency.Delivery) (*idempotency.Engine, *atomic.Int64) {
 	t.Helper()
-	e, err := idempotency.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, o)
 	forwards := new(atomic.Int64)
 	if r := e.Handle(context.Background(), racePolicy, d, fwdCount(forwards)); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("first delivery: %s", r.Outcome)
@@ -153,10 +150,7 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 				t.Error(err)
 			}
 		}}
-		repeat, err := idempotency.New(hooked)
-		if err != nil {
-			t.Fatal(err)
-		}
+		repeat := newEngine(t, hooked)
 		raceThenDeliver(t, repeat, e, d, forwards)
 	})
 
@@ -208,11 +202,8 @@ func TestDeleteRacingARefillIsNotUndone(t *testing.T) {
 			}
 			cache.Clear() // this replica resubscribed
 		}}
-		e, err := idempotency.New(idempotency.Options{Screen: hs, Ledger: l, ConfirmByClaim: true,
+		e := newEngine(t, idempotency.Options{Screen: hs, Ledger: l, ConfirmByClaim: true,
 			ScreenUnavailable: idempotency.FailStore, Cache: cache})
-		if err != nil {
-			t.Fatal(err)
-		}
 		raceThenDeliver(t, e, e, d, forwards)
 		// What was recorded after the Clear is cached: the next repeat
 		// reads nothing from the screen.
@@ -269,10 +260,7 @@ func TestLostClaimRefillKeepsANewClaim(t *testing.T) {
 			ms := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: noDone})
 			t.Cleanup(ms.Close)
 			s := &lostClaimScreen{Screen: ms, gate: make(chan struct{})}
-			e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore})
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore})
 			// A repeat whose screen claim is lost: the ledger answers done, the
 			// screen is refilled in the background (held at the gate).
 			var n atomic.Int64
@@ -302,4 +290,14 @@ func TestLostClaimRefillKeepsANewClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newEngine is idempotency.New(o), failing the test on an error.
+func newEngine(tb testing.TB, o idempotency.Options) *idempotency.Engine {
+	tb.Helper()
+	e, err := idempotency.New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
 }

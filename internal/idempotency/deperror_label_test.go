@@ -21,16 +21,13 @@ func TestReleaseFromBothStoresNamesTheLedgerWhenItFails(t *testing.T) {
 	t.Cleanup(s.Close)
 	var mu sync.Mutex
 	var got []string
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
 		ConfirmByClaim: true,
 		Hooks: idempotency.Hooks{DependencyError: func(dep, op string) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, dep+"/"+op)
 		}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(e.Close)
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_release_both"}, Fingerprint: []byte("fp")}
 	r := e.Handle(ctx, racePolicy, d, func(context.Context) (*idempotency.Upstream, error) {
@@ -59,16 +56,13 @@ func TestFailOpenLookupFailureIsCounted(t *testing.T) {
 	t.Cleanup(ms.Close)
 	counts := map[string]int{}
 	var mu sync.Mutex
-	e, err := idempotency.New(idempotency.Options{Screen: downScreen{ms}, Ledger: l,
+	e := newEngine(t, idempotency.Options{Screen: downScreen{ms}, Ledger: l,
 		ScreenUnavailable: idempotency.FailPass, LedgerUnavailable: idempotency.FailPass,
 		Hooks: idempotency.Hooks{DependencyError: func(dep, op string) {
 			mu.Lock()
 			defer mu.Unlock()
 			counts[dep+"/"+op]++
 		}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(e.Close)
 	l.down.Store(true)
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_both_down"}, Fingerprint: []byte("fp")}

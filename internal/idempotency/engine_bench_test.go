@@ -19,10 +19,7 @@ func benchEngine(b *testing.B) *idempotency.Engine {
 	l := sqliteLedger(b)
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	b.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, Cache: idempotency.NewCache(32<<20, 64<<10, 0)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	e := newEngine(b, idempotency.Options{Screen: s, Ledger: l, Cache: idempotency.NewCache(32<<20, 64<<10, 0)})
 	return e
 }
 

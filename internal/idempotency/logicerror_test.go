@@ -47,10 +47,7 @@ func TestLedgerLogicErrorIsNotPassedThrough(t *testing.T) {
 			if s := tc.screen(t); s != nil {
 				o.Screen = s
 			}
-			e, err := idempotency.New(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, o)
 			t.Cleanup(e.Close)
 			var forwards atomic.Int64
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_no_table"}, Fingerprint: []byte("fp")}

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
 // lostAnswerScreen makes each screen claim land in Redis and then lose its
@@ -38,19 +40,16 @@ func TestLostScreenClaimIsSettled(t *testing.T) {
 	l, s := productionStores(t)
 	// Each case has an engine of its own: Close waits for its background
 	// calls, and no more start after it.
-	newEngine := func() *idempotency.Engine {
+	lostEngine := func() *idempotency.Engine {
 		t.Helper()
-		e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
+		e := newEngine(t, idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
 			ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second,
 			// Every claim here fails; the breaker must not open, or the
 			// screen would rightly be left alone.
 			BreakerFailures: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
 		return e
 	}
-	e := newEngine()
+	e := lostEngine()
 	var forwards atomic.Int64
 	p := *racePolicy
 	p.RejectInflight = true
@@ -85,7 +84,7 @@ func TestLostScreenClaimIsSettled(t *testing.T) {
 	if _, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: busy.Ref, Owner: "ledger-replica", Lease: 30 * time.Second, Retention: time.Hour}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	e = newEngine()
+	e = lostEngine()
 	if r := e.Handle(ctx, &p, busy, fwdCount(&forwards)); r.Outcome != idempotency.Conflict {
 		t.Fatalf("repeat of a delivery in flight elsewhere: %s (%v), want conflict", r.Outcome, r.Err)
 	}
@@ -104,11 +103,8 @@ func TestLostScreenClaimIsSettled(t *testing.T) {
 func TestNoTidyingAfterClose(t *testing.T) {
 	ctx := context.Background()
 	l, s := productionStores(t)
-	e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
+	e := newEngine(t, idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l, ConfirmByClaim: true,
 		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second, BreakerFailures: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.Close()
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_late"}}
@@ -152,11 +148,8 @@ func TestLostScreenClaimLandingAfterItsRelease(t *testing.T) {
 	ctx := context.Background()
 	l, s := productionStores(t)
 	screen := lateClaimScreen{Screen: s, pending: make(chan idempotency.ClaimRequest, 1)}
-	e, err := idempotency.New(idempotency.Options{Screen: screen, Ledger: l, ConfirmByClaim: true,
+	e := newEngine(t, idempotency.Options{Screen: screen, Ledger: l, ConfirmByClaim: true,
 		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second, BreakerFailures: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var forwards atomic.Int64
 	failing := fwdFailing(&forwards)
 	p := *racePolicy
@@ -168,11 +161,8 @@ func TestLostScreenClaimLandingAfterItsRelease(t *testing.T) {
 	e.Close() // the screen's release runs in the background; Close waits for it
 	screen.land(t)
 
-	other, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true,
+	other := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ConfirmByClaim: true,
 		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer other.Close()
 	if r := other.Handle(ctx, &p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("the provider's retry at another replica: %s (%v), want forwarded", r.Outcome, r.Err)
@@ -201,11 +191,8 @@ func TestLostScreenClaimIsReleasedWhenNotFallingBackToTheLedger(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx := context.Background()
 			l, s := productionStores(t)
-			e, err := idempotency.New(idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l,
+			e := newEngine(t, idempotency.Options{Screen: lostAnswerScreen{s}, Ledger: l,
 				ScreenUnavailable: mode.fail, Lease: 30 * time.Second, BreakerFailures: 100})
-			if err != nil {
-				t.Fatal(err)
-			}
 			var forwards atomic.Int64
 			failing := fwdFailing(&forwards)
 			p := *racePolicy
@@ -216,11 +203,8 @@ func TestLostScreenClaimIsReleasedWhenNotFallingBackToTheLedger(t *testing.T) {
 			}
 			e.Close() // background calls, if any, are done
 
-			retry, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l,
+			retry := newEngine(t, idempotency.Options{Screen: s, Ledger: l,
 				ScreenUnavailable: mode.fail, Lease: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer retry.Close()
 			if r := retry.Handle(ctx, &p, d, fwdCount(&forwards)); r.Outcome != idempotency.Forwarded || r.TakenOver {
 				t.Fatalf("the provider's retry once Redis answers: %s (taken over %v, %v), want forwarded: the lost claim was left in the screen",
@@ -236,5 +220,58 @@ func fwdFailing(n *atomic.Int64) idempotency.ForwardFunc {
 	return func(context.Context) (*idempotency.Upstream, error) {
 		n.Add(1)
 		return &idempotency.Upstream{Status: 503, Header: http.Header{}}, nil
+	}
+}
+
+// cutLedger makes the ledger claim land and then cuts the delivery, as
+// when shutdown abandons a delivery while its claim's batch commits.
+type cutLedger struct {
+	*sqlledger.Ledger
+	cut func()
+}
+
+func (l *cutLedger) Claim(ctx context.Context, req idempotency.ClaimRequest, now time.Time) (idempotency.Claim, error) {
+	if _, err := l.Ledger.Claim(context.WithoutCancel(ctx), req, now); err != nil {
+		return idempotency.Claim{}, err
+	}
+	l.cut()
+	return idempotency.Claim{}, fmt.Errorf("%w: %w", idempotency.ErrUnavailable, ctx.Err())
+}
+
+// A delivery cut while its claims were being made leaves neither behind:
+// the screen's claim and the ledger row that landed after it left are
+// released, so the provider's retry is forwarded at once instead of
+// getting 409 for the whole lease. Production stores: Redis screen,
+// PostgreSQL ledger, ledger claims as confirmation.
+func TestCutDeliveryReleasesItsClaims(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+
+	dctx, cut := context.WithCancel(ctx)
+	opts := idempotency.Options{Screen: s, Ledger: &cutLedger{Ledger: l, cut: cut}, ConfirmByClaim: true,
+		ScreenUnavailable: idempotency.FailStore, Lease: 30 * time.Second}
+	e := newEngine(t, opts)
+	var forwards atomic.Int64
+	fwd := func(context.Context) (*idempotency.Upstream, error) {
+		forwards.Add(1)
+		return &idempotency.Upstream{Status: 200, Header: http.Header{}, Body: []byte("ok")}, nil
+	}
+	p := &idempotency.Policy{Route: "r", Final: idempotency.DefaultFinal, MaxBody: 1 << 20,
+		Retention: time.Hour, WaitTimeout: time.Second}
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_cut"}}
+
+	if r := e.Handle(dctx, p, d, fwd); r.Outcome != idempotency.Unavailable {
+		t.Fatalf("cut delivery: %s, want unavailable", r.Outcome)
+	}
+	if _, err := l.Lookup(ctx, d.Ref); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("the cut delivery's ledger row is still there (%v): retries would wait for its lease", err)
+	}
+	opts.Ledger = l
+	retry := newEngine(t, opts)
+	if r := retry.Handle(ctx, p, d, fwd); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("the provider's retry: %s (%v), want forwarded: a claim of the cut delivery was left behind", r.Outcome, r.Err)
+	}
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("upstream received %d forwards, want 1", n)
 	}
 }

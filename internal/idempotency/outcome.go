@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// Outcome is how one request on a route ended (SPEC §2). It is the `outcome`
-// label of metrics, the hookstamp.outcome span attribute and the
-// Hookstamp-Outcome response header.
+// Outcome is how one request on a route ended (SPEC §2): the outcome label,
+// span attribute and Hookstamp-Outcome header.
 type Outcome string
 
 // Outcomes. Every request that reaches a route ends in exactly one.
@@ -32,8 +31,7 @@ var Outcomes = []Outcome{Forwarded, Replayed, Released, Conflict, Mismatch, Miss
 	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable}
 
 // IsDuplicate reports whether the outcome is a repeat intercepted (or, in
-// shadow mode, a repeat that would have been): what hookstamp_duplicates_total
-// and the top-keys statistics count.
+// shadow mode, one that would have been).
 func (o Outcome) IsDuplicate() bool {
 	switch o {
 	case Replayed, Conflict, Mismatch, Shadowed:
@@ -47,36 +45,29 @@ type Upstream struct {
 	Status int
 	Header http.Header
 	Body   []byte
-	// BodyOmitted: the body was larger than the gateway reads; the answer
-	// and the record carry status and headers only. The upstream did
-	// answer, so the delivery is settled like any other.
+	// BodyOmitted: the body was larger than the gateway reads; the
+	// delivery is settled like any other, without it.
 	BodyOmitted bool
 }
 
-// Result is what the state machine decided for one delivery. The ingress
-// turns it into an HTTP answer; telemetry turns it into spans and metrics.
+// Result is what the state machine decided for one delivery.
 type Result struct {
 	Outcome Outcome
-	// Upstream is set when the upstream answered this delivery (forwarded,
-	// released with an upstream status, passthrough, shadowed).
+	// Upstream is set when the upstream answered this delivery.
 	Upstream *Upstream
 	// Replay is the recorded response for Replayed.
 	Replay *Response
-	// Status is the status hookstamp answers with itself when there is no
-	// upstream answer to pass on (conflict 409, mismatch 422, unavailable 503,
-	// held 409 or 502/504, released 502/504).
+	// Status is hookstamp's own status when there is no upstream answer.
 	Status int
-	// Detail explains a problem answer to the provider. It never contains
-	// request bytes or secrets.
+	// Detail explains a problem answer; never request bytes or secrets.
 	Detail string
 	// RetryAfter is set on conflict, held and unavailable answers.
 	RetryAfter time.Duration
-	// OriginalTraceID and OriginalSpanID identify the original delivery of a
-	// replay (or of the record a mismatch was checked against), for span links.
+	// OriginalTraceID and OriginalSpanID name the recorded delivery, for
+	// span links.
 	OriginalTraceID string
 	OriginalSpanID  string
-	// TakenOver is true when this delivery took over an expired claim.
-	TakenOver bool
+	TakenOver       bool
 	// Err is the underlying failure, for logs (never sent to the provider).
 	Err error
 }

@@ -9,40 +9,30 @@ import (
 // Policy is the per-route behaviour of the state machine, built from the
 // route's configuration in main.
 type Policy struct {
-	// Route is the route name; it namespaces keys.
 	Route string
-	// Shadow forwards every delivery; repeats that would have been replayed
-	// (or rejected) are forwarded and end as Shadowed.
+	// Shadow forwards repeats too, as Shadowed.
 	Shadow bool
-	// RejectInflight answers a repeat of an in-flight delivery with 409 at
-	// once; otherwise (inflight: wait) the repeat waits up to WaitTimeout.
+	// RejectInflight answers a repeat of a delivery in flight 409 at once;
+	// otherwise it waits up to WaitTimeout.
 	RejectInflight bool
 	WaitTimeout    time.Duration
-	// ReplayOnMismatch replays the recorded answer to a repeat whose
-	// fingerprint differs (on_mismatch: replay) instead of answering 422.
+	// ReplayOnMismatch: on_mismatch: replay, not 422.
 	ReplayOnMismatch bool
-	// Final reports whether an upstream status is recorded. It must never be
-	// true for 408, 425, 429 or 5xx; config validation guarantees it.
+	// Final reports whether an upstream status is recorded; never for
+	// NeverFinal's (config validation guarantees it).
 	Final func(status int) bool
-	// Resend, when non-nil, is the body with which the upstream asks the
-	// provider to send the delivery again (Alipay's "fail"; compared
-	// without case or surrounding space). Such an answer is released like
-	// a non-final status, never recorded.
+	// Resend, when non-nil, is the body by which the upstream asks for the
+	// delivery again (Alipay's "fail", without case or surrounding space):
+	// such an answer is released, never recorded.
 	Resend []byte
-	// KeepHeaders are the canonical names of response headers recorded for
-	// replay (record.headers). Set-Cookie is refused by configuration.
-	// Content-Encoding is recorded whether listed or not (bodyHeaders).
+	// KeepHeaders are the canonical names in record.headers.
 	KeepHeaders []string
-	// MaxBody is record.max_body: larger bodies are recorded without body
-	// (0: every non-empty body).
-	MaxBody int
-	// HoldAmbiguous is record.ambiguous: hold.
-	HoldAmbiguous bool
-	// Retention is the ledger row lifetime.
-	Retention time.Duration
-	// UpstreamTimeout is upstream.timeout: the engine keeps the commit's
-	// reserve at the end of a claim's lease out of it (withinLease). 0
-	// leaves the reserve as it is.
+	// MaxBody is record.max_body (0: no body is recorded).
+	MaxBody       int
+	HoldAmbiguous bool          // record.ambiguous: hold
+	Retention     time.Duration // of a ledger row
+	// UpstreamTimeout is upstream.timeout, which the commit's reserve at
+	// the end of the lease leaves alone (withinLease); 0: unknown.
 	UpstreamTimeout time.Duration
 }
 
@@ -63,17 +53,15 @@ func DefaultFinal(status int) bool {
 	return status >= 200 && status < 300 || status >= 400 && status < 500
 }
 
-// NeverFinal reports the statuses that are never recorded, whatever the
-// configuration says: the upstream asked to be retried (408, 425, 429) or
-// failed (5xx).
+// NeverFinal reports the statuses never recorded: the upstream asked to be
+// retried (408, 425, 429) or failed (5xx).
 func NeverFinal(status int) bool {
 	return status == http.StatusRequestTimeout || status == http.StatusTooEarly ||
 		status == http.StatusTooManyRequests || status >= 500
 }
 
-// bodyHeaders are kept with every record whatever record.headers says:
-// they tell how the recorded body bytes are encoded (gzip, br), and a
-// replay of those bytes without them would be another answer.
+// bodyHeaders are kept with every recorded body: without them its bytes
+// would be another answer.
 var bodyHeaders = []string{"Content-Encoding"}
 
 // recordResponse keeps what a replay needs from an upstream answer.
@@ -83,8 +71,7 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 		r.keepHeader(up.Header, name, len(p.KeepHeaders)+len(bodyHeaders))
 	}
 	if up.BodyOmitted || len(up.Body) > p.MaxBody {
-		// No body bytes, so nothing for bodyHeaders to describe (even
-		// listed in record.headers): an empty body marked gzip is not gzip.
+		// An empty body marked gzip is not gzip.
 		r.BodyOmitted = true
 		for _, name := range bodyHeaders {
 			delete(r.Headers, name)

@@ -7,32 +7,11 @@ import (
 	"time"
 )
 
-// A commit that fails after the upstream answered (SPEC §1 "Commit
-// failure") leaves the delivery processed upstream and unrecorded in the
-// ledger. The provider has its answer and the screen keeps the entry, but
-// the screen forgets (TTL, eviction, a flush), a replica whose Redis is
-// down claims in the ledger, and without a screen there is no copy at all:
-// once the claim's lease ran out, the provider's next retry was forwarded
-// a second time. So the engine keeps the record and retries the commit in
-// the background until it lands: a ledger that was down for seconds (a
-// failover, a restart, a connection cut mid-commit) ends up holding the
-// record, and repeats are replayed from it.
-//
-// The retry is the same commit, with the same owner and the same clock
-// reading, so it lands only where the first one would have: over this
-// delivery's own pending row, or (when the claim was the screen's alone)
-// where the key has no row. A takeover, another delivery's record, or an
-// operator's DELETE in between wins (Recommitter, CancelCommitRetry).
-//
-// The retry waits up to CommitRetryMaxDelay between attempts, and a
-// provider's retry arriving in that time after the claim's lease would
-// take the expired claim over and be forwarded again. So a delivery of a
-// key whose commit this process is retrying makes the retry attempt at
-// once, before it claims in the ledger (nudgeCommitRetry): where the
-// ledger is back, the record lands first and the delivery is replayed
-// from it. A delivery is never answered from the record held for the
-// retry itself: until the ledger has it, an operator's DELETE through
-// another replica could not reach it.
+// A commit that could not reach the ledger after the upstream answered is
+// retried in the background until it lands, so that the record outlives
+// the screen's copy (docs/exactly-once.md, "A commit that fails"). The
+// retry is the same commit, same owner and clock reading, so it lands
+// only where the first would have.
 
 // Commit retry schedule: the first retry after CommitRetryFirst, then
 // doubling up to CommitRetryMaxDelay, for Options.CommitRetryFor.
@@ -42,26 +21,23 @@ const (
 	// DefaultCommitRetryFor is Options.CommitRetryFor's default.
 	DefaultCommitRetryFor = 10 * time.Minute
 	// MaxCommitRetries and MaxCommitRetryBytes bound the records held for
-	// retries at once, in number and in what their responses hold (an
-	// answer may be up to record.max_body): a ledger that stays down must
-	// not make the process hold every answer it forwards. A failure beyond
-	// either is logged and left as before: recorded only in the screen.
+	// retries: a ledger that stays down must not make the process hold
+	// every answer it forwards. Beyond them a failure is only logged.
 	MaxCommitRetries    = 1024
 	MaxCommitRetryBytes = 64 << 20
 )
 
-// Recommitter is implemented by ledgers that can run a retried commit as a
-// statement of its own, never queued in a batch: a retry cancelled by an
-// operator's DELETE must not land after it. With claimed set, the record
-// is written only over the pending row its owner claimed, never inserted:
-// if that row is gone, a DELETE (or a release) removed it, and writing the
-// record back would undo it. A ledger without it gets Ledger.Commit.
+// Recommitter is implemented by ledgers that run a retried commit as a
+// statement of its own, never batched, so that a retry cancelled by an
+// operator's DELETE cannot land after it. With claimed set, the record
+// only replaces owner's pending row: if that row is gone, a DELETE or a
+// release removed it. Other ledgers get Ledger.Commit.
 type Recommitter interface {
 	Recommit(ctx context.Context, rec *Record, owner string, now time.Time, claimed bool) error
 }
 
-// commitRetry is one failed commit being retried: by its loop (runRetry)
-// and by deliveries of its key (nudgeCommitRetry), one attempt at a time.
+// commitRetry is one failed commit being retried, by its loop and by
+// deliveries of its key, one attempt at a time.
 type commitRetry struct {
 	ctx    context.Context // cancelled by CancelCommitRetry
 	cancel context.CancelFunc
@@ -78,8 +54,7 @@ type commitRetry struct {
 	lastErr  error
 }
 
-// retrySize is what rec holds that a retry keeps alive: its body, key and
-// headers.
+// retrySize is what a retry keeps of rec alive.
 func retrySize(rec *Record) int {
 	n := len(rec.Body) + len(rec.Key) + len(rec.Route) + len(rec.Fingerprint)
 	for k, v := range rec.Headers {
@@ -88,15 +63,12 @@ func retrySize(rec *Record) int {
 	return n
 }
 
-// retryCommit starts retrying, in the background, the commit of rec that
-// just failed with err. claimed says whether the claim was a pending ledger
-// row (then only that row may be turned into the record). ticket is the
-// delivery's, for putting the record in the local cache once it lands.
+// retryCommit starts retrying the commit of rec that failed with err.
+// claimed: the claim was a pending ledger row, the only place the record
+// may land.
 func (e *Engine) retryCommit(ctx context.Context, rec *Record, owner string, now time.Time, claimed bool, ticket Ticket, err error) {
 	if e.o.CommitRetryFor < 0 || !errors.Is(err, ErrUnavailable) {
-		// A statement the database refused (not one that could not reach
-		// it) would be refused again.
-		return
+		return // a statement the database refused would be refused again
 	}
 	e.retryMu.Lock()
 	defer e.retryMu.Unlock()
@@ -104,10 +76,8 @@ func (e *Engine) retryCommit(ctx context.Context, rec *Record, owner string, now
 		return
 	}
 	if old, ok := e.retrying[rec.Ref]; ok {
-		// An earlier delivery's commit is being retried, yet this one
-		// held the claim and was forwarded (a takeover, a DELETE in
-		// between): the earlier record can no longer land over this
-		// delivery's claim, while this one can. It replaces the earlier.
+		// This delivery held the claim after the earlier one's: only its
+		// record can still land.
 		e.dropRetry(rec.Ref, old)
 		old.cancel()
 	}
@@ -167,9 +137,8 @@ func (e *Engine) runRetry(r *commitRetry) {
 	}
 }
 
-// attempt makes one attempt at r's commit, or, when one is under way
-// already, waits for it and reports its result. settled: nothing is left
-// to try (recorded, settled without this record, or cancelled).
+// attempt makes one attempt at r's commit, or waits for the one under way
+// and reports its result. settled: nothing is left to try.
 func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error) {
 	r.mu.Lock()
 	if ch := r.running; ch != nil {
@@ -201,8 +170,7 @@ func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error)
 		}
 		settled = true
 	case errors.Is(err, ErrNotOwner):
-		// Recorded by a commit that did land after all, taken over, or
-		// deleted: the ledger has settled the key without us.
+		// The ledger settled the key without this record.
 		log.WarnContext(r.ctx, "retry of an unrecorded delivery stopped: the key was settled meanwhile")
 		settled = true
 	}
@@ -215,8 +183,7 @@ func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error)
 	settled = r.settled
 	r.mu.Unlock()
 	if settled {
-		// Out of the map at once, not when the loop next wakes: a later
-		// delivery's failed commit must find no retry of the key.
+		// At once: a later delivery's failed commit must find no retry.
 		e.endRetry(r.rec.Ref, r)
 	}
 	return settled, attempts, err
@@ -229,15 +196,11 @@ func (e *Engine) giveUp(r *commitRetry, attempts int, err error) {
 		"route", r.rec.Route, "key", r.rec.Key, "attempts", attempts, "err", err)
 }
 
-// nudgeCommitRetry makes this process's retry of ref's commit, if there is
-// one, attempt now (or joins its attempt under way): called before a
-// delivery of ref claims in the ledger, so that a ledger that is back
-// holds the record before the delivery could take its claim over. The
-// delivery waits for the attempt at most nudgeWait, or until ctx ends: a
-// ledger that answers does so well within it, and one that hangs must not
-// hold the delivery (and its screen claim) for a whole OpTimeout before
-// its own claim waits as long again; the attempt goes on as the retry's.
-// Without retries under way it costs an atomic load.
+// nudgeCommitRetry makes this process's retry of ref's commit, if any,
+// attempt now, before a delivery of ref claims: a ledger that is back then
+// holds the record before the delivery could take the claim over. It
+// waits for the attempt a fifth of OpTimeout at most (a second), so that a
+// hung ledger does not hold the delivery; the attempt goes on.
 func (e *Engine) nudgeCommitRetry(ctx context.Context, ref Ref) {
 	if e.retryCount.Load() == 0 {
 		return
@@ -278,11 +241,9 @@ func (e *Engine) dropRetry(ref Ref, r *commitRetry) {
 	}
 }
 
-// CancelCommitRetry stops this process's background retry of a failed
-// commit of ref, if any, and waits for an attempt under way to end. The
-// admin API calls it before deleting a key's ledger row: a retry landing
-// after the DELETE would write the record back (where the claim was the
-// screen's alone, so that there is no pending row to lose).
+// CancelCommitRetry stops this process's retry of ref's commit, if any,
+// and waits for an attempt under way. The admin API calls it before
+// deleting a key's ledger row, which a later retry would write back.
 func (e *Engine) CancelCommitRetry(ref Ref) {
 	e.retryMu.Lock()
 	r := e.retrying[ref]
@@ -292,8 +253,7 @@ func (e *Engine) CancelCommitRetry(ref Ref) {
 	}
 	r.cancel()
 	<-r.done
-	// A delivery's nudge may still be attempting: wait for it, and let
-	// none start after (attempt checks the cancelled context).
+	// A nudge may still be attempting: wait for it; none starts after.
 	r.mu.Lock()
 	ch := r.running
 	r.settled = true
@@ -303,8 +263,7 @@ func (e *Engine) CancelCommitRetry(ref Ref) {
 	}
 }
 
-// closeRetries makes each retry under way try once more, then waits for
-// them: called by Close, before the ledger is closed.
+// closeRetries makes each retry try once more and waits for them.
 func (e *Engine) closeRetries() {
 	e.retryMu.Lock()
 	if !e.retryClosed {

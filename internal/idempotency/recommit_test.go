@@ -13,6 +13,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // flakyLedger is a real ledger whose commits (first ones and retries) fail
@@ -73,10 +74,7 @@ func recommitEngine(t *testing.T, l idempotency.Ledger, screen bool, lease time.
 		t.Cleanup(s.Close)
 		o.Screen, o.ScreenUnavailable = s, idempotency.FailStore
 	}
-	e, err := idempotency.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, o)
 	t.Cleanup(e.Close)
 	return e
 }
@@ -118,7 +116,7 @@ func TestFailedCommitIsRecordedByItsRetry(t *testing.T) {
 					t.Fatalf("ledger right after the failed commit: %v, want no row", err)
 				}
 
-				time.Sleep(600 * time.Millisecond) // an outage of a few retries
+				testenv.Eventually(t, 10*time.Second, "an outage of a few retries", func() bool { return l.refused.Load() >= 3 })
 				l.down.Store(false)
 				waitRecord(t, l, d.Ref)
 				if rec, err := l.Lookup(ctx, d.Ref); err != nil || rec.Status != 200 || !bytes.Equal(rec.Body, body) {
@@ -273,10 +271,7 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 			if screen {
 				o.Screen, o.ScreenUnavailable, o.ConfirmByClaim = rs, idempotency.FailStore, true
 			}
-			e, err := idempotency.New(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, o)
 			t.Cleanup(e.Close)
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_retry_in_the_gap"}, Fingerprint: []byte("fp")}
 			var forwards atomic.Int64
@@ -286,13 +281,7 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 			}
 			// The first commit and the retries at 0.25, 0.75, 1.75 and
 			// 3.75 s are refused; the next is due 4 s after the last.
-			deadline := time.Now().Add(10 * time.Second)
-			for l.refused.Load() < 5 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d commits refused in 10s, want 5", l.refused.Load())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, "5 commits refused", func() bool { return l.refused.Load() >= 5 })
 			l.down.Store(false)
 			if screen {
 				if err := rs.Forget(ctx, d.Ref); err != nil { // Redis lost it (eviction, a flush)
@@ -312,24 +301,14 @@ func TestRetryOfAnUnrecordedDeliveryGoesAfterItsCommit(t *testing.T) {
 	}
 }
 
-// waitRecord waits up to 10s for the ledger to hold ref's done record.
+// waitRecord waits up to 30s for the ledger to hold ref's done record: a
+// 64 MiB retry budget's record takes seconds on a loaded machine.
 func waitRecord(t *testing.T, l idempotency.Ledger, ref idempotency.Ref) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "the done record of "+ref.Key, func() bool {
 		rec, err := l.Lookup(context.Background(), ref)
-		if err == nil && rec.State == idempotency.StateDone {
-			return
-		}
-		if time.Now().After(deadline) {
-			state := "no row"
-			if rec != nil {
-				state = string(rec.State)
-			}
-			t.Fatalf("after 10s the ledger holds %s (%v) for %s, want the done record", state, err, ref.Key)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && rec.State == idempotency.StateDone
+	})
 }
 
 // A later delivery of a key whose earlier commit is still being retried —
@@ -350,9 +329,8 @@ func TestALaterFailedCommitReplacesTheEarlierRetry(t *testing.T) {
 	if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, []byte(`{"n":1}`))); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
 	}
-	for l.refused.Load() < 3 { // the first commit and the retries at 0.25 and 0.75 s
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The first commit and the retries at 0.25 and 0.75 s.
+	testenv.Eventually(t, 10*time.Second, "3 commits refused", func() bool { return l.refused.Load() >= 3 })
 	if err := l.Delete(ctx, d.Ref); err != nil { // an operator's DELETE through another replica
 		t.Fatal(err)
 	}
@@ -362,7 +340,8 @@ func TestALaterFailedCommitReplacesTheEarlierRetry(t *testing.T) {
 	if r := e.Handle(ctx, racePolicy, d, forwardThenLedgerDown(l, &forwards, []byte(`{"n":2}`))); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("delivery after the DELETE: %s (%v)", r.Outcome, r.Err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	refused := l.refused.Load()
+	testenv.Eventually(t, 10*time.Second, "the later commit's retry to be refused", func() bool { return l.refused.Load() > refused })
 	l.down.Store(false)
 	waitRecord(t, l, d.Ref)
 	time.Sleep(lease) // past the second claim's lease
@@ -382,10 +361,7 @@ func TestANudgeDoesNotHoldADeliveryOnAHungLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := &flakyLedger{Ledger: sqliteLedger(t)}
-	e, err := idempotency.New(idempotency.Options{Ledger: l, Lease: 30 * time.Second, OpTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Ledger: l, Lease: 30 * time.Second, OpTimeout: 10 * time.Second})
 	t.Cleanup(e.Close)
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_hung_nudge"}, Fingerprint: []byte("fp")}
 	var forwards atomic.Int64

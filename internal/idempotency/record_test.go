@@ -20,10 +20,7 @@ import (
 // body of exactly max_body bytes is recorded and replayed whole.
 func TestBodyOfExactlyMaxBodyIsRecorded(t *testing.T) {
 	ctx := context.Background()
-	e, err := idempotency.New(idempotency.Options{Ledger: sqliteLedger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Ledger: sqliteLedger(t)})
 	body := []byte(`{"receipt":"exactly max_body"}`)
 	p := *racePolicy
 	p.MaxBody = len(body)
@@ -46,10 +43,7 @@ func TestBodyOfExactlyMaxBodyIsRecorded(t *testing.T) {
 // values (joined as one field value, RFC 9110 §5.3), not just the first.
 func TestKeptHeaderKeepsEveryValue(t *testing.T) {
 	ctx := context.Background()
-	e, err := idempotency.New(idempotency.Options{Ledger: sqliteLedger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Ledger: sqliteLedger(t)})
 	p := *racePolicy
 	p.KeepHeaders = []string{"Content-Type", "Link"}
 	fwd := func(context.Context) (*idempotency.Upstream, error) {
@@ -86,11 +80,8 @@ func TestLosingCopyAfterTakeoverIsNotReplayed(t *testing.T) {
 			// As gateway.New builds them for screen.driver: memory.
 			s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: cache > 0})
 			t.Cleanup(s.Close)
-			e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
+			e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailStore,
 				Cache: idempotency.NewCache(cache, 64<<10, 0)})
-			if err != nil {
-				t.Fatal(err)
-			}
 			t.Cleanup(e.Close)
 			d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_second_copy"}}
 			winner := []byte(`{"copy":"first, recorded"}`)
@@ -137,10 +128,7 @@ func TestKeyReuseWhileInFlightIsMismatch(t *testing.T) {
 	ctx := context.Background()
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	t.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: sqliteLedger(t), ScreenUnavailable: idempotency.FailStore})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: sqliteLedger(t), ScreenUnavailable: idempotency.FailStore})
 	t.Cleanup(e.Close)
 	p := *racePolicy
 	p.RejectInflight = true
@@ -179,11 +167,8 @@ func TestKeyReuseOfAHeldKeyIsMismatch(t *testing.T) {
 	ctx := context.Background()
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
 	t.Cleanup(s.Close)
-	e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: sqliteLedger(t), ScreenUnavailable: idempotency.FailStore,
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: sqliteLedger(t), ScreenUnavailable: idempotency.FailStore,
 		Classify: func(error) (int, bool) { return http.StatusGatewayTimeout, true }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(e.Close)
 	p := *racePolicy
 	p.HoldAmbiguous = true

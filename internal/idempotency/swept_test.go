@@ -52,10 +52,7 @@ func TestRepeatsOfASweptRecordForwardOnce(t *testing.T) {
 	pg, s := productionStores(t) // MaxCachedBody 64 KiB
 	l := &gatedLookupLedger{Ledger: pg, both: make(chan struct{}), second: make(chan struct{})}
 	replica := func() *idempotency.Engine {
-		e, err := idempotency.New(idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailReject})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newEngine(t, idempotency.Options{Screen: s, Ledger: l, ScreenUnavailable: idempotency.FailReject})
 		return e
 	}
 	a, b := replica(), replica()

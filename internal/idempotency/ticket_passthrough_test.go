@@ -42,11 +42,8 @@ func TestPassthroughRecordIsCachedAfterAClear(t *testing.T) {
 	l := &lookupCounter{Ledger: sqliteLedger(t)}
 	cache := idempotency.NewCache(1<<20, 64<<10, 0)
 	cache.Clear() // the subscription's first Clear, long before this delivery
-	e, err := idempotency.New(idempotency.Options{Screen: downScreen{ms}, Ledger: l,
+	e := newEngine(t, idempotency.Options{Screen: downScreen{ms}, Ledger: l,
 		ScreenUnavailable: idempotency.FailPass, Cache: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_pass_cached"}}
 	if r := e.Handle(ctx, racePolicy, d, fwdCount(&forwards)); r.Outcome != idempotency.Passthrough {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/gateway"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // upstream is a test upstream that records, per request, the Idempotency-Key
@@ -180,16 +181,7 @@ func wantOutcome(tb testing.TB, r reply, status int, outcome string) {
 }
 
 // eventually polls cond until it holds or d passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var eventually = testenv.Eventually
 
 // scrape reads h's Prometheus text exposition.
 func scrape(tb testing.TB, h http.Handler) map[string]*dto.MetricFamily {

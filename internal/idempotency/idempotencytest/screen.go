@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // ScreenMaxCachedBody is the max_cached_body that the factory given to
@@ -430,16 +431,12 @@ func screenForgetDoneOnly(t *testing.T, s idempotency.Screen) {
 // holder has run out, and returns the claim that was not InFlight.
 func screenAwaitTakeover(tb testing.TB, s idempotency.Screen, ref idempotency.Ref, owner string) idempotency.Claim {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c := screenClaim(tb, s, ref, owner, nil, screenLease)
-		if c.Status != idempotency.InFlight {
-			return c
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	tb.Fatalf("claim of %q still in flight 10s after a lease of %v", ref.Key, screenShortLease)
-	return idempotency.Claim{}
+	var c idempotency.Claim
+	testenv.Eventually(tb, 10*time.Second, fmt.Sprintf("the claim of %q to leave in flight after a lease of %v", ref.Key, screenShortLease), func() bool {
+		c = screenClaim(tb, s, ref, owner, nil, screenLease)
+		return c.Status != idempotency.InFlight
+	})
+	return c
 }
 
 func screenLeaseTakeover(t *testing.T, s idempotency.Screen) {

@@ -2,14 +2,10 @@
 // memory): a sharded map of claims, for a gateway that runs as one process.
 // Replicas do not see each other's claims; use redisscreen for several.
 //
-// Memory is bounded: an entry is dropped when it is claimed again after it
-// expired (lazily), a janitor goroutine started by New and stopped by
-// Close sweeps expired entries every SweepInterval, and done entries beyond
-// MaxDoneBytes are dropped oldest first. Done entries expire after their
-// ttl; in-flight entries are kept for one more lease after their lease
-// ends, so that a claim in that window reports TakenOver (the owner died)
-// rather than a silent Acquired, then dropped. In-flight entries are never
-// dropped early: they are the claims.
+// Memory is bounded: a janitor sweeps expired entries, and done entries
+// beyond MaxDoneBytes are dropped oldest first. In-flight entries are kept
+// one lease past their lease, so that a claim then reports TakenOver, and
+// are never dropped early: they are the claims.
 package memscreen
 
 import (
@@ -26,38 +22,27 @@ import (
 
 // Options configure a Screen. Zero values take the defaults named.
 type Options struct {
-	// MaxCachedBody is the largest response body, in bytes, a done entry
-	// keeps (screen.max_cached_body). An entry whose body is larger keeps
-	// status and headers only and reports BodyCached false. Zero keeps no
-	// body except the empty one.
+	// MaxCachedBody is the largest body a done entry keeps
+	// (screen.max_cached_body); a larger one keeps status and headers.
 	MaxCachedBody int
 	// Now is the clock for leases and expiry; nil means time.Now.
 	Now func() time.Time
-	// SweepInterval is how often the janitor drops expired entries; zero
-	// means one minute.
+	// SweepInterval is the janitor's period; zero means one minute.
 	SweepInterval time.Duration
-	// MaxDoneBytes bounds the memory done entries hold
-	// (DefaultMaxDoneBytes when zero; negative: no bound). Beyond it the
-	// oldest are dropped: the screen forgets, and a repeat of a dropped key
-	// is confirmed in the ledger, replayed and remembered again. Without a
-	// bound a busy gateway would keep every delivery of the last
-	// screen.ttl (24h) in memory.
+	// MaxDoneBytes bounds the memory done entries hold, oldest dropped
+	// first (DefaultMaxDoneBytes when zero; negative: no bound): a repeat
+	// of a dropped key is confirmed in the ledger.
 	MaxDoneBytes int
-	// NoDone keeps no done entries: Complete ends the claim and wakes its
-	// waiters, and the next claim of the key is granted, for the ledger to
-	// confirm. The gateway sets it when the engine's local cache keeps the
-	// done records in the same process: a second copy here doubled their
-	// memory and answered no repeat the cache, consulted first, did not.
-	// Unrecorded entries are kept all the same: the cache may evict them,
-	// and no ledger row would catch the repeat then.
+	// NoDone keeps no done entries except Unrecorded ones (no ledger row
+	// would catch their repeats): Complete ends the claim. For a gateway
+	// whose local cache keeps the done records in the same process.
 	NoDone bool
 }
 
 // DefaultMaxDoneBytes is Options.MaxDoneBytes when zero.
 const DefaultMaxDoneBytes = 32 << 20
 
-// shardCount spreads the lock: with one mutex, parallel claims on a busy
-// gateway serialise on it (see BenchmarkClaimParallel).
+// shardCount spreads the lock over parallel claims.
 const shardCount = 64
 
 // Screen is an in-process idempotency.Screen. Its methods are safe for
@@ -82,15 +67,12 @@ type shard struct {
 	mu  sync.Mutex
 	m   map[idempotency.Ref]*entry
 	seq uint64
-	// done lists the shard's done entries oldest first, for eviction;
-	// items whose entry has since left the map (or been replaced) are
-	// skipped, and dropped by the janitor. doneBytes sums the sizes of the
-	// done entries in m.
+	// done lists the done entries oldest first, for eviction; stale items
+	// are skipped and swept. doneBytes sums the sizes of those in m.
 	done      []doneItem
 	doneHead  int
 	doneBytes int
-	// forgotten holds, for ForgetTombstone after a Forget, the refs whose
-	// Complete is refused until they are claimed again.
+	// forgotten: Forget's tombstones, until when.
 	forgotten map[idempotency.Ref]time.Time
 }
 
@@ -99,9 +81,8 @@ type doneItem struct {
 	seq uint64 // the entry's, to tell it from a later one of the same key
 }
 
-// entry is one key's state. An entry is never modified in place once
-// another goroutine may have seen it: transitions replace it and close
-// changed, so that waiters learn of the transition.
+// entry is one key's state, never modified once another goroutine may have
+// seen it: transitions replace it and close changed.
 type entry struct {
 	done bool
 	// in flight
@@ -110,11 +91,9 @@ type entry struct {
 	leaseUntil  time.Time
 	// done
 	val *idempotency.Entry
-	// dropAt is when the janitor reclaims the entry: ttl for done entries,
-	// one lease after the lease for in-flight ones.
+	// dropAt: ttl for done entries, one lease past the lease for claims.
 	dropAt time.Time
-	// changed is made by the first Wait and closed when the entry leaves
-	// this state.
+	// changed is made by the first Wait, closed on the next transition.
 	changed chan struct{}
 	// seq and size identify and weigh a done entry (MaxDoneBytes).
 	seq  uint64
@@ -157,8 +136,7 @@ func New(o Options) *Screen {
 	return s
 }
 
-// Close stops the janitor. The Screen still answers afterwards, it just
-// no longer sweeps. Close is idempotent.
+// Close stops the janitor; the Screen still answers. Close is idempotent.
 func (s *Screen) Close() {
 	s.closeOnce.Do(func() {
 		close(s.stop)
@@ -210,10 +188,7 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 	return idempotency.Claim{Status: status}, nil
 }
 
-// Complete records e as done for ttl, whoever holds the key, unless a done
-// entry is there already. The screen keeps its own copy; BodyCached in the
-// stored entry is decided by MaxCachedBody (and Unrecorded), not taken
-// from e.
+// Complete records a copy of e as done for ttl (idempotency.Screen).
 func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("memscreen: complete %s %q: nil entry", ref.Route, ref.Key)
@@ -263,9 +238,8 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, owner string, 
 	return nil
 }
 
-// endClaim is Complete with NoDone: the claim on ref, whoever holds it
-// (only owner's for a refill), is dropped and its waiters woken; nothing
-// is left behind.
+// endClaim is Complete with NoDone: the claim is dropped (only owner's for
+// a refill) and its waiters woken.
 func (s *Screen) endClaim(ref idempotency.Ref, owner string, refill bool) {
 	sh := s.shard(ref)
 	sh.mu.Lock()
@@ -279,17 +253,14 @@ func (s *Screen) endClaim(ref idempotency.Ref, owner string, refill bool) {
 	}
 }
 
-// forgetDone takes a done entry leaving the map out of the shard's
-// accounting; sh.mu is held.
+// forgetDone takes a done entry out of the accounting; sh.mu is held.
 func (sh *shard) forgetDone(e *entry) {
 	if e.done {
 		sh.doneBytes -= e.size
 	}
 }
 
-// doneSize approximates what a done entry holds: its strings and slices,
-// the headers map, and about 400 bytes of fixed cost (the entry, the
-// idempotency.Entry, the map slot, the eviction list item).
+// doneSize approximates what a done entry holds, fixed costs included.
 func doneSize(ref idempotency.Ref, e *idempotency.Entry) int {
 	n := 400 + len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
 	if len(e.Headers) > 0 {
@@ -301,9 +272,8 @@ func doneSize(ref idempotency.Ref, e *idempotency.Entry) int {
 	return n
 }
 
-// Release drops owner's in-flight entry; ErrNotOwner when the key is not
-// in flight for owner (taken over, done, forgotten). A claim whose lease
-// ran out but that nobody took over is still owner's to release.
+// Release drops owner's in-flight entry, even past its lease if nobody took
+// it over; ErrNotOwner otherwise.
 func (s *Screen) Release(_ context.Context, ref idempotency.Ref, owner string) error {
 	sh := s.shard(ref)
 	sh.mu.Lock()
@@ -352,11 +322,9 @@ func (s *Screen) ForgetDone(_ context.Context, ref idempotency.Ref) error {
 	return nil
 }
 
-// Wait blocks until owner's in-flight entry for ref is completed, released,
-// forgotten, taken over or past its lease, or ctx is done (ctx.Err()). It
-// returns nil at once when owner holds no live claim on ref, so a
-// completion between the caller's Claim and its Wait is not missed. It does
-// not return early otherwise.
+// Wait blocks until owner's in-flight entry for ref changes or passes its
+// lease, or ctx is done. It returns at once when owner holds no live claim,
+// so a completion before the Wait is not missed.
 func (s *Screen) Wait(ctx context.Context, ref idempotency.Ref, owner string) error {
 	sh := s.shard(ref)
 	var timer *time.Timer
@@ -390,14 +358,12 @@ func (s *Screen) Wait(ctx context.Context, ref idempotency.Ref, owner string) er
 		case <-changed:
 			return nil
 		case <-timer.C:
-			// the lease may have ended: look again (with an injected clock
-			// it may not have, then wait for the rest of it)
+			// look again: with an injected clock the lease may go on
 		}
 	}
 }
 
-// Len reports how many entries the screen holds, expired ones not yet
-// swept included.
+// Len reports how many entries the screen holds, unswept ones included.
 func (s *Screen) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -423,8 +389,7 @@ func (s *Screen) janitor(every time.Duration) {
 	}
 }
 
-// sweep drops expired entries one shard at a time, so that claims on other
-// shards go on meanwhile.
+// sweep drops expired entries one shard at a time.
 func (s *Screen) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -450,8 +415,8 @@ func (s *Screen) sweep() {
 	}
 }
 
-// keep is the screen's own copy of e, without its body when the body is
-// larger than MaxCachedBody and the ledger has it.
+// keep is the screen's copy of e, without a body larger than MaxCachedBody
+// that the ledger has.
 func (s *Screen) keep(e *idempotency.Entry) *idempotency.Entry {
 	c := cloneEntry(e)
 	c.BodyCached = len(e.Body) <= s.maxBody || e.Unrecorded
@@ -461,8 +426,7 @@ func (s *Screen) keep(e *idempotency.Entry) *idempotency.Entry {
 	return c
 }
 
-// cloneEntry copies e deeply: callers may change what they pass in or get
-// back without touching the screen's entry.
+// cloneEntry copies e deeply, apart from the caller's.
 func cloneEntry(e *idempotency.Entry) *idempotency.Entry {
 	c := *e
 	c.Headers = maps.Clone(e.Headers)

@@ -13,6 +13,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/idempotencytest"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -129,13 +130,7 @@ func TestJanitorReclaimsExpiredEntries(t *testing.T) {
 
 func waitLen(t *testing.T, s *memscreen.Screen, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Len() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("Len = %d after 5s, want %d", s.Len(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("Len %d", want), func() bool { return s.Len() == want })
 }
 
 func TestInvalidArguments(t *testing.T) {

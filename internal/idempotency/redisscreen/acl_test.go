@@ -46,7 +46,7 @@ func TestACLUserWithoutChannels(t *testing.T) {
 	// A waiter marks the claim; its completion publishes.
 	waited := make(chan error, 1)
 	go func() { waited <- s.Wait(ctx, testRef, "b") }()
-	pollUntil(t, 5*time.Second, func() bool { return admin.HGet(ctx, "p:"+testRef.Route+":"+testRef.Key, "w").Val() == "1" })
+	testenv.Eventually(t, 5*time.Second, "the waiter to mark the key waited for", func() bool { return admin.HGet(ctx, "p:"+testRef.Route+":"+testRef.Key, "w").Val() == "1" })
 	e := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}}
 	if err := s.Complete(ctx, testRef, "b", e, time.Minute); err != nil {
 		t.Fatalf("Complete for a waiter: %v", err)
@@ -62,7 +62,7 @@ func TestACLUserWithoutChannels(t *testing.T) {
 		t.Fatalf("claim after forget %v", c.Status)
 	}
 	go func() { waited <- s.Wait(ctx, testRef, "c") }()
-	pollUntil(t, 5*time.Second, func() bool { return admin.HGet(ctx, "p:"+testRef.Route+":"+testRef.Key, "w").Val() == "1" })
+	testenv.Eventually(t, 5*time.Second, "the waiter to mark the key waited for", func() bool { return admin.HGet(ctx, "p:"+testRef.Route+":"+testRef.Key, "w").Val() == "1" })
 	if err := s.Release(ctx, testRef, "c"); err != nil {
 		t.Fatalf("Release for a waiter: %v", err)
 	}

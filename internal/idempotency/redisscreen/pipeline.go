@@ -10,14 +10,8 @@ import (
 )
 
 // pipeliner sends the scripts of concurrent Claim and Complete calls in one
-// pipeline: one write and one read on each side for a batch, where
-// unpipelined calls cost a round trip — two system calls here and two in
-// Redis — each. Every script still runs on its own, atomically, exactly as
-// it would alone; only the transport is shared.
-//
-// Batches form naturally: a worker takes whatever is queued when it is
-// free, so a lone call goes out at once (as a plain script run) and is
-// never delayed to wait for company.
+// pipeline; each still runs on its own, atomically. A worker takes
+// whatever is queued when it is free, so a lone call is never delayed.
 type pipeliner struct {
 	client  redis.UniversalClient
 	jobs    chan *scriptCall
@@ -41,10 +35,8 @@ type scriptResult struct {
 	err error
 }
 
-// Pipelining defaults. One batch in flight at a time: a Redis round trip
-// is short, and with more workers each took one call and batches never
-// formed (measured: one worker gave 3–8% more deliveries a second and
-// fewer write system calls than four).
+// Pipelining defaults: with more than one batch in flight, batches do not
+// form.
 const (
 	pipelineWorkers = 1
 	pipelineMax     = 64
@@ -114,9 +106,8 @@ func (p *pipeliner) work() {
 	}
 }
 
-// join adds c to batch unless its caller has already gone: running its
-// script would claim or complete for nobody (a claim nobody knows it holds
-// makes every repeat wait for the lease).
+// join adds c to batch unless its caller has gone: a claim nobody knows it
+// holds makes every repeat wait for the lease.
 func (p *pipeliner) join(batch []*scriptCall, c *scriptCall) []*scriptCall {
 	if err := c.ctx.Err(); err != nil {
 		c.done <- scriptResult{err: err}
@@ -125,12 +116,9 @@ func (p *pipeliner) join(batch []*scriptCall, c *scriptCall) []*scriptCall {
 	return append(batch, c)
 }
 
-// send runs one batch under a context of its own: the first caller's
-// values (its trace), none of its cancellation, and the screen's operation
-// timeout. A batch carries other callers' scripts, so one caller leaving
-// must not fail the rest — and once sent, a script may have run whether or
-// not anyone still waits for its reply. Each caller still stops waiting at
-// its own deadline (run).
+// send runs one batch with the first caller's values but not its
+// cancellation (one caller leaving must not fail the others' scripts),
+// within the screen's operation timeout.
 func (p *pipeliner) send(batch []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), p.timeout)
 	defer cancel()

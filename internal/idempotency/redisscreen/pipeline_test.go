@@ -115,9 +115,7 @@ return 1`)
 		_, err := s.Claim(gone, idempotency.ClaimRequest{Ref: goneRef, Owner: "o-gone", Lease: time.Minute})
 		goneErr <- err
 	}()
-	for len(s.pipe.jobs) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the gone caller's claim to be queued", func() bool { return len(s.pipe.jobs) > 0 })
 	leave()
 	if err := <-goneErr; err == nil {
 		t.Fatal("the gone caller's claim reported success")

@@ -2,17 +2,11 @@
 // (screen.driver: redis): claims made by any gateway replica are seen by
 // all. One address is a single node; several are a Redis Cluster.
 //
-// Each entry is one hash under {prefix}{route}:{key} (SPEC §5), changed
-// only by Lua scripts, so every operation is atomic and one round trip
-// (scripts.go). Waiting repeats learn of changes from one shared pub/sub
-// subscription per Screen on {prefix}events, with a backed-off poll as a
-// safety net for lost messages (wait.go).
-//
-// Every call is bounded by Options.OpTimeout, and every failure to get an
-// answer from Redis (network, timeout, pool exhausted, cluster down, a
-// corrupt entry) wraps idempotency.ErrUnavailable, so that the state
-// machine applies screen.on_unavailable instead of hanging the delivery.
-// go-redis reconnects on its own when Redis comes back.
+// Each entry is one hash changed only by Lua scripts (scripts.go), so every
+// operation is atomic and one round trip. Waiting repeats learn of changes
+// through one pub/sub subscription per Screen, with a poll as a safety net
+// (wait.go). Every call is bounded by Options.OpTimeout, and every failure
+// to get an answer wraps idempotency.ErrUnavailable.
 package redisscreen
 
 import (
@@ -34,8 +28,7 @@ import (
 // Options configure a Screen. Zero values take the defaults named.
 type Options struct {
 	// Addrs are host:port addresses (screen.redis.addrs): one is a single
-	// node, several are the seed nodes of a Redis Cluster. New needs at
-	// least one; NewWithClient ignores them.
+	// node, several a Cluster's seeds. NewWithClient ignores them.
 	Addrs    []string
 	Username string
 	Password string
@@ -47,27 +40,19 @@ type Options struct {
 	TLSConfig *tls.Config
 	// Prefix starts every key and the events channel (screen.prefix).
 	Prefix string
-	// MaxCachedBody is the largest response body, in bytes, a done entry
-	// keeps (screen.max_cached_body). A larger one is dropped and the entry
-	// keeps status and headers only (BodyCached false). Zero keeps no body
-	// except the empty one.
+	// MaxCachedBody is the largest body a done entry keeps
+	// (screen.max_cached_body); a larger one keeps status and headers.
 	MaxCachedBody int
-	// OpTimeout bounds every call to Redis, dialling included; 1s by
-	// default. A hung Redis costs a delivery at most this much before
-	// screen.on_unavailable applies.
+	// OpTimeout bounds every call to Redis, dialling included (1s).
 	OpTimeout time.Duration
 	// PoolSize is the connection pool size per node; go-redis's default
 	// (10 per CPU) when zero.
 	PoolSize int
-	// WaitPollMin and WaitPollMax bound the poll of Wait, which starts at
-	// WaitPollMin and doubles up to WaitPollMax. With the subscription it
-	// is only a safety net for lost messages: 500ms and 2s by default.
-	// With PollOnly it is how waiters learn: 50ms and 1s by default.
+	// WaitPollMin and WaitPollMax bound Wait's doubling poll: 500ms and 2s
+	// beside the subscription, 50ms and 1s with PollOnly.
 	WaitPollMin time.Duration
 	WaitPollMax time.Duration
-	// PollOnly turns the pub/sub subscription off, for Redis proxies
-	// without pub/sub: Wait then learns of changes by polling only, which
-	// costs up to WaitPollMax of latency per waiting repeat.
+	// PollOnly turns pub/sub off, for Redis proxies without it.
 	PollOnly bool
 }
 
@@ -88,16 +73,13 @@ type Screen struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// helds counts Wait's state checks (after their answer), for tests
-	// and the measurement in BenchmarkWaitWake.
-	helds atomic.Int64
+	helds atomic.Int64 // Wait's state checks, for tests
 }
 
 var _ idempotency.Screen = (*Screen)(nil)
 
-// New connects to Redis as o says. It does not fail when Redis is down
-// (it waits at most OpTimeout for the subscription): calls fail with
-// ErrUnavailable until Redis answers (check with Ping).
+// New connects to Redis as o says. It does not fail when Redis is down:
+// calls fail with ErrUnavailable until it answers (Ping).
 func New(o Options) (*Screen, error) {
 	if len(o.Addrs) == 0 {
 		return nil, errors.New("redisscreen: no address")
@@ -128,8 +110,7 @@ func New(o Options) (*Screen, error) {
 }
 
 // NewWithClient uses a client the caller made and keeps owning: Close
-// leaves it open. The client's own timeouts should not exceed
-// o.OpTimeout, which bounds every call anyway.
+// leaves it open.
 func NewWithClient(c redis.UniversalClient, o Options) *Screen {
 	return newScreen(c, o)
 }
@@ -209,8 +190,7 @@ func (s *Screen) Ping(ctx context.Context) error {
 }
 
 // ErrClusterNode is Ping's answer when the one configured address is a
-// Redis Cluster node: a single-node client there answers PING, but every
-// key living on another node answers MOVED, so most claims fail.
+// Cluster node, where keys on other nodes answer MOVED.
 var ErrClusterNode = errors.New("redisscreen: screen.redis.addrs lists one address and it is a Redis Cluster node " +
 	"(keys on the other nodes answer MOVED): list two or more of the cluster's nodes")
 
@@ -293,10 +273,7 @@ func bytesOf(v any) []byte {
 	return nil
 }
 
-// Complete records e as done for ttl, whoever holds the key, unless a done
-// entry is there already. BodyCached in the stored entry is decided by
-// MaxCachedBody, not taken from e, except that an Unrecorded entry keeps
-// its body: no ledger row has it.
+// Complete records e as done for ttl (idempotency.Screen).
 func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {
 		return fmt.Errorf("redisscreen: complete %s %q: nil entry", ref.Route, ref.Key)
@@ -320,13 +297,11 @@ func (s *Screen) Complete(ctx context.Context, ref idempotency.Ref, owner string
 }
 
 // releaseTombstone is how long a release that found no entry refuses its
-// owner's claim (see releaseScript): far longer than a command can take to
-// reach Redis over a connection the client has given up on.
+// owner's claim (releaseScript).
 const releaseTombstone = time.Minute
 
-// Release drops owner's in-flight entry; ErrNotOwner when the key is not
-// in flight for owner. When the key holds nothing, owner's claim is
-// refused for releaseTombstone, in case it is still on its way.
+// Release drops owner's in-flight entry (else ErrNotOwner), or refuses
+// owner's claim for releaseTombstone when the key holds nothing.
 func (s *Screen) Release(ctx context.Context, ref idempotency.Ref, owner string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()

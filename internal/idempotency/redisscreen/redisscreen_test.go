@@ -103,7 +103,7 @@ func testClusterWaitAcrossNodes(t *testing.T, addrs []string) {
 	}
 	subNode := masterOf(waiter.channel)
 	// From here on, only a message can wake a waiter.
-	pollUntil(t, 10*time.Second, func() bool { return waiter.hub.subscriptions.Load() > 0 })
+	testenv.Eventually(t, 10*time.Second, "the subscription", func() bool { return waiter.hub.subscriptions.Load() > 0 })
 	// one key on each node other than the subscription's
 	refs := map[string]idempotency.Ref{}
 	for i := 0; len(refs) < len(addrs)-1 && i < 1000; i++ {
@@ -125,7 +125,7 @@ func testClusterWaitAcrossNodes(t *testing.T, addrs []string) {
 			done := make(chan error, 1)
 			go func() { done <- waiter.Wait(ctx, ref, "a") }()
 			// The waiter has seen the key in flight and sleeps.
-			pollUntil(t, 5*time.Second, func() bool { return waiter.helds.Load() > before })
+			testenv.Eventually(t, 5*time.Second, "the waiter to be held", func() bool { return waiter.helds.Load() > before })
 			if err := writer.Complete(ctx, ref, "a", &idempotency.Entry{Response: idempotency.Response{Status: 200}}, time.Minute); err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
@@ -138,17 +138,6 @@ func testClusterWaitAcrossNodes(t *testing.T, addrs []string) {
 				t.Fatalf("Wait on a key of %s not notified through the subscription on %s", node, subNode)
 			}
 		})
-	}
-}
-
-func pollUntil(tb testing.TB, d time.Duration, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -200,7 +189,7 @@ func TestOutageAndRecovery(t *testing.T) {
 	subs := s.hub.subscriptions.Load()
 	srv.Start()
 	var err error
-	pollUntil(t, 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, "a claim to succeed after the restart", func() bool {
 		_, err = s.Claim(ctx, idempotency.ClaimRequest{Ref: testRef, Owner: "a", Lease: time.Minute})
 		return err == nil
 	})
@@ -209,10 +198,10 @@ func TestOutageAndRecovery(t *testing.T) {
 	}
 	// The subscription is back too: with an hour's poll only a
 	// notification wakes this waiter.
-	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > subs })
+	testenv.Eventually(t, 10*time.Second, "the resubscription", func() bool { return s.hub.subscriptions.Load() > subs })
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, testRef, "a") }()
-	pollUntil(t, 5*time.Second, func() bool { return s.hub.count(s.key(testRef)) == 1 })
+	testenv.Eventually(t, 5*time.Second, "one waiter on the key", func() bool { return s.hub.count(s.key(testRef)) == 1 })
 	if err := s.Release(ctx, testRef, "a"); err != nil {
 		t.Fatalf("Release after the restart: %v", err)
 	}
@@ -427,7 +416,7 @@ func TestPublishesOnlyWhenWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := sub.Channel()
-	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	testenv.Eventually(t, 10*time.Second, "the subscription", func() bool { return s.hub.subscriptions.Load() > 0 })
 	entry := &idempotency.Entry{Response: idempotency.Response{Status: 200}}
 	claim := func(ref idempotency.Ref) {
 		t.Helper()
@@ -463,7 +452,7 @@ func TestPublishesOnlyWhenWaitedFor(t *testing.T) {
 		before := s.helds.Load()
 		done := make(chan error, 1)
 		go func() { done <- s.Wait(ctx, ref, "a") }()
-		pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+		testenv.Eventually(t, 5*time.Second, "the waiter to be held", func() bool { return s.helds.Load() > before })
 		var err error
 		if end == "complete" {
 			err = s.Complete(ctx, ref, "a", entry, time.Minute)
@@ -561,7 +550,7 @@ func TestForgetWakesAWaiter(t *testing.T) {
 	s := newTB(t, Options{Addrs: []string{addr}, Prefix: prefix, WaitPollMin: time.Hour, WaitPollMax: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	testenv.Eventually(t, 10*time.Second, "the subscription", func() bool { return s.hub.subscriptions.Load() > 0 })
 	ref := idempotency.Ref{Route: "r", Key: "forgotten"}
 	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref, Owner: "a", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
 		t.Fatalf("Claim = %v, %v", c.Status, err)
@@ -569,7 +558,7 @@ func TestForgetWakesAWaiter(t *testing.T) {
 	before := s.helds.Load()
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, ref, "a") }()
-	pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+	testenv.Eventually(t, 5*time.Second, "the waiter to be held", func() bool { return s.helds.Load() > before })
 	if err := s.Forget(ctx, ref); err != nil {
 		t.Fatalf("Forget: %v", err)
 	}
@@ -593,14 +582,14 @@ func TestResubscriptionWakesWaiters(t *testing.T) {
 	s := newTB(t, Options{Addrs: []string{srv.Addr}, Prefix: "p:", WaitPollMin: time.Hour, WaitPollMax: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > 0 })
+	testenv.Eventually(t, 10*time.Second, "the subscription", func() bool { return s.hub.subscriptions.Load() > 0 })
 	if c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: testRef, Owner: "a", Lease: time.Minute}); err != nil || c.Status != idempotency.Acquired {
 		t.Fatalf("Claim = %v, %v", c.Status, err)
 	}
 	before := s.helds.Load()
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, testRef, "a") }()
-	pollUntil(t, 5*time.Second, func() bool { return s.helds.Load() > before })
+	testenv.Eventually(t, 5*time.Second, "the waiter to be held", func() bool { return s.helds.Load() > before })
 	if err := s.Client().Del(ctx, s.key(testRef)).Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
@@ -608,7 +597,7 @@ func TestResubscriptionWakesWaiters(t *testing.T) {
 	if err := s.Client().ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
 	}
-	pollUntil(t, 10*time.Second, func() bool { return s.hub.subscriptions.Load() > subs })
+	testenv.Eventually(t, 10*time.Second, "the resubscription", func() bool { return s.hub.subscriptions.Load() > subs })
 	select {
 	case err := <-done:
 		if err != nil {

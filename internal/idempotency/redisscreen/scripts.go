@@ -15,30 +15,17 @@ import "github.com/redis/go-redis/v9"
 //	e  the encoded response (done; see codec.go)
 //	w  "1" once a waiter has looked at the in-flight entry (heldScript)
 //
-// Lease deadlines are taken from redis.call('TIME') so that every gateway
-// replica agrees on them whatever its own clock says. An in-flight key
-// expires (PEXPIRE) two leases after the claim: between the deadline and
-// that expiry a claim finds the dead owner's entry and reports TakenOver;
-// after it the key is gone and a claim is a plain Acquired (the ledger
-// confirm step still finds any recorded delivery).
+// Lease deadlines come from redis.call('TIME'), so replicas agree on them
+// whatever their clocks. An in-flight key expires two leases after the
+// claim: until then a claim past the deadline reports TakenOver.
 //
-// Scripts that end an in-flight entry publish its Redis key on the events
-// channel (ARGV[1] of each script) so that Wait wakes without polling, but
-// only when a waiter marked the entry (field w): most deliveries have no
-// repeat in flight, and a message for each would cost Redis a fan-out and
-// every replica a wake-up for nobody. The mark cannot be missed: Wait
-// registers for messages before its first heldScript call, and that call
-// sets w atomically with reading the entry, so a completion either comes
-// before it (heldScript sees the entry gone or done) or finds w set.
-// Takeover and Forget always publish; they are rare. PUBLISH in a script
-// is fine on Cluster: non-sharded messages reach every node.
-//
-// PUBLISH goes through redis.pcall: the message only wakes waiters early
-// (they poll anyway), so its refusal must not fail — and, raised halfway,
-// leave half done — the operation around it. Redis 7 gives a new ACL user
-// no channel (acl-pubsub-default resetchannels): a user granted the
-// prefix's keys but not &{prefix}events would otherwise fail every
-// takeover, every admin delete and every completion a repeat waits for.
+// Scripts that end an in-flight entry publish its key on the events
+// channel (ARGV[1]) only when a waiter marked it (w), since most
+// deliveries have no repeat waiting. The mark cannot be missed: Wait
+// subscribes before heldScript sets w atomically with reading the entry.
+// Takeover and Forget always publish. PUBLISH goes through redis.pcall:
+// waiters poll anyway, so an ACL user without the events channel must not
+// fail, or half do, the operation around it.
 
 // claimScript: ARGV = channel, owner, fingerprint, lease ms.
 // Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
@@ -101,14 +88,10 @@ return 1
 // releaseScript: ARGV = channel, owner, tombstone ms. Returns 1 when
 // released, 0 when the key is not in flight for owner.
 //
-// A release can overtake its own claim: a claim whose reply was lost
-// (a timeout) may still be on its way to Redis when the delivery, settled
-// through the ledger, releases it over another connection. Landing after
-// the release, it would hold the key for a lease that nobody will end, and
-// repeats at every replica would wait or get 409 until it ran out. So a
-// release that finds the key empty leaves a tombstone naming the owner
-// (s = "r") for the given time: that owner's claim is refused, and any
-// other claim takes the key as an absent one.
+// A release can overtake its own claim whose reply was lost, which would
+// then hold the key for a lease nobody ends. So a release that finds the
+// key empty leaves a tombstone naming the owner (s = "r"): that owner's
+// claim is refused, any other takes the key as absent.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 's', 'o', 'w')
 if not v[1] then
@@ -127,9 +110,8 @@ return 1
 `)
 
 // forgetScript: ARGV = channel, tombstone ms. Returns 1 when the key held
-// an entry. The entry becomes a tombstone (s = "x") for the given time:
-// a complete refuses it (a refill that read the record before the delete
-// must not put it back), a claim takes it like an absent key.
+// an entry. It becomes a tombstone (s = "x") that completes refuse and
+// claims take like an absent key.
 var forgetScript = redis.NewScript(`
 local old = redis.call('HGET', KEYS[1], 's')
 redis.call('DEL', KEYS[1])

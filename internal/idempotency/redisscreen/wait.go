@@ -11,23 +11,12 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// Wait blocks until owner's in-flight entry for ref is completed, released,
-// forgotten, taken over or past its lease, or ctx is done (ctx.Err()); an
-// error wrapping ErrUnavailable when Redis does not answer. It checks the
-// entry after registering for notifications, so a change between the
-// caller's Claim and its Wait is not missed, and again on every wake-up, so
-// it does not return while owner still holds the key.
-//
-// Waking: a message on the events channel for this key, a
-// (re)subscription of the shared subscription (messages may have been lost
-// while it was down), the end of the lease, or the poll, which starts at
-// WaitPollMin and doubles up to WaitPollMax. Measured on loopback with
-// BenchmarkWaitWake (completions 20ms, 120ms, 400ms and 1s after the wait
-// began): with pub/sub a waiter wakes 0.5ms after the completion on
-// average, with 2.25 state checks (round trips) per wait; polling only
-// (50ms doubling to 1s) it wakes 240ms after it, with 4 checks. So pub/sub
-// is the default and the poll, slower with it (500ms doubling to 2s), is
-// only the safety net.
+// Wait blocks until owner's in-flight entry for ref changes or passes its
+// lease, or ctx is done; ErrUnavailable when Redis does not answer. It
+// checks the entry after registering for notifications, so a change before
+// the Wait is not missed, and again on every wake-up: a message for the
+// key, a resubscription (messages may have been lost), the lease's end, or
+// the poll.
 func (s *Screen) Wait(ctx context.Context, ref idempotency.Ref, owner string) error {
 	key := s.key(ref)
 	var wake <-chan struct{}
@@ -74,8 +63,7 @@ type hub struct {
 }
 
 func startHub(c redis.UniversalClient, channel string, timeout time.Duration) *hub {
-	// Subscribe dials at once but does not fail when Redis is down: the
-	// channel's goroutine keeps reconnecting and resubscribing.
+	// Subscribe keeps reconnecting while Redis is down.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	h := &hub{

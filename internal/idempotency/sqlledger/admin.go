@@ -115,12 +115,10 @@ func (l *Ledger) CountHeldByRoute(ctx context.Context) (map[string]int, error) {
 	return out, nil
 }
 
-// Resolve settles a held record. rec == nil releases it (the row is
-// deleted: the next delivery is forwarded); otherwise the row becomes done
-// with rec's Response (status, headers, body, body omitted) and completed_at
-// rec.CompletedAt (Options.Now when zero), keeping its fingerprint, trace ids,
-// source and timestamps. ErrNotFound when ref has no held record (none, or
-// it is pending or done).
+// Resolve settles a held record: rec == nil deletes it (the next delivery
+// is forwarded), otherwise it becomes done with rec's Response and
+// CompletedAt (Options.Now when zero), keeping the rest. ErrNotFound when
+// ref has no held record.
 func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotency.Record) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -192,13 +190,9 @@ func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, erro
 // returns the total deleted. Each batch is its own statement (and
 // OpTimeout), so writers wait at most one batch.
 //
-// Between full batches it rests SweepRest times as long as the batch took:
-// a backlog of expired rows (a shorter retention, a sweeper that was off)
-// is then worked off with at most a fifth of one connection's time, and
-// deliveries keep the database's attention. Measured with make bench on a
-// 2-core machine: deleting flat out (58 000 rows/s) cost the deliveries
-// beside it 30% of their throughput and 1.7× their p99; resting 3× still
-// cost 11% (≈12 000 rows/s), over the 10% the sweeper may take.
+// Between full batches it rests SweepRest times as long as the batch took,
+// so that a backlog is worked off without taking the database from the
+// deliveries (docs/performance.md).
 func (l *Ledger) SweepAll(ctx context.Context, now time.Time, batch int) (int, error) {
 	if batch <= 0 {
 		batch = DefaultSweepBatch

@@ -18,33 +18,15 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// Batching: concurrent deliveries' ledger calls are queued and handed to a
-// few workers, which run each batch as ONE statement (PostgreSQL: arrays
-// bound as parameters and unnested, one round trip and one transaction for
-// the lot) or, for SQLite commits, one transaction. A burst of deliveries
-// then pays for one round trip, one statement's parse/plan/executor start
-// and one durable commit (one WAL flush) instead of one each.
-//
-// What callers observe is unchanged:
-//   - a caller returns only after the statement holding its row has
-//     completed (committed, for writes): Commit and Claim return after
-//     their row is durable, exactly as without batching;
-//   - each row keeps its own result (a commit that lost to another owner
-//     gets ErrNotOwner, a claim that found the key taken goes on to look at
-//     what holds it; the others in the batch are unaffected);
-//   - a Lookup's statement starts after the call was made, so it sees
-//     every write that completed before the call (read-your-writes across
-//     goroutines and replicas holds);
-//   - a row the database refuses (PostgreSQL rejects NUL in text) fails
-//     alone: the batch is retried row by row.
-//
-// Every batch statement writes its rows in one order, by route then key
-// (byRef): two statements whose keys overlap (a repeat claimed while its
-// first delivery commits, two replicas' batches) then take their row locks
-// in the same order and wait for each other instead of deadlocking.
-//
-// Batches form naturally — a worker takes whatever is queued when it is
-// free — so a lone call is never delayed to wait for company.
+// Batching: concurrent deliveries' ledger calls are queued and run by a few
+// workers as ONE statement (PostgreSQL: arrays unnested) or, for SQLite
+// commits, one transaction: one round trip and one WAL flush for a burst.
+// Callers observe no difference: each returns after the statement holding
+// its row completed (durably, for writes) with its own row's result; a
+// Lookup's statement starts after its call (read-your-writes holds); a row
+// the database refuses fails alone (the batch is retried row by row).
+// Rows are written in byRef order, so overlapping batches wait for each
+// other instead of deadlocking. A lone call is never delayed.
 
 // batcher queues jobs of one kind and runs them in batches.
 type batcher[J any] struct {
@@ -118,12 +100,8 @@ func (b *batcher[J]) close() {
 }
 
 // wait returns the job's result, or a failure if the caller's ctx ends
-// first. The statement may still complete: for a write, the caller treats
-// it as a failure, which is safe — the row exists or it does not, and
-// repeats are answered from whichever it is.
-//
-// A non-nil of names the record in the error (formatted only on failure:
-// it was 2 allocations of every commit).
+// first (the statement may still complete; repeats find its row or none).
+// A non-nil of names the record in the error, formatted only on failure.
 func wait[R any](ctx context.Context, l *Ledger, what string, of *idempotency.Ref, done chan R, failed func(error) R) R {
 	select {
 	case r := <-done:
@@ -143,10 +121,8 @@ func (l *Ledger) batchCtx(first context.Context) (context.Context, context.Cance
 	return l.op(context.WithoutCancel(first))
 }
 
-// pgArray binds a Go slice as ONE PostgreSQL array parameter through GORM
-// (whose Raw would otherwise expand a slice into a list of parameters) and
-// database/sql (pgx's stdlib driver passes it through): pgx encodes it with
-// its array codec, binary, via the ArrayGetter methods.
+// pgArray binds a Go slice as ONE PostgreSQL array parameter, which GORM's
+// Raw would expand into a list; pgx encodes it through ArrayGetter.
 type pgArray[T any] []T
 
 var errPgxOnly = errors.New("sqlledger: array parameters need the pgx driver")
@@ -249,15 +225,8 @@ func (l *Ledger) runCommits(batch []*commitJob) {
 }
 
 // commitTransaction runs a batch's statements in order in one transaction
-// (SQLite: one fsync for the lot), so that two commits of the same key
-// behave as they would one after the other.
-//
-// It runs through database/sql with commitSQL prepared once on the writer
-// connection: GORM's PrepareStmt prepares a statement first met inside a
-// transaction on that transaction, which closes it, so every batch would
-// parse and compile the statement again. GORM's callbacks (its logger and
-// the tracing plugin) do not see these statements; the engine's commit
-// spans still time each delivery's commit.
+// (SQLite: one fsync), through database/sql with commitSQL prepared once:
+// GORM would prepare it on each transaction again.
 func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, results []error) error {
 	stmt, err := l.sqliteCommitStmt(ctx)
 	if err != nil {
@@ -309,13 +278,9 @@ func (l *Ledger) sqliteCommitStmt(ctx context.Context) (*sql.Stmt, error) {
 	return stmt, nil
 }
 
-// commitStatements writes a batch with commitBatchSQL: one statement (one
-// round trip, one transaction) per round of distinct keys — a key
-// committed twice in one batch goes to a later round, where it finds the
-// row the first wrote, as it would one after the other. An error leaves
-// the rounds already written in place, and marks their rows settled: their
-// results stand (a retry would find a row its own caller wrote and call it
-// another owner's).
+// commitStatements writes a batch with commitBatchSQL, one statement per
+// round of distinct keys (a key's second commit finds the first's row). On
+// an error the rounds written stand, their rows marked settled.
 func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, results []error, settled []bool) error {
 	pending := make([]int, len(batch))
 	for i := range pending {
@@ -404,12 +369,9 @@ type claimJob struct {
 	req  *idempotency.ClaimRequest
 	now  time.Time // lease and expiry are computed from it
 	done chan claimInsert
-	// state settles a claim whose caller leaves (its delivery was cut)
-	// while the job is queued or running: the caller and the worker race
-	// to move it from claimWaiting, and whoever wins owns the outcome. A
-	// caller that wins gives up; a worker that wins answers. A worker that
-	// loses, having made the row, deletes it: nobody else knows it exists,
-	// and left alone it would answer every retry "in flight" for the lease.
+	// state: the caller leaving and the worker answering race to move it
+	// from claimWaiting. A worker that loses deletes the row it made, which
+	// nobody holds.
 	state atomic.Int32
 }
 
@@ -553,18 +515,10 @@ type lookupResult struct {
 	err error
 }
 
-// lookupBatchSQL reads many rows in one statement (PostgreSQL). It may
-// return pairs nobody asked for (route A with a key asked on route B);
-// they are ignored.
-//
-// It is planned for its actual arrays every time (lookupExecMode): a
-// generic plan cached by a connection while the table was still small —
-// a sequential scan is cheapest then, and nothing invalidates the plan
-// until autovacuum first analyzes the table — would go on scanning the
-// whole table at every lookup as it grows (measured: 340µs instead of
-// 33µs per delivery at 30k rows, and worse as it grows). Its placeholders
-// are PostgreSQL's own, so that GORM passes the mode through as the
-// first argument, which pgx takes as an option.
+// lookupBatchSQL reads many rows in one statement (PostgreSQL); pairs
+// nobody asked for are ignored. It is planned for its arrays every time
+// (lookupExecMode): a generic plan cached while the table was small would
+// scan it whole as it grows.
 const lookupBatchSQL = selectColumns + `WHERE route = ANY($1::text[]) AND "key" = ANY($2::text[])`
 
 // lookupExecMode runs a statement as an unnamed prepared statement with a

@@ -10,28 +10,14 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// Leases and expiry are compared across replicas: one replica writes
-// lease_until from its clock, and another decides from its own whether that
-// lease has run out and the delivery may be taken over; a sweeper compares
-// expires_at with its clock. On each replica's own clock, a replica running
-// ahead would take over deliveries still being forwarded — and forward them
-// a second time — or sweep records before their retention ends; one running
-// behind would refuse the retries of abandoned deliveries for longer than
-// the lease. Redis leases do not have the problem: they run on the Redis
-// server's TIME.
-//
-// So on PostgreSQL the ledger keeps every time on the database server's
-// clock: each ledger measures the offset between its clock (Options.Now)
-// and the server's — SELECT clock_timestamp() against the midpoint of the
-// round trip, the best of three — at its first call, and again in the
-// background at the first call clockSyncEvery after the last measurement
-// (an idle ledger measures nothing; its first call after clockStale of
-// idleness measures before going on, or a clock stepped meanwhile would have
-// that call's leases judged on the old offset); it shifts the times it binds by it and
-// the times it reads back. Replicas then agree on every lease to within a
-// round trip whatever their clocks say, and a replica's clock stepped by NTP
-// or by hand is followed by the next measurement. SQLite is one host's file: its
-// writers share a clock, and times are bound as given.
+// Leases and expiry are compared across replicas, and on their own clocks
+// a replica running ahead would take over deliveries still being forwarded
+// (a second copy) or sweep records early. So on PostgreSQL the ledger keeps
+// every time on the server's clock: it measures the offset between
+// Options.Now and clock_timestamp() (best of three round trips) at its
+// first call, again in the background every clockSyncEvery, and before a
+// call after clockStale of idleness, and shifts the times it binds and
+// reads. SQLite is one host's file: times are bound as given.
 
 // clockSyncEvery is how often a ledger measures the database's clock again
 // (one statement), and clockRetry how soon after a failed background
@@ -77,15 +63,10 @@ func newDBClock(db *sql.DB, now func() time.Time, timeout time.Duration) *dbCloc
 	return &dbClock{db: db, now: now, every: clockSyncEvery, stale: clockStale, timeout: timeout, start: time.Now(), ctx: ctx, cancel: cancel}
 }
 
-// shift returns the offset to add to a replica time to get the database's
-// time. The first call measures it (under ctx); later calls start a
-// background measurement when one is due and return the current offset at
-// once. Until a measurement has succeeded there is no offset to give: a
-// call whose measurement fails gets the error, never a zero offset, since
-// the database may well be answering others (the measurement failed for
-// want of the caller's own ctx, a blip) and times bound on the replica's
-// own clock are the very thing this file exists to prevent. A nil clock
-// (SQLite) shifts nothing.
+// shift returns the offset to add to a replica time to get the database's.
+// The first call measures it; later ones start a background measurement
+// when due. Until one succeeded, a call gets the error, never a zero
+// offset. A nil clock (SQLite) shifts nothing.
 func (c *dbClock) shift(ctx context.Context) (time.Duration, error) {
 	if c == nil {
 		return 0, nil
@@ -112,11 +93,9 @@ func (c *dbClock) isDue() bool {
 	return time.Since(c.start) >= time.Duration(c.due.Load())
 }
 
-// first measures the offset for the first time. Concurrent callers share
-// one measurement, each waiting for it no longer than its own ctx allows
-// (a hung database must not hold a call with a short deadline behind
-// another's); when it fails — perhaps only because its caller's ctx ended —
-// the next caller measures again.
+// first measures the offset for the first time; concurrent callers share
+// it, each waiting no longer than its ctx, and after a failure the next
+// caller measures again.
 func (c *dbClock) first(ctx context.Context) error {
 	for !c.synced.Load() {
 		c.firstMu.Lock()
@@ -164,14 +143,10 @@ func (c *dbClock) background() {
 	}()
 }
 
-// sync measures the offset and schedules the next measurement. A
-// measurement replaces the offset, which starts at zero, only when it
-// differs by more than its own uncertainty: the server read its clock
-// somewhere in the round trip, so within half of it either way (and two
-// microseconds: the server's resolution, and the rounding). A replica
-// sharing the database's clock, or whose offset has not changed, keeps its
-// offset exactly, and so lease comparisons made on either side of a
-// measurement agree.
+// sync measures the offset and schedules the next measurement. It replaces
+// the offset only when it differs by more than its uncertainty (half the
+// round trip, and two microseconds), so that an unchanged offset stays
+// exact and lease comparisons on either side of a measurement agree.
 func (c *dbClock) sync(ctx context.Context) error {
 	off, rtt, err := c.measure(ctx)
 	elapsed := time.Since(c.start)

@@ -19,20 +19,9 @@ import (
 	gosqlite "modernc.org/sqlite"
 )
 
-// This file holds everything that differs between SQLite and PostgreSQL:
-// how connections are opened and pooled, the bounded sweep statement, the
-// lock that serialises migrations, and which driver errors mean "the
-// database cannot be reached". The statements in records.go and admin.go are
-// the same for both (ON CONFLICT ... DO UPDATE ... WHERE is supported by
-// PostgreSQL ≥ 9.5 and SQLite ≥ 3.24).
-//
-// Times are always bound in UTC, truncated to the microsecond (PostgreSQL's
-// timestamptz precision). The SQLite driver (modernc.org/sqlite, through
-// libtnb/sqlite, which sets _time_format=sqlite) stores them as text in one
-// fixed format ("2006-01-02 15:04:05.999999999-07:00"); in UTC that text
-// sorts in time order, which is what makes
-// `lease_until < ?` and `expires_at < ?` correct on SQLite
-// (TestLeaseComparisonsAreExact).
+// What differs between SQLite and PostgreSQL. Times are bound in UTC at
+// microsecond precision: SQLite stores them as text in one fixed format,
+// which in UTC sorts in time order, so comparisons hold there too.
 
 type dialect struct {
 	name string
@@ -70,17 +59,10 @@ var postgresDialect = dialect{
 	unavailable:    postgresUnavailable,
 }
 
-// sqlitePools opens SQLite as one writer connection (every write is
-// serialised in-process, so concurrent deliveries never meet SQLITE_BUSY)
-// and a pool of read-only connections (WAL lets readers run beside the
-// writer). An in-memory database exists per connection, so it gets the
-// writer only.
-//
-// Both prepare their statements once per connection (PrepareStmt):
-// modernc.org/sqlite keeps a prepared statement's compiled program, where a
-// plain call parses and compiles its SQL every time — 39% of the embedded
-// gateway's CPU before (a profile at 64 connections), for a dozen fixed
-// statements.
+// sqlitePools opens SQLite as one writer connection (writes never meet
+// SQLITE_BUSY) and a pool of read-only connections beside it (WAL); an
+// in-memory database gets the writer only. Both prepare their statements
+// once per connection, which SQLite would otherwise compile every call.
 func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) {
 	cfg = prepared(cfg)
 	path, file, query, memory := splitSQLiteDSN(o.DSN)
@@ -126,11 +108,8 @@ func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) 
 	return w, r, nil
 }
 
-// prepared is cfg with PrepareStmt on. The statements never expire:
-// they are a fixed dozen, and for a cache whose entries expire GORM starts
-// a goroutine that nothing stops (one per pool, outliving Close), except
-// with its "no eviction" TTL of ten years (the goleak checks of this
-// package's tests catch it if that changes).
+// prepared is cfg with PrepareStmt on, never expiring: an expiring cache
+// starts a GORM goroutine that outlives Close.
 func prepared(cfg func() *gorm.Config) func() *gorm.Config {
 	return func() *gorm.Config {
 		c := cfg()

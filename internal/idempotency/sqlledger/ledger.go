@@ -67,23 +67,18 @@ type Options struct {
 	// not record argument values: they carry keys, headers and bodies
 	// (gorm.io/plugin/opentelemetry/tracing: WithoutQueryVariables).
 	Plugins []gorm.Plugin
-	// Now is the clock of the times callers pass (Claim's, Commit's and
-	// Sweep's now, and a record's times), and for those they do not
-	// (Resolve's completed_at). On PostgreSQL the ledger measures it against
-	// the database server's clock and stores every time on the server's
-	// (clock.go). nil = time.Now.
+	// Now is the clock of the times callers pass and of Resolve's; on
+	// PostgreSQL they are stored on the server's clock (clock.go). nil =
+	// time.Now.
 	Now func() time.Time
 	// CommitBatch is the most commits group-committed in one statement
 	// (PostgreSQL) or transaction (SQLite), and on PostgreSQL the most
 	// ledger claims made in one statement (DefaultCommitBatch); 1 turns
 	// group commit off.
 	CommitBatch int
-	// CommitWorkers is how many commit batches (and, on PostgreSQL, claim
-	// batches) may run at once; DefaultCommitWorkers. One is best on
-	// PostgreSQL too: while a batch's statement waits for its WAL flush the
-	// next batch gathers, so batches grow with the load (measured with
-	// BenchmarkClaimCommitParallel: 1 worker ≈ 40µs a delivery, 4 ≈
-	// 60–95µs, unbatched 130µs on a 2-core machine).
+	// CommitWorkers is how many commit (and claim) batches may run at once
+	// (DefaultCommitWorkers): with one, the next batch gathers while a
+	// batch waits for its WAL flush.
 	CommitWorkers int
 	// LookupBatch is the most lookups read in one statement on PostgreSQL
 	// (DefaultLookupBatch); 1 turns lookup batching off. SQLite reads are
@@ -120,9 +115,7 @@ type Ledger struct {
 	lookups *batcher[*lookupJob]
 	// clock maps Options.Now onto the database's clock; nil on SQLite.
 	clock *dbClock
-	// commitStmt is commitSQL prepared on the SQLite writer, for batches
-	// (commitTransaction, through sqliteCommitStmt); made at first use, as
-	// the table must exist.
+	// commitStmt is commitSQL prepared on the SQLite writer at first use.
 	commitStmtMu sync.Mutex
 	commitStmt   *sql.Stmt
 }
@@ -140,6 +133,36 @@ var errClosed = errors.New("ledger closed")
 // the first call, so a gateway can start while its database is down and
 // report itself not ready (Ping). ctx is reserved: Open does no network I/O.
 func Open(ctx context.Context, o Options) (*Ledger, error) {
+	o.setDefaults()
+	if o.DSN == "" {
+		return nil, errors.New("sqlledger: empty DSN")
+	}
+	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
+	if err := l.openPools(o); err != nil {
+		return nil, err
+	}
+	if o.CommitBatch > 1 {
+		l.commits = l.newCommitter(o.CommitWorkers, o.CommitBatch)
+		if o.Driver == DriverPostgres {
+			l.claims = l.newClaimer(o.CommitWorkers, o.CommitBatch)
+		}
+	}
+	if o.LookupBatch > 1 && o.Driver == DriverPostgres {
+		l.lookups = l.newLookups(o.LookupWorkers, o.LookupBatch)
+	}
+	for _, p := range o.Plugins {
+		for _, db := range l.handles() {
+			if err := db.Use(p); err != nil {
+				_ = l.Close()
+				return nil, fmt.Errorf("sqlledger: plugin %s: %w", p.Name(), err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// setDefaults gives the zero fields of o their defaults.
+func (o *Options) setDefaults() {
 	if o.MaxOpenConns <= 0 {
 		o.MaxOpenConns = DefaultMaxOpenConns
 	}
@@ -149,16 +172,28 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.DSN == "" {
-		return nil, errors.New("sqlledger: empty DSN")
+	if o.CommitBatch == 0 {
+		o.CommitBatch = DefaultCommitBatch
 	}
+	if o.CommitWorkers <= 0 {
+		o.CommitWorkers = DefaultCommitWorkers
+	}
+	if o.LookupBatch == 0 {
+		o.LookupBatch = DefaultLookupBatch
+	}
+	if o.LookupWorkers <= 0 {
+		o.LookupWorkers = DefaultLookupWorkers
+	}
+}
+
+// openPools opens l's connection pools for o.Driver.
+func (l *Ledger) openPools(o Options) error {
 	cfg := func() *gorm.Config {
 		return &gorm.Config{
 			Logger:                 newGormLogger(o.Logger),
 			SkipDefaultTransaction: true,
 		}
 	}
-	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
 	var err error
 	switch o.Driver {
 	case DriverSQLite:
@@ -175,41 +210,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
+		return fmt.Errorf("sqlledger: unknown driver %q (want %s or %s)", o.Driver, DriverSQLite, DriverPostgres)
 	}
 	if err != nil {
-		return nil, l.fail(fmt.Sprintf("open %s", o.Driver), err)
+		return l.fail(fmt.Sprintf("open %s", o.Driver), err)
 	}
-	if o.CommitBatch == 0 {
-		o.CommitBatch = DefaultCommitBatch
-	}
-	if o.CommitWorkers <= 0 {
-		o.CommitWorkers = DefaultCommitWorkers
-	}
-	if o.CommitBatch > 1 {
-		l.commits = l.newCommitter(o.CommitWorkers, o.CommitBatch)
-		if o.Driver == DriverPostgres {
-			l.claims = l.newClaimer(o.CommitWorkers, o.CommitBatch)
-		}
-	}
-	if o.LookupBatch == 0 {
-		o.LookupBatch = DefaultLookupBatch
-	}
-	if o.LookupWorkers <= 0 {
-		o.LookupWorkers = DefaultLookupWorkers
-	}
-	if o.LookupBatch > 1 && o.Driver == DriverPostgres {
-		l.lookups = l.newLookups(o.LookupWorkers, o.LookupBatch)
-	}
-	for _, p := range o.Plugins {
-		for _, db := range l.handles() {
-			if err := db.Use(p); err != nil {
-				_ = l.Close()
-				return nil, fmt.Errorf("sqlledger: plugin %s: %w", p.Name(), err)
-			}
-		}
-	}
-	return l, nil
+	return nil
 }
 
 // handles returns the distinct GORM handles.
@@ -320,9 +326,7 @@ func (l *Ledger) Close() error {
 	return errors.Join(errs...)
 }
 
-// op bounds one ledger call by OpTimeout, unless ctx already ends sooner
-// (the engine's commit runs under its own 5s bound): a context and timer
-// fewer per delivery.
+// op bounds one ledger call by OpTimeout, unless ctx already ends sooner.
 func (l *Ledger) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opTimeout {
 		return ctx, noCancel

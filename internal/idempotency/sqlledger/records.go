@@ -234,11 +234,9 @@ func (l *Ledger) insertClaim(ctx context.Context, req *idempotency.ClaimRequest,
 	return res.RowsAffected == 1, nil
 }
 
-// Commit writes rec as done (or held, when rec.State is StateHeld) in one
-// statement, setting completed_at to now. It succeeds when the key has no
-// row (the screen held the claim), or a pending row owned by owner or whose
-// lease expired before now; otherwise it returns ErrNotOwner and changes
-// nothing. rec.ExpiresAt is required; a zero rec.CreatedAt means now.
+// Commit writes rec in one statement (idempotency.Ledger), setting
+// completed_at to now. rec.ExpiresAt is required; a zero rec.CreatedAt
+// means now.
 func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -256,12 +254,9 @@ func (l *Ledger) Commit(ctx context.Context, rec *idempotency.Record, owner stri
 	return wait(ctx, l, "commit", &rec.Ref, j.done, func(err error) error { return err })
 }
 
-// Recommit is Commit run as a statement of its own, outside the batches
-// (idempotency.Recommitter): the engine's retry of a commit that could not
-// reach the ledger, which an operator's DELETE cancels and which must not
-// land after it from a batch still queued. With claimed, the record is
-// written only over the pending row (ErrNotOwner when the key has no row):
-// the claim was that row, and its absence means it was deleted.
+// Recommit is Commit run as a statement of its own, never queued in a
+// batch (idempotency.Recommitter). With claimed, it writes only over the
+// pending row, whose absence means it was deleted (ErrNotOwner).
 func (l *Ledger) Recommit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time, claimed bool) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -396,13 +391,9 @@ func entryOf(rec *idempotency.Record) *idempotency.Entry {
 	}
 }
 
-// encodeHeaders stores kept headers as a JSON object (keys sorted, so equal
-// maps give equal text). JSON strings are UTF-8, and encoding/json turns
-// other bytes into U+FFFD, but a header value may carry any octet
-// (RFC 9110 obs-text): a map with such a value is stored as binaryHeaders
-// followed by a JSON object of base64 values, so that a replay from the
-// ledger is byte for byte. Rows written before keep reading as plain JSON:
-// that text starts with "{".
+// encodeHeaders stores kept headers as a JSON object (keys sorted). A value
+// that is not UTF-8 (obs-text) would become U+FFFD in JSON, so such a map
+// is stored as binaryHeaders and a JSON object of base64 values.
 func encodeHeaders(h map[string]string) (string, error) {
 	if len(h) == 0 {
 		return "{}", nil

@@ -1,0 +1,155 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// cached answers d from the in-process cache when it holds d's record.
+func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
+	if c := e.o.Cache; c != nil {
+		if ent, ok := c.Get(d.Ref); ok {
+			return e.replay(ctx, p, d, fwd, ent)
+		}
+	}
+	return Result{}, false
+}
+
+// replayFound answers a delivery whose claim found its record done, and
+// keeps the record in the cache: it never changes, so the next repeat is
+// answered without a network call.
+func (e *Engine) replayFound(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
+	if cache := e.o.Cache; cache != nil && ent != nil {
+		cache.Put(d.Ref, ent, d.ticket)
+	}
+	return e.replay(ctx, p, d, fwd, ent)
+}
+
+// replay answers a delivery whose record exists: replayed, mismatch, or
+// forwarded in shadow mode. It reports false when the screen remembered a
+// record whose body only the ledger keeps and the ledger no longer has it
+// (swept or deleted): the screen's entry is dropped and the caller claims
+// afresh, since the ledger is the truth.
+func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
+	if p.Shadow {
+		return e.shadow(ctx, fwd), true
+	}
+	if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
+		return e.mismatch(ent), true
+	}
+	resp := ent.Response
+	if !ent.BodyCached && !ent.BodyOmitted {
+		rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+		if err == nil && rec.State != StateDone {
+			err = ErrNotFound // a pending or held row has no answer to replay
+		}
+		if errors.Is(err, ErrNotFound) {
+			e.o.Logger.InfoContext(ctx, "the screen remembered a record the ledger no longer holds; claiming afresh",
+				"route", d.Route, "key", d.Key)
+			e.forgetDone(ctx, d)
+			return Result{}, false
+		}
+		if err != nil {
+			e.depError("ledger", "lookup", err)
+			return e.unavailable(fmt.Errorf("replay body of %q: %w", d.Key, err)), true
+		}
+		resp = rec.Response
+		if c := e.o.Cache; c != nil {
+			c.Put(d.Ref, EntryOf(rec), d.ticket)
+		}
+	}
+	return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}, true
+}
+
+// forgetDone drops the screen's done entry of d's key, not a claim another
+// repeat may have made since.
+func (e *Engine) forgetDone(ctx context.Context, d Delivery) {
+	if e.o.Screen == nil {
+		return
+	}
+	if err := e.o.Screen.ForgetDone(ctx, d.Ref); err != nil {
+		e.o.Logger.WarnContext(ctx, "could not drop the screen's entry of a record the ledger no longer holds",
+			"route", d.Route, "key", d.Key, "err", fmt.Errorf("forget the done entry of %q in screen: %w", d.Key, err))
+	}
+}
+
+// settledInLedger answers from the ledger a repeat the screen says is in
+// flight, before its 409: the holder may have been recorded without
+// marking its screen entry done. A done row is replayed and refilled over
+// the holder's claim; a held row answers held.
+func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, c *claim) (Result, bool) {
+	if !c.screen || ctx.Err() != nil {
+		return Result{}, false
+	}
+	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			e.depError("ledger", "lookup", err)
+		}
+		return Result{}, false
+	}
+	switch rec.State {
+	case StateDone:
+		ent := EntryOf(rec)
+		e.refill(ctx, d.Ref, c.Owner, ent)
+		if cache := e.o.Cache; cache != nil {
+			cache.Put(d.Ref, ent, d.ticket)
+		}
+		return e.replay(ctx, p, d, fwd, ent)
+	case StateHeld:
+		if !d.matches(rec.Fingerprint) && !p.ReplayOnMismatch {
+			return e.mismatch(nil), true
+		}
+		return e.held(), true
+	}
+	return Result{}, false
+}
+
+// replayRecorded answers from the ledger's record a delivery about to be
+// forwarded without deduplication; false, with the lookup's error if it
+// failed, when it is to be forwarded.
+func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool, error) {
+	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+	if errors.Is(err, ErrNotFound) {
+		return Result{}, false, nil
+	}
+	if err != nil {
+		e.depError("ledger", "lookup", err)
+		return Result{}, false, err
+	}
+	switch rec.State {
+	case StateDone:
+		r, ok := e.replay(ctx, p, d, fwd, EntryOf(rec))
+		return r, ok, nil
+	case StateHeld:
+		if !p.Shadow {
+			return e.held(), true, nil
+		}
+	}
+	return Result{}, false, nil
+}
+
+func (e *Engine) mismatch(ent *Entry) Result {
+	r := Result{Outcome: Mismatch, Status: http.StatusUnprocessableEntity,
+		Detail: "this idempotency key was already used for a delivery with different content"}
+	if ent != nil {
+		r.OriginalTraceID, r.OriginalSpanID = ent.TraceID, ent.SpanID
+	}
+	return r
+}
+
+func (e *Engine) held() Result {
+	return Result{Outcome: HeldKey, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter,
+		Detail: "this event's first delivery got no answer from the upstream; it is held until an operator resolves it"}
+}
+
+func (e *Engine) conflict(detail string) Result {
+	return Result{Outcome: Conflict, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter, Detail: detail}
+}
+
+func (e *Engine) unavailable(err error) Result {
+	return Result{Outcome: Unavailable, Status: http.StatusServiceUnavailable, RetryAfter: e.o.RetryAfter,
+		Detail: "the idempotency store is unavailable; nothing was forwarded, retry later", Err: err}
+}

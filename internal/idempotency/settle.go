@@ -1,0 +1,201 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// withinLease ends a forward before its claim's lease (from claimedAt),
+// less a reserve for the commit: past it, another replica could take the
+// live claim over. The reserve takes at most half of what the lease leaves
+// beyond upstream.timeout, so that an upstream answering in time is not
+// cut.
+func (e *Engine) withinLease(ctx context.Context, p *Policy, claimedAt time.Time) (context.Context, context.CancelFunc) {
+	reserve := min(e.o.OpTimeout, e.o.Lease/10)
+	if t := p.UpstreamTimeout; t > 0 && t < e.o.Lease {
+		reserve = min(reserve, (e.o.Lease-t)/2)
+	}
+	return context.WithDeadline(ctx, claimedAt.Add(e.o.Lease-reserve))
+}
+
+// forward sends the delivery for the claim's owner and settles the claim:
+// commit when the answer is final, hold or release otherwise.
+func (c *claim) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
+	e := c.e
+	if e.flights != nil && c.holds() {
+		// Finished after the settling, for its waiters to find it.
+		f := e.flights.start(d.Ref, d.Fingerprint)
+		defer e.flights.finish(d.Ref, f)
+	}
+	up, ferr := e.call(ctx, fwd)
+	// Settle even if the provider has gone away.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	defer cancel()
+	takenOver := c.Status == TakenOver
+	if ferr != nil {
+		return c.unanswered(sctx, p, d, ferr)
+	}
+	if !p.final(up) {
+		c.release(sctx)
+		return Result{Outcome: c.outcome(Released), Upstream: up, TakenOver: takenOver}
+	}
+	c.commit(ctx, sctx, p, d, up)
+	return Result{Outcome: c.outcome(Forwarded), Upstream: up, TakenOver: takenOver}
+}
+
+// outcome is o, or Passthrough for a delivery forwarded without
+// deduplication.
+func (c *claim) outcome(o Outcome) Outcome {
+	if c.pass {
+		return Passthrough
+	}
+	return o
+}
+
+// unanswered settles a claim whose forward got no answer: held on a hold
+// route when the effect is unknown, released otherwise.
+func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr error) Result {
+	status, ambiguous := c.e.o.Classify(ferr)
+	takenOver := c.Status == TakenOver
+	// A forward that shutdown abandoned after sending is as ambiguous as a
+	// timeout: SPEC §1's hold outranks §6's release of abandoned claims.
+	if ambiguous && p.HoldAmbiguous && c.holds() {
+		if r, ok := c.hold(ctx, p, d, status, ferr); ok {
+			return r
+		}
+	}
+	c.release(ctx)
+	if c.pass {
+		return Result{Outcome: Passthrough, Status: status, Detail: "the upstream did not answer", Err: ferr, TakenOver: takenOver}
+	}
+	return Result{Outcome: Released, Status: status, Detail: "the upstream did not answer; the delivery was not recorded and its retry will be forwarded", Err: ferr, TakenOver: takenOver}
+}
+
+// commit records up in one ledger transaction and marks the screen's entry
+// done, within sctx. When the ledger cannot be reached the screen's entry
+// is the only record and the commit is retried in the background.
+func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Upstream) {
+	e := c.e
+	now := e.o.Now()
+	rec := &Record{Ref: d.Ref, State: StateDone, Fingerprint: d.Fingerprint, Response: p.recordResponse(up),
+		Source: d.Source, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(p.Retention)}
+	traceOf(ctx, rec)
+	ent := EntryOf(rec)
+	cctx, span := e.o.Tracer.Start(sctx, "hookstamp.commit")
+	err := e.o.Ledger.Commit(cctx, rec, c.owner, now)
+	endSpan(span, err)
+	switch {
+	case err == nil:
+		c.settleScreen(sctx, ent)
+		if cache := e.o.Cache; cache != nil {
+			cache.Put(d.Ref, ent, d.ticket)
+		}
+	case errors.Is(err, ErrNotOwner):
+		// The second copy after a takeover: the first record stays.
+		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
+			"route", d.Route, "key", d.Key)
+		c.settleScreen(sctx, nil)
+	case c.pass:
+		// A bonus lost: no commit failure, which would bury real ones.
+		e.depError("ledger", "commit", err)
+		e.o.Logger.WarnContext(ctx, "passthrough delivery not recorded: the ledger is unavailable",
+			"route", d.Route, "key", d.Key, "err", err)
+		ent.Unrecorded = true
+		c.settleScreen(sctx, ent)
+	default:
+		e.depError("ledger", "commit", err)
+		e.hook(e.o.Hooks.CommitFailure, d.Route)
+		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
+			"route", d.Route, "key", d.Key, "err", err)
+		ent.Unrecorded = true
+		c.settleScreen(sctx, ent)
+		e.retryCommit(ctx, rec, c.owner, now, c.ledger, d.ticket, err)
+	}
+}
+
+// hold records an ambiguous result as held (record.ambiguous: hold).
+func (c *claim) hold(ctx context.Context, p *Policy, d Delivery, status int, cause error) (Result, bool) {
+	e := c.e
+	now := e.o.Now()
+	rec := &Record{Ref: d.Ref, State: StateHeld, Fingerprint: d.Fingerprint, Source: d.Source,
+		CreatedAt: now, ExpiresAt: now.Add(p.Retention)}
+	traceOf(ctx, rec)
+	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.commit", trace.WithAttributes(attribute.String("hookstamp.state", "held")))
+	err := e.o.Ledger.Commit(cctx, rec, c.owner, now)
+	endSpan(span, err)
+	if err != nil {
+		e.depError("ledger", "commit", err)
+		e.o.Logger.ErrorContext(ctx, "could not hold an ambiguous delivery; releasing it",
+			"route", d.Route, "key", d.Key, "err", err)
+		return Result{}, false
+	}
+	// Repeats confirm in the ledger and find the hold there.
+	c.settleScreen(ctx, nil)
+	e.hookDelta(e.o.Hooks.HeldChanged, d.Route, 1)
+	e.o.Logger.WarnContext(ctx, "key held after an ambiguous upstream result; resolve it through the admin API",
+		"route", d.Route, "key", d.Key, "err", cause)
+	return Result{Outcome: HeldKey, Status: status, Err: cause,
+		Detail: "the upstream gave no answer; the event is held until an operator resolves it"}, true
+}
+
+// traceOf stamps rec with the delivery's trace, for span links.
+func traceOf(ctx context.Context, rec *Record) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+}
+
+// passthrough forwards without a claim (screen.on_unavailable: pass),
+// unless the ledger answers with the delivery's record.
+func (e *Engine) passthrough(ctx context.Context, p *Policy, req ClaimRequest, d Delivery, fwd ForwardFunc, cause error) Result {
+	r, ok, err := e.replayRecorded(ctx, p, d, fwd)
+	if ok {
+		return r
+	}
+	if err != nil && !e.passLedger(err) {
+		// The screen's pass mode gives up deduplication in the screen, not
+		// the ledger's fail-closed policy (SPEC §6).
+		return e.unavailable(fmt.Errorf("ledger lookup %q: %w", req.Key, err))
+	}
+	e.o.Logger.WarnContext(ctx, "forwarding without deduplication: dependency unavailable",
+		"route", req.Route, "key", req.Key, "err", cause)
+	c := claim{e: e, ref: req.Ref, owner: req.Owner, pass: true}
+	return c.forward(ctx, p, d, fwd)
+}
+
+// Passthrough forwards a request the route does not deduplicate: no claim,
+// no record, outcome passthrough.
+func (e *Engine) Passthrough(ctx context.Context, fwd ForwardFunc) Result {
+	return e.forwardUnclaimed(ctx, Passthrough, fwd)
+}
+
+// shadow forwards a repeat that enforce mode would have intercepted.
+func (e *Engine) shadow(ctx context.Context, fwd ForwardFunc) Result {
+	return e.forwardUnclaimed(ctx, Shadowed, fwd)
+}
+
+// forwardUnclaimed forwards without holding a claim and without recording.
+func (e *Engine) forwardUnclaimed(ctx context.Context, o Outcome, fwd ForwardFunc) Result {
+	up, err := e.call(ctx, fwd)
+	if err != nil {
+		status, _ := e.o.Classify(err)
+		return Result{Outcome: o, Status: status, Detail: "the upstream did not answer", Err: err}
+	}
+	return Result{Outcome: o, Upstream: up}
+}
+
+// call runs the ForwardFunc inside the forward span.
+func (e *Engine) call(ctx context.Context, fwd ForwardFunc) (*Upstream, error) {
+	fctx, span := e.o.Tracer.Start(ctx, "hookstamp.forward", trace.WithSpanKind(trace.SpanKindClient))
+	up, err := fwd(fctx)
+	if err == nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", up.Status))
+	}
+	endSpan(span, err)
+	return up, err
+}
