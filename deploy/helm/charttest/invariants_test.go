@@ -52,9 +52,8 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
 		preStop = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 	}
-	grace := pod.Spec.TerminationGracePeriodSeconds
-	if grace == nil || time.Duration(*grace)*time.Second < preStop+drain+releaseWindow {
-		t.Errorf("terminationGracePeriodSeconds %v, want ≥ pre-stop %s + shutdown_timeout %s + release %s", grace, preStop, drain, releaseWindow)
+	if grace := gracePeriod(t, r); time.Duration(grace)*time.Second < preStop+drain+releaseWindow {
+		t.Errorf("terminationGracePeriodSeconds %d, want ≥ pre-stop %s + shutdown_timeout %s + release %s", grace, preStop, drain, releaseWindow)
 	}
 
 	checkSecurity(t, pod.Spec.SecurityContext, c.SecurityContext)

@@ -16,6 +16,7 @@ func TestLint(t *testing.T) {
 			lint := action.NewLint()
 			lint.Strict = true
 			lint.Namespace = namespace
+			lint.KubeVersion = parseKubeVersion(t)
 			res := lint.Run([]string{chartDir}, vals)
 			if res.TotalChartsLinted != 1 {
 				t.Errorf("linted %d charts, want 1", res.TotalChartsLinted)

@@ -11,6 +11,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/release/v1/util"
@@ -25,7 +26,19 @@ const (
 	chartDir    = "../hookstamp"
 	releaseName = "hs"
 	namespace   = "webhooks"
+	// kubeVersion is the oldest Kubernetes the chart says it runs on
+	// (Chart.yaml): Helm's test builds would otherwise claim 1.20.
+	kubeVersion = "v1.30.0"
 )
+
+func parseKubeVersion(tb testing.TB) *common.KubeVersion {
+	tb.Helper()
+	v, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
 
 // rendered is one `helm template` of the chart, every manifest decoded
 // strictly into its Kubernetes type.
@@ -43,20 +56,6 @@ type rendered struct {
 	Notes string
 }
 
-// loadValues reads a values file relative to this package.
-func loadValues(tb testing.TB, path string) map[string]any {
-	tb.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var v map[string]any
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		tb.Fatalf("%s: %v", path, err)
-	}
-	return v
-}
-
 // renderChart runs what `helm template` runs on the chart with vals (the
 // user's values, merged over values.yaml by Helm) and returns the error
 // Helm gives, the chart's own `fail`s included.
@@ -71,6 +70,7 @@ func renderChart(tb testing.TB, vals map[string]any) (*release.Release, error) {
 	install.Replace = true
 	install.ReleaseName = releaseName
 	install.Namespace = namespace
+	install.KubeVersion = parseKubeVersion(tb)
 	rel, err := install.RunWithContext(context.Background(), ch, vals)
 	if err != nil {
 		return nil, err
