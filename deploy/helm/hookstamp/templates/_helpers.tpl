@@ -103,7 +103,7 @@ milliseconds, rounded up. Called with (list "key.path" value).
 {{- end }}
 
 {{/*
-hookstamp.secretRef: true when v is empty or one "${NAME}" reference (with or
+hookstamp.isReference: true when v is empty or one "${NAME}" reference (with or
 without a default): a value the ConfigMap may hold.
 */}}
 {{- define "hookstamp.isReference" -}}
