@@ -6,7 +6,7 @@ FUZZTIME  ?= 20s
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: help run build test test-short lint fmt vet staticcheck fuzz bench bench-quick chaos soak docker clean
+.PHONY: help run build test test-short test-chart lint fmt vet staticcheck fuzz bench bench-quick chaos soak docker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,13 @@ test: ## vet, staticcheck, gofmt, then every test with the race detector (needs 
 	@$(MAKE) --no-print-directory staticcheck
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting (make fmt)"; exit 1)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@$(MAKE) --no-print-directory test-chart
+
+# deploy/helm is a Go module of its own, so that Helm and the Kubernetes
+# modules stay out of the gateway's go.mod (docs/decisions.md, Deployment).
+test-chart: ## the Helm chart's tests: vet, staticcheck, render with Helm's library, lint (deploy/helm)
+	@test -x "$(STATICCHECK)" || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	cd deploy/helm && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -race -count=1 -timeout 20m ./...
 
 test-short: ## the tests without -race, for a quick loop
 	$(GO) test -count=1 $(PKGS)

@@ -1,0 +1,153 @@
+package charttest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// repoRoot is the hookstamp module: the gateway and its Dockerfile.
+const repoRoot = "../../.."
+
+// gatewayBin is the gateway built by TestMain from this checkout.
+var gatewayBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "hookstamp-charttest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	gatewayBin = filepath.Join(dir, "gateway")
+	build := exec.Command("go", "build", "-o", gatewayBin, "./cmd/gateway")
+	build.Dir = repoRoot // the gateway's own module and go.mod
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the gateway: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// effectiveConfig is what `gateway check` prints, the keys the chart's
+// invariants are about.
+type effectiveConfig struct {
+	Server struct {
+		Listen          string `json:"listen"`
+		ShutdownTimeout string `json:"shutdown_timeout"`
+	} `json:"server"`
+	Admin struct {
+		Listen string `json:"listen"`
+	} `json:"admin"`
+	Store struct {
+		Driver string `json:"driver"`
+	} `json:"store"`
+	Telemetry struct {
+		Metrics struct {
+			Prometheus bool `json:"prometheus"`
+		} `json:"metrics"`
+	} `json:"telemetry"`
+}
+
+// gatewayCheck runs `gateway check` on config.yaml with environ, as the
+// pod would run it, and returns the effective configuration it printed.
+func gatewayCheck(tb testing.TB, configYAML string, environ []string) effectiveConfig {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(configYAML), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(gatewayBin, "check", "-config", path)
+	cmd.Env = environ
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("gateway check: %v\n%s\nconfig.yaml:\n%s", err, stderr.String(), configYAML)
+	}
+	var eff effectiveConfig
+	if err := yaml.Unmarshal(stdout.Bytes(), &eff); err != nil {
+		tb.Fatalf("gateway check printed what is not YAML: %v\n%s", err, stdout.String())
+	}
+	return eff
+}
+
+var dockerEnvRE = regexp.MustCompile(`^ENV\s+([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$`)
+
+// imageEnv is the environment the Dockerfile's runtime stage sets: a
+// container starts with it, under the variables the pod spec sets.
+func imageEnv(tb testing.TB) map[string]string {
+	tb.Helper()
+	f, err := os.Open(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "FROM ") {
+			clear(env) // only the last stage's ENV reaches the image
+		}
+		if m := dockerEnvRE.FindStringSubmatch(line); m != nil {
+			env[m[1]] = m[2]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return env
+}
+
+// podEnviron is the environment container c starts with: the image's, then
+// envFrom, then env (each later one wins, as in Kubernetes), with Secret
+// references resolved from secrets (by Secret name, then key).
+func podEnviron(tb testing.TB, c *corev1.Container, secrets map[string]map[string]string) []string {
+	tb.Helper()
+	env := imageEnv(tb)
+	for _, from := range c.EnvFrom {
+		if from.SecretRef == nil {
+			tb.Fatalf("envFrom %+v: only Secrets are expected", from)
+		}
+		data, ok := secrets[from.SecretRef.Name]
+		if !ok {
+			tb.Fatalf("envFrom names Secret %q, which neither the chart nor the test provides", from.SecretRef.Name)
+		}
+		for k, v := range data {
+			env[k] = v
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			v, ok := secrets[ref.Name][ref.Key]
+			if !ok {
+				tb.Fatalf("env %s: Secret %q has no key %q", e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = v
+		default:
+			tb.Fatalf("env %s: unexpected source %+v", e.Name, e.ValueFrom)
+		}
+	}
+	environ := make([]string, 0, len(env))
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	return environ
+}

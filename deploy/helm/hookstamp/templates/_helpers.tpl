@@ -1,0 +1,253 @@
+{{/* Names and labels. */}}
+{{- define "hookstamp.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hookstamp.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "hookstamp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hookstamp.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "hookstamp.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "hookstamp.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "hookstamp.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hookstamp.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "hookstamp.secretName" -}}
+{{- .Values.secrets.existingSecret | default (include "hookstamp.fullname" .) }}
+{{- end }}
+
+{{- define "hookstamp.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The configuration file as mounted: config values, YAML. */}}
+{{- define "hookstamp.configYAML" -}}
+{{- toYaml .Values.config }}
+{{- end }}
+
+{{- define "hookstamp.configPath" -}}/etc/hookstamp/config.yaml{{- end }}
+
+{{/*
+hookstamp.port: the port of a listen address (":9090", "0.0.0.0:9090").
+A loopback or empty address fails: the kubelet and the Service reach the pod's
+own address. Called with (list "key.path" value).
+*/}}
+{{- define "hookstamp.port" -}}
+{{- $key := index . 0 }}
+{{- $addr := index . 1 | toString }}
+{{- if not (regexMatch "^(|0\\.0\\.0\\.0|\\[::\\]):[0-9]{1,5}$" $addr) }}
+{{- fail (printf "config.%s: %q must listen on every interface of the pod, as \":PORT\"" $key $addr) }}
+{{- end }}
+{{- regexFind "[0-9]+$" $addr }}
+{{- end }}
+
+{{- define "hookstamp.adminPort" -}}
+{{- $admin := .Values.config.admin | default dict }}
+{{- include "hookstamp.port" (list "admin.listen" ($admin.listen | default "")) }}
+{{- end }}
+
+{{- define "hookstamp.httpPort" -}}
+{{- $server := .Values.config.server | default dict }}
+{{- include "hookstamp.port" (list "server.listen" ($server.listen | default ":8080")) }}
+{{- end }}
+
+{{/*
+hookstamp.milliseconds: a Go duration ("15s", "1m30s", "2500ms") in whole
+milliseconds, rounded up. Called with (list "key.path" value).
+*/}}
+{{- define "hookstamp.milliseconds" -}}
+{{- $key := index . 0 }}
+{{- $d := index . 1 | toString }}
+{{- if not (regexMatch "^([0-9]*\\.?[0-9]+(ns|us|µs|ms|s|m|h))+$" $d) }}
+{{- fail (printf "config.%s: %q is not a Go duration (e.g. 15s, 1m30s)" $key $d) }}
+{{- end }}
+{{- $unit := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|ms|s|m|h)" $d -1 }}
+{{- $n := regexFind "^[0-9]*\\.?[0-9]+" . }}
+{{- $total = addf $total (mulf (float64 $n) (get $unit (trimPrefix $n .))) }}
+{{- end }}
+{{- ceil $total | int64 }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: the pre-stop sleep, the drain, the release. */}}
+{{- define "hookstamp.terminationGracePeriodSeconds" -}}
+{{- $server := .Values.config.server | default dict }}
+{{- $drainMs := include "hookstamp.milliseconds" (list "server.shutdown_timeout" ($server.shutdown_timeout | default "15s")) | int64 }}
+{{- $drain := div (add $drainMs 999) 1000 }}
+{{- add .Values.terminationGrace.preStopSleepSeconds $drain .Values.terminationGrace.releaseSeconds }}
+{{- end }}
+
+{{/*
+hookstamp.isReference: true when v is empty or one "${NAME}" reference (with or
+without a default): a value the ConfigMap may hold.
+*/}}
+{{- define "hookstamp.isReference" -}}
+{{- $v := toString . }}
+{{- if or (eq $v "") (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}$" $v) }}true{{- end }}
+{{- end }}
+
+{{- define "hookstamp.checkSecretValues" -}}
+{{- $c := .Values.config }}
+{{- $checks := list }}
+{{- with $c.admin }}{{ $checks = append $checks (list "admin.token" (.token | default "")) }}{{ end }}
+{{- with $c.store }}{{ if eq (.driver | default "sqlite") "postgres" }}{{ $checks = append $checks (list "store.dsn" (.dsn | default "")) }}{{ end }}{{ end }}
+{{- with $c.screen }}{{ with .redis }}{{ $checks = append $checks (list "screen.redis.password" (.password | default "")) }}{{ end }}{{ end }}
+{{- range $i, $r := $c.routes }}
+{{- with $r.verify }}
+{{- range $j, $s := (.secrets | default list) }}
+{{- $checks = append $checks (list (printf "routes[%d].verify.secrets[%d]" $i $j) $s) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $checks }}
+{{- if not (include "hookstamp.isReference" (index . 1)) }}
+{{- fail (printf "config.%s holds a literal value: the ConfigMap is not secret. Write \"${NAME}\" and put NAME in secrets.env (or in secrets.existingSecret)" (index . 0)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Every "${NAME}" without a default must be in the chart's Secret. */}}
+{{- define "hookstamp.checkSecretNames" -}}
+{{- if not .Values.secrets.existingSecret }}
+{{- $have := append (keys (.Values.secrets.env | default dict)) "HOOKSTAMP_ADMIN_TOKEN" }}
+{{- range regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (include "hookstamp.configYAML" .) -1 }}
+{{- $name := trimSuffix "}" (trimPrefix "${" .) }}
+{{- if not (has $name $have) }}
+{{- fail (printf "config references ${%s}, which secrets.env does not set (the gateway would not start)" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Choices docs/production.md asks for, refused here rather than in production. */}}
+{{- define "hookstamp.checkTopology" -}}
+{{- $c := .Values.config }}
+{{- $store := $c.store | default dict }}
+{{- $screen := $c.screen | default dict }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- if ne ($store.driver | default "sqlite") "postgres" }}
+{{- fail "replicaCount > 1 needs config.store.driver: postgres (a SQLite file is one replica's)" }}
+{{- end }}
+{{- if eq ($screen.driver | default "memory") "memory" }}
+{{- fail "replicaCount > 1 needs config.screen.driver: redis (or none): a memory screen is one process's" }}
+{{- end }}
+{{- end }}
+{{- $lease := include "hookstamp.milliseconds" (list "screen.lease" ($screen.lease | default "30s")) | int64 }}
+{{- range $i, $r := $c.routes }}
+{{- $up := $r.upstream | default dict }}
+{{- $t := include "hookstamp.milliseconds" (list (printf "routes[%d].upstream.timeout" $i) ($up.timeout | default "10s")) | int64 }}
+{{- if lt $lease (add $t 10000) }}
+{{- fail (printf "config.screen.lease (%s) must be at least routes[%d].upstream.timeout (%s) + 10s: a forward still running when the lease ends is cut short and its retry forwarded again (docs/production.md \"Lease\")" ($screen.lease | default "30s") $i ($up.timeout | default "10s")) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not (dig "telemetry" "metrics" "prometheus" true $c)) }}
+{{- fail "serviceMonitor.enabled needs config.telemetry.metrics.prometheus: true" }}
+{{- end }}
+{{- end }}
+
+{{- define "hookstamp.checks" -}}
+{{- include "hookstamp.checkSecretValues" . }}
+{{- include "hookstamp.checkSecretNames" . }}
+{{- include "hookstamp.checkTopology" . }}
+{{- end }}
+
+{{/*
+hookstamp.secretData: the chart's Secret, computed once per render (the hook
+copy of the migration Job must hold the same generated token). The token is
+read back from the cluster on upgrade, so it does not change.
+*/}}
+{{- define "hookstamp.secretData" -}}
+{{- if not (hasKey .Values.secrets "_data") }}
+{{- $data := dict }}
+{{- range $k, $v := (.Values.secrets.env | default dict) }}
+{{- $_ := set $data $k (toString $v) }}
+{{- end }}
+{{- $token := .Values.secrets.adminToken }}
+{{- if not $token }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "hookstamp.fullname" .) }}
+{{- $token = dig "data" "HOOKSTAMP_ADMIN_TOKEN" "" ($old | default dict) | b64dec }}
+{{- end }}
+{{- $_ := set $data "HOOKSTAMP_ADMIN_TOKEN" ($token | default (randAlphaNum 32)) }}
+{{- $_ := set .Values.secrets "_data" $data }}
+{{- end }}
+{{- range $k, $v := .Values.secrets._data }}
+{{ $k }}: {{ $v | b64enc | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The pod's volumes and the container's environment, shared with the migration Job. */}}
+{{- define "hookstamp.env" -}}
+- name: HOOKSTAMP_CONFIG
+  value: {{ include "hookstamp.configPath" . }}
+{{- /* The image sets HOOKSTAMP_ADMIN__LISTEN=:9090, which would win over the file. */}}
+- name: HOOKSTAMP_ADMIN__LISTEN
+  value: {{ dig "admin" "listen" "" .Values.config | quote }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "hookstamp.affinity" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "hookstamp.selectorLabels" . | fromYaml)) }}
+{{- $anti := dict }}
+{{- if eq .Values.podAntiAffinity "hard" }}
+{{- $_ := set $anti "requiredDuringSchedulingIgnoredDuringExecution" (list $term) }}
+{{- else if eq .Values.podAntiAffinity "soft" }}
+{{- $_ := set $anti "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term)) }}
+{{- else }}
+{{- fail (printf "podAntiAffinity: %q is neither soft nor hard" .Values.podAntiAffinity) }}
+{{- end }}
+{{- toYaml (merge (dict "podAntiAffinity" $anti) (.Values.affinity | default dict)) }}
+{{- end }}
+
+{{- define "hookstamp.volumeMounts" -}}
+- name: config
+  mountPath: /etc/hookstamp
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if eq (dig "store" "driver" "sqlite" .Values.config) "sqlite" }}
+{{- /* The embedded ledger's file; an emptyDir lives as long as the pod. */}}
+- name: data
+  mountPath: /app/data
+{{- end }}
+{{- end }}
+
+{{/* Called with (dict "ctx" $ "configMap" NAME). */}}
+{{- define "hookstamp.volumes" -}}
+- name: config
+  configMap:
+    name: {{ .configMap }}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if eq (dig "store" "driver" "sqlite" .ctx.Values.config) "sqlite" }}
+- name: data
+  emptyDir: {}
+{{- end }}
+{{- end }}
