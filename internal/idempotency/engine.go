@@ -213,6 +213,12 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 				return e.shadow(ctx, fwd)
 			}
 			if !d.matches(c.Fingerprint) && !p.ReplayOnMismatch {
+				// A screen claim can be a refused copy's that landed late,
+				// after its own sender fell back to the ledger: the ledger
+				// decides whether this delivery is the recorded one.
+				if r, ok := e.settledInLedger(ctx, p, d, fwd, &c); ok {
+					return r
+				}
 				return e.mismatch(nil) // key reuse
 			}
 			if c.Status == Held {
