@@ -118,6 +118,17 @@ func servedCert(tb testing.TB, addr, serverName string, roots *x509.CertPool) (*
 	return st.PeerCertificates[0], st
 }
 
+// tryServedCert is servedCert for polling: a failed handshake is an error.
+func tryServedCert(addr, serverName string, roots *x509.CertPool) (*x509.Certificate, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{ServerName: serverName, RootCAs: roots})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0], nil
+}
+
 // httpsClient trusts roots and sends serverName as SNI; it keeps no idle
 // connection, so that each request shows the certificate served now.
 func httpsClient(roots *x509.CertPool, serverName string) *http.Client {
