@@ -126,6 +126,10 @@ func TestTLSMinVersionAndHTTP1Only(t *testing.T) {
 			if st.NegotiatedProtocol != "http/1.1" {
 				t.Fatalf("negotiated %q, want http/1.1", st.NegotiatedProtocol)
 			}
+			if conn, err := tls.Dial("tcp", g.Addr(), &tls.Config{RootCAs: ca.pool, NextProtos: []string{"h2"}}); err == nil {
+				conn.Close()
+				t.Fatal("a client offering only h2 was accepted")
+			}
 		})
 	}
 }
