@@ -42,6 +42,9 @@ type Options struct {
 	// ACMERoots verify the ACME CA's HTTPS certificate (nil = the system's
 	// roots; tests: their own CA's).
 	ACMERoots *x509.CertPool
+	// ACMERenewCheck is how often ACME certificates are checked for
+	// renewal (10 minutes when 0; tests: short-lived certificates).
+	ACMERenewCheck time.Duration
 	// TLSReloadInterval is how often certificate files are read for a
 	// change (1s when 0).
 	TLSReloadInterval time.Duration

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/letsencrypt/pebble/v2/ca"
 	"github.com/letsencrypt/pebble/v2/db"
@@ -34,6 +35,12 @@ type pebbleCA struct {
 }
 
 func startPebble(tb testing.TB, httpPort, tlsPort int) *pebbleCA {
+	return startPebbleValidity(tb, httpPort, tlsPort, 0)
+}
+
+// startPebbleValidity is startPebble issuing certificates valid for
+// validity (Pebble's default, years, when 0).
+func startPebbleValidity(tb testing.TB, httpPort, tlsPort int, validity time.Duration) *pebbleCA {
 	tb.Helper()
 	// Read by va.New and wfe.New: validate at once, never reject a nonce.
 	tb.Setenv("PEBBLE_VA_NOSLEEP", "1")
@@ -41,7 +48,7 @@ func startPebble(tb testing.TB, httpPort, tlsPort int) *pebbleCA {
 	pl := &pebbleLog{}
 	logger := log.New(pl, "pebble ", 0)
 	store := db.NewMemoryStore()
-	authority := ca.New(logger, store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	authority := ca.New(logger, store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default", ValidityPeriod: uint64(validity.Seconds())}})
 	validator := va.New(logger, httpPort, tlsPort, false, loopbackDNS(tb), store)
 	front := wfe.New(logger, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
 	srv := httptest.NewUnstartedServer(front.Handler())

@@ -77,6 +77,8 @@ func (g *Gateway) acmeOptions(ctx context.Context, o Options) (*tlscert.ACME, er
 		ListenHost:   host,
 		TLSALPNPort:  port,
 		HTTPPort:     httpPort,
+
+		RenewCheckInterval: o.ACMERenewCheck,
 	}, nil
 }
 

@@ -131,13 +131,16 @@ func TestACMEReadyzWithoutCertificate(t *testing.T) {
 	listenPort := testenv.FreePort(t)
 	// Pebble validates on ports where nothing listens: no certificate.
 	p := startPebble(t, testenv.FreePort(t), testenv.FreePort(t))
-	_, log := newLogTap(t)
 	cfg := acmeConfig(t, p, newUpstream(t), fmt.Sprintf("127.0.0.1:%d", listenPort), "", "sqlite", "memory")
+	tap, log := newLogTap(t)
 	g := startGatewayWith(t, cfg, Options{Logger: log, ACMERoots: p.ServerRoots})
 	status, body := get(t, "http://"+g.AdminAddr()+"/readyz")
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, acmeDomain+": no usable certificate") {
 		t.Fatalf("/readyz %d %s; want 503 naming %s without a certificate", status, body, acmeDomain)
 	}
+	eventually(t, 30*time.Second, "the failed order logged", func() bool {
+		return tap.contains("tls certificate could not be obtained")
+	})
 }
 
 // Two replicas on one PostgreSQL database share one ACME account and one
@@ -174,5 +177,28 @@ func TestACMEReplicasShareOneCertificate(t *testing.T) {
 	sameReply(t, first, again)
 	if up.total.Load() != 1 {
 		t.Fatalf("upstream received %d deliveries, want 1", up.total.Load())
+	}
+}
+
+// A certificate nearing its end is renewed in the background and the new
+// one served to new connections, without a restart; the renewal is
+// logged, and a failure to obtain one is logged too.
+func TestACMERenewalServedAndLogged(t *testing.T) {
+	listenPort := testenv.FreePort(t)
+	p := startPebbleValidity(t, testenv.FreePort(t), listenPort, 24*time.Second)
+	tap, log := newLogTap(t)
+	cfg := acmeConfig(t, p, newUpstream(t), fmt.Sprintf("127.0.0.1:%d", listenPort), "", "sqlite", "memory")
+	g := startGatewayWith(t, cfg, Options{Logger: log, ACMERoots: p.ServerRoots, ACMERenewCheck: 500 * time.Millisecond})
+
+	first := waitForCertificate(t, g, p)
+	eventually(t, 60*time.Second, "a renewed certificate on a new connection", func() bool {
+		leaf, err := tryServedCert(g.Addr(), acmeDomain, p.IssuedRoots)
+		return err == nil && fmt.Sprintf("%x", leaf.SerialNumber) != first
+	})
+	if !tap.contains("tls certificate obtained") || !tap.contains("tls certificate renewed") {
+		t.Fatal("the first certificate and its renewal were not both logged")
+	}
+	if n := len(p.issued()); n < 2 {
+		t.Fatalf("Pebble issued %d certificates, want the first and its renewal", n)
 	}
 }

@@ -33,8 +33,9 @@ func newACME(a ACME, log *slog.Logger) (*acmeSource, error) {
 	s := &acmeSource{domains: a.Domains, log: log}
 	zl := zapLogger(log.With("component", "certmagic"))
 	s.cache = certmagic.NewCache(certmagic.CacheOptions{
-		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return s.cfg, nil },
-		Logger:           zl,
+		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return s.cfg, nil },
+		RenewCheckInterval: a.RenewCheckInterval,
+		Logger:             zl,
 	})
 	s.cfg = certmagic.New(s.cache, certmagic.Config{
 		Storage:           a.Storage,

@@ -59,6 +59,10 @@ type ACME struct {
 	// HTTPPort is the port of server.redirect_listen, which answers the
 	// HTTP-01 challenge; 0 turns HTTP-01 off.
 	HTTPPort int
+	// RenewCheckInterval is how often certificates are checked for
+	// renewal (certmagic's default, 10 minutes, when 0; tests: short-lived
+	// certificates).
+	RenewCheckInterval time.Duration
 }
 
 // Manager holds the delivery listener's certificate.
