@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"math"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -204,4 +206,66 @@ func TestTLSReadinessAndExpiryMetric(t *testing.T) {
 			}
 		})
 	}
+}
+
+// SIGTERM over TLS: a connection that completed its handshake but never
+// sent a request does not hold the drain for read_timeout (it is closed),
+// and a request half sent over TLS when shutdown began is still answered
+// and recorded.
+func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
+	writeAtomic(t, certFile, c)
+	writeAtomic(t, keyFile, k)
+	up := newUpstream(t)
+	cfg := routesConfig(t, dbPath(t), "  read_timeout: 30s\n  tls: {cert_file: "+strconvQuote(certFile)+", key_file: "+strconvQuote(keyFile)+"}\n", "", `  - name: hooks
+    path: /hooks
+    upstream: {url: "`+up.URL+`/up", timeout: 2s}
+    key: {sources: [{json: id}]}
+`, nil)
+	g := startGateway(t, cfg)
+	dial := func() *tls.Conn {
+		conn, err := tls.Dial("tcp", g.Addr(), &tls.Config{RootCAs: ca.pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	idle, half := dial(), dial()
+	body := `{"id":"evt_tls_half"}`
+	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := half.Write([]byte(req[:20])); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "both connections accepted, one with a request begun", func() bool {
+		open, used := g.server.Conns()
+		return open == 2 && used == 1
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	shut := make(chan error, 1)
+	go func() { shut <- g.server.Shutdown(ctx) }()
+	eventually(t, 5*time.Second, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	finishHalfSent(t, g, half, req[20:], "evt_tls_half", shut)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v (a TLS connection without a request held it?)", d)
+	}
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the TLS connection without a request is still open after shutdown")
+	}
+	if up.total.Load() != 1 {
+		t.Fatalf("upstream received %d deliveries, want 1", up.total.Load())
+	}
+	g.closeAll()
 }

@@ -21,8 +21,9 @@ type fileSource struct {
 	interval          time.Duration
 	log               *slog.Logger
 
-	cert atomic.Pointer[tls.Certificate]
-	last [sha256.Size]byte // digest of the files last tried
+	cert       atomic.Pointer[tls.Certificate]
+	last       [sha256.Size]byte // digest of the files last tried
+	unreadable int               // consecutive reads that failed
 }
 
 func newFileSource(certFile, keyFile string, interval time.Duration, log *slog.Logger) (*fileSource, error) {
@@ -68,10 +69,13 @@ func (s *fileSource) reload() {
 	certPEM, keyPEM, err := s.read()
 	if err != nil {
 		// A file being replaced may be missing for an instant: tried
-		// again next time, and logged only if it stays so.
-		s.log.Debug("tls certificate files unreadable; serving the previous certificate", "err", err)
+		// again next time, and logged only once it stays so.
+		if s.unreadable++; s.unreadable == 2 {
+			s.log.Warn("tls certificate files unreadable; still serving the previous certificate", "err", err)
+		}
 		return
 	}
+	s.unreadable = 0
 	d := digest(certPEM, keyPEM)
 	if d == s.last {
 		return
