@@ -68,8 +68,15 @@ var (
 	validLine    = regexp.MustCompile(`authz \S+ set VALID by completed challenge (\S+)`)
 )
 
-// issued is the serial numbers of the certificates Pebble issued.
-func (p *pebbleCA) issued() []string { return p.log.matches(issuedLine) }
+// issued is the serial numbers of the certificates Pebble issued, in hex
+// without leading zeros (as fmt's %x writes a big.Int).
+func (p *pebbleCA) issued() []string {
+	serials := p.log.matches(issuedLine)
+	for i, s := range serials {
+		serials[i] = strings.TrimLeft(s, "0")
+	}
+	return serials
+}
 
 // accounts is how many ACME accounts were registered.
 func (p *pebbleCA) accounts() int { return len(p.log.matches(accountsLine)) }

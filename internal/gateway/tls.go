@@ -62,22 +62,16 @@ func (g *Gateway) initTLS(ctx context.Context, o Options) (*tls.Config, error) {
 
 func (g *Gateway) acmeOptions(ctx context.Context, o Options) (*tlscert.ACME, error) {
 	a := g.cfg.Server.TLS.ACME
-	host, port := splitPort(g.cfg.Server.Listen)
-	_, httpPort := splitPort(g.cfg.Server.RedirectListen)
 	storage, err := g.acmeStorage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &tlscert.ACME{
-		Domains:      a.Domains,
-		Email:        a.Email,
-		CA:           a.CA,
-		Storage:      storage,
-		TrustedRoots: o.ACMERoots,
-		ListenHost:   host,
-		TLSALPNPort:  port,
-		HTTPPort:     httpPort,
-
+		Domains:            a.Domains,
+		Email:              a.Email,
+		CA:                 a.CA,
+		Storage:            storage,
+		TrustedRoots:       o.ACMERoots,
 		RenewCheckInterval: o.ACMERenewCheck,
 	}, nil
 }
@@ -157,7 +151,7 @@ func (g *Gateway) startTLS(ctx context.Context) error {
 		})
 		g.log.Info("redirect listener serving", "addr", ln.Addr().String())
 	}
-	return g.tls.mgr.Start(ctx)
+	return g.tls.mgr.Start(ctx, tlscert.Listeners{TLS: g.Addr(), Redirect: g.RedirectAddr()})
 }
 
 // tlsCheck is the /readyz member "tls": not ready while the delivery

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
@@ -46,21 +48,32 @@ func newACME(a ACME, log *slog.Logger) (*acmeSource, error) {
 		ShouldEmitFunc:    func(ev string) bool { return ev == "cert_obtained" || ev == "cert_failed" },
 	})
 	s.issuer = certmagic.NewACMEIssuer(s.cfg, certmagic.ACMEIssuer{
-		CA:                   a.CA,
-		Email:                a.Email,
-		Agreed:               true,
-		TrustedRoots:         a.TrustedRoots,
-		ListenHost:           a.ListenHost,
-		AltTLSALPNPort:       a.TLSALPNPort,
-		AltHTTPPort:          a.HTTPPort,
-		DisableHTTPChallenge: a.HTTPPort == 0,
-		Logger:               zl,
+		CA:           a.CA,
+		Email:        a.Email,
+		Agreed:       true,
+		TrustedRoots: a.TrustedRoots,
+		Logger:       zl,
 	})
 	s.cfg.Issuers = []certmagic.Issuer{s.issuer}
 	return s, nil
 }
 
-func (s *acmeSource) start(ctx context.Context) error {
+// start points the challenges at the bound listeners, then manages the
+// certificates. Certmagic tries to bind a challenge's port itself and,
+// finding it taken, relies on whoever holds it: our listeners, so the
+// ports must be theirs (with ":0" in the configuration, the kernel's).
+func (s *acmeSource) start(ctx context.Context, ln Listeners) error {
+	host, tlsPort, err := hostPort(ln.TLS)
+	if err != nil {
+		return fmt.Errorf("tls: listener %q: %w", ln.TLS, err)
+	}
+	s.issuer.ListenHost, s.issuer.AltTLSALPNPort = host, tlsPort
+	s.issuer.DisableHTTPChallenge = ln.Redirect == ""
+	if ln.Redirect != "" {
+		if _, s.issuer.AltHTTPPort, err = hostPort(ln.Redirect); err != nil {
+			return fmt.Errorf("tls: redirect listener %q: %w", ln.Redirect, err)
+		}
+	}
 	if err := s.cfg.ManageAsync(ctx, s.domains); err != nil {
 		return fmt.Errorf("tls: manage certificates of %v: %w", s.domains, err)
 	}
@@ -68,6 +81,15 @@ func (s *acmeSource) start(ctx context.Context) error {
 }
 
 func (s *acmeSource) close() { s.cache.Stop() }
+
+func hostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(p)
+	return h, n, err
+}
 
 // leaf is the certificate served for domain now, nil when there is none.
 func (s *acmeSource) leaf(domain string) *x509.Certificate {

@@ -52,13 +52,6 @@ type ACME struct {
 	// TrustedRoots verify the CA's own HTTPS certificate (nil = the
 	// system's roots).
 	TrustedRoots *x509.CertPool
-	// ListenHost and TLSALPNPort are where server.listen is bound: the
-	// TLS-ALPN-01 challenge is answered there.
-	ListenHost  string
-	TLSALPNPort int
-	// HTTPPort is the port of server.redirect_listen, which answers the
-	// HTTP-01 challenge; 0 turns HTTP-01 off.
-	HTTPPort int
 	// RenewCheckInterval is how often certificates are checked for
 	// renewal (certmagic's default, 10 minutes, when 0; tests: short-lived
 	// certificates).
@@ -112,12 +105,21 @@ func (m *Manager) TLSConfig() *tls.Config {
 	return c
 }
 
+// Listeners are the addresses the gateway's listeners are bound to.
+type Listeners struct {
+	// TLS is server.listen's: the TLS-ALPN-01 challenge is answered there.
+	TLS string
+	// Redirect is server.redirect_listen's, which answers the HTTP-01
+	// challenge; "" turns HTTP-01 off.
+	Redirect string
+}
+
 // Start reloads the files until ctx is done, or begins obtaining and
-// renewing the ACME certificates in the background (the listeners must
-// already be bound: they answer the challenges).
-func (m *Manager) Start(ctx context.Context) error {
+// renewing the ACME certificates in the background, the challenges
+// answered by the listeners bound at ln.
+func (m *Manager) Start(ctx context.Context, ln Listeners) error {
 	if m.acme != nil {
-		return m.acme.start(ctx)
+		return m.acme.start(ctx, ln)
 	}
 	go m.files.watch(ctx)
 	return nil
