@@ -142,7 +142,10 @@ func loopbackDNS(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	for _, srv := range []*dns.Server{{Listener: ln, Handler: handler}, {PacketConn: pc, Handler: handler}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
 		go func() { _ = srv.ActivateAndServe() }()
+		<-started // a Shutdown before it would leave it serving
 		tb.Cleanup(func() { _ = srv.Shutdown() })
 	}
 	return ln.Addr().String()
