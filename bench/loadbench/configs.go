@@ -24,6 +24,8 @@ type GatewayConfig struct {
 	UpstreamURL   string
 	// Extra is YAML appended under the top level (whole sections).
 	Extra string
+	// Server is YAML appended to the server section (server.tls).
+	Server string
 }
 
 // YAML renders the configuration.
@@ -48,7 +50,7 @@ func (c GatewayConfig) YAML() string {
 	return fmt.Sprintf(`server:
   listen: "127.0.0.1:0"
   body_limit: 64KiB
-admin:
+%sadmin:
   listen: ""
 store:
   driver: %s
@@ -68,7 +70,7 @@ routes:
     key:
       sources:
         - header: X-Event-Id
-`, c.Store, c.DSN, sweep, screen, c.Extra, c.UpstreamURL)
+`, c.Server, c.Store, c.DSN, sweep, screen, c.Extra, c.UpstreamURL)
 }
 
 // Write saves the configuration as dir/name.yaml.

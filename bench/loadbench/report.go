@@ -205,6 +205,11 @@ var ratioDefs = []struct{ name, num, den string }{
 	{"unique_vs_pg_insert", "B1", "L1"},
 	{"mix_vs_ledger_only", "B3", "B4"},
 	{"storm_vs_ledger_only", "B3s", "B4s"},
+	// Not goals: what TLS on the delivery listener keeps of the plain
+	// throughput, with kept connections and with a handshake per request.
+	{"tls_unique_vs_plain", "B1t", "B1"},
+	{"tls_repeats_vs_plain", "B2t", "B2"},
+	{"tls_handshake_repeats_vs_plain", "B2tn", "B2"},
 	// Not a goal: how much faster than the hop the upstream alone answers
 	// the same load generator on the same machine. A repeat answered from
 	// memory does at least what the upstream does (read a request, write

@@ -298,6 +298,10 @@ func (r *run) main(ctx context.Context) error {
 	if failed := Prerecord(ctx, mainT.WithMix(nil), working, 64); failed > 0 {
 		return fmt.Errorf("B2 working set: %d of %d deliveries failed", failed, len(working))
 	}
+	gwTLS, tlsT, tlsNewT, err := r.tlsGateway(ctx, working)
+	if err != nil {
+		return err
+	}
 
 	maxConc := slices.Max(o.Concurrency)
 	l1, err := NewPGInsert(ctx, l1DSN, min(o.L1Conns, maxConc))
@@ -318,6 +322,9 @@ func (r *run) main(ctx context.Context) error {
 		{name: "B4", desc: "ledger only (seed design), 70/30", doer: ledgerT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwLedger},
 		{name: "B4s", desc: "ledger only (seed design), 10/90", doer: ledgerT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwLedger},
 		{name: "B5", desc: "embedded SQLite+memory, 70/30", doer: NewHTTPTarget(gwEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: gwEmbedded},
+		{name: "B1t", desc: "Redis+PG over TLS (kept connections), 100% unique", doer: tlsT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwTLS},
+		{name: "B2t", desc: "Redis+PG over TLS (kept connections), 100% repeats", doer: tlsT.WithMix(&Mix{Working: working}), child: gwTLS},
+		{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: tlsNewT.WithMix(&Mix{Working: working}), child: gwTLS},
 		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1},
 		{name: "L2", desc: "Redis SET NX, unpipelined", doer: l2},
 	}
@@ -436,7 +443,7 @@ func (r *run) main(ctx context.Context) error {
 	for _, s := range systems {
 		r.report.addSystem(s)
 	}
-	for _, c := range append([]*Child{proxy, gwLedger, gwEmbedded}, baseChildren...) {
+	for _, c := range append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS}, baseChildren...) {
 		if s, err := c.Sample(); err == nil {
 			r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
 		}
@@ -458,6 +465,32 @@ func (r *run) main(ctx context.Context) error {
 	}
 	r.report.LoadAfter = LoadAvg()
 	return nil
+}
+
+// tlsGateway starts the Redis+PG gateway again with server.tls (its own
+// schema and prefix), records B2's working set on it, and returns it with
+// a target keeping its connections and one opening a connection per
+// request.
+func (r *run) tlsGateway(ctx context.Context, working []string) (*Child, *HTTPTarget, *HTTPTarget, error) {
+	cert, err := writeBenchCert(r.dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dsn, err := r.pg.Schema(ctx, r.id+"_tls")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gw, err := r.gateway(ctx, "gw-redis-pg-tls", GatewayConfig{Store: "postgres", DSN: dsn, Screen: "redis",
+		Prefix: r.prefix("tls"), OnUnavailable: r.o.ScreenOnUnavailable, Server: cert.serverYAML()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t := NewHTTPSTarget(gw.Addr, nil, cert.pool, false)
+	r.logf("recording B2's working set on the TLS gateway")
+	if failed := Prerecord(ctx, t, working, 64); failed > 0 {
+		return nil, nil, nil, fmt.Errorf("B2t working set: %d of %d deliveries failed", failed, len(working))
+	}
+	return gw, t, NewHTTPSTarget(gw.Addr, nil, cert.pool, true), nil
 }
 
 // scale measures B1 on an empty ledger against one holding o.Prefill rows,

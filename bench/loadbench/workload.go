@@ -79,9 +79,10 @@ func AppendBody(dst []byte, key string) []byte {
 // HTTPTarget sends deliveries of a Mix to one server over keep-alive
 // connections (fasthttp).
 type HTTPTarget struct {
-	client *fasthttp.HostClient
-	url    string
-	mix    *Mix
+	client    *fasthttp.HostClient
+	url       string
+	mix       *Mix
+	closeEach bool // a new connection for every request (NewHTTPSTarget)
 }
 
 // NewHTTPTarget targets addr (host:port), path /hook.
@@ -103,7 +104,7 @@ func NewHTTPTarget(addr string, mix *Mix) *HTTPTarget {
 
 // WithMix is the same target (and connections) with another mix.
 func (t *HTTPTarget) WithMix(m *Mix) *HTTPTarget {
-	return &HTTPTarget{client: t.client, url: t.url, mix: m}
+	return &HTTPTarget{client: t.client, url: t.url, mix: m, closeEach: t.closeEach}
 }
 
 // Close drops the idle connections.
@@ -115,6 +116,9 @@ func (t *HTTPTarget) NewWorker(seed uint64) Worker {
 	w.req.SetRequestURI(t.url)
 	w.req.Header.SetMethod(fasthttp.MethodPost)
 	w.req.Header.SetContentType("application/json")
+	if t.closeEach {
+		w.req.SetConnectionClose()
+	}
 	return w
 }
 

@@ -173,7 +173,10 @@ func migrate(cfg *config.Config) error {
 		return err
 	}
 	defer l.Close()
-	return l.Migrate(ctx)
+	if err := l.Migrate(ctx); err != nil {
+		return err
+	}
+	return gateway.MigrateTLS(ctx, cfg)
 }
 
 func defaultConfigPath(environ []string) string {

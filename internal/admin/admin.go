@@ -54,8 +54,12 @@ type Check struct {
 	// Name is the dependency's member in the /readyz answer ("ledger").
 	Name string
 	// Ping returns nil when the dependency answers. Its error is never
-	// shown: driver errors can carry DSNs with passwords.
+	// shown (driver errors can carry DSNs with passwords), unless Show.
 	Ping func(ctx context.Context) error
+	// Show puts Ping's error in the answer as it is: for checks whose
+	// errors carry no secret and say more than "unreachable" (a listener
+	// without a usable certificate).
+	Show bool
 }
 
 // Options configure a Server. Zero values take the defaults named.

@@ -29,7 +29,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			if err := c.Ping(ctx); err != nil {
 				s.o.Logger.DebugContext(ctx, "readyz: dependency not ready", "dependency", c.Name, "err", err)
 				st = depStatus{Error: "unreachable"}
-				if ctx.Err() != nil {
+				if c.Show {
+					st.Error = err.Error()
+				} else if ctx.Err() != nil {
 					st.Error = "no answer in time"
 				}
 			}

@@ -46,7 +46,48 @@ type Server struct {
 	// TrustedProxies are CIDRs (or single IPs) whose X-Forwarded-For is
 	// believed. Default none.
 	TrustedProxies []string `koanf:"trusted_proxies" yaml:"trusted_proxies"`
+	// TLS makes Listen serve HTTPS. Default off.
+	TLS TLS `koanf:"tls" yaml:"tls"`
+	// RedirectListen is the host:port of a plain-HTTP listener that answers
+	// ACME HTTP-01 challenges and redirects everything else to https;
+	// "" = none. Default "".
+	RedirectListen string `koanf:"redirect_listen" yaml:"redirect_listen"`
 }
+
+// TLS is the certificate of the delivery listener: from files or from an
+// ACME CA, never both. Neither set = plain HTTP.
+type TLS struct {
+	// CertFile and KeyFile are PEM files (the certificate chain, leaf
+	// first, and its private key), reloaded when they change. Default "".
+	CertFile string `koanf:"cert_file" yaml:"cert_file"`
+	KeyFile  string `koanf:"key_file" yaml:"key_file"`
+	// ACME obtains and renews certificates automatically.
+	ACME ACME `koanf:"acme" yaml:"acme"`
+	// MinVersion is the oldest TLS version accepted: "1.2" or "1.3".
+	// Default "1.2".
+	MinVersion string `koanf:"min_version" yaml:"min_version"`
+}
+
+// Enabled reports whether the delivery listener serves HTTPS.
+func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ACME.Enabled() }
+
+// ACME is automatic certificates from an ACME CA, with HTTP-01 (on
+// server.redirect_listen) and TLS-ALPN-01 (on server.listen) challenges
+// answered by the gateway. Account and certificates are kept in the
+// ledger's database when it is PostgreSQL (replicas share them), else in
+// a directory beside the SQLite file.
+type ACME struct {
+	// Domains are the names of the certificate; required for ACME.
+	// Default [].
+	Domains []string `koanf:"domains" yaml:"domains"`
+	// Email is the account's contact address. Default "".
+	Email string `koanf:"email" yaml:"email"`
+	// CA is the ACME directory URL. Default "" = Let's Encrypt.
+	CA string `koanf:"ca" yaml:"ca"`
+}
+
+// Enabled reports whether any ACME key is set.
+func (a ACME) Enabled() bool { return len(a.Domains) > 0 || a.Email != "" || a.CA != "" }
 
 // Admin is the operator listener: health, metrics and the admin API.
 type Admin struct {

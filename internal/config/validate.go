@@ -36,6 +36,7 @@ func rsaScheme(s string) bool { return s == SchemeAlipay || s == SchemeWeChatPay
 func (c *Config) Validate() error {
 	var errs Errors
 	c.validateServer(&errs)
+	c.validateTLS(&errs)
 	c.validateAdmin(&errs)
 	c.validateStore(&errs)
 	c.validateScreen(&errs)

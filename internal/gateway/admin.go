@@ -127,6 +127,7 @@ func (g *Gateway) startAdmin() error {
 		// The memory screen is this process: it answers while we do.
 		checks = append(checks, admin.Check{Name: "screen", Ping: func(context.Context) error { return nil }})
 	}
+	checks = append(checks, g.tlsCheck()...)
 	a := &g.admin
 	a.ln = ln
 	a.srv = admin.New(admin.Options{

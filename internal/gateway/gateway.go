@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,15 @@ type Options struct {
 	// Telemetry replaces parts of the configured telemetry (tests: an
 	// in-memory span exporter).
 	Telemetry telemetry.Overrides
+	// ACMERoots verify the ACME CA's HTTPS certificate (nil = the system's
+	// roots; tests: their own CA's).
+	ACMERoots *x509.CertPool
+	// ACMERenewCheck is how often ACME certificates are checked for
+	// renewal (10 minutes when 0; tests: short-lived certificates).
+	ACMERenewCheck time.Duration
+	// TLSReloadInterval is how often certificate files are read for a
+	// change (1s when 0).
+	TLSReloadInterval time.Duration
 }
 
 // Gateway is one running hookstamp process.
@@ -54,6 +64,7 @@ type Gateway struct {
 	fwd     *forward.Forwarder
 	server  *ingress.Server
 	admin   adminParts // admin.go: admin listener, stats, cache invalidation
+	tls     tlsParts   // tls.go: certificate, redirect listener
 
 	ln       net.Listener
 	serveErr chan error
@@ -184,6 +195,10 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		}
 		trusted = append(trusted, p)
 	}
+	tlsConfig, err := g.initTLS(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	g.server = ingress.New(ingress.Options{
 		Routes:          routes,
 		Engine:          g.engine,
@@ -197,6 +212,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		ObserveUpstream: g.tel.ObserveUpstream,
 		Around:          g.tel.Around(),
 		Logger:          g.log,
+		TLS:             tlsConfig,
 	})
 	return g, nil
 }
@@ -242,12 +258,15 @@ func (g *Gateway) Start() error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
+	if err := g.startTLS(ctx); err != nil {
+		return err
+	}
 	if g.cfg.Store.SweepInterval > 0 {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.sweep(ctx) }()
 	}
 	g.log.Info("hookstamp serving", "addr", ln.Addr().String(), "routes", len(g.cfg.Routes),
-		"store", g.cfg.Store.Driver, "screen", g.cfg.Screen.Driver)
+		"store", g.cfg.Store.Driver, "screen", g.cfg.Screen.Driver, "tls", g.tls.mgr != nil)
 	return nil
 }
 
@@ -260,7 +279,12 @@ func (g *Gateway) Addr() string {
 }
 
 // URL is the base URL of the webhook listener.
-func (g *Gateway) URL() string { return "http://" + g.Addr() }
+func (g *Gateway) URL() string {
+	if g.tls.mgr != nil {
+		return "https://" + g.Addr()
+	}
+	return "http://" + g.Addr()
+}
 
 // Ledger exposes the ledger (tests and the admin API read it).
 func (g *Gateway) Ledger() *sqlledger.Ledger { return g.ledger }

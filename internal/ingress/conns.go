@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,28 +20,52 @@ import (
 // HTTP clients retry on a fresh connection. Connections that have read
 // anything are left to fasthttp, which finishes the request they carry and
 // closes them after its response.
+//
+// With TLS the tracking sits above the TLS layer, on decrypted bytes: a
+// connection that completed its handshake but sent no request is as
+// unused as a plain one, while bytes still waiting on the socket (a
+// ClientHello, a record) count as use.
 type connListener struct {
 	net.Listener
+	tls *tls.Config // nil = plain HTTP
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
 }
 
-func newConnListener(ln net.Listener) *connListener {
-	return &connListener{Listener: ln, conns: make(map[*trackedConn]struct{})}
+func newConnListener(ln net.Listener, tc *tls.Config) *connListener {
+	return &connListener{Listener: ln, tls: tc, conns: make(map[*trackedConn]struct{})}
 }
 
 func (l *connListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+	raw, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, l: l}
+	tc := &trackedConn{Conn: raw, raw: raw, l: l}
 	l.mu.Lock()
 	l.conns[tc] = struct{}{}
 	l.mu.Unlock()
-	return tc, nil
+	if l.tls == nil {
+		return tc, nil
+	}
+	// The handshake runs at the server's first read, in the
+	// connection's own goroutine.
+	s := tls.Server(raw, l.tls)
+	tc.Conn = s
+	return &tlsTrackedConn{trackedConn: tc, tls: s}, nil
 }
+
+// tlsTrackedConn shows fasthttp the TLS connection beneath the tracking
+// (RequestCtx.IsTLS, and so X-Forwarded-Proto: https).
+type tlsTrackedConn struct {
+	*trackedConn
+	tls *tls.Conn
+}
+
+func (c *tlsTrackedConn) Handshake() error { return c.tls.Handshake() }
+
+func (c *tlsTrackedConn) ConnectionState() tls.ConnectionState { return c.tls.ConnectionState() }
 
 // closeUnused ends every connection that has neither read a byte nor has
 // bytes waiting to be read (a request that arrived before the server's
@@ -58,7 +83,7 @@ func (l *connListener) closeUnused() {
 		// Looked at again after the socket: the server may have read the
 		// first bytes since the list was made (it consumed what
 		// hasPending would have seen).
-		if !hasPending(c.Conn) && !c.used.Load() {
+		if !hasPending(c.raw) && !c.used.Load() {
 			c.stopReading()
 		}
 	}
@@ -80,10 +105,11 @@ func (l *connListener) counts() (open, used int) {
 // trackedConn is an accepted connection that remembers whether it has read
 // anything. The flag costs one atomic load per Read.
 type trackedConn struct {
-	net.Conn
-	l      *connListener
-	used   atomic.Bool
-	closed sync.Once
+	net.Conn          // what the server reads: raw, or TLS over it
+	raw      net.Conn // the accepted socket
+	l        *connListener
+	used     atomic.Bool
+	closed   sync.Once
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
@@ -101,7 +127,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // where a closed connection would make fasthttp panic on the response's
 // write deadline.
 func (c *trackedConn) stopReading() {
-	if cr, ok := c.Conn.(interface{ CloseRead() error }); ok {
+	if cr, ok := c.raw.(interface{ CloseRead() error }); ok {
 		_ = cr.CloseRead()
 		return
 	}

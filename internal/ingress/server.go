@@ -3,6 +3,7 @@ package ingress
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -73,6 +74,8 @@ type Options struct {
 	// alone).
 	Around func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error
 	Logger *slog.Logger
+	// TLS, when not nil, makes Serve speak HTTPS (HTTP/1.1) with it.
+	TLS *tls.Config
 }
 
 // Server is the webhook-facing HTTP server.
@@ -166,7 +169,7 @@ func (s *Server) App() *fiber.App { return s.app }
 
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	cl := newConnListener(ln)
+	cl := newConnListener(ln, s.o.TLS)
 	s.lnMu.Lock()
 	s.ln = cl
 	s.lnMu.Unlock()

@@ -87,6 +87,7 @@ type metrics struct {
 	routes     map[string]*routeState
 	countHeld  func(context.Context) (map[string]int, error)
 	heldWarned bool
+	certs      certExpiry
 }
 
 // routeState is what the metrics remember of one route.
@@ -152,6 +153,9 @@ func newMetrics(m metric.Meter, log *slog.Logger, exemplars bool) (*metrics, err
 		metric.WithInt64Callback(ms.observeHeld))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: instrument %s: %w", metricHeldKeys, err)
+	}
+	if err := registerTLSExpiry(m, ms); err != nil {
+		return nil, err
 	}
 	return ms, nil
 }
