@@ -20,8 +20,6 @@ import (
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
-	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
@@ -46,14 +44,16 @@ type Gateway struct {
 	log *slog.Logger
 	now func() time.Time
 
-	tel     *telemetry.Telemetry
-	ledger  *sqlledger.Ledger
-	screen  idempotency.Screen
-	closers []func() error // screens and others, closed in reverse order
-	engine  *idempotency.Engine
-	fwd     *forward.Forwarder
-	server  *ingress.Server
-	admin   adminParts // admin.go: admin listener, stats, cache invalidation
+	tel    *telemetry.Telemetry
+	ledger *sqlledger.Ledger
+	screen idempotency.Screen
+	// screenPing answers /readyz's screen check (nil: no screen).
+	screenPing func(context.Context) error
+	closers    []func() error // screens and others, closed in reverse order
+	engine     *idempotency.Engine
+	fwd        *forward.Forwarder
+	server     *ingress.Server
+	admin      adminParts // admin.go: admin listener, stats, cache invalidation
 
 	ln       net.Listener
 	serveErr chan error
@@ -101,36 +101,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		}
 	}
 
-	switch cfg.Screen.Driver {
-	case "memory":
-		// Done records are kept once, in the engine's local cache (which
-		// repeats consult first), not twice in one process; with the cache
-		// off, the screen keeps them.
-		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: g.localCacheBytes() > 0})
-		g.screen = s
-		g.closers = append(g.closers, func() error { s.Close(); return nil })
-	case "redis":
-		s, err := redisscreen.New(redisscreen.Options{
-			Addrs:         cfg.Screen.Redis.Addrs,
-			Username:      cfg.Screen.Redis.Username,
-			Password:      cfg.Screen.Redis.Password,
-			DB:            cfg.Screen.Redis.DB,
-			TLS:           cfg.Screen.Redis.TLS,
-			Prefix:        cfg.Screen.Prefix,
-			MaxCachedBody: int(cfg.Screen.MaxCachedBody),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("open redis screen: %w", err)
-		}
-		g.screen = s
-		g.closers = append(g.closers, s.Close)
-		if err := g.tel.InstrumentRedis(s.Client()); err != nil {
-			return nil, fmt.Errorf("trace redis screen: %w", err)
-		}
-	case "none":
-		// Claims are pending rows in the ledger.
-	default:
-		return nil, fmt.Errorf("screen.driver %q: unknown", cfg.Screen.Driver)
+	if err := g.openScreen(); err != nil {
+		return nil, err
 	}
 
 	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
