@@ -318,8 +318,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 			// (SPEC §7: keys logged), never claimed: an operator whose
 			// secret is wrong learns which events to have resent.
 			ev.Key = s.refusedKey(route, req)
-			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
-				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
+			return refuse(idempotency.Unverified, "signature verification failed: "+safeDetail(err.Error()), err)
 		}
 	}
 
@@ -331,8 +330,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		// The refused key is logged and put on the span (SPEC §7: keys
 		// logged), so that an operator can tell which event was refused.
 		ev.Key = loggable(key)
-		return idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
-			Detail: "invalid idempotency key: " + safeDetail(err.Error()), Err: err}
+		return refuse(idempotency.InvalidKey, "invalid idempotency key: "+safeDetail(err.Error()), err)
 	case err != nil || len(key) == 0:
 		// No key. A body the JSON sources could not parse says why.
 		if !route.KeyRequired {
@@ -342,7 +340,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		if errors.Is(err, extract.ErrMalformedBody) {
 			detail = "no idempotency key found: the body is not valid JSON"
 		}
-		return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest, Detail: detail, Err: err}
+		return refuse(idempotency.MissingKey, detail, err)
 	}
 	*bp = key[:0]
 	ev.Key = string(key)
@@ -634,17 +632,17 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	}
 	method := c.Method()
 	route, _ := s.router.match(method, string(c.Request().URI().Path()))
-	var outcome idempotency.Outcome
-	var retryAfter time.Duration
-	detail := http.StatusText(status)
+	var refusal idempotency.Result
 	switch {
 	case status == http.StatusRequestEntityTooLarge:
-		detail = "the request body is larger than the gateway's body limit"
 		// server.body_limit holds on every path, routed or not.
-		outcome = idempotency.TooLarge
+		refusal = refuse(idempotency.TooLarge, "the request body is larger than the gateway's body limit", nil)
 	case errors.Is(err, errShuttingDown):
-		// SPEC §2's unavailable: 503 + Retry-After, nothing forwarded.
-		detail, outcome, retryAfter = fe.Message, idempotency.Unavailable, time.Second
+		refusal = refuse(idempotency.Unavailable, fe.Message, nil)
+	}
+	outcome, detail, retryAfter := refusal.Outcome, http.StatusText(status), time.Duration(0)
+	if outcome != "" {
+		status, detail, retryAfter = refusal.Status, refusal.Detail, refusal.RetryAfter
 	}
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
