@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
-
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -157,18 +155,15 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		trusted = append(trusted, p)
 	}
 	g.server = ingress.New(ingress.Options{
-		Routes:          routes,
-		Engine:          g.engine,
-		Forwarder:       g.fwd,
-		BodyLimit:       int(cfg.Server.BodyLimit),
-		ReadTimeout:     cfg.Server.ReadTimeout,
-		WriteTimeout:    cfg.Server.WriteTimeout,
-		TrustedProxies:  trusted,
-		Middleware:      []fiber.Handler{g.tel.Middleware()},
-		Observe:         g.observe,
-		ObserveUpstream: g.tel.ObserveUpstream,
-		Around:          g.tel.Around(),
-		Logger:          g.log,
+		Routes:         routes,
+		Engine:         g.engine,
+		Forwarder:      g.fwd,
+		BodyLimit:      int(cfg.Server.BodyLimit),
+		ReadTimeout:    cfg.Server.ReadTimeout,
+		WriteTimeout:   cfg.Server.WriteTimeout,
+		TrustedProxies: trusted,
+		Observer:       observer{g.tel, g},
+		Logger:         g.log,
 	})
 	return g, nil
 }
@@ -339,6 +334,15 @@ func (g *Gateway) sweep(ctx context.Context) {
 		}
 	}
 }
+
+// observer is the server's ingress.Observer: the telemetry, with the
+// statistics and the log line beside its metrics of a finished request.
+type observer struct {
+	*telemetry.Telemetry
+	g *Gateway
+}
+
+func (o observer) Observe(ctx context.Context, ev *ingress.Event) { o.g.observe(ctx, ev) }
 
 // observe counts every finished request in the metrics and logs the
 // non-routine outcomes (SPEC §7): keys, never bodies.

@@ -12,11 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/forward"
@@ -48,6 +45,21 @@ type Event struct {
 	Duration time.Duration
 }
 
+// Observer is told what happens to requests: the gateway's telemetry is
+// one. Its methods are called concurrently.
+type Observer interface {
+	// Around runs serve as one request, every request the server answers
+	// (those fasthttp refuses before routing too), and answers an error
+	// serve returns with c.App().ErrorHandler (the span of a request must
+	// see its answer).
+	Around(c *fiber.Ctx, serve func(*fiber.Ctx) error) error
+	// Observe is called once per finished request on a route.
+	Observe(ctx context.Context, ev *Event)
+	// ObserveUpstream is called after every forward to the upstream of
+	// route with its duration, failures included.
+	ObserveUpstream(ctx context.Context, route string, d time.Duration)
+}
+
 // Options configure a Server.
 type Options struct {
 	Routes    []*Route
@@ -60,19 +72,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
-	// Middleware runs before the gateway handler (e.g. the OTel server span).
-	Middleware []fiber.Handler
-	// Observe is called once per finished route request (nil = none).
-	Observe func(ctx context.Context, ev *Event)
-	// ObserveUpstream is called after every forward to the upstream of
-	// route with its duration, failures included (nil = none).
-	ObserveUpstream func(ctx context.Context, route string, d time.Duration)
-	// Around runs answer as the Middleware would have run the handler, for
-	// requests fasthttp refuses before any middleware ran (a header it
-	// cannot read), so that they get their server span too (nil = answer
-	// alone).
-	Around func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error
-	Logger *slog.Logger
+	// Observer is told what happens to every request (nil = nothing is).
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Server is the webhook-facing HTTP server.
@@ -144,8 +146,8 @@ func New(o Options) *Server {
 		c.SetUserContext(s.abandon)
 		return c.Next()
 	})
-	for _, m := range o.Middleware {
-		s.app.Use(m)
+	if o.Observer != nil {
+		s.app.Use(func(c *fiber.Ctx) error { return s.observed(c, (*fiber.Ctx).Next) })
 	}
 	s.app.All("/*", s.handle)
 	srv := s.app.Server()
@@ -292,9 +294,8 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	res := s.decide(ctx, c, route, rest, &ev)
 	ev.Result = &res
 	ev.Duration = time.Since(start)
-	annotateSpan(ctx, &ev)
-	if s.o.Observe != nil {
-		s.o.Observe(ctx, &ev)
+	if s.o.Observer != nil {
+		s.o.Observer.Observe(ctx, &ev)
 	}
 	return answer(c, &res)
 }
@@ -423,8 +424,8 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	}
 	sent := time.Now()
 	resp, err := s.o.Forwarder.Do(ctx, req)
-	if s.o.ObserveUpstream != nil {
-		s.o.ObserveUpstream(ctx, route.Name, time.Since(sent))
+	if s.o.Observer != nil {
+		s.o.Observer.ObserveUpstream(ctx, route.Name, time.Since(sent))
 	}
 	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
 		// The upstream answered: settle the delivery on its status (never
@@ -621,9 +622,9 @@ var errShuttingDown = fiber.NewError(http.StatusServiceUnavailable, "the gateway
 // and the handler's refusals as problem documents, with the route's
 // outcome where one applies.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
-	if s.o.Around != nil && !trace.SpanContextFromContext(c.UserContext()).IsValid() {
-		// Refused while reading, before the middleware: no span yet.
-		return s.o.Around(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
+	if s.o.Observer != nil && c.Locals(observedLocal{}) == nil {
+		// Refused while reading, before the middleware ran.
+		return s.observed(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
 	}
 	var fe *fiber.Error
 	status := http.StatusInternalServerError
@@ -656,9 +657,8 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		if t := c.Context().Time(); !t.IsZero() {
 			ev.Duration = time.Since(t)
 		} // else refused while fasthttp read it: when it began is unknown
-		annotateSpan(c.UserContext(), &ev)
-		if s.o.Observe != nil {
-			s.o.Observe(c.UserContext(), &ev)
+		if s.o.Observer != nil {
+			s.o.Observer.Observe(c.UserContext(), &ev)
 		}
 	}
 	return writeProblem(c, status, outcome, detail, retryAfter)
@@ -666,6 +666,16 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 
 // routeLocal is the fiber.Ctx local holding the matched *Route.
 type routeLocal struct{}
+
+// observedLocal is the fiber.Ctx local set once the Observer's Around runs
+// the request.
+type observedLocal struct{}
+
+// observed runs serve through the Observer's Around.
+func (s *Server) observed(c *fiber.Ctx, serve func(*fiber.Ctx) error) error {
+	c.Locals(observedLocal{}, true)
+	return s.o.Observer.Around(c, serve)
+}
 
 // SpanName names a request's server span after its route: the method and
 // the configured path ("POST /webhooks/stripe", "POST /hooks/*"), or the
@@ -680,50 +690,4 @@ func SpanName(c *fiber.Ctx) string {
 		return c.Method() + " " + r.Path + "*"
 	}
 	return c.Method() + " " + r.Path
-}
-
-// maxKeyAttr bounds the hookstamp.key span attribute: the ceiling of
-// key.max_length (config.MaxKeyLength), so the attribute is the whole key
-// — a trace is found by the key it carries — yet bounded if that changes.
-const maxKeyAttr = 2048
-
-// annotateSpan adds route, key and outcome to the request's server span
-// (SPEC §7), and links a replay, or a mismatch, to the span of the original
-// delivery whose record answered it.
-func annotateSpan(ctx context.Context, ev *Event) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("hookstamp.route", ev.Route),
-		attribute.String("hookstamp.outcome", string(ev.Result.Outcome)),
-	}
-	if ev.Key != "" {
-		attrs = append(attrs, attribute.String("hookstamp.key", truncateUTF8(ev.Key, maxKeyAttr)))
-	}
-	r := ev.Result
-	if r.OriginalTraceID != "" {
-		attrs = append(attrs, attribute.String("hookstamp.original_trace_id", r.OriginalTraceID))
-		tid, terr := trace.TraceIDFromHex(r.OriginalTraceID)
-		sid, serr := trace.SpanIDFromHex(r.OriginalSpanID)
-		if terr == nil && serr == nil {
-			span.AddLink(trace.Link{
-				SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true}),
-				Attributes:  []attribute.KeyValue{attribute.String("hookstamp.link", "original_delivery")},
-			})
-		}
-	}
-	span.SetAttributes(attrs...)
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
