@@ -242,18 +242,6 @@ func lookup(tb testing.TB, g *Gateway, route, key string) *idempotency.Record {
 
 func dbPath(tb testing.TB) string { return filepath.Join(tb.TempDir(), "ledger.db") }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // shutdownGateway stops g as SIGTERM would, before the test restarts on
 // the same stores.
 func shutdownGateway(tb testing.TB, g *Gateway) {

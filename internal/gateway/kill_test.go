@@ -83,7 +83,7 @@ func startProcess(tb testing.TB, bin, addr, yaml string) *gatewayProcess {
 			tb.Logf("gateway process output:\n%s", p.logs.String())
 		}
 	})
-	eventually(tb, 15*time.Second, "the gateway process to listen on "+addr, func() bool {
+	testenv.Eventually(tb, 15*time.Second, "the gateway process to listen on "+addr, func() bool {
 		select {
 		case <-exited:
 			tb.Fatalf("gateway process exited before listening:\n%s", p.logs.String())
@@ -176,7 +176,7 @@ routes:
 		}
 		delivered <- err
 	}()
-	eventually(t, 5*time.Second, "the first copy to reach the upstream", func() bool { return up.count("evt_kill") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first copy to reach the upstream", func() bool { return up.count("evt_kill") == 1 })
 	if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("SIGKILL: %v", err)
 	}

@@ -179,18 +179,6 @@ func wantOutcome(tb testing.TB, r reply, status int, outcome string) {
 	}
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // scrape reads h's Prometheus text exposition.
 func scrape(tb testing.TB, h http.Handler) map[string]*dto.MetricFamily {
 	tb.Helper()

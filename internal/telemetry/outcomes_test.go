@@ -118,8 +118,16 @@ func TestEveryOutcomeSpanAndLogLine(t *testing.T) {
 	wantOutcome(t, <-first, 200, "forwarded")
 	steps = append(steps, step{"/plain", body, "evt_slow", 409, "conflict", nil}, step{"/plain", body, "evt_slow", 200, "forwarded", nil})
 
-	// Spans.
-	time.Sleep(200 * time.Millisecond)
+	// Spans: a server span ends after its answer was written.
+	testenv.Eventually(t, 5*time.Second, "every server span ended", func() bool {
+		n := 0
+		for _, s := range exp.GetSpans() {
+			if s.SpanKind == trace.SpanKindServer {
+				n++
+			}
+		}
+		return n >= len(steps)
+	})
 	var srv []int
 	spans := exp.GetSpans()
 	for i, s := range spans {
@@ -195,7 +203,7 @@ func TestReplayLinkAfterRestart(t *testing.T) {
 			g2 := startGateway(t, cfg, o2)
 			for i := range 2 {
 				wantOutcome(t, send(t, g2, "/hooks", `{"a":1}`, "X-Event-Id", "evt_restart"), 200, "replayed")
-				eventually(t, 5*time.Second, "replay span", func() bool { return len(serverSpans(exp2, "replayed")) == i+1 })
+				testenv.Eventually(t, 5*time.Second, "replay span", func() bool { return len(serverSpans(exp2, "replayed")) == i+1 })
 				s := serverSpans(exp2, "replayed")[i]
 				if len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != orig.SpanContext.SpanID() ||
 					s.Links[0].SpanContext.TraceID() != orig.SpanContext.TraceID() {
@@ -371,7 +379,15 @@ func TestSpansCarryNoBodies(t *testing.T) {
 			wantOutcome(t, send(t, g, "/hooks?tok=QUERYMARKER", `{"m":"BODYMARKER"}`, "X-Event-Id", "evt_b"), 200, "forwarded")
 			wantOutcome(t, send(t, g, "/hooks", `{"m":"BODYMARKER"}`, "X-Event-Id", "evt_b"), 200, "replayed")
 			wantOutcome(t, send(t, g, "/hooks", `{"m":"BODYMARKER2"}`, "X-Event-Id", "evt_b"), 422, "mismatch")
-			time.Sleep(200 * time.Millisecond)
+			testenv.Eventually(t, 5*time.Second, "the three server spans ended", func() bool {
+				n := 0
+				for _, s := range exp.GetSpans() {
+					if s.SpanKind == trace.SpanKindServer {
+						n++
+					}
+				}
+				return n >= 3
+			})
 			for _, s := range exp.GetSpans() {
 				var all []string
 				for _, a := range s.Attributes {

@@ -304,7 +304,7 @@ func TestPassthroughForwardHasForwardSpan(t *testing.T) {
 
 func oneServerSpan(tb testing.TB, exp *tracetest.InMemoryExporter, o string) tracetest.SpanStub {
 	tb.Helper()
-	eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
+	testenv.Eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
 	s := serverSpans(exp, o)
 	if len(s) != 1 {
 		tb.Fatalf("%d server spans with outcome %s, want 1", len(s), o)
