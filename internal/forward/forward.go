@@ -168,14 +168,11 @@ func (f *Forwarder) Close() {
 	})
 }
 
-// Do sends r once and returns the upstream's complete response, whatever its
-// status: a 503 is a Response, not an error. Errors match one of
-// ErrUnreachable, ErrTimeout, ErrNoAnswer, ErrResponseTooLarge (errors.Is),
-// except for a request that cannot be built (bad method or URL); when ctx
-// itself ended, the error also matches ctx.Err().
-//
-// With ErrResponseTooLarge, Do also returns the Response with Status and
-// Header (Body nil): the upstream did answer, only the body was not kept.
+// Do sends r once and returns the upstream's complete response, whatever
+// its status. Errors match ErrUnreachable, ErrTimeout, ErrNoAnswer or
+// ErrResponseTooLarge (with which the Response has Status and Header), or
+// ctx.Err() too when ctx ended; a request that cannot be built matches
+// none.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {

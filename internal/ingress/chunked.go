@@ -40,19 +40,14 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 	}
 }
 
-// framing reports whether a request's body came chunked (judged on the
-// header as received), and what is ambiguous in how it is framed ("" when
-// nothing is), with the status to refuse it with. fasthttp accepts
-// conflicting Content-Lengths, Content-Length beside Transfer-Encoding, a
-// Transfer-Encoding not ending in chunked, Transfer-Encoding in HTTP/1.0,
-// several Host fields, and fields that are not tokens or hold controls; a
-// proxy in front reading the bytes otherwise would see other requests (RFC
-// 9112 §3.2, §6.1, §6.3). declared is the Content-Length as received (-1
-// when none or not a number): headerReceived may have changed it.
-//
-// Transfer-Encoding must be chunked alone: fasthttp decodes only chunked,
-// and would forward "gzip, chunked" still gzip-coded. Chunked twice is 400
-// (RFC 9112 §7), another coding 501 (§6.1).
+// framing reports whether a request's body came chunked, and what is
+// ambiguous in how it is framed ("" when nothing is) with the status to
+// refuse it with: conflicting Content-Lengths, Content-Length beside
+// Transfer-Encoding, Transfer-Encoding in HTTP/1.0 or not chunked alone,
+// several Host fields, fields that are not tokens or hold controls. fasthttp
+// accepts them all, and a proxy in front reading the bytes otherwise would
+// see other requests (RFC 9112 §3.2, §6.1, §6.3, §7). declared is the
+// Content-Length as received (-1 when none): headerReceived may change it.
 func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, problem string) {
 	if obsFolded(h.RawHeaders()) {
 		return false, -1, http.StatusBadRequest,
