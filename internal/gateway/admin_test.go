@@ -96,7 +96,7 @@ type setup struct {
 	screen, redis, pfx string
 	token              string
 	adminOff           bool
-	logs               *syncBuffer
+	logs               *testenv.Buffer
 	localCache         string
 	upstream           *countingUpstream
 	mutate             func(*config.Config) // applied last, if set
@@ -170,7 +170,7 @@ routes:
 func newSetup(tb testing.TB) *setup {
 	tb.Helper()
 	return &setup{store: "sqlite", dsn: filepath.Join(tb.TempDir(), "ledger.db"), screen: "memory",
-		token: adminToken, upstream: newCountingUpstream(tb), logs: &syncBuffer{}}
+		token: adminToken, upstream: newCountingUpstream(tb), logs: &testenv.Buffer{}}
 }
 
 // sharedSetup is two replicas' common PostgreSQL and Redis.
@@ -199,23 +199,6 @@ func (s *setup) start(tb testing.TB) *gateway.Gateway {
 		_ = g.Shutdown(ctx)
 	})
 	return g
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 type answer struct {

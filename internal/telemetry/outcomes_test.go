@@ -73,7 +73,7 @@ func TestEveryOutcomeSpanAndLogLine(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	cfg := gatewayConfig(t, up.URL, surveyRoutes, "")
 	cfg.Server.BodyLimit = 4096
@@ -258,7 +258,7 @@ func TestUnsampledDeliveryKeepsTraceIDs(t *testing.T) {
 // protocol wins over the general one.
 func TestOTLPGeneralEnvVars(t *testing.T) {
 	recv := newOTLPReceiver(t)
-	var auth syncBuffer
+	var auth testenv.Buffer
 	inner := recv.Config.Handler
 	recv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = auth.Write([]byte(r.Header.Get("Authorization") + "|" + r.Header.Get("Content-Encoding") + "\n"))
@@ -288,7 +288,7 @@ func TestInvalidKeyIsLoggedEscaped(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			up := newUpstream(t)
 			exp, o := spanRecorder()
-			var buf syncBuffer
+			var buf testenv.Buffer
 			o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: format}, &buf)
 			route := strings.Replace(oneRoute, "{header: X-Event-Id}", "{header: X-Event-Id}, {json: id}, {query: id}", 1)
 			g := startGateway(t, gatewayConfig(t, up.URL, route, ""), o)
@@ -470,7 +470,7 @@ func TestMultiLineBaggageAndTracestateReachUpstream(t *testing.T) {
 func TestUnverifiedDeliveryNamesItsKey(t *testing.T) {
 	up := newUpstream(t)
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	route := strings.Replace(oneRoute, "key: {sources: [{header: X-Event-Id}]}",
 		`key: {sources: [{json: id}]}
@@ -509,7 +509,7 @@ func TestUnverifiedDeliveryNamesItsKey(t *testing.T) {
 func TestTooLargeDeliveryNamesItsKey(t *testing.T) {
 	up := newUpstream(t)
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	route := strings.Replace(oneRoute, "{header: X-Event-Id}", "{json: id}, {header: X-Event-Id}, {body_hash: sha256}", 1)
 	cfg := gatewayConfig(t, up.URL, route, "")
