@@ -70,9 +70,7 @@ store: {driver: postgres, dsn: "`+dsn+`", auto_migrate: true}
 		code := run([]string{"serve", "-config", cfg}, nil, &out, &errb)
 		done <- result{code, errb.String()}
 	}()
-	// Wait until serve waits for the lock.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "serve to wait for the migration lock", func() bool {
 		var n int
 		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"+
 			// this schema's lock only: other packages' tests run beside this one
@@ -80,14 +78,8 @@ store: {driver: postgres, dsn: "`+dsn+`", auto_migrate: true}
 			" AND objid = ((hashtext(current_schema() || '.hookstamp_records')::bigint) & 4294967295)::oid").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("serve never waited for the migration lock; the test proves nothing")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n > 0
+	})
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +138,7 @@ routes:
 		var out bytes.Buffer
 		done <- run([]string{"serve", "-config", cfg}, nil, &out, &errb)
 	}()
-	waitFor(t, "gateway listening", func() bool {
+	testenv.Eventually(t, 10*time.Second, "gateway listening", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -166,12 +158,12 @@ routes:
 		}
 		answered <- resp
 	}()
-	waitFor(t, "delivery in flight", func() bool { return received.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "delivery in flight", func() bool { return received.Load() == 1 })
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "drain begun (/readyz 503)", func() bool {
+	testenv.Eventually(t, 10*time.Second, "drain begun (/readyz 503)", func() bool {
 		resp, err := http.Get("http://" + adminAddr + "/readyz")
 		if err != nil {
 			return false
@@ -196,17 +188,5 @@ routes:
 	}
 	if resp := <-answered; resp != nil && resp.Header.Get("Hookstamp-Outcome") != "released" {
 		t.Fatalf("abandoned delivery: %d %q, want it released", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
-	}
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -13,22 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 var routeNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
-// schemes are the verify.scheme values, in SPEC order.
-var schemes = []string{
-	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify, SchemeSlack, SchemeSquare,
-	SchemePaddle, SchemeRazorpay, SchemeTwitch, SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
-}
-
-// rsaSchemes sign with the provider's RSA key; every other scheme is an HMAC
-// with shared secrets.
-func rsaScheme(s string) bool { return s == SchemeAlipay || s == SchemeWeChatPay }
 
 // Validate reports every problem of the configuration, each as a FieldError
 // with its key path, together in an Errors; nil when there is none. It never
@@ -401,11 +390,7 @@ func validateKey(errs *Errors, p, route string, k Key) {
 		// The extractor has the last word, so that `gateway check` rejects
 		// everything `gateway serve` would. Its errors start with the
 		// source ("sources[1]: …").
-		src := make([]extract.Source, len(k.Sources))
-		for i, s := range k.Sources {
-			src[i] = extract.Source{Kind: s.Kind, Arg: s.Arg}
-		}
-		if _, err := extract.NewExtractor(route, src, k.MaxLength); err != nil {
+		if _, err := k.extractor(route); err != nil {
 			addBuildError(errs, p, "sources", err)
 		}
 	}
@@ -449,7 +434,7 @@ func validateFingerprint(errs *Errors, p string, f Fingerprint) {
 	if len(*errs) == before {
 		// The fingerprinter has the last word (duplicate fields, names
 		// with spaces); its errors start with the field ("fields[1]: …").
-		if _, err := extract.NewFingerprinter(f.Mode, f.Fields); err != nil {
+		if _, err := f.fingerprinter(); err != nil {
 			addBuildError(errs, p, "fields", err)
 		}
 	}
@@ -477,9 +462,9 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		if len(set) > 0 {
 			errs.add(join(p, "scheme"), "%s set but no scheme is: nothing would be verified", strings.Join(set, ", "))
 		}
-	case !contains(schemes, v.Scheme):
-		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(schemes))
-	case rsaScheme(v.Scheme):
+	case !contains(verify.Schemes(), v.Scheme):
+		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(verify.Schemes()))
+	case verify.UsesPublicKey(v.Scheme):
 		if strings.TrimSpace(v.PublicKey) == "" {
 			errs.add(join(p, "public_key"), "required with scheme %s (the provider's RSA public key, PEM)", v.Scheme)
 		}
@@ -518,22 +503,10 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		// What passed the checks above must also build: the verifier has
 		// the last word (key formats, sizes), so `gateway check` rejects
 		// everything `gateway serve` would. Its errors start with the key.
-		if _, err := verify.New(verifyOptions(v)); err != nil {
+		if _, err := v.verifier(); err != nil {
 			addBuildError(errs, p, "scheme", err)
 		}
 	}
-}
-
-// verifyOptions are the verifier's options for a route's verify block.
-func verifyOptions(v Verify) verify.Options {
-	var secrets []string
-	for _, s := range v.Secrets {
-		if strings.TrimSpace(s) != "" {
-			secrets = append(secrets, s)
-		}
-	}
-	return verify.Options{Scheme: v.Scheme, Secrets: secrets, PublicKey: v.PublicKey, URL: v.URL,
-		Tolerance: v.Tolerance, Header: v.Header, Algorithm: v.Algorithm, Encoding: v.Encoding, Prefix: v.Prefix}
 }
 
 func validateRecord(errs *Errors, p string, r Record) {

@@ -8,9 +8,8 @@ import (
 )
 
 // alive reports whether an idle pooled connection may carry a request: the
-// upstream has neither closed it nor sent anything unasked (a late or
-// stray answer, a TLS alert). It peeks at the socket without blocking and
-// without consuming: one recvfrom(MSG_PEEK|MSG_DONTWAIT).
+// upstream has neither closed it nor sent anything unasked. It peeks with
+// one non-blocking recvfrom(MSG_PEEK).
 func alive(c *conn) bool {
 	if c.br.Buffered() > 0 {
 		return false
@@ -27,10 +26,8 @@ func alive(c *conn) bool {
 	var b [1]byte
 	err = rc.Read(func(fd uintptr) bool {
 		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		// Nothing to read (EAGAIN) is the only healthy answer: without
-		// an error there is unasked data (n > 0) or the upstream's FIN
-		// (n == 0), and any other error (ECONNRESET) is a dead
-		// connection.
+		// EAGAIN is the only healthy answer: data, FIN or another error
+		// all mean the connection is unusable.
 		ok = errors.Is(rerr, syscall.EAGAIN) || errors.Is(rerr, syscall.EWOULDBLOCK)
 		return true
 	})

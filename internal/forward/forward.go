@@ -1,18 +1,12 @@
 // Package forward sends one delivery to the upstream and returns its complete
 // response (SPEC §1 FORWARD, §4, §6).
 //
-// Its one promise beyond a plain HTTP client is that a delivery is written to
-// the upstream at most once per call, and that Do reports precisely whether
-// anything reached the upstream: failures before the first byte was written
-// are ErrUnreachable (safe to release, never ambiguous); failures after are
-// ErrTimeout or ErrNoAnswer (the upstream may have acted on the delivery).
-// net/http's Transport cannot promise the first: it silently re-sends a
-// request on a reused keep-alive connection when it considers the request
-// replayable (an Idempotency-Key header or a GET with a rewindable body), and
-// it spends two goroutines per connection. The Forwarder therefore keeps its
-// own HTTP/1.1 connections (pool.go) and writes each request once, on one
-// connection, from the caller's goroutine; answers are parsed with
-// net/http's own http.ReadResponse.
+// A delivery is written at most once per call, and Do reports whether
+// anything reached the upstream: ErrUnreachable before the first byte
+// (safe to release), ErrTimeout or ErrNoAnswer after (ambiguous).
+// net/http's Transport silently re-sends requests it deems replayable on a
+// reused connection, so the Forwarder keeps its own HTTP/1.1 connections
+// (pool.go) and parses answers with http.ReadResponse.
 package forward
 
 import (
@@ -49,46 +43,30 @@ const (
 // Options tunes a Forwarder. The zero value is usable: every zero field takes
 // its documented default.
 type Options struct {
-	// MaxResponseBody is the largest upstream response body read into memory;
-	// a larger one fails with ErrResponseTooLarge. Default 10 MiB.
+	// MaxResponseBody is the largest response body read; a larger one fails
+	// with ErrResponseTooLarge. Default 10 MiB.
 	MaxResponseBody int64
-
-	// DialTimeout bounds the TCP connect. Default 5s. The request's own
-	// Timeout bounds it too.
+	// DialTimeout bounds the TCP connect (and so does the request's
+	// Timeout). Default 5s.
 	DialTimeout time.Duration
-
-	// TLSHandshakeTimeout bounds the TLS handshake with https upstreams.
-	// Default 5s.
+	// TLSHandshakeTimeout bounds the TLS handshake. Default 5s.
 	TLSHandshakeTimeout time.Duration
-
-	// TLSConfig is used for https upstreams (custom roots, client
-	// certificates). Nil means the system roots.
+	// TLSConfig is used for https upstreams; nil means the system roots.
 	TLSConfig *tls.Config
-
-	// MaxIdleConnsPerHost is how many keep-alive connections to one upstream
-	// are kept for reuse. It should cover the concurrent forwards to that
-	// upstream, or bursts open and close connections. Default 256.
+	// MaxIdleConnsPerHost is how many keep-alive connections to one
+	// upstream are kept; it should cover the concurrent forwards. Default 256.
 	MaxIdleConnsPerHost int
-
-	// MaxConnsPerHost caps the connections to one upstream, idle or busy;
-	// forwards beyond it wait for a connection (within their Timeout).
-	// Default 0: no cap.
+	// MaxConnsPerHost caps the connections to one upstream; forwards beyond
+	// it wait within their Timeout. Default 0: no cap.
 	MaxConnsPerHost int
-
-	// IdleConnTimeout closes keep-alive connections idle this long. The
-	// default, 4s, is below the keep-alive timeout of common upstream servers
-	// (Node.js, uvicorn, Apache: 5s) so that the gateway, not the upstream,
-	// closes idle connections: an upstream closing a connection just as a
-	// delivery is written on it is an ambiguous failure (ErrNoAnswer).
+	// IdleConnTimeout closes connections idle this long. The default, 4s,
+	// is below common upstreams' keep-alive (5s), so that the gateway closes
+	// them: an upstream closing one as a delivery is written on it is an
+	// ambiguous failure.
 	IdleConnTimeout time.Duration
-
 	// InjectTrace, if not nil, is called last on every outgoing request's
-	// headers with the request's context, to add trace context (W3C
-	// traceparent). It may overwrite any header. With OpenTelemetry:
-	//
-	//	func(ctx context.Context, h http.Header) {
-	//		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
-	//	}
+	// headers with its context, to add trace context; it may overwrite any
+	// header.
 	InjectTrace func(ctx context.Context, h http.Header)
 }
 
@@ -101,9 +79,7 @@ type Request struct {
 	// X-Forwarded-*/Forwarded are dropped; everything else is forwarded.
 	Header http.Header
 	Body   []byte
-	// ClientIP becomes the whole X-Forwarded-For value; "" sends none. The
-	// caller decides it: the peer address, or, when the peer is one of
-	// server.trusted_proxies, the client address (or chain) it reports.
+	// ClientIP becomes the whole X-Forwarded-For value; "" sends none.
 	ClientIP string
 	// Proto is the scheme the client used ("http" or "https"), sent as
 	// X-Forwarded-Proto; "" sends none.
@@ -141,17 +117,14 @@ type Forwarder struct {
 	maxConns    int
 	idleTimeout time.Duration
 
-	// pools maps "scheme://host:port" to its *hostPool. A sync.Map: every
-	// forward looks its pool up, and a pool is added once per upstream.
-	pools sync.Map
+	pools sync.Map // "scheme://host:port" → *hostPool
 }
 
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // New returns a Forwarder with its own HTTP/1.1 connections. Proxy settings
-// from the environment are ignored on purpose: an HTTPS_PROXY meant for the
-// host's egress would silently route deliveries through a proxy, whose own
-// retries and timeouts would void the one-forward guarantee.
+// from the environment are ignored: a proxy's own retries would void the
+// one-forward guarantee.
 func New(opts Options) *Forwarder {
 	opts = opts.withDefaults()
 	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
@@ -195,14 +168,11 @@ func (f *Forwarder) Close() {
 	})
 }
 
-// Do sends r once and returns the upstream's complete response, whatever its
-// status: a 503 is a Response, not an error. Errors match one of
-// ErrUnreachable, ErrTimeout, ErrNoAnswer, ErrResponseTooLarge (errors.Is),
-// except for a request that cannot be built (bad method or URL); when ctx
-// itself ended, the error also matches ctx.Err().
-//
-// With ErrResponseTooLarge, Do also returns the Response with Status and
-// Header (Body nil): the upstream did answer, only the body was not kept.
+// Do sends r once and returns the upstream's complete response, whatever
+// its status. Errors match ErrUnreachable, ErrTimeout, ErrNoAnswer or
+// ErrResponseTooLarge (with which the Response has Status and Header), or
+// ctx.Err() too when ctx ended; a request that cannot be built matches
+// none.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {
@@ -223,9 +193,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	x := exchange{method: r.Method, host: u.Host}
 	h := outgoingHeader(r)
 	if u.User != nil {
-		// Credentials in upstream.url are the gateway's to its upstream,
-		// sent as Basic auth (as net/http's Client does); they replace an
-		// Authorization the provider sent to the gateway.
+		// upstream.url's credentials replace the provider's Authorization.
 		pw, _ := u.User.Password()
 		h["Authorization"] = []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))}
 	}
@@ -241,13 +209,10 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		return nil, x.failure(ctx, tctx, false, err)
 	}
-	// The caller's context ends the exchange by ending the connection's
-	// I/O; a connection it touched is not reused.
 	stop := context.AfterFunc(tctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	mark := c.cc.written.Load()
 	resp, reuse, err := f.roundTrip(tctx, c, r, u, h)
-	// Read before the connection may be closed: closing a TLS connection
-	// writes its close_notify alert.
+	// Before the connection is closed: closing TLS writes close_notify.
 	sent := c.cc.written.Load() != mark && !refusedByTLS(c, err)
 	if !stop() {
 		reuse = false
@@ -267,8 +232,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	return resp, nil
 }
 
-// aLongTimeAgo is a deadline in the past: setting it unblocks any I/O at
-// once.
+// aLongTimeAgo is a deadline in the past: it unblocks any I/O at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
 // roundTrip writes the request on c and reads the complete answer. reuse
@@ -287,13 +251,10 @@ func (f *Forwarder) roundTrip(ctx context.Context, c *conn, r *Request, u *url.U
 // may already have been sent (earlyAnswer).
 const earlyAnswerWait = time.Second
 
-// earlyAnswer reads, after the request could not be written whole, a final
-// answer the upstream may have sent already: an upstream can refuse a
-// delivery from its headers alone (401 for a bad signature, 413) and close
-// without reading a large body, which makes the write fail. That answer is
-// the upstream's word on the delivery; reporting "no answer" instead would
-// hold the key (record.ambiguous: hold) or have the provider retry a
-// delivery the upstream refused.
+// earlyAnswer reads, after the request could not be written whole, an
+// answer the upstream may have sent already: one refusing a delivery from
+// its headers alone (401, 413) closes without reading the body. That
+// answer is its word on the delivery, not "no answer".
 func (f *Forwarder) earlyAnswer(ctx context.Context, c *conn, r *Request) (*Response, bool) {
 	wait := time.Now().Add(earlyAnswerWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(wait) {
@@ -301,7 +262,7 @@ func (f *Forwarder) earlyAnswer(ctx context.Context, c *conn, r *Request) (*Resp
 	}
 	_ = c.nc.SetReadDeadline(wait)
 	if ctx.Err() != nil {
-		return nil, false // ended: Do's AfterFunc may have set the deadline before us
+		return nil, false // Do's AfterFunc may have set the deadline first
 	}
 	resp, _, err := f.readAnswer(c, r)
 	return resp, err == nil && resp.Status >= 200
@@ -324,36 +285,29 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
 			return nil, false, err
 		}
-		// A 101 was never asked for (Upgrade is not forwarded): the
-		// connection is not HTTP any more and no final answer will come,
-		// as with a malformed answer (ErrNoAnswer: sent, ambiguous).
+		// A 101 was never asked for: no final answer will come.
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return nil, false, errSwitchedProtocols
 		}
-		// http.ReadResponse takes any three digits. A status below 100 is
-		// no answer (RFC 9110 §15): passed on, "000" would reach the
-		// provider as fasthttp's default 200 (a delivery lost as a
-		// success) and "099" as a status line its client cannot parse.
+		// ReadResponse takes any three digits; below 100 is no answer
+		// (RFC 9110 §15), and "000" would reach the provider as a 200.
 		if resp.StatusCode < 100 {
 			return nil, false, fmt.Errorf("%w %03d", errInvalidStatus, resp.StatusCode)
 		}
-		// 1xx answers are interim (RFC 9110 §15.2): the final one follows.
 		if resp.StatusCode >= 200 {
 			break
 		}
 	}
 	c.lim.left = -1 // the body is bounded by MaxResponseBody
 	if resp.Close && resp.Header["Connection"] == nil {
-		// http.ReadResponse deletes a Connection header that says
-		// "close", and with it the other headers it names as hop-by-hop.
+		// ReadResponse drops "Connection: close", and with it the names
+		// of the hop-by-hop headers it lists.
 		if v := connectionOf(c.lim.head); len(v) > 0 {
 			resp.Header["Connection"] = v
 		}
 	}
-	// resp.Body is closed only once read to its end: closing it earlier
-	// would read the rest of the body (all of a too-large one) to keep
-	// the connection usable. On every other path the connection is
-	// discarded instead, which ends the body too.
+	// Closing resp.Body early would read the rest of a too-large body:
+	// every path but the full read discards the connection instead.
 	removeHopByHop(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
 	body, err := readBody(resp, f.maxBody)
@@ -364,24 +318,14 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		return out, false, err
 	}
 	out.Body = body
-	// Reusable only if the answer had its own framing (a length, chunks,
-	// or no body by definition), the upstream keeps the connection open,
-	// and nothing more than the answer arrived or was announced.
 	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody
 	return out, framed && !resp.Close && !bodylessAnnouncingBody(resp, r.Method) && c.br.Buffered() == 0, nil
 }
 
-// bodylessAnnouncingBody reports an answer that has no body by its status
-// but whose head announces one all the same (Transfer-Encoding, or a
-// Content-Length other than 0): a 204, which a server must not send so
-// (RFC 9110 §8.6, RFC 9112 §6.1), or a 304 to anything but a GET or HEAD
-// (to those, its length fields describe the representation a conditional
-// GET would have got, RFC 9110 §8.6, and announce nothing). ReadResponse
-// rightly reads no body after either, but an upstream that announced one
-// is likely to write it, and bytes arriving after the connection was
-// pooled would be read as the start of the next delivery's answer, past
-// the idle check: that delivery, processed, would fail as "no answer" and
-// be sent again.
+// bodylessAnnouncingBody reports a 204, or a 304 to other than GET or HEAD,
+// whose head announces a body (RFC 9110 §8.6). ReadResponse reads none, but
+// one written anyway would be read as the next delivery's answer on a
+// pooled connection.
 func bodylessAnnouncingBody(resp *http.Response, method string) bool {
 	switch {
 	case resp.StatusCode == http.StatusNoContent:
@@ -418,11 +362,9 @@ func connectionOf(head []byte) []string {
 	}
 }
 
-// writeRequest writes one HTTP/1.1 request with its body and flushes it.
-// Headers go out as net/http writes them (sorted, one line per value). A
-// body, even an empty one for methods that carry content, is framed by
-// Content-Length: no chunked encoding, so the upstream always knows the
-// request's length.
+// writeRequest writes one HTTP/1.1 request with its body and flushes it,
+// framed by Content-Length (never chunked), even an empty one for methods
+// that carry content.
 func writeRequest(w *bufio.Writer, r *Request, u *url.URL, h http.Header) error {
 	w.WriteString(r.Method)
 	w.WriteByte(' ')
@@ -489,13 +431,10 @@ func hostPort(u *url.URL) string {
 }
 
 // refusedByTLS reports whether err is the upstream's TLS layer refusing a
-// new connection. Under TLS 1.3 a server checks the client's certificate
-// after the client has finished its side of the handshake, so the refusal
-// (certificate_required, bad_certificate, unknown_ca…) arrives as the
-// answer to the request already written: the request never reached the
-// application, which a TLS server cannot hand data before it accepted the
-// handshake. Only handshake alerts, and only on a connection's first
-// exchange, count.
+// new connection. Under TLS 1.3 the client certificate is checked after
+// the client's side of the handshake, so the refusal arrives as the answer
+// to a request the application never got. Only handshake alerts on a
+// connection's first exchange count.
 func refusedByTLS(c *conn, err error) bool {
 	var oe *net.OpError
 	if c.reused || !errors.As(err, &oe) || oe.Op != "remote error" || oe.Err == nil {
@@ -529,10 +468,8 @@ func (x exchange) failure(ctx, tctx context.Context, sent bool, err error) error
 	return fmt.Errorf("forward %s %s: %w: %w", x.method, x.host, kind, err)
 }
 
-// readBody reads the whole response body, at most limit bytes. The body is
-// recorded and cached as it is returned, so its backing array is sized to
-// it: exactly, when the upstream sent Content-Length (the common case);
-// otherwise it is copied out of the growing buffer once read.
+// readBody reads the whole response body, at most limit bytes, into an
+// array of its size: it is recorded and cached as it is.
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if resp.Body == http.NoBody {
 		return nil, nil
@@ -545,8 +482,7 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 		if _, err := io.ReadFull(resp.Body, body); err != nil {
 			return nil, err
 		}
-		// Nothing may follow the declared length; net/http enforces it,
-		// and reading to EOF lets the connection be reused.
+		// Reading to EOF lets the connection be reused.
 		var one [1]byte
 		if m, err := resp.Body.Read(one[:]); m > 0 {
 			return nil, fmt.Errorf("response body longer than its Content-Length %d", n)

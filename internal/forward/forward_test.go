@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -494,7 +495,7 @@ func TestDoTimeoutBeforeSendingIsUnreachable(t *testing.T) {
 		_, err := f.Do(context.Background(), post(u.URL, "first"))
 		first <- err
 	}()
-	waitFor(t, func() bool { return u.count("first") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first delivery at the upstream", func() bool { return u.count("first") == 1 })
 
 	r := post(u.URL, "second")
 	r.Timeout = 100 * time.Millisecond
@@ -630,7 +631,9 @@ func TestDoCanceledByCaller(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			waitFor(t, func() bool { return u.count("bye") == 1 })
+			if !testenv.Poll(5*time.Second, func() bool { return u.count("bye") == 1 }) {
+				t.Error("the delivery did not reach the upstream within 5s")
+			}
 			cancel()
 		}()
 		_, err := f.Do(ctx, post(u.URL, "bye"))
@@ -805,19 +808,6 @@ func BenchmarkDo1KiB(b *testing.B) {
 		if _, err := f.Do(context.Background(), r); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 5 seconds.
-func waitFor(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Errorf("condition not met within 5s")
-			return
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -6,9 +6,8 @@ import (
 	"strings"
 )
 
-// hopByHop are the headers that concern one connection, not the message
-// (RFC 9110 §7.6.1): never forwarded, in either direction. Headers named in
-// Connection are hop-by-hop too.
+// hopByHop are never forwarded, in either direction (RFC 9110 §7.6.1), nor
+// are the headers Connection names.
 var hopByHop = []string{
 	"Connection",
 	"Keep-Alive",
@@ -21,9 +20,8 @@ var hopByHop = []string{
 	"Upgrade",
 }
 
-// forwarding are the client-sent headers describing earlier hops. The
-// gateway sets X-Forwarded-* itself; a client must not be able to spoof them,
-// nor contradict them with Forwarded (RFC 7239).
+// forwarding are the headers describing earlier hops: the gateway sets
+// X-Forwarded-* itself, and a client must not spoof or contradict them.
 var forwarding = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"}
 
 // removeHopByHop deletes the hop-by-hop headers of h, in place.
@@ -40,11 +38,9 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
-// removeUnderscoreTwins deletes the fields whose names spell the key
-// header or a forwarding header with "_" for "-" (Idempotency_Key,
-// X_Forwarded_For): CGI-style upstreams (WSGI, Rack, PHP) read both
-// spellings as one variable, so such a field would pass a sender's value
-// off as the gateway's.
+// removeUnderscoreTwins deletes the key or forwarding headers spelled with
+// "_" for "-" (X_Forwarded_For): CGI-style upstreams read both spellings as
+// one variable.
 func removeUnderscoreTwins(h http.Header, keyHeader string) {
 	for name := range h {
 		if strings.IndexByte(name, '_') < 0 {
@@ -77,11 +73,8 @@ func outgoingHeader(r *Request) http.Header {
 		h[name] = values // shared with the caller, never modified in place
 	}
 	removeHopByHop(h)
-	// Expect asked the gateway, which has read the whole body, to go on:
-	// met, it is not passed on. An upstream's server answers an expectation
-	// it does not know with 417 before its application sees the delivery
-	// (Go's net/http: anything but 100-continue), and that 4xx would be
-	// recorded and replayed to every retry. nginx drops it too.
+	// Expect was met by the gateway; an upstream answering it with 417
+	// would have that recorded and replayed.
 	delete(h, "Expect")
 	for _, name := range forwarding {
 		delete(h, name)
@@ -91,10 +84,8 @@ func outgoingHeader(r *Request) http.Header {
 	setIf(h, "X-Forwarded-Proto", r.Proto)
 	setIf(h, "X-Forwarded-Host", r.Host)
 	if r.KeyHeader != "" {
-		// The header is the gateway's word on the delivery's identity; a
-		// sender's own value never passes, also when the gateway has no key
-		// (a passthrough): an upstream deduplicating on it would otherwise
-		// let any request claim another's key.
+		// The gateway's word on the delivery's identity: a sender's own
+		// value never passes, even on a passthrough.
 		h.Del(r.KeyHeader)
 		if r.Key != "" {
 			h.Set(r.KeyHeader, r.Key)

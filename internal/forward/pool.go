@@ -11,22 +11,11 @@ import (
 	"time"
 )
 
-// The Forwarder keeps its own HTTP/1.1 connections instead of using
-// net/http's Transport. The Transport runs a read and a write goroutine per
-// connection and hands every exchange between them and the caller; a CPU
-// profile of make bench put that at ~28% of a unique delivery's gateway CPU.
-// Here the caller's goroutine writes the request and reads the answer
-// (http.ReadResponse, the Transport's own parser) on a pooled connection.
-//
-// What the Transport did for free and this pool must do itself:
-//   - never re-send: a request is written once, on one connection; nothing
-//     here retries;
-//   - tell "nothing reached the upstream" from "something did": every
-//     connection counts the bytes it put on the wire (countingConn);
-//   - notice a pooled connection the upstream closed while it was idle
-//     before writing on it (alive, a non-blocking peek), which the
-//     Transport's read loop noticed as it happened: writing a delivery on
-//     such a connection would turn "not sent" into "no answer".
+// The caller's goroutine writes the request and reads the answer on a
+// pooled connection. The pool never re-sends, counts what each connection
+// wrote (countingConn), and checks an idle connection is still open before
+// writing on it (alive): writing on a closed one would turn "not sent"
+// into "no answer".
 
 // conn is one upstream connection.
 type conn struct {
@@ -41,13 +30,11 @@ type conn struct {
 }
 
 // maxResponseHead bounds what is read of an answer before its body: the
-// status line, interim answers and headers (net/http's Transport allows
-// 10 MB by default; real answers are a few KB).
+// status line, interim answers and headers.
 const maxResponseHead = 1 << 20
 
 // headLimit fails reads once left reaches zero; left < 0 is unlimited. It
-// sits under the bufio.Reader, so it counts what the reader pulls from the
-// connection, read-ahead included.
+// sits under the bufio.Reader, read-ahead included.
 type headLimit struct {
 	r    io.Reader
 	left int64
@@ -107,9 +94,8 @@ func (f *Forwarder) pool(scheme, addr, host string) *hostPool {
 // waiting for a free slot while MaxConnsPerHost connections are open.
 func (p *hostPool) get(ctx context.Context) (*conn, error) {
 	for {
-		// An ended forward gets no connection: a pooled one would carry
-		// the delivery (only dialing checks ctx) before Do's AfterFunc
-		// cuts it, turning "not sent" into sent or ambiguous.
+		// A pooled connection would carry the delivery of an ended
+		// forward before Do's AfterFunc cuts it.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -218,9 +204,8 @@ func (p *hostPool) signal() {
 	}
 }
 
-// closeExpired closes the connections idle for IdleConnTimeout, so that
-// the gateway, not the upstream, closes them (Options.IdleConnTimeout), and
-// runs again while connections are idle.
+// closeExpired closes the connections idle for IdleConnTimeout, and runs
+// again while connections are idle.
 func (p *hostPool) closeExpired() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -260,13 +245,9 @@ func (p *hostPool) closeIdle() {
 }
 
 // tlsIdle reports whether a TLS connection holds nothing unread above the
-// socket. crypto/tls reads ahead whole records, so bytes the upstream sent
-// after its answer (a body on a 204, a second answer, a close_notify) can
-// sit in the TLS layer where neither the bufio.Reader nor a peek at the
-// socket (alive) sees them; the next delivery on the connection would
-// take them for its answer. A read that may not wait finds them: it
-// returns buffered data or the alert's EOF, and only a timeout — which
-// crypto/tls does not keep as an error — means the connection is idle.
+// socket: crypto/tls reads ahead whole records, where neither the
+// bufio.Reader nor alive sees them. A read that may not wait finds them;
+// only its timeout (which crypto/tls does not keep) means idle.
 func tlsIdle(c *conn) bool {
 	if c.nc == net.Conn(c.cc) {
 		return true // plain TCP: alive looked at everything

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // rawUpstream serves each connection with answer, which gets every request
@@ -114,7 +115,7 @@ func TestDoSkipsIdleConnectionTheUpstreamClosed(t *testing.T) {
 			t.Fatalf("delivery %d: body %q", i, resp.Body)
 		}
 		// Let the FIN arrive before the next delivery looks at the pool.
-		waitFor(t, func() bool { return served.Load() == int64(i+1) })
+		testenv.Eventually(t, 5*time.Second, "the delivery served", func() bool { return served.Load() == int64(i+1) })
 		time.Sleep(5 * time.Millisecond)
 	}
 	if n := u.reqs.Load(); n != 20 {
@@ -222,7 +223,7 @@ func TestDoWaitsForAConnection(t *testing.T) {
 		_, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "slow"))
 		slow <- err
 	}()
-	waitFor(t, func() bool { return u.reqs.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "one request at the upstream", func() bool { return u.reqs.Load() == 1 })
 	r := post("http://"+u.addr+"/x", "waits")
 	r.Timeout = 50 * time.Millisecond
 	if _, err := f.Do(context.Background(), r); !errors.Is(err, forward.ErrUnreachable) || forward.Ambiguous(err) {

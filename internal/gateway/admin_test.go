@@ -96,7 +96,7 @@ type setup struct {
 	screen, redis, pfx string
 	token              string
 	adminOff           bool
-	logs               *syncBuffer
+	logs               *testenv.Buffer
 	localCache         string
 	upstream           *countingUpstream
 	mutate             func(*config.Config) // applied last, if set
@@ -170,7 +170,7 @@ routes:
 func newSetup(tb testing.TB) *setup {
 	tb.Helper()
 	return &setup{store: "sqlite", dsn: filepath.Join(tb.TempDir(), "ledger.db"), screen: "memory",
-		token: adminToken, upstream: newCountingUpstream(tb), logs: &syncBuffer{}}
+		token: adminToken, upstream: newCountingUpstream(tb), logs: &testenv.Buffer{}}
 }
 
 // sharedSetup is two replicas' common PostgreSQL and Redis.
@@ -199,23 +199,6 @@ func (s *setup) start(tb testing.TB) *gateway.Gateway {
 		_ = g.Shutdown(ctx)
 	})
 	return g
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 type answer struct {
@@ -628,10 +611,8 @@ func TestAdminStatsKeptApartByPrefix(t *testing.T) {
 	b := other.start(t)
 	script(t, s.upstream, a)
 	wantStats := normalized(t, scriptStats())
-	for deadline := time.Now().Add(5 * time.Second); !reflect.DeepEqual(adminStats(t, a), wantStats); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats of the scripted deployment: %v", adminStats(t, a))
-		}
+	if !testenv.Poll(5*time.Second, func() bool { return reflect.DeepEqual(adminStats(t, a), wantStats) }) {
+		t.Fatalf("stats of the scripted deployment: %v", adminStats(t, a))
 	}
 	got, _ := json.Marshal(adminStats(t, b))
 	var st struct {
@@ -672,13 +653,7 @@ func TestAdminReadyz(t *testing.T) {
 		t.Errorf("/readyz body %s", body)
 	}
 	srv.Start()
-	deadline := time.Now().Add(10 * time.Second)
-	for ready().status != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz not 200 after Redis came back")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "/readyz 200 after Redis came back", func() bool { return ready().status == http.StatusOK })
 
 	mem := newSetup(t)
 	mg := mem.start(t)
@@ -923,16 +898,8 @@ func TestAdminMethodsAndAllow(t *testing.T) {
 func wantStatsOn(t *testing.T, want any, gws ...*gateway.Gateway) {
 	t.Helper()
 	for _, g := range gws {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := adminStats(t, g)
-			if reflect.DeepEqual(got, want) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testenv.Poll(5*time.Second, func() bool { return reflect.DeepEqual(adminStats(t, g), want) }) {
+			t.Fatalf("stats from %s\n got %v\nwant %v", g.AdminAddr(), adminStats(t, g), want)
 		}
 	}
 }

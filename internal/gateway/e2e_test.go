@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 func TestRepeatIsReplayedByteForByte(t *testing.T) {
@@ -90,7 +91,7 @@ func TestConcurrentIdenticalDeliveriesRejectMode(t *testing.T) {
 		var first reply
 		done := make(chan struct{})
 		go func() { first = send(t, g, "/hooks", `{"id":"evt_r"}`); close(done) }()
-		eventually(t, 5*time.Second, "first delivery in flight upstream", func() bool { return up.total.Load() == 1 })
+		testenv.Eventually(t, 5*time.Second, "first delivery in flight upstream", func() bool { return up.total.Load() == 1 })
 
 		replies := race(t, 99, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_r"}`) })
 		for _, r := range replies {

@@ -16,13 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
-
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
-	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
@@ -56,15 +52,17 @@ type Gateway struct {
 	log *slog.Logger
 	now func() time.Time
 
-	tel     *telemetry.Telemetry
-	ledger  *sqlledger.Ledger
-	screen  idempotency.Screen
-	closers []func() error // screens and others, closed in reverse order
-	engine  *idempotency.Engine
-	fwd     *forward.Forwarder
-	server  *ingress.Server
-	admin   adminParts // admin.go: admin listener, stats, cache invalidation
-	tls     tlsParts   // tls.go: certificate, redirect listener
+	tel    *telemetry.Telemetry
+	ledger *sqlledger.Ledger
+	screen idempotency.Screen
+	// screenPing answers /readyz's screen check (nil: no screen).
+	screenPing func(context.Context) error
+	closers    []func() error // screens and others, closed in reverse order
+	engine     *idempotency.Engine
+	fwd        *forward.Forwarder
+	server     *ingress.Server
+	admin      adminParts // admin.go: admin listener, stats, cache invalidation
+	tls        tlsParts   // tls.go: certificate, redirect listener
 
 	ln       net.Listener
 	serveErr chan error
@@ -112,36 +110,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		}
 	}
 
-	switch cfg.Screen.Driver {
-	case "memory":
-		// Done records are kept once, in the engine's local cache (which
-		// repeats consult first), not twice in one process; with the cache
-		// off, the screen keeps them.
-		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: g.localCacheBytes() > 0})
-		g.screen = s
-		g.closers = append(g.closers, func() error { s.Close(); return nil })
-	case "redis":
-		s, err := redisscreen.New(redisscreen.Options{
-			Addrs:         cfg.Screen.Redis.Addrs,
-			Username:      cfg.Screen.Redis.Username,
-			Password:      cfg.Screen.Redis.Password,
-			DB:            cfg.Screen.Redis.DB,
-			TLS:           cfg.Screen.Redis.TLS,
-			Prefix:        cfg.Screen.Prefix,
-			MaxCachedBody: int(cfg.Screen.MaxCachedBody),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("open redis screen: %w", err)
-		}
-		g.screen = s
-		g.closers = append(g.closers, s.Close)
-		if err := g.tel.InstrumentRedis(s.Client()); err != nil {
-			return nil, fmt.Errorf("trace redis screen: %w", err)
-		}
-	case "none":
-		// Claims are pending rows in the ledger.
-	default:
-		return nil, fmt.Errorf("screen.driver %q: unknown", cfg.Screen.Driver)
+	if err := g.openScreen(); err != nil {
+		return nil, err
 	}
 
 	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
@@ -200,19 +170,16 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		return nil, err
 	}
 	g.server = ingress.New(ingress.Options{
-		Routes:          routes,
-		Engine:          g.engine,
-		Forwarder:       g.fwd,
-		BodyLimit:       int(cfg.Server.BodyLimit),
-		ReadTimeout:     cfg.Server.ReadTimeout,
-		WriteTimeout:    cfg.Server.WriteTimeout,
-		TrustedProxies:  trusted,
-		Middleware:      []fiber.Handler{g.tel.Middleware()},
-		Observe:         g.observe,
-		ObserveUpstream: g.tel.ObserveUpstream,
-		Around:          g.tel.Around(),
-		Logger:          g.log,
-		TLS:             tlsConfig,
+		Routes:         routes,
+		Engine:         g.engine,
+		Forwarder:      g.fwd,
+		BodyLimit:      int(cfg.Server.BodyLimit),
+		ReadTimeout:    cfg.Server.ReadTimeout,
+		WriteTimeout:   cfg.Server.WriteTimeout,
+		TrustedProxies: trusted,
+		Observer:       observer{g.tel, g},
+		Logger:         g.log,
+		TLS:            tlsConfig,
 	})
 	return g, nil
 }
@@ -391,6 +358,15 @@ func (g *Gateway) sweep(ctx context.Context) {
 		}
 	}
 }
+
+// observer is the server's ingress.Observer: the telemetry, with the
+// statistics and the log line beside its metrics of a finished request.
+type observer struct {
+	*telemetry.Telemetry
+	g *Gateway
+}
+
+func (o observer) Observe(ctx context.Context, ev *ingress.Event) { o.g.observe(ctx, ev) }
 
 // observe counts every finished request in the metrics and logs the
 // non-routine outcomes (SPEC §7): keys, never bodies.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // upstream is a test upstream that counts what it receives, per
@@ -242,9 +241,6 @@ func lookup(tb testing.TB, g *Gateway, route, key string) *idempotency.Record {
 }
 
 func dbPath(tb testing.TB) string { return filepath.Join(tb.TempDir(), "ledger.db") }
-
-// eventually polls cond until it holds or d passes.
-var eventually = testenv.Eventually
 
 // shutdownGateway stops g as SIGTERM would, before the test restarts on
 // the same stores.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // scriptCalls is how many Lua scripts Redis has run (EVAL and EVALSHA),
@@ -45,7 +46,7 @@ func repeatWhileInFlight(t *testing.T, g *Gateway, up *upstream, key, body strin
 	t.Helper()
 	first := make(chan reply, 1)
 	go func() { first <- send(t, g, "/hooks", body) }()
-	eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the first delivery to reach the upstream", func() bool {
 		return up.count(key) == 1
 	})
 	atInFlight()

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,25 +37,7 @@ func buildGateway(tb testing.TB) string {
 // gatewayProcess is the real binary serving a configuration file.
 type gatewayProcess struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's output goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testenv.Buffer
 }
 
 // startProcess runs bin serve -config with yaml and waits until it accepts
@@ -68,7 +49,7 @@ func startProcess(tb testing.TB, bin, addr, yaml string) *gatewayProcess {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	p := &gatewayProcess{logs: &syncBuffer{}}
+	p := &gatewayProcess{logs: &testenv.Buffer{}}
 	p.cmd = exec.Command(bin, "serve", "-config", path)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -83,7 +64,7 @@ func startProcess(tb testing.TB, bin, addr, yaml string) *gatewayProcess {
 			tb.Logf("gateway process output:\n%s", p.logs.String())
 		}
 	})
-	eventually(tb, 15*time.Second, "the gateway process to listen on "+addr, func() bool {
+	testenv.Eventually(tb, 15*time.Second, "the gateway process to listen on "+addr, func() bool {
 		select {
 		case <-exited:
 			tb.Fatalf("gateway process exited before listening:\n%s", p.logs.String())
@@ -176,7 +157,7 @@ routes:
 		}
 		delivered <- err
 	}()
-	eventually(t, 5*time.Second, "the first copy to reach the upstream", func() bool { return up.count("evt_kill") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first copy to reach the upstream", func() bool { return up.count("evt_kill") == 1 })
 	if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("SIGKILL: %v", err)
 	}

@@ -37,7 +37,7 @@ func TestLateScreenClaimOfTamperedCopyDoesNotRefuseOriginal(t *testing.T) {
 	wantOutcome(t, first, 200, "forwarded")
 	// As if the original had bypassed the screen (its replica's breaker
 	// was open): only the ledger knows it.
-	eventually(t, 5*time.Second, "the original's screen entry", func() bool { return c.inScreen(t, rc, key) })
+	testenv.Eventually(t, 5*time.Second, "the original's screen entry", func() bool { return c.inScreen(t, rc, key) })
 	if err := rc.Del(ctx, c.prefix+"hooks:"+key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestLateScreenClaimOfTamperedCopyDoesNotRefuseOriginal(t *testing.T) {
 	wantOutcome(t, tampered, 422, "mismatch")
 
 	proxy.Proxy.Restore() // the stalled bytes reach Redis, as after a network stall
-	eventually(t, 5*time.Second, "the tampered copy's claim landing in the screen", func() bool { return c.inScreen(t, rc, key) })
+	testenv.Eventually(t, 5*time.Second, "the tampered copy's claim landing in the screen", func() bool { return c.inScreen(t, rc, key) })
 
 	late := send(t, b, "/hooks", original)
 	if n := up.count(key); n != 1 {

@@ -139,7 +139,7 @@ func screenUsedAgain(t *testing.T, c cluster, g *Gateway, up *upstream, key stri
 	if !ok {
 		t.Fatalf("screen %T has no Ping", g.screen)
 	}
-	eventually(t, 10*time.Second, "the gateway's Redis client to answer again", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the gateway's Redis client to answer again", func() bool {
 		return p.Ping(context.Background()) == nil
 	})
 	// Claims that failed while Redis was away may have opened the breaker:
@@ -284,7 +284,7 @@ func TestPartialScreenOutage(t *testing.T) {
 
 	first := make(chan reply, 1)
 	go func() { first <- send(t, b, "/hooks", `{"id":"evt_split"}`) }()
-	eventually(t, 5*time.Second, "the first copy in flight through replica b", func() bool { return up.count("evt_split") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first copy in flight through replica b", func() bool { return up.count("evt_split") == 1 })
 
 	proxy.Cut() // replica a loses Redis; b keeps it
 	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_split"}`), 409, "conflict")
@@ -313,7 +313,7 @@ func TestScreenLossDuringFlight(t *testing.T) {
 
 	first := make(chan reply, 1)
 	go func() { first <- send(t, a, "/hooks", `{"id":"evt_flush"}`) }()
-	eventually(t, 5*time.Second, "the first copy in flight", func() bool { return up.count("evt_flush") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first copy in flight", func() bool { return up.count("evt_flush") == 1 })
 	rc := c.redisClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -358,7 +358,7 @@ func TestLostScreenClaimAnswer(t *testing.T) {
 	proxy.Slow(700 * time.Millisecond)
 	first := make(chan reply, 1)
 	go func() { first <- send(t, a, "/hooks", `{"id":"evt_lost_answer"}`) }()
-	eventually(t, 5*time.Second, "the first copy forwarded on a ledger claim", func() bool { return up.count("evt_lost_answer") == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first copy forwarded on a ledger claim", func() bool { return up.count("evt_lost_answer") == 1 })
 	proxy.Restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -372,7 +372,7 @@ func TestLostScreenClaimAnswer(t *testing.T) {
 	wantOutcome(t, r, 200, "forwarded")
 	// The claim left in Redis is settled in the background, at once.
 	var again reply
-	eventually(t, 5*time.Second, "a repeat at replica b replayed", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a repeat at replica b replayed", func() bool {
 		again = send(t, b, "/hooks", `{"id":"evt_lost_answer"}`)
 		return again.header.Get("Hookstamp-Outcome") == "replayed"
 	})

@@ -47,7 +47,7 @@ func TestCommitLostToAPostgresOutageIsRecordedOnceItIsBack(t *testing.T) {
 			body := `{"id":"` + key + `"}`
 			first := make(chan reply, 1)
 			go func() { first <- send(t, g, "/hooks", body) }()
-			eventually(t, 5*time.Second, "the delivery at the upstream", func() bool { return up.count(key) == 1 })
+			testenv.Eventually(t, 5*time.Second, "the delivery at the upstream", func() bool { return up.count(key) == 1 })
 			proxy.Cut() // PostgreSQL gone while the upstream books the event
 			close(release)
 			r := <-first
@@ -55,7 +55,7 @@ func TestCommitLostToAPostgresOutageIsRecordedOnceItIsBack(t *testing.T) {
 
 			time.Sleep(700 * time.Millisecond)
 			proxy.Restore()
-			eventually(t, 10*time.Second, "the ledger to hold the record", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the ledger to hold the record", func() bool {
 				rec, err := g.Ledger().Lookup(context.Background(), idempotency.Ref{Route: "hooks", Key: key})
 				return err == nil && rec.State == idempotency.StateDone
 			})

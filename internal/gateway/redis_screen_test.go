@@ -103,7 +103,7 @@ func TestScreenLossDuringFlightWithoutStoreFallback(t *testing.T) {
 			b := startGateway(t, cfgB)
 			first := make(chan reply, 1)
 			go func() { first <- send(t, a, "/hooks", `{"id":"evt_flush_rej"}`) }()
-			eventually(t, 5*time.Second, "the first copy in flight", func() bool { return up.count("evt_flush_rej") == 1 })
+			testenv.Eventually(t, 5*time.Second, "the first copy in flight", func() bool { return up.count("evt_flush_rej") == 1 })
 			if err := c.redisClient(t).FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // A template key refused as longer than key.max_length is logged (SPEC §7:
@@ -25,7 +27,7 @@ func TestTooLongTemplateKeyIsLoggedEscaped(t *testing.T) {
       max_length: 8
 `, up.URL)
 	cfg := routesConfig(t, dbPath(t), "", "", routes, nil)
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	g := startGatewayWith(t, cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 
 	wantOutcome(t, send(t, g, "/tpl", `{"a":"1-2-3","b":"4"}`), 400, "invalid_key")

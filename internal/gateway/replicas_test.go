@@ -188,7 +188,7 @@ func TestSkewedReplicasAgreeOnLedgerLeases(t *testing.T) {
 		body := fmt.Sprintf(`{"id":%q}`, p.key)
 		firsts[i], repeats[i] = make(chan reply, 1), make(chan reply, 1)
 		go func() { firsts[i] <- send(t, p.first, "/hooks", body) }()
-		eventually(t, 5*time.Second, p.key+" at the upstream", func() bool { return up.count(p.key) == 1 })
+		testenv.Eventually(t, 5*time.Second, p.key+" at the upstream", func() bool { return up.count(p.key) == 1 })
 		go func() { repeats[i] <- send(t, p.repeat, "/hooks", body) }()
 	}
 	// A repeat taken over is forwarded at once; give it the time to show.

@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/hookstamp/hookstamp/internal/config"
-	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/ingress"
-	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // buildRoutes turns validated route configuration into ready-to-serve
@@ -29,22 +26,11 @@ func buildRoutes(cfg *config.Config) ([]*ingress.Route, error) {
 }
 
 func buildRoute(rc *config.Route) (*ingress.Route, error) {
-	sources := make([]extract.Source, len(rc.Key.Sources))
-	for i, s := range rc.Key.Sources {
-		sources[i] = extract.Source{Kind: s.Kind, Arg: s.Arg}
-	}
-	ex, err := extract.NewExtractor(rc.Name, sources, rc.Key.MaxLength)
+	parts, err := rc.Build()
 	if err != nil {
-		return nil, fmt.Errorf("key: %w", err)
+		return nil, err
 	}
-	fp, err := extract.NewFingerprinter(rc.Fingerprint.Mode, rc.Fingerprint.Fields)
-	if err != nil {
-		return nil, fmt.Errorf("fingerprint: %w", err)
-	}
-	final, err := config.ParseStatuses(rc.Record.Statuses)
-	if err != nil {
-		return nil, fmt.Errorf("record.statuses: %w", err)
-	}
+	final := parts.Final
 	keep := make([]string, 0, len(rc.Record.Headers))
 	for _, h := range rc.Record.Headers {
 		keep = append(keep, http.CanonicalHeaderKey(h))
@@ -66,8 +52,9 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 			Retention:        rc.Retention,
 			UpstreamTimeout:  rc.Upstream.Timeout,
 		},
-		Extractor:       ex,
-		Fingerprinter:   fp,
+		Extractor:       parts.Extractor,
+		Fingerprinter:   parts.Fingerprinter,
+		Verifier:        parts.Verifier,
 		KeyRequired:     rc.Key.Required,
 		MaxKeyLength:    rc.Key.MaxLength,
 		UpstreamURL:     escapedURL(rc.Upstream.URL),
@@ -80,26 +67,6 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 	}
 	if rc.IsPrefix() {
 		r.Prefix = true
-	}
-	if rc.Fingerprint.Mode == config.FingerprintNone {
-		r.Fingerprinter = nil
-	}
-	if rc.Verify.Scheme != "" {
-		v, err := verify.New(verify.Options{
-			Scheme:    rc.Verify.Scheme,
-			Secrets:   nonEmpty(rc.Verify.Secrets),
-			PublicKey: rc.Verify.PublicKey,
-			URL:       rc.Verify.URL,
-			Tolerance: rc.Verify.Tolerance,
-			Header:    rc.Verify.Header,
-			Algorithm: rc.Verify.Algorithm,
-			Encoding:  rc.Verify.Encoding,
-			Prefix:    rc.Verify.Prefix,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
-		}
-		r.Verifier = v
 	}
 	return r, nil
 }
@@ -117,14 +84,4 @@ func escapedURL(s string) string {
 		return s // validated: cannot happen
 	}
 	return u.String()
-}
-
-func nonEmpty(ss []string) []string {
-	out := ss[:0:0]
-	for _, s := range ss {
-		if strings.TrimSpace(s) != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // SIGTERM: a delivery in flight when shutdown starts is finished and
@@ -34,7 +35,7 @@ func TestShutdownDrainsInFlightDelivery(t *testing.T) {
 	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
 	got := make(chan reply, 1)
 	go func() { got <- send(t, g, "/hooks", `{"id":"evt_drain"}`) }()
-	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -71,7 +72,7 @@ func TestShutdownReleasesAbandonedClaims(t *testing.T) {
 	g := startGateway(t, cfg)
 	got := make(chan reply, 1)
 	go func() { got <- send(t, g, "/hooks", `{"id":"evt_abandon"}`) }()
-	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
 	ref := idempotency.Ref{Route: "hooks", Key: "evt_abandon"}
 	if rec, err := g.Ledger().Lookup(context.Background(), ref); err != nil || rec.State != idempotency.StatePending {
 		t.Fatalf("in-flight delivery has no pending claim: %+v %v", rec, err)
@@ -122,7 +123,7 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 	// Both accepted (connections still in the listener's backlog when it
 	// closes are reset by the kernel, whatever the server does), and the
 	// half-sent request's first bytes read.
-	eventually(t, 5*time.Second, "connections accepted", func() bool {
+	testenv.Eventually(t, 5*time.Second, "connections accepted", func() bool {
 		open, used := g.server.Conns()
 		return open == 2 && used == 1
 	})
@@ -132,7 +133,7 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 	start := time.Now()
 	shut := make(chan error, 1)
 	go func() { shut <- g.server.Shutdown(ctx) }()
-	eventually(t, 5*time.Second, "listener closed", func() bool {
+	testenv.Eventually(t, 5*time.Second, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
 		if err == nil {
 			c.Close()
@@ -196,7 +197,7 @@ func TestShutdownHoldsAbandonedForwardOnHoldRoute(t *testing.T) {
 	g := startGateway(t, cfg())
 	got := make(chan reply, 1)
 	go func() { got <- send(t, g, "/hooks", `{"id":"evt_abandon_held"}`) }()
-	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -240,7 +241,7 @@ func TestRunStopsWithinShutdownTimeout(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
 	stopRun()
 }
 
@@ -513,7 +514,7 @@ func TestRequestAfterShutdownGaveUpIsRefused(t *testing.T) {
 	if _, err := io.WriteString(c, req[:20]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the request begun", func() bool { _, used := g.server.Conns(); return used == 1 })
+	testenv.Eventually(t, 5*time.Second, "the request begun", func() bool { _, used := g.server.Conns(); return used == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := g.server.Shutdown(ctx); err == nil {
@@ -580,7 +581,7 @@ func TestShutdownClosesKeptAliveConnections(t *testing.T) {
 	body := `{"id":"evt_keepalive"}`
 	// HTTP/1.1 without "Connection: close": a client that keeps its connection.
 	fmt.Fprintf(conn, "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
+	testenv.Eventually(t, 5*time.Second, "delivery in flight", func() bool { return up.total.Load() == 1 })
 
 	shut := make(chan error, 1)
 	go func() {
@@ -588,7 +589,7 @@ func TestShutdownClosesKeptAliveConnections(t *testing.T) {
 		defer cancel()
 		shut <- g.server.Shutdown(ctx)
 	}()
-	eventually(t, 5*time.Second, "listener closed (drain begun)", func() bool {
+	testenv.Eventually(t, 5*time.Second, "listener closed (drain begun)", func() bool {
 		c, err := net.DialTimeout("tcp", g.Addr(), time.Second)
 		if err != nil {
 			return true

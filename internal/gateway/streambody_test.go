@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // A declared Content-Length over body_limit is refused 413 at once, before
@@ -65,14 +67,14 @@ func TestRunStopsWithinShutdownTimeoutWhileABodyArrives(t *testing.T) {
 			cfg.Server.ShutdownTimeout = 300 * time.Millisecond
 			g, addr, stopRun := runGateway(t, cfg)
 			var c net.Conn
-			eventually(t, 5*time.Second, "listening", func() bool {
+			testenv.Eventually(t, 5*time.Second, "listening", func() bool {
 				var err error
 				c, err = net.Dial("tcp", addr)
 				return err == nil
 			})
 			defer c.Close()
 			_, _ = io.WriteString(c, "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+partial)
-			eventually(t, 5*time.Second, "the request read", func() bool { _, used := g.server.Conns(); return used == 1 })
+			testenv.Eventually(t, 5*time.Second, "the request read", func() bool { _, used := g.server.Conns(); return used == 1 })
 			time.Sleep(100 * time.Millisecond)
 			stopRun()
 		})

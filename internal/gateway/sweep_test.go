@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // The sweeper deletes expired rows in batches while deliveries go on:
@@ -73,7 +74,7 @@ func TestSweeperUnderTraffic(t *testing.T) {
 			t.Fatalf("seed %s: %v", key, err)
 		}
 	}
-	eventually(t, 20*time.Second, "the sweeper to delete every expired row", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the sweeper to delete every expired row", func() bool {
 		return countRows(t, db, "expires_at < ?", time.Now()) == 0
 	})
 	close(stop)

@@ -58,7 +58,7 @@ routes:
 func waitForCertificate(tb testing.TB, g *Gateway, p *pebbleCA) string {
 	tb.Helper()
 	var serial string
-	eventually(tb, 60*time.Second, "a certificate from Pebble", func() bool {
+	testenv.Eventually(tb, 60*time.Second, "a certificate from Pebble", func() bool {
 		leaf, err := tryServedCert(g.Addr(), acmeDomain, p.IssuedRoots)
 		if err != nil {
 			return false
@@ -138,7 +138,7 @@ func TestACMEReadyzWithoutCertificate(t *testing.T) {
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, acmeDomain+": no usable certificate") {
 		t.Fatalf("/readyz %d %s; want 503 naming %s without a certificate", status, body, acmeDomain)
 	}
-	eventually(t, 30*time.Second, "the failed order logged", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the failed order logged", func() bool {
 		return tap.contains("tls certificate could not be obtained")
 	})
 }
@@ -191,7 +191,7 @@ func TestACMERenewalServedAndLogged(t *testing.T) {
 	g := startGatewayWith(t, cfg, Options{Logger: log, ACMERoots: p.ServerRoots, ACMERenewCheck: 500 * time.Millisecond})
 
 	first := waitForCertificate(t, g, p)
-	eventually(t, 60*time.Second, "a renewed certificate on a new connection", func() bool {
+	testenv.Eventually(t, 60*time.Second, "a renewed certificate on a new connection", func() bool {
 		leaf, err := tryServedCert(g.Addr(), acmeDomain, p.IssuedRoots)
 		return err == nil && fmt.Sprintf("%x", leaf.SerialNumber) != first
 	})

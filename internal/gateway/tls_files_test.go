@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // tlsFilesGateway starts a gateway serving HTTPS with the certificate
@@ -70,14 +72,14 @@ func TestTLSFilesServedReloadedAndCorruptKept(t *testing.T) {
 	c2, k2 := ca.issue(t, 102, now.Add(-time.Minute), now.Add(2*time.Hour), "hooks.example.test", "127.0.0.1")
 	writeAtomic(t, keyFile, k2)
 	writeAtomic(t, certFile, c2)
-	eventually(t, 5*time.Second, "the renewed certificate on a new connection", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the renewed certificate on a new connection", func() bool {
 		leaf, _ := servedCert(t, g.Addr(), "hooks.example.test", ca.pool)
 		return leaf.SerialNumber.Int64() == 102
 	})
 	wantOutcome(t, deliverWith(t, hc, g.URL()+"/hooks", `{}`, "X-Event-Id", "evt-2"), http.StatusOK, "forwarded")
 
 	writeAtomic(t, certFile, []byte("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n"))
-	eventually(t, 5*time.Second, "the corrupt certificate logged", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the corrupt certificate logged", func() bool {
 		return tap.contains("do not load; still serving the previous certificate")
 	})
 	if leaf, _ := servedCert(t, g.Addr(), "hooks.example.test", ca.pool); leaf.SerialNumber.Int64() != 102 {
@@ -240,7 +242,7 @@ func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 	if _, err := half.Write([]byte(req[:20])); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "both connections accepted, one with a request begun", func() bool {
+	testenv.Eventually(t, 5*time.Second, "both connections accepted, one with a request begun", func() bool {
 		open, used := g.server.Conns()
 		return open == 2 && used == 1
 	})
@@ -250,7 +252,7 @@ func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 	start := time.Now()
 	shut := make(chan error, 1)
 	go func() { shut <- g.server.Shutdown(ctx) }()
-	eventually(t, 5*time.Second, "listener closed", func() bool {
+	testenv.Eventually(t, 5*time.Second, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
 		if err == nil {
 			c.Close()

@@ -36,14 +36,32 @@ func answer(c *fiber.Ctx, res *idempotency.Result) error {
 	return writeProblem(c, status, res.Outcome, res.Detail, res.RetryAfter)
 }
 
+// refuse is an answer the ingress makes itself, before or without the
+// state machine (SPEC §2): the one place that picks its status and
+// Retry-After.
+func refuse(o idempotency.Outcome, detail string, err error) idempotency.Result {
+	r := idempotency.Result{Outcome: o, Detail: detail, Err: err}
+	switch o {
+	case idempotency.Unverified:
+		r.Status = http.StatusUnauthorized
+	case idempotency.InvalidKey, idempotency.MissingKey:
+		r.Status = http.StatusBadRequest
+	case idempotency.TooLarge:
+		r.Status = http.StatusRequestEntityTooLarge
+	case idempotency.Unavailable:
+		// Nothing was forwarded: the provider may retry at once elsewhere.
+		r.Status, r.RetryAfter = http.StatusServiceUnavailable, time.Second
+	}
+	return r
+}
+
 // writeReplay sends exactly the recorded status, kept headers and body.
 func writeReplay(c *fiber.Ctx, r *idempotency.Response) error {
 	h := &c.Response().Header
 	h.SetNoDefaultContentType(true)
 	for name, v := range r.Headers {
 		if idempotency.SetByReplay(name) {
-			// The replay's own (a record kept from before the
-			// configuration refused these must not override them).
+			// The replay's own, even from a record older than the rule.
 			continue
 		}
 		h.Set(name, v)
@@ -67,10 +85,8 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 			continue
 		}
 		if len(vals) > 1 && keptOnce(name) {
-			// Add would replace the line before, and the provider would get
-			// the last alone (of a body encoded gzip then br, "br") where a
-			// replay carries the record's lines joined: one line joined here
-			// too (RFC 9110 §5.3), the same on the first answer and after.
+			// fasthttp's Add replaces the line before: one joined line
+			// (RFC 9110 §5.3), as a replay carries it.
 			h.Set(name, strings.Join(vals, ", "))
 			continue
 		}
@@ -86,9 +102,8 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 		h.Set(HeaderBodyOmitted, "true")
 	}
 	if c.Method() == fiber.MethodHead {
-		// A HEAD answer has no body, yet its Content-Length is that of the
-		// body a GET would get (RFC 9110 §8.6): fasthttp would frame the
-		// empty body and drop the upstream's length.
+		// A HEAD answer keeps the upstream's Content-Length (RFC 9110
+		// §8.6), which fasthttp would set to the empty body's.
 		if n, err := strconv.Atoi(up.Header.Get("Content-Length")); err == nil && n >= 0 {
 			h.SetContentLength(n)
 		}
@@ -98,8 +113,7 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 }
 
 // keptOnce reports whether fasthttp keeps one value of response header
-// name (canonical), its Add replacing the last: those it parses into a
-// field of its own.
+// name, its Add replacing the last.
 func keptOnce(name string) bool {
 	switch name {
 	case "Content-Type", "Content-Encoding", "Server":
@@ -118,8 +132,7 @@ type Problem struct {
 }
 
 // writeProblem answers with a problem document. Detail is hookstamp's own
-// text: it never contains request bytes, so nothing a client sent can reach
-// a header or be reflected.
+// text, never request bytes.
 func writeProblem(c *fiber.Ctx, status int, outcome idempotency.Outcome, detail string, retryAfter time.Duration) error {
 	if retryAfter > 0 {
 		secs := int((retryAfter + time.Second - 1) / time.Second)
@@ -139,8 +152,7 @@ func writeProblem(c *fiber.Ctx, status int, outcome idempotency.Outcome, detail 
 }
 
 // safeDetail makes an error message fit for a problem detail: printable
-// ASCII only, bounded. Verification and extraction errors are hookstamp's
-// own words, but this guarantees no request byte is echoed raw.
+// ASCII only, bounded, so that no request byte is echoed raw.
 func safeDetail(s string) string {
 	const max = 200
 	var b strings.Builder

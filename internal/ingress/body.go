@@ -12,39 +12,23 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The server streams request bodies (fiber.Config.StreamRequestBody), and
-// the handler reads each body itself, before anything else, with
-// readBody.
-//
-// fasthttp left to read a body reserves the declared Content-Length (up
-// to server.body_limit, rounded up to a power of two) as soon as the
-// header arrives and holds it until the body is in: a client opening many
-// connections, each promising a large body and sending none, made a
-// replica reserve connections × 2 × body_limit. Streamed, fasthttp reads
-// at most the first 8 KiB, and readBody grows its buffer only as bytes
-// arrive. The handler also sees every request whose body is too large
-// with its header intact, so that the 413 is counted on its route, also
-// for a chunked body (which fasthttp, reading it, reset before its error
-// handler ran).
+// The server streams request bodies and the handler reads each one first,
+// with readBody: unstreamed, fasthttp reserves the declared Content-Length
+// as soon as the header arrives, and clients promising large bodies and
+// sending none would pin connections × body_limit. Streaming also lets the
+// handler count a 413 on its route.
 
-// pooledBody bounds the bodies whose buffers go back to the pool: a
-// webhook is a few KiB, and a rare large one should not stay pinned.
+// pooledBody bounds the bodies whose buffers go back to the pool.
 const pooledBody = 64 << 10
 
-// prefetched is what fasthttp reads of a streamed body before the handler
-// runs: all of it up to this size.
+// prefetched is what fasthttp reads of a streamed body before the handler.
 const prefetched = 8 << 10
 
-// readBody reads the request's body into a buffer of the server's, up to
-// BodyLimit, and makes it the request's body (fasthttp's Request.Body then
-// returns it without reading). The buffer is handed back with release once
-// nothing reads the request any more. A declared length over the limit
-// is refused with 413 unread (declared is the Content-Length as received:
-// see headerReceived), a chunked body with 413 as soon as it passes the
-// limit, one that cannot be read (the client stalled past
-// server.read_timeout, vanished, or sent a malformed chunk) with 408 or
-// 400; each time the connection is closed, since what follows on it is
-// not where a next request starts.
+// readBody reads the request's body into a pooled buffer, up to BodyLimit,
+// and makes it the request's body; release hands the buffer back. A
+// declared length over the limit is refused 413 unread, a chunked body 413
+// once past it, an unreadable one 408 or 400; each time the connection is
+// closed, since what follows on it is not where a next request starts.
 func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func(), err error) {
 	req := &rc.Request
 	limit := s.o.BodyLimit
@@ -65,19 +49,15 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 	stream := rc.RequestBodyStream()
 	cl := req.Header.ContentLength() // -1: chunked
 	if cl < 0 || cl > prefetched {
-		// Part of the body is still to come from the connection: if it
-		// is still arriving when Shutdown abandons the deliveries in
-		// flight, it is cut then (408), not waited for until
-		// read_timeout. (A body fasthttp prefetched whole is read from
-		// memory.)
+		// Still arriving when Shutdown abandons deliveries, it is cut then
+		// (408), not waited for until read_timeout.
 		conn := rc.Conn() // not rc in the callback: it is reused once handle returns
 		stop := context.AfterFunc(s.abandon, func() { _ = conn.SetReadDeadline(time.Now()) })
 		defer stop()
 	}
 	for {
 		if len(b) == cap(b) {
-			// Grow by what has arrived (append's doubling), never past
-			// the limit plus the byte that proves a body over it.
+			// Grow only as bytes arrive, up to the limit plus one byte.
 			b = slices.Grow(b, min(max(cap(b), 4<<10), limit+1-len(b)))
 		}
 		n, rerr := stream.Read(b[len(b):cap(b)])
@@ -89,11 +69,8 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 			return nil, fiber.ErrRequestEntityTooLarge
 		}
 		if errors.Is(rerr, io.EOF) {
-			// Past the prefetch, fasthttp's stream passes the
-			// connection's own EOF on as the body's end: a body cut
-			// short by a close would be forwarded and recorded as the
-			// delivery, and the whole one, resent, refused as a key
-			// reused with another body.
+			// fasthttp's stream passes the connection's EOF on as the body's
+			// end: a body cut short would be forwarded as the delivery.
 			if cl >= 0 && len(b) != cl {
 				release()
 				rc.SetConnectionClose()
@@ -111,14 +88,11 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 	return release, nil
 }
 
-// headerReceived is fasthttp's Server.HeaderReceived. Streaming, fasthttp
-// reads the first 8 KiB of a body before the handler runs, of one whose
-// declared length is over the limit too (waiting for them until
-// read_timeout): such a request's Content-Length is taken as 0 here, so
-// that it reaches the handler at once, which refuses it 413 on the length
-// framing reads from the header as received. Its connection is closed
-// after the answer whatever answers it: its body, unread, must never be
-// parsed as the next request.
+// headerReceived is fasthttp's Server.HeaderReceived. A request whose
+// declared length is over the limit gets Content-Length 0, so that fasthttp
+// does not wait for its first 8 KiB and the handler refuses it at once
+// (framing keeps the length as received). Its connection is closed after
+// the answer: its unread body must never be parsed as the next request.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if h.ContentLength() > s.o.BodyLimit {
 		h.SetContentLength(0)
@@ -127,9 +101,8 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	return fasthttp.RequestConfig{}
 }
 
-// bodyReadError is the answer to a body that could not be read, as
-// Fiber's own error handler maps fasthttp's errors: a timeout is 408,
-// anything else (a malformed chunk, a client gone mid-body) 400.
+// bodyReadError is the answer to a body that could not be read, as Fiber
+// maps fasthttp's errors: 408 for a timeout, else 400.
 func bodyReadError(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

@@ -11,16 +11,11 @@ import (
 )
 
 // dropTrailers takes out of a chunked request's header the trailer fields
-// fasthttp merged into it, declared or not. They are not header fields
-// (RFC 9110 §6.5.1): a key or a signature must not come from them, and
-// the forward, whose body goes with a Content-Length, carries no trailers.
-// VisitAllInOrder still walks the header as received (fasthttp reparses
-// its raw block, bare LFs and folded lines as its parser read them): a
-// field name that now occurs more often than it was received is set back
-// to its received values, none for a name only the trailer had. fasthttp
-// keeps Content-Type, User-Agent and Cookie in one slot each, where
-// counts cannot tell a trailer from a repeated line: those are always set
-// back.
+// fasthttp merged into it: they are not header fields (RFC 9110 §6.5.1), so
+// no key or signature may come from them. A name occurring more often than
+// it was received (VisitAllInOrder walks the header as received) is set back
+// to its received values. Content-Type, User-Agent and Cookie, kept in one
+// slot each, are always set back.
 func dropTrailers(h *fasthttp.RequestHeader) {
 	received := map[string][]string{}
 	h.VisitAllInOrder(func(k, v []byte) {
@@ -45,34 +40,14 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 	}
 }
 
-// framing reports whether a request's body came chunked (from the header
-// as received: fasthttp reports an empty chunked body as Content-Length 0,
-// trailer included), and says what is ambiguous in how it is framed, or ""
-// when nothing is, with the status to refuse it with. fasthttp accepts
-// conflicting Content-Length values (it takes the last), Content-Length
-// beside Transfer-Encoding (it takes the chunked body and keeps the
-// connection), a Transfer-Encoding whose last coding is not chunked (it
-// reads chunks anyway), Transfer-Encoding in HTTP/1.0, and several Host
-// fields (it takes the last). A proxy in front that read the same bytes
-// the other way would see other requests than hookstamp does: RFC 9112
-// §3.2, §6.1 and §6.3 want such a request refused and its connection
-// closed. So is a field whose name is
-// not a token or whose value holds a control character (RFC 9110 §5.1,
-// §5.5), which fasthttp also accepts: forwarded, it would be refused by
-// the upstream's server (or the forwarder) on every retry. The fields are walked as
-// fasthttp's parser read them (VisitAllInOrder): a bare LF ends a line. A
-// folded line is refused before the walk (obsFolded). declared is the Content-Length
-// as received (-1 when there is none or it is not a number): headerReceived
-// may have changed the one fasthttp reads the body by.
-//
-// fasthttp decodes only the chunked coding, and reads any
-// Transfer-Encoding ending in chunked as chunked alone: the body of
-// "gzip, chunked" (or "chunked, chunked") would be forwarded, with a
-// Content-Length and no Transfer-Encoding, still gzip-coded (or still
-// chunk-framed), a corrupted delivery the upstream cannot tell as such.
-// Every Transfer-Encoding line is one list (RFC 9110 §5.3); it must be
-// chunked alone: chunked applied twice is malformed (400, RFC 9112 §7),
-// another coding is one the gateway does not decode (501, RFC 9112 §6.1).
+// framing reports whether a request's body came chunked, and what is
+// ambiguous in how it is framed ("" when nothing is) with the status to
+// refuse it with: conflicting Content-Lengths, Content-Length beside
+// Transfer-Encoding, Transfer-Encoding in HTTP/1.0 or not chunked alone,
+// several Host fields, fields that are not tokens or hold controls. fasthttp
+// accepts them all, and a proxy in front reading the bytes otherwise would
+// see other requests (RFC 9112 §3.2, §6.1, §6.3, §7). declared is the
+// Content-Length as received (-1 when none): headerReceived may change it.
 func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, problem string) {
 	if obsFolded(h.RawHeaders()) {
 		return false, -1, http.StatusBadRequest,
@@ -82,10 +57,8 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	cl := clBuf[:0]
 	hasCL, hasTE, hasHost := false, false, false
 	chunkedCodings, otherCodings := 0, 0
-	// Whether the list's last coding is chunked, judged on the last line:
-	// "gzip" then "chunked" on two lines is "gzip, chunked" (RFC 9110
-	// §5.3), a coding the gateway does not decode (501), not a length that
-	// cannot be known (400).
+	// Judged on the last line: "gzip" then "chunked" on two lines is
+	// "gzip, chunked" (RFC 9110 §5.3), 501 rather than 400.
 	endsChunked := false
 	h.VisitAllInOrder(func(name, value []byte) {
 		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h') {
@@ -94,9 +67,6 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
-			// fasthttp keeps the last of several; a proxy in front may
-			// have routed on the first, and the upstream would get the
-			// other as X-Forwarded-Host (RFC 9112 §3.2: 400).
 			if hasHost {
 				problem = "the request has more than one Host field"
 			}
@@ -122,17 +92,14 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		}
 	})
 	if problem == "" && !hasHost && h.IsHTTP11() {
-		// RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request
-		// without Host. Passed on, the upstream got an empty
-		// X-Forwarded-Host, where SPEC §4 promises the Host the client used.
+		// RFC 9112 §3.2: 400. SPEC §4 promises the upstream the Host used.
 		problem = "the HTTP/1.1 request has no Host field (RFC 9112 §3.2)"
 	}
 	if problem == "" && hasTE && !endsChunked {
 		problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
 	}
 	if problem == "" {
-		// The fields as fasthttp keeps them, which is what is forwarded
-		// (VisitAllInOrder skips a field with an empty name).
+		// As fasthttp keeps them, which is what is forwarded.
 		h.VisitAll(func(name, value []byte) {
 			if problem == "" {
 				problem = fieldProblem(name, value)
@@ -161,16 +128,11 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	return hasTE, declared, status, problem
 }
 
-// obsFolded reports a header line that begins with a space or a tab: the
-// continuation of the line before (obs-fold, RFC 9112 §5.2). fasthttp
-// (v1.51) unfolds such a line inside its read buffer and then skips as
-// many bytes as the unfolded header is long, so the buffer's last two
-// bytes are read again once per fold: in front of a body that arrived
-// after the header (a corrupted delivery, forwarded, fingerprinted and
-// recorded as sent), or as the start of the connection's next request.
-// Such a request is refused and its connection closed (see handle), so
-// that nothing is read from the bytes left behind. raw is the header
-// block as received, without the request line.
+// obsFolded reports a header line that begins with a space or a tab
+// (obs-fold, RFC 9112 §5.2). fasthttp unfolds it inside its read buffer and
+// then reads the buffer's last bytes again, into the body or the next
+// request; such a request is refused and its connection closed. raw is the
+// header block as received, without the request line.
 func obsFolded(raw []byte) bool {
 	if len(raw) > 0 && (raw[0] == ' ' || raw[0] == '\t') {
 		return true

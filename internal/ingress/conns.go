@@ -8,23 +8,14 @@ import (
 )
 
 // connListener tracks the connections it accepts so that Shutdown can end
-// those that never sent a byte.
+// those that never sent a byte: fasthttp counts them active, and an unused
+// spare dial or TCP probe would hold Shutdown for read_timeout. Ending one
+// loses nothing (HTTP clients retry a connection closed before they wrote);
+// connections that read anything are left to fasthttp.
 //
-// fasthttp counts a new connection as active from the moment it starts
-// reading the first request, so a connection a client opened and never
-// used (an HTTP client's spare dial that lost the race to an idle
-// connection, a health checker's TCP probe) would hold Shutdown for the
-// whole read_timeout. Such a connection carries no request (bytes that
-// have arrived unread count as use): ending it loses nothing, and a client
-// that wanted to use it finds it closed before it wrote anything, which
-// HTTP clients retry on a fresh connection. Connections that have read
-// anything are left to fasthttp, which finishes the request they carry and
-// closes them after its response.
-//
-// With TLS the tracking sits above the TLS layer, on decrypted bytes: a
-// connection that completed its handshake but sent no request is as
-// unused as a plain one, while bytes still waiting on the socket (a
-// ClientHello, a record) count as use.
+// With TLS the tracking sits above the TLS layer: a connection that
+// completed its handshake but sent no request is as unused as a plain one,
+// while bytes waiting on the socket (a ClientHello) count as use.
 type connListener struct {
 	net.Listener
 	tls *tls.Config // nil = plain HTTP
@@ -68,8 +59,7 @@ func (c *tlsTrackedConn) Handshake() error { return c.tls.Handshake() }
 func (c *tlsTrackedConn) ConnectionState() tls.ConnectionState { return c.tls.ConnectionState() }
 
 // closeUnused ends every connection that has neither read a byte nor has
-// bytes waiting to be read (a request that arrived before the server's
-// goroutine got to it is served).
+// bytes waiting to be read.
 func (l *connListener) closeUnused() {
 	l.mu.Lock()
 	var unused []*trackedConn
@@ -80,9 +70,7 @@ func (l *connListener) closeUnused() {
 	}
 	l.mu.Unlock()
 	for _, c := range unused {
-		// Looked at again after the socket: the server may have read the
-		// first bytes since the list was made (it consumed what
-		// hasPending would have seen).
+		// Again after the socket: the server may have read meanwhile.
 		if !hasPending(c.raw) && !c.used.Load() {
 			c.stopReading()
 		}
@@ -103,7 +91,7 @@ func (l *connListener) counts() (open, used int) {
 }
 
 // trackedConn is an accepted connection that remembers whether it has read
-// anything. The flag costs one atomic load per Read.
+// anything.
 type trackedConn struct {
 	net.Conn          // what the server reads: raw, or TLS over it
 	raw      net.Conn // the accepted socket
@@ -120,12 +108,10 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stopReading ends the connection's reading side: the server's blocked
-// read returns EOF and fasthttp closes the connection itself. Not Close:
-// should the server have taken a request's first bytes in the instant
-// since closeUnused looked, its reads fail and it answers with an error,
-// where a closed connection would make fasthttp panic on the response's
-// write deadline.
+// stopReading ends the connection's reading side: the server's read
+// returns EOF and fasthttp closes it. Not Close: had the server just taken
+// a request's first bytes, fasthttp would panic setting the response's
+// write deadline on a closed connection.
 func (c *trackedConn) stopReading() {
 	if cr, ok := c.raw.(interface{ CloseRead() error }); ok {
 		_ = cr.CloseRead()

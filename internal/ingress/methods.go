@@ -10,9 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// registeredMethods are the methods of the IANA HTTP Method Registry that
-// Fiber does not know by default (fiber.DefaultMethods), PRI excepted (the
-// HTTP/2 preface, never a request).
+// registeredMethods are the IANA-registered methods Fiber does not know by
+// default, PRI (the HTTP/2 preface) excepted.
 var registeredMethods = []string{
 	"ACL", "BASELINE-CONTROL", "BIND", "CHECKIN", "CHECKOUT", "COPY", "LABEL", "LINK", "LOCK",
 	"MERGE", "MKACTIVITY", "MKCALENDAR", "MKCOL", "MKREDIRECTREF", "MKWORKSPACE", "MOVE",
@@ -20,11 +19,9 @@ var registeredMethods = []string{
 	"UNCHECKOUT", "UNLINK", "UNLOCK", "UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
 }
 
-// Method is the request's method as a string that outlives the request,
-// for what is kept after it (a span's name and attributes, which the
-// exporter reads later; log records). c.Method() points into fasthttp's
-// request buffer, which the connection's next request overwrites. The
-// common methods are Fiber's constants; others are copied.
+// Method is the request's method as a string that outlives the request
+// (spans and log records are read later): c.Method() points into a buffer
+// the connection's next request overwrites.
 func Method(c *fiber.Ctx) string {
 	m := c.Method()
 	for _, k := range fiber.DefaultMethods {
@@ -36,10 +33,8 @@ func Method(c *fiber.Ctx) string {
 }
 
 // requestMethods are the methods the server serves: Fiber's defaults
-// first (the common ones are found in a few comparisons), the rest of the
-// registry, and any other method a route deduplicates. Fiber answers a
-// method outside its list before any handler runs, so a route's
-// "methods: [POST, NOTIFY]" would otherwise never see a NOTIFY.
+// first, the rest of the registry, and any other a route deduplicates.
+// Fiber refuses a method outside its list before any handler runs.
 func requestMethods(routes []*Route) []string {
 	out := append(slices.Clone(fiber.DefaultMethods), registeredMethods...)
 	for _, r := range routes {
@@ -53,10 +48,8 @@ func requestMethods(routes []*Route) []string {
 }
 
 // refuseUnknownMethods answers a method outside methods with a 501 problem
-// document (RFC 9110 §15.6.2: a method the server does not recognise),
-// where Fiber would send a plain-text 400 "Invalid http method". Such a
-// request is refused before routing, like a path no route serves, so it
-// has no outcome.
+// document (RFC 9110 §15.6.2) rather than Fiber's plain-text 400. It is
+// refused before routing, so it has no outcome.
 func refuseUnknownMethods(methods []string, next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	known := make(map[string]bool, len(methods))
 	for _, m := range methods {
@@ -70,8 +63,7 @@ func refuseUnknownMethods(methods []string, next fasthttp.RequestHandler) fastht
 			rc.Response.Header.SetContentType("application/problem+json")
 			rc.SetStatusCode(http.StatusNotImplemented)
 			rc.SetBody(body)
-			// Its framing was not checked (framing runs in the handler):
-			// whatever follows on the connection is not read.
+			// Its framing was not checked: nothing after it is read.
 			rc.SetConnectionClose()
 			return
 		}

@@ -7,10 +7,9 @@ import (
 	"syscall"
 )
 
-// hasPending reports whether bytes wait unread on c: a request that has
-// arrived but that the server's goroutine has not read yet. One
-// non-blocking recvfrom(MSG_PEEK) through Control, which, unlike Read,
-// does not queue behind the server's own blocked read.
+// hasPending reports whether bytes wait unread on c, with one
+// non-blocking recvfrom(MSG_PEEK) through Control, which does not queue
+// behind the server's blocked read.
 func hasPending(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {

@@ -25,14 +25,12 @@ type fastRequest struct {
 func newFastRequest(c *fiber.Ctx) fastRequest { return fastRequest{req: c.Request()} }
 
 // present is a non-nil empty value: a header or parameter that is there
-// but empty, which fingerprints tell apart from one that is absent.
+// but empty, unlike one that is absent.
 var present = []byte{}
 
 // Header and HeaderValues return field values without the optional
-// whitespace around them (RFC 9110 §5.5, RFC 9112 §5: SP and HTAB).
-// fasthttp trims spaces only, so "X-Event-Id:\tevt_1" read as the key
-// "\tevt_1" (400 invalid_key, a control character), and a value of
-// whitespace alone was a key rather than absent.
+// whitespace around them (RFC 9110 §5.5: SP and HTAB); fasthttp trims
+// spaces only.
 func (f fastRequest) Header(name string) []byte {
 	if v := trimOWS(f.req.Header.Peek(name)); len(v) > 0 {
 		return v
@@ -81,8 +79,7 @@ func (f fastRequest) ContentType() []byte { return f.req.Header.ContentType() }
 
 func (f fastRequest) Method() []byte { return f.req.Header.Method() }
 
-// bodiless is a request whose body was refused (too_large) and is not
-// read: key sources that read the body find nothing in it.
+// bodiless is a request whose body was refused (too_large) and not read.
 type bodiless struct{ fastRequest }
 
 func (bodiless) Body() []byte { return nil }

@@ -1,7 +1,6 @@
-// Package ingress is hookstamp's HTTP front door: the Fiber server, route
-// matching, the body limit, signature verification, key and fingerprint
-// extraction, and turning the state machine's Result into the HTTP answer
-// (RFC 9457 problem documents for the answers hookstamp makes itself).
+// Package ingress is hookstamp's HTTP front door: the server, route
+// matching, body limit, signature, key and fingerprint, and the HTTP answer
+// to the state machine's Result.
 package ingress
 
 import (
@@ -24,9 +23,8 @@ type Verifier interface {
 type Route struct {
 	// Name namespaces keys (the record identity is route name + key).
 	Name string
-	// Path is matched exactly, or as a prefix when Prefix is true (the
-	// configured path ended in "/*"; Path then holds the part before "*",
-	// ending in "/").
+	// Path is matched exactly, or as a prefix when Prefix is true (then it
+	// ends in "/").
 	Path   string
 	Prefix bool
 	// Methods are deduplicated; other methods pass through untouched.
@@ -45,8 +43,8 @@ type Route struct {
 	UpstreamURL     string
 	UpstreamTimeout time.Duration
 	KeyHeader       string
-	// SourceHeader names the header identifying the sender
-	// (routes[].source: header:NAME); empty means the client IP.
+	// SourceHeader names the header identifying the sender; "" means the
+	// client IP.
 	SourceHeader string
 }
 
@@ -60,13 +58,10 @@ func (r *Route) dedups(method string) bool {
 }
 
 // router finds the route for a request: exact paths first, then the
-// longest matching prefix. Routes are matched by path and method (SPEC §1):
-// of the routes whose path matches, the most specific one that
-// deduplicates the request's method serves it — routes sharing one path,
-// or an exact route inside a prefix route ("/hooks/a" [POST] within
-// "/hooks/*" [PUT]: a PUT to /hooks/a is the prefix route's delivery, not
-// the exact route's passthrough). A method none of them claims goes to the
-// most specific path's first configured route, which passes it through.
+// longest matching prefix (SPEC §1). Of the routes whose path matches, the
+// most specific that deduplicates the method serves it; a method none
+// claims goes to the most specific path's first route, which passes it
+// through.
 type router struct {
 	exact    map[string][]*Route
 	prefixes [][]*Route // routes sharing one prefix, longest prefix first

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -77,7 +76,7 @@ func BenchmarkServeCachedRepeat(b *testing.B) {
 	route := &ingress.Route{Name: "hooks", Path: "/hooks", Methods: []string{"POST"}, Extractor: ex, Fingerprinter: fp,
 		KeyRequired: true, Policy: &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, MaxBody: 1 << 20, Retention: time.Hour}}
 	srv := ingress.New(ingress.Options{Routes: []*ingress.Route{route}, Engine: eng, Forwarder: noForward{b},
-		BodyLimit: 1 << 20, Middleware: []fiber.Handler{tel.Middleware()}, Observe: tel.Observe})
+		BodyLimit: 1 << 20, Observer: tel})
 	h := srv.App().Handler()
 
 	const key = "evt_1NG8Du2eZvKYlo2CUI79vXWy"

@@ -13,11 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/forward"
@@ -49,6 +46,21 @@ type Event struct {
 	Duration time.Duration
 }
 
+// Observer is told what happens to requests: the gateway's telemetry is
+// one. Its methods are called concurrently.
+type Observer interface {
+	// Around runs serve as one request, every request the server answers
+	// (those fasthttp refuses before routing too), and answers an error
+	// serve returns with c.App().ErrorHandler (the span of a request must
+	// see its answer).
+	Around(c *fiber.Ctx, serve func(*fiber.Ctx) error) error
+	// Observe is called once per finished request on a route.
+	Observe(ctx context.Context, ev *Event)
+	// ObserveUpstream is called after every forward to the upstream of
+	// route with its duration, failures included.
+	ObserveUpstream(ctx context.Context, route string, d time.Duration)
+}
+
 // Options configure a Server.
 type Options struct {
 	Routes    []*Route
@@ -61,19 +73,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
-	// Middleware runs before the gateway handler (e.g. the OTel server span).
-	Middleware []fiber.Handler
-	// Observe is called once per finished route request (nil = none).
-	Observe func(ctx context.Context, ev *Event)
-	// ObserveUpstream is called after every forward to the upstream of
-	// route with its duration, failures included (nil = none).
-	ObserveUpstream func(ctx context.Context, route string, d time.Duration)
-	// Around runs answer as the Middleware would have run the handler, for
-	// requests fasthttp refuses before any middleware ran (a header it
-	// cannot read), so that they get their server span too (nil = answer
-	// alone).
-	Around func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error
-	Logger *slog.Logger
+	// Observer is told what happens to every request (nil = nothing is).
+	Observer Observer
+	Logger   *slog.Logger
 	// TLS, when not nil, makes Serve speak HTTPS (HTTP/1.1) with it.
 	TLS *tls.Config
 }
@@ -100,13 +102,10 @@ type Server struct {
 	ln   *connListener // set by Serve
 }
 
-// MaxHeaderBytes bounds the request line and headers of one request
-// (fasthttp's read buffer, held per connection); larger ones get 431 before
-// any route sees them. Fiber's 4 KiB default is too tight for a provider's
-// headers after a CDN and a service mesh have added theirs (a mesh's client
-// certificate header alone can pass 2 KiB); 16 KiB is the common ceiling
-// (Node.js, HAProxy). Signature headers are capped separately, at
-// verify.MaxHeaderLen.
+// MaxHeaderBytes bounds the request line and headers of one request;
+// larger ones get 431. Fiber's 4 KiB is too tight for a provider's headers
+// after a CDN and a service mesh added theirs; 16 KiB is the common ceiling
+// (Node.js, HAProxy).
 const MaxHeaderBytes = 16 << 10
 
 // New builds the server; call Serve to start it.
@@ -134,32 +133,26 @@ func New(o Options) *Server {
 		ErrorHandler:          s.errorHandler,
 		// Keys and bodies are copied out where they outlive the handler.
 		Immutable: false,
-		// A body is forwarded, fingerprinted and verified as sent: fasthttp
-		// would otherwise parse a multipart one and rebuild it from the
-		// parsed form (part headers lost, fields in map order), and refuse
-		// one it cannot parse with a bare 400.
+		// A body is forwarded, fingerprinted and verified as sent, never
+		// rebuilt from a parsed multipart form.
 		DisablePreParseMultipartForm: true,
 	})
-	// Every request's context descends from abandon (its values, such as
-	// the server span, are added by the middleware below): cutting
-	// abandoned deliveries at shutdown costs nothing per request.
+	// Every request's context descends from abandon: cutting abandoned
+	// deliveries at shutdown costs nothing per request.
 	s.app.Use(func(c *fiber.Ctx) error {
 		c.SetUserContext(s.abandon)
 		return c.Next()
 	})
-	for _, m := range o.Middleware {
-		s.app.Use(m)
+	if o.Observer != nil {
+		s.app.Use(func(c *fiber.Ctx) error { return s.observed(c, (*fiber.Ctx).Next) })
 	}
 	s.app.All("/*", s.handle)
 	srv := s.app.Server()
 	srv.HeaderReceived = s.headerReceived
 	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
-	// Answers given while draining say "Connection: close": fasthttp
-	// closes the connection after them anyway, and a client that was told
-	// to keep it (a provider's pool, the load balancer's) would send its
-	// next delivery into the closed socket — a failure after sending, which
-	// a balancer does not retry on another replica — instead of dialling
-	// one that serves.
+	// Answers while draining say "Connection: close": a client told to keep
+	// the connection would send its next delivery into the closed socket, a
+	// failure after sending that a balancer does not retry elsewhere.
 	srv.CloseOnShutdown = true
 	return s
 }
@@ -182,10 +175,8 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- s.app.Shutdown() }()
-	// Connections that never carried a request would hold the drain for
-	// read_timeout (see connListener). Closing them once is not enough:
-	// one accepted just before the listener closed may be registered after
-	// the first pass.
+	// Unused connections would hold the drain for read_timeout; one
+	// accepted just before the listener closed may show up later.
 	s.lnMu.Lock()
 	cl := s.ln
 	s.lnMu.Unlock()
@@ -250,10 +241,8 @@ func (s *Server) enter() bool {
 func (s *Server) handle(c *fiber.Ctx) error {
 	start := time.Now()
 	if !s.enter() {
-		// It arrived (its header, and a body's first 8 KiB) after
-		// shutdown_timeout ran out: the process is about to exit. Taken on,
-		// it would meet closed stores; refused, the provider retries it at
-		// another replica.
+		// After shutdown_timeout ran out, it would meet closed stores;
+		// refused, the provider retries it at another replica.
 		c.Context().SetConnectionClose()
 		return errShuttingDown
 	}
@@ -274,11 +263,9 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	defer release()
 	if chunked {
 		if c.Request().Header.Len() != fields {
-			// Trailer fields, read with the last chunk, after framing
-			// checked the header: fasthttp unfolds a folded trailer line
-			// in its read buffer as it does a header line (obsFolded),
-			// and what follows on the connection would be misread. No
-			// webhook sends trailers: nothing behind them is read.
+			// Trailer fields were read after framing checked the header: a
+			// folded one would be misread (obsFolded), so nothing after them is
+			// read.
 			c.Context().SetConnectionClose()
 		}
 		dropTrailers(&c.Request().Header) // read with the last chunk
@@ -295,9 +282,8 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	res := s.decide(ctx, c, route, rest, &ev)
 	ev.Result = &res
 	ev.Duration = time.Since(start)
-	annotateSpan(ctx, &ev)
-	if s.o.Observe != nil {
-		s.o.Observe(ctx, &ev)
+	if s.o.Observer != nil {
+		s.o.Observer.Observe(ctx, &ev)
 	}
 	return answer(c, &res)
 }
@@ -312,17 +298,14 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 	req := newFastRequest(c)
-	// The sender is known before the signature is checked, so that the
-	// log line of a forgery names who sent it.
+	// The sender is known first, so that a forgery's log line names it.
 	ev.Source = s.source(c, route)
 	if route.Verifier != nil {
 		if err := route.Verifier.Verify(req); err != nil {
-			// The key the request names is logged and put on the span
-			// (SPEC §7: keys logged), never claimed: an operator whose
-			// secret is wrong learns which events to have resent.
+			// Logged, never claimed (SPEC §7): an operator whose secret
+			// is wrong learns which events to have resent.
 			ev.Key = s.refusedKey(route, req)
-			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
-				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
+			return refuse(idempotency.Unverified, "signature verification failed: "+safeDetail(err.Error()), err)
 		}
 	}
 
@@ -331,11 +314,9 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	key, err := route.Extractor.Key(req, (*bp)[:0])
 	switch {
 	case errors.Is(err, extract.ErrInvalidKey):
-		// The refused key is logged and put on the span (SPEC §7: keys
-		// logged), so that an operator can tell which event was refused.
+		// Logged (SPEC §7), so that the refused event can be told.
 		ev.Key = loggable(key)
-		return idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
-			Detail: "invalid idempotency key: " + safeDetail(err.Error()), Err: err}
+		return refuse(idempotency.InvalidKey, "invalid idempotency key: "+safeDetail(err.Error()), err)
 	case err != nil || len(key) == 0:
 		// No key. A body the JSON sources could not parse says why.
 		if !route.KeyRequired {
@@ -345,7 +326,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		if errors.Is(err, extract.ErrMalformedBody) {
 			detail = "no idempotency key found: the body is not valid JSON"
 		}
-		return idempotency.Result{Outcome: idempotency.MissingKey, Status: http.StatusBadRequest, Detail: detail, Err: err}
+		return refuse(idempotency.MissingKey, detail, err)
 	}
 	*bp = key[:0]
 	ev.Key = string(key)
@@ -356,8 +337,7 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	if fp := route.Fingerprinter; fp != nil {
 		d.Fingerprint = fp.Fingerprint(req)
 		if fp.Mode() == extract.FingerprintFields {
-			// Only digested when the fingerprint does not match: a
-			// mismatch is rare, the body's digest is not free.
+			// Digested only on a mismatch, which is rare.
 			d.Also = func() [][]byte { return fp.Also(req) }
 		}
 	}
@@ -379,9 +359,8 @@ func (s *Server) refusedKey(route *Route, req extract.Request) string {
 	return loggable(key)
 }
 
-// loggable is a key that may be invalid, as a log line and a span attribute
-// carry it: slog escapes its control characters, and bytes that are not
-// UTF-8 are replaced, as an OTLP export refuses them. It names no record.
+// loggable is a key that may be invalid, fit for a log line and a span
+// attribute: bytes that are not UTF-8 are replaced, as OTLP refuses them.
 func loggable(key []byte) string {
 	return strings.ToValidUTF8(string(key), "\uFFFD")
 }
@@ -390,7 +369,7 @@ func loggable(key []byte) string {
 // still hold the body after a timeout) and sends it upstream.
 func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
 	fr := c.Request()
-	hdr := make(http.Header, fr.Header.Len()) // sized: a map for 16 was 9% of a delivery's allocations
+	hdr := make(http.Header, fr.Header.Len())
 	cookie := false
 	fr.Header.VisitAll(func(k, v []byte) {
 		name := string(k)
@@ -404,10 +383,8 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		hdr[name] = append(hdr[name], string(v))
 	})
 	if cookie {
-		// fasthttp hands Cookie back rebuilt from its parse: lines merged,
-		// spaces moved, quotes stripped from values. The upstream gets the
-		// lines as sent (SPEC §4), from the header block as received (a
-		// chunked body's trailers are not in it, and are no headers).
+		// fasthttp hands Cookie back rebuilt from its parse: the upstream
+		// gets the lines as sent (SPEC §4), from the header as received.
 		fr.Header.VisitAllInOrder(func(k, v []byte) {
 			if string(k) == "Cookie" {
 				hdr["Cookie"] = append(hdr["Cookie"], string(v))
@@ -428,12 +405,12 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	}
 	sent := time.Now()
 	resp, err := s.o.Forwarder.Do(ctx, req)
-	if s.o.ObserveUpstream != nil {
-		s.o.ObserveUpstream(ctx, route.Name, time.Since(sent))
+	if s.o.Observer != nil {
+		s.o.Observer.ObserveUpstream(ctx, route.Name, time.Since(sent))
 	}
 	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
-		// The upstream answered: settle the delivery on its status (never
-		// release a processed event because its answer was big).
+		// The upstream answered: settle on its status, never release a
+		// processed event because its answer was big.
 		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
 	}
 	if err != nil {
@@ -444,10 +421,8 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 
 // clientIP is the peer address, or — when the peer is a trusted proxy —
 // the right-most X-Forwarded-For entry (of all its lines) that is not a
-// trusted proxy. When every entry is in a trusted range (a sender inside
-// the network the proxies serve: trusted_proxies 10.0.0.0/8, a caller at
-// 10.1.2.3), the sender is the left-most entry the walk reached, as nginx's
-// real_ip_recursive has it, not the proxy the request last came through.
+// trusted proxy; when every entry is trusted, the left-most the walk
+// reached, as nginx's real_ip_recursive has it.
 func (s *Server) clientIP(c *fiber.Ctx) string {
 	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
 	if !ok {
@@ -457,10 +432,8 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	if !s.trusted(peer) {
 		return peer.String()
 	}
-	// Every X-Forwarded-For line, in order: they are one list (RFC 9110
-	// §5.3), and a proxy that adds a line of its own (HAProxy's option
-	// forwardfor) rather than appending to the sender's puts its entry in
-	// the last one, not the first.
+	// Every line, in order: they are one list (RFC 9110 §5.3), and a
+	// proxy adding a line of its own puts its entry last.
 	var parts []string
 	for _, line := range c.Request().Header.PeekAll(fiber.HeaderXForwardedFor) {
 		parts = append(parts, strings.Split(string(line), ",")...)
@@ -480,9 +453,8 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	return sender.String()
 }
 
-// xffAddr parses one X-Forwarded-For entry: an address, or an address and
-// port ("203.0.113.7:52011", "[2001:db8::7]:52011"), which some proxies
-// write.
+// xffAddr parses one X-Forwarded-For entry: an address, with or without
+// a port.
 func xffAddr(s string) (netip.Addr, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a, nil
@@ -493,15 +465,13 @@ func xffAddr(s string) (netip.Addr, error) {
 
 // scheme is the scheme the request arrived with: the connection's own, or
 // — when the peer is a trusted proxy — its X-Forwarded-Proto. Fiber's
-// Protocol believes that header from any peer, and the upstream would get
-// a sender's claim as the gateway's word.
+// Protocol believes that header from any peer.
 func (s *Server) scheme(c *fiber.Ctx) string {
 	if c.Context().IsTLS() {
 		return "https"
 	}
 	if peer, ok := netip.AddrFromSlice(c.Context().RemoteIP()); ok && s.trusted(peer.Unmap()) {
-		// The last entry of all the lines: as for X-Forwarded-For, a
-		// trusted proxy that adds a line of its own puts its word last.
+		// The last entry of all the lines, as for X-Forwarded-For.
 		if lines := c.Request().Header.PeekAll(fiber.HeaderXForwardedProto); len(lines) > 0 {
 			p := lines[len(lines)-1]
 			if i := bytes.LastIndexByte(p, ','); i >= 0 {
@@ -525,14 +495,10 @@ func (s *Server) trusted(a netip.Addr) bool {
 }
 
 // escapedRest is a prefix route's rest of the path as the sender escaped
-// it, so that "a%2Fb" reaches the upstream as one segment, not as "a/b".
-// rest is the tail of the decoded, normalized path the route matched. The
-// received path is used only when it is a plain escaping of that path;
-// when normalizing changed it (dot segments, doubled slashes), the decoded
-// rest is escaped anew, so that what the upstream sees is what was matched.
-//
-// Bytes the sender left unescaped that a path must not carry raw (a space,
-// "|", UTF-8) are escaped; its own escapes are kept as they are.
+// it, so that "a%2Fb" stays one segment. When normalizing changed the path
+// (dot segments, doubled slashes), the decoded rest is escaped anew, so
+// that the upstream sees what was matched. Bytes a path must not carry
+// raw are escaped.
 func escapedRest(rest string, decoded, raw []byte) string {
 	if rest == "" {
 		return ""
@@ -541,8 +507,7 @@ func escapedRest(rest string, decoded, raw []byte) string {
 		// raw is not an escaping of the matched path: normalizing changed it.
 		return (&url.URL{Path: rest}).EscapedPath()
 	}
-	// Every "%XY" of raw decodes to one byte, every other byte to itself:
-	// skip as many decoded bytes as the prefix took.
+	// Skip as many raw bytes as the prefix's decoded bytes took.
 	i := 0
 	for range len(decoded) - len(rest) {
 		if raw[i] == '%' {
@@ -553,11 +518,9 @@ func escapedRest(rest string, decoded, raw []byte) string {
 	return escapeRaw(raw[i:], false)
 }
 
-// escapeRaw is raw as sent, its escapes ("%XY") kept, with every byte a
-// URI path (or, with query, a query) must not carry raw — a space, a
-// control, "|", a byte of UTF-8, a "%" that starts no escape — escaped.
-// fasthttp accepts such bytes in a request line; written into the
-// upstream's request line as they are, they would break it.
+// escapeRaw is raw as sent, its escapes kept, with every byte a URI path
+// (or, with query, a query) must not carry raw escaped: fasthttp accepts
+// them in a request line, and they would break the upstream's.
 func escapeRaw(raw []byte, query bool) string {
 	safe := func(c byte) bool { return pathSafe(c) || (query && c == '?') }
 	escape := false
@@ -605,8 +568,8 @@ func pathSafe(c byte) bool {
 	return strings.IndexByte("-._~!$&'()*+,;=:@/", c) >= 0
 }
 
-// source identifies the sender for the top-duplicate-sources statistics.
-// A header value is attacker-controlled: it is bounded and made printable.
+// source identifies the sender for the statistics; a header value is
+// bounded and made printable.
 func (s *Server) source(c *fiber.Ctx, route *Route) string {
 	if route.SourceHeader == "" {
 		return s.clientIP(c)
@@ -626,9 +589,9 @@ var errShuttingDown = fiber.NewError(http.StatusServiceUnavailable, "the gateway
 // and the handler's refusals as problem documents, with the route's
 // outcome where one applies.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
-	if s.o.Around != nil && !trace.SpanContextFromContext(c.UserContext()).IsValid() {
-		// Refused while reading, before the middleware: no span yet.
-		return s.o.Around(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
+	if s.o.Observer != nil && c.Locals(observedLocal{}) == nil {
+		// Refused while reading, before the middleware ran.
+		return s.observed(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
 	}
 	var fe *fiber.Error
 	status := http.StatusInternalServerError
@@ -637,33 +600,32 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	}
 	method := c.Method()
 	route, _ := s.router.match(method, string(c.Request().URI().Path()))
-	var outcome idempotency.Outcome
-	var retryAfter time.Duration
-	detail := http.StatusText(status)
+	var refusal idempotency.Result
 	switch {
 	case status == http.StatusRequestEntityTooLarge:
-		detail = "the request body is larger than the gateway's body limit"
 		// server.body_limit holds on every path, routed or not.
-		outcome = idempotency.TooLarge
+		refusal = refuse(idempotency.TooLarge, "the request body is larger than the gateway's body limit", nil)
 	case errors.Is(err, errShuttingDown):
-		// SPEC §2's unavailable: 503 + Retry-After, nothing forwarded.
-		detail, outcome, retryAfter = fe.Message, idempotency.Unavailable, time.Second
+		refusal = refuse(idempotency.Unavailable, fe.Message, nil)
+	}
+	outcome, detail, retryAfter := refusal.Outcome, http.StatusText(status), time.Duration(0)
+	if outcome != "" {
+		status, detail, retryAfter = refusal.Status, refusal.Detail, refusal.RetryAfter
 	}
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
 		ev := Event{Route: route.Name, Method: method, Result: &res}
 		if outcome == idempotency.TooLarge {
-			// Named from its headers and query (SPEC §7: keys logged), so
-			// that the event can be resent once the limit is raised.
+			// Named from its headers and query (SPEC §7), so that the event
+			// can be resent once the limit is raised.
 			ev.Key = s.refusedKey(route, bodiless{newFastRequest(c)})
 		}
 		if t := c.Context().Time(); !t.IsZero() {
 			ev.Duration = time.Since(t)
 		} // else refused while fasthttp read it: when it began is unknown
-		annotateSpan(c.UserContext(), &ev)
-		if s.o.Observe != nil {
-			s.o.Observe(c.UserContext(), &ev)
+		if s.o.Observer != nil {
+			s.o.Observer.Observe(c.UserContext(), &ev)
 		}
 	}
 	return writeProblem(c, status, outcome, detail, retryAfter)
@@ -671,6 +633,16 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 
 // routeLocal is the fiber.Ctx local holding the matched *Route.
 type routeLocal struct{}
+
+// observedLocal is the fiber.Ctx local set once the Observer's Around runs
+// the request.
+type observedLocal struct{}
+
+// observed runs serve through the Observer's Around.
+func (s *Server) observed(c *fiber.Ctx, serve func(*fiber.Ctx) error) error {
+	c.Locals(observedLocal{}, true)
+	return s.o.Observer.Around(c, serve)
+}
 
 // SpanName names a request's server span after its route: the method and
 // the configured path ("POST /webhooks/stripe", "POST /hooks/*"), or the
@@ -685,50 +657,4 @@ func SpanName(c *fiber.Ctx) string {
 		return c.Method() + " " + r.Path + "*"
 	}
 	return c.Method() + " " + r.Path
-}
-
-// maxKeyAttr bounds the hookstamp.key span attribute: the ceiling of
-// key.max_length (config.MaxKeyLength), so the attribute is the whole key
-// — a trace is found by the key it carries — yet bounded if that changes.
-const maxKeyAttr = 2048
-
-// annotateSpan adds route, key and outcome to the request's server span
-// (SPEC §7), and links a replay, or a mismatch, to the span of the original
-// delivery whose record answered it.
-func annotateSpan(ctx context.Context, ev *Event) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("hookstamp.route", ev.Route),
-		attribute.String("hookstamp.outcome", string(ev.Result.Outcome)),
-	}
-	if ev.Key != "" {
-		attrs = append(attrs, attribute.String("hookstamp.key", truncateUTF8(ev.Key, maxKeyAttr)))
-	}
-	r := ev.Result
-	if r.OriginalTraceID != "" {
-		attrs = append(attrs, attribute.String("hookstamp.original_trace_id", r.OriginalTraceID))
-		tid, terr := trace.TraceIDFromHex(r.OriginalTraceID)
-		sid, serr := trace.SpanIDFromHex(r.OriginalSpanID)
-		if terr == nil && serr == nil {
-			span.AddLink(trace.Link{
-				SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true}),
-				Attributes:  []attribute.KeyValue{attribute.String("hookstamp.link", "original_delivery")},
-			})
-		}
-	}
-	span.SetAttributes(attrs...)
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

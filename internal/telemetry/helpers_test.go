@@ -23,7 +23,6 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/gateway"
-	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // upstream is a test upstream that records, per request, the Idempotency-Key
@@ -179,9 +178,6 @@ func wantOutcome(tb testing.TB, r reply, status int, outcome string) {
 		tb.Fatalf("got %d %q, want %d %q; body %s", r.status, r.outcome, status, outcome, r.body)
 	}
 }
-
-// eventually polls cond until it holds or d passes.
-var eventually = testenv.Eventually
 
 // scrape reads h's Prometheus text exposition.
 func scrape(tb testing.TB, h http.Handler) map[string]*dto.MetricFamily {

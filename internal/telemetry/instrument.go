@@ -18,61 +18,49 @@ import (
 	"github.com/hookstamp/hookstamp/internal/ingress"
 )
 
-// Middleware is the Fiber middleware that makes the server span of every
-// request, continuing the W3C trace context the sender sent
-// (ingress.Options.Middleware). The span is named after the route
-// (ingress.SpanName); the query string is left out of its URL attributes,
-// as it may carry keys or tokens. No trace headers are written on
-// responses: senders get no request bytes echoed, and no trace ids of ours.
+// Around runs serve inside the request's server span, continuing the W3C
+// trace context the sender sent (ingress.Observer). The span is named
+// after the route (ingress.SpanName); the query string is left out of its
+// URL attributes, as it may carry keys or tokens. No trace headers are
+// written on responses: senders get no request bytes echoed, and no trace
+// ids of ours.
 //
-// It is hookstamp's own rather than otelfiber's: otelfiber copies every
-// request header into an http.Header and builds metric attribute sets on
-// every request even with its metrics off, which cost a replay answered
-// from memory a quarter of its CPU. Attributes are computed only for a
-// span that records.
-func (t *Telemetry) Middleware() fiber.Handler {
-	around := t.Around()
-	return func(c *fiber.Ctx) error { return around(c, (*fiber.Ctx).Next) }
+// It is hookstamp's own rather than otelfiber's, which copies every request
+// header and builds metric attribute sets on every request even with its
+// metrics off. Attributes are computed only for a span that records.
+func (t *Telemetry) Around(c *fiber.Ctx, serve func(*fiber.Ctx) error) error {
+	parent := c.UserContext()
+	ctx := t.prop.Extract(parent, headerCarrier{&c.Request().Header})
+	ctx, span := t.httpTracer.Start(ctx, ingress.Method(c), serverKind)
+	c.SetUserContext(ctx)
+	if err := serve(c); err != nil {
+		span.RecordError(err)
+		_ = c.App().Config().ErrorHandler(c, err)
+	}
+	if span.IsRecording() {
+		status := c.Response().StatusCode()
+		path := string(c.Request().URI().PathOriginal())
+		span.SetName(ingress.SpanName(c))
+		span.SetAttributes(
+			semconv.HTTPRequestMethodKey.String(ingress.Method(c)),
+			semconv.URLPath(path),
+			semconv.URLScheme(connScheme(c)),
+			semconv.HTTPResponseStatusCode(status),
+			semconv.ClientAddress(c.IP()),
+			// The names older backends and dashboards query.
+			attribute.String("http.target", path),
+			attribute.String("http.url", path),
+		)
+		if status >= 500 {
+			span.SetStatus(codes.Error, "")
+		}
+	}
+	span.End()
+	c.SetUserContext(parent)
+	return nil
 }
 
-// Around runs answer inside the request's server span: the Middleware's
-// work, for requests fasthttp refuses before any middleware runs
-// (ingress.Options.Around).
-func (t *Telemetry) Around() func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error {
-	tracer := t.tp.Tracer(instrumentation + "/http")
-	serverKind := trace.WithSpanKind(trace.SpanKindServer)
-	return func(c *fiber.Ctx, answer func(*fiber.Ctx) error) error {
-		parent := c.UserContext()
-		ctx := t.prop.Extract(parent, headerCarrier{&c.Request().Header})
-		ctx, span := tracer.Start(ctx, ingress.Method(c), serverKind)
-		c.SetUserContext(ctx)
-		if err := answer(c); err != nil {
-			span.RecordError(err)
-			_ = c.App().Config().ErrorHandler(c, err)
-		}
-		if span.IsRecording() {
-			status := c.Response().StatusCode()
-			path := string(c.Request().URI().PathOriginal())
-			span.SetName(ingress.SpanName(c))
-			span.SetAttributes(
-				semconv.HTTPRequestMethodKey.String(ingress.Method(c)),
-				semconv.URLPath(path),
-				semconv.URLScheme(connScheme(c)),
-				semconv.HTTPResponseStatusCode(status),
-				semconv.ClientAddress(c.IP()),
-				// The names older backends and dashboards query.
-				attribute.String("http.target", path),
-				attribute.String("http.url", path),
-			)
-			if status >= 500 {
-				span.SetStatus(codes.Error, "")
-			}
-		}
-		span.End()
-		c.SetUserContext(parent)
-		return nil
-	}
-}
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
 // connScheme is the scheme of the connection the request came on; unlike
 // Fiber's Protocol it does not take a sender's X-Forwarded-Proto for it.

@@ -184,10 +184,12 @@ func (t *Telemetry) Init(routes []string, dependencies ...string) {
 	}
 }
 
-// Observe counts one finished request (ingress.Options.Observe): requests
-// and their duration by route and outcome, and, for a repeat intercepted,
-// hookstamp_duplicates_total by route and sender.
+// Observe puts one finished request on its server span (annotateSpan) and
+// counts it (ingress.Observer): requests and their duration by route and
+// outcome, and, for a repeat intercepted, hookstamp_duplicates_total by
+// route and sender.
 func (t *Telemetry) Observe(ctx context.Context, ev *ingress.Event) {
+	annotateSpan(ctx, ev)
 	m := t.m
 	o := ev.Result.Outcome
 	attrs := m.byOutcome.get(ev.Route, string(o), outcomeAttrSet)
@@ -211,7 +213,7 @@ func (m *metrics) count(ctx context.Context, c metric.Int64Counter, attrs *attrO
 }
 
 // ObserveUpstream records the time of one forward to the upstream of route
-// (ingress.Options.ObserveUpstream).
+// (ingress.Observer).
 func (t *Telemetry) ObserveUpstream(ctx context.Context, route string, d time.Duration) {
 	t.m.upstream.Record(ctx, d.Seconds(), routeAttrs(route))
 }

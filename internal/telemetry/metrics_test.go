@@ -21,6 +21,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // scenarioRoutes: "hooks" rejects repeats in flight and names senders by a
@@ -76,7 +77,7 @@ func TestScriptedScenarioMetrics(t *testing.T) {
 
 	first := make(chan reply, 1)
 	go func() { first <- send(t, g, "/hooks", `{"d":1}`, "X-Event-Id", "evt_d", "X-Sender", "sender-1") }()
-	eventually(t, 5*time.Second, "evt_d in flight upstream", func() bool {
+	testenv.Eventually(t, 5*time.Second, "evt_d in flight upstream", func() bool {
 		keys, _ := up.received()
 		return slices.Contains(keys, "evt_d")
 	})

@@ -73,7 +73,7 @@ func TestEveryOutcomeSpanAndLogLine(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	cfg := gatewayConfig(t, up.URL, surveyRoutes, "")
 	cfg.Server.BodyLimit = 4096
@@ -118,8 +118,16 @@ func TestEveryOutcomeSpanAndLogLine(t *testing.T) {
 	wantOutcome(t, <-first, 200, "forwarded")
 	steps = append(steps, step{"/plain", body, "evt_slow", 409, "conflict", nil}, step{"/plain", body, "evt_slow", 200, "forwarded", nil})
 
-	// Spans.
-	time.Sleep(200 * time.Millisecond)
+	// Spans: a server span ends after its answer was written.
+	testenv.Eventually(t, 5*time.Second, "every server span ended", func() bool {
+		n := 0
+		for _, s := range exp.GetSpans() {
+			if s.SpanKind == trace.SpanKindServer {
+				n++
+			}
+		}
+		return n >= len(steps)
+	})
 	var srv []int
 	spans := exp.GetSpans()
 	for i, s := range spans {
@@ -195,7 +203,7 @@ func TestReplayLinkAfterRestart(t *testing.T) {
 			g2 := startGateway(t, cfg, o2)
 			for i := range 2 {
 				wantOutcome(t, send(t, g2, "/hooks", `{"a":1}`, "X-Event-Id", "evt_restart"), 200, "replayed")
-				eventually(t, 5*time.Second, "replay span", func() bool { return len(serverSpans(exp2, "replayed")) == i+1 })
+				testenv.Eventually(t, 5*time.Second, "replay span", func() bool { return len(serverSpans(exp2, "replayed")) == i+1 })
 				s := serverSpans(exp2, "replayed")[i]
 				if len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != orig.SpanContext.SpanID() ||
 					s.Links[0].SpanContext.TraceID() != orig.SpanContext.TraceID() {
@@ -250,7 +258,7 @@ func TestUnsampledDeliveryKeepsTraceIDs(t *testing.T) {
 // protocol wins over the general one.
 func TestOTLPGeneralEnvVars(t *testing.T) {
 	recv := newOTLPReceiver(t)
-	var auth syncBuffer
+	var auth testenv.Buffer
 	inner := recv.Config.Handler
 	recv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = auth.Write([]byte(r.Header.Get("Authorization") + "|" + r.Header.Get("Content-Encoding") + "\n"))
@@ -280,7 +288,7 @@ func TestInvalidKeyIsLoggedEscaped(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			up := newUpstream(t)
 			exp, o := spanRecorder()
-			var buf syncBuffer
+			var buf testenv.Buffer
 			o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: format}, &buf)
 			route := strings.Replace(oneRoute, "{header: X-Event-Id}", "{header: X-Event-Id}, {json: id}, {query: id}", 1)
 			g := startGateway(t, gatewayConfig(t, up.URL, route, ""), o)
@@ -371,7 +379,15 @@ func TestSpansCarryNoBodies(t *testing.T) {
 			wantOutcome(t, send(t, g, "/hooks?tok=QUERYMARKER", `{"m":"BODYMARKER"}`, "X-Event-Id", "evt_b"), 200, "forwarded")
 			wantOutcome(t, send(t, g, "/hooks", `{"m":"BODYMARKER"}`, "X-Event-Id", "evt_b"), 200, "replayed")
 			wantOutcome(t, send(t, g, "/hooks", `{"m":"BODYMARKER2"}`, "X-Event-Id", "evt_b"), 422, "mismatch")
-			time.Sleep(200 * time.Millisecond)
+			testenv.Eventually(t, 5*time.Second, "the three server spans ended", func() bool {
+				n := 0
+				for _, s := range exp.GetSpans() {
+					if s.SpanKind == trace.SpanKindServer {
+						n++
+					}
+				}
+				return n >= 3
+			})
 			for _, s := range exp.GetSpans() {
 				var all []string
 				for _, a := range s.Attributes {
@@ -454,7 +470,7 @@ func TestMultiLineBaggageAndTracestateReachUpstream(t *testing.T) {
 func TestUnverifiedDeliveryNamesItsKey(t *testing.T) {
 	up := newUpstream(t)
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	route := strings.Replace(oneRoute, "key: {sources: [{header: X-Event-Id}]}",
 		`key: {sources: [{json: id}]}
@@ -493,7 +509,7 @@ func TestUnverifiedDeliveryNamesItsKey(t *testing.T) {
 func TestTooLargeDeliveryNamesItsKey(t *testing.T) {
 	up := newUpstream(t)
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	route := strings.Replace(oneRoute, "{header: X-Event-Id}", "{json: id}, {header: X-Event-Id}, {body_hash: sha256}", 1)
 	cfg := gatewayConfig(t, up.URL, route, "")

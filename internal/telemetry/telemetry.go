@@ -63,14 +63,16 @@ type Overrides struct {
 type Telemetry struct {
 	// tp makes every span; it is sdk, or an idProvider when no exporter
 	// would read recorded spans (sdk is then nil).
-	tp       trace.TracerProvider
-	sdk      *sdktrace.TracerProvider
-	mp       *sdkmetric.MeterProvider
-	prop     propagation.TextMapPropagator
-	tracer   trace.Tracer
-	registry *prometheus.Registry // nil when metrics.prometheus is false
-	log      *slog.Logger
-	m        *metrics
+	tp     trace.TracerProvider
+	sdk    *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
+	prop   propagation.TextMapPropagator
+	tracer trace.Tracer
+	// httpTracer makes the server spans (Around).
+	httpTracer trace.Tracer
+	registry   *prometheus.Registry // nil when metrics.prometheus is false
+	log        *slog.Logger
+	m          *metrics
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -134,6 +136,7 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		t.tp = newIDProvider(sampler)
 	}
 	t.tracer = t.tp.Tracer(instrumentation, trace.WithInstrumentationVersion(version))
+	t.httpTracer = t.tp.Tracer(instrumentation + "/http")
 
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if t.sdk == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // setup is telemetry.SetupWith, shut down when the test ends.
@@ -75,7 +76,7 @@ func TestSampler(t *testing.T) {
 
 // The stdout exporter writes spans as JSON, flushed at Shutdown.
 func TestStdoutExporter(t *testing.T) {
-	var out syncBuffer
+	var out testenv.Buffer
 	cfg := config.Default().Telemetry
 	cfg.Traces.Exporter = config.ExporterStdout
 	tel, err := telemetry.SetupWith(context.Background(), cfg, "v-test", testLogger(t), telemetry.Overrides{Stdout: &out})
@@ -134,7 +135,7 @@ func TestLogger(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out syncBuffer
+			var out testenv.Buffer
 			log := telemetry.NewLogger(tt.cfg, &out).With("component", "x")
 			log.DebugContext(ctx, "hidden")
 			log.WarnContext(ctx, "shown", "key", "evt_1")
@@ -156,7 +157,7 @@ func TestLogger(t *testing.T) {
 			}
 		})
 	}
-	if l := telemetry.NewLogger(config.Log{}, &syncBuffer{}); telemetry.WithTraceContext(l) != l {
+	if l := telemetry.NewLogger(config.Log{}, &testenv.Buffer{}); telemetry.WithTraceContext(l) != l {
 		t.Errorf("WithTraceContext wrapped a logger that already adds trace ids")
 	}
 }

@@ -186,7 +186,7 @@ func TestRepeatsLinkToTheOriginalDelivery(t *testing.T) {
 func TestLogLinesCarryTheTraceID(t *testing.T) {
 	up := newUpstream(t)
 	exp, o := spanRecorder()
-	var buf syncBuffer
+	var buf testenv.Buffer
 	o.Logger = telemetry.NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
 	g := startGateway(t, gatewayConfig(t, up.URL, oneRoute, ""), o)
 
@@ -304,7 +304,7 @@ func TestPassthroughForwardHasForwardSpan(t *testing.T) {
 
 func oneServerSpan(tb testing.TB, exp *tracetest.InMemoryExporter, o string) tracetest.SpanStub {
 	tb.Helper()
-	eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
+	testenv.Eventually(tb, 5*time.Second, "the "+o+" server span", func() bool { return len(serverSpans(exp, o)) > 0 })
 	s := serverSpans(exp, o)
 	if len(s) != 1 {
 		tb.Fatalf("%d server spans with outcome %s, want 1", len(s), o)
@@ -372,24 +372,6 @@ func pbAttrs(kvs []*commonpb.KeyValue) map[string]string {
 }
 
 func pbAttr(kvs []*commonpb.KeyValue, key string) string { return pbAttrs(kvs)[key] }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // With Redis and PostgreSQL, their client spans are under the state
 // machine's: Redis commands under claim (without their arguments), SQL under

@@ -94,15 +94,24 @@ const (
 	SchemeHMAC             = "hmac"
 )
 
+// schemes are the scheme names, in SPEC order: the one list of them.
+var schemes = []string{
+	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
+	SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
+	SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+}
+
 // Schemes returns every scheme name New accepts, sorted.
 func Schemes() []string {
-	s := []string{
-		SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
-		SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
-		SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
-	}
+	s := slices.Clone(schemes)
 	slices.Sort(s)
 	return s
+}
+
+// UsesPublicKey reports whether scheme verifies with the provider's RSA
+// public key (Options.PublicKey) rather than shared secrets.
+func UsesPublicKey(scheme string) bool {
+	return scheme == SchemeAlipay || scheme == SchemeWeChatPay
 }
 
 // DefaultTolerance is the timestamp tolerance used when Options.Tolerance is
@@ -175,7 +184,7 @@ func New(o Options) (Verifier, error) {
 			c.tolerance = DefaultTwitchTolerance
 		}
 	}
-	if o.Scheme == SchemeAlipay || o.Scheme == SchemeWeChatPay {
+	if UsesPublicKey(o.Scheme) {
 		if len(o.Secrets) > 0 {
 			return nil, fmt.Errorf("secrets: not used by scheme %s (it verifies with public_key)", o.Scheme)
 		}

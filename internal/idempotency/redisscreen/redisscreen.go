@@ -81,6 +81,19 @@ var _ idempotency.Screen = (*Screen)(nil)
 // New connects to Redis as o says. It does not fail when Redis is down:
 // calls fail with ErrUnavailable until it answers (Ping).
 func New(o Options) (*Screen, error) {
+	c, err := NewClient(o)
+	if err != nil {
+		return nil, err
+	}
+	s := newScreen(c, o)
+	s.ownClient = true
+	return s, nil
+}
+
+// NewClient makes a Redis client from o's connection fields (Addrs,
+// Username, Password, DB, TLS, TLSConfig, PoolSize), every call bounded by
+// o.OpTimeout. The caller closes it.
+func NewClient(o Options) (redis.UniversalClient, error) {
 	if len(o.Addrs) == 0 {
 		return nil, errors.New("redisscreen: no address")
 	}
@@ -104,9 +117,7 @@ func New(o Options) (*Screen, error) {
 	if o.TLS && uo.TLSConfig == nil {
 		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	s := newScreen(redis.NewUniversalClient(uo), o)
-	s.ownClient = true
-	return s, nil
+	return redis.NewUniversalClient(uo), nil
 }
 
 // NewWithClient uses a client the caller made and keeps owning: Close

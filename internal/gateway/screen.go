@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
+)
+
+// openScreen builds the screen screen.driver names, and its /readyz check;
+// with "none" there is neither (claims are pending rows in the ledger).
+func (g *Gateway) openScreen() error {
+	cfg := g.cfg
+	switch cfg.Screen.Driver {
+	case config.ScreenMemory:
+		// Done records are kept once, in the engine's local cache (which
+		// repeats consult first), not twice in one process; with the cache
+		// off, the screen keeps them.
+		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: g.localCacheBytes() > 0})
+		g.screen = s
+		// The memory screen is this process: it answers while we do.
+		g.screenPing = func(context.Context) error { return nil }
+		g.closers = append(g.closers, func() error { s.Close(); return nil })
+	case config.ScreenRedis:
+		o := g.redisOptions()
+		o.MaxCachedBody = int(cfg.Screen.MaxCachedBody)
+		s, err := redisscreen.New(o)
+		if err != nil {
+			return fmt.Errorf("open redis screen: %w", err)
+		}
+		g.screen, g.screenPing = s, s.Ping
+		g.closers = append(g.closers, s.Close)
+		if err := g.tel.InstrumentRedis(s.Client()); err != nil {
+			return fmt.Errorf("trace redis screen: %w", err)
+		}
+	case config.ScreenNone:
+	default:
+		return fmt.Errorf("screen.driver %q: unknown", cfg.Screen.Driver)
+	}
+	return nil
+}
+
+// redisOptions are the connection settings of screen.redis, for every
+// Redis client the gateway makes: the screen's, and the one of the
+// statistics and cache invalidations.
+func (g *Gateway) redisOptions() redisscreen.Options {
+	rc := g.cfg.Screen.Redis
+	return redisscreen.Options{
+		Addrs:    rc.Addrs,
+		Username: rc.Username,
+		Password: rc.Password,
+		DB:       rc.DB,
+		TLS:      rc.TLS,
+		Prefix:   g.cfg.Screen.Prefix,
+	}
+}
