@@ -94,7 +94,14 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 			// short by a close would be forwarded and recorded as the
 			// delivery, and the whole one, resent, refused as a key
 			// reused with another body.
-			if cl >= 0 && len(b) != cl {
+			//
+			// A chunked body ends with its last chunk, and fasthttp's
+			// stream says io.EOF too when the connection ends between
+			// two chunks (or inside the trailer section): it has ended
+			// before the last chunk if a read on the connection failed,
+			// since the last chunk and the blank line after it are read
+			// from bytes that arrived, never past them.
+			if cl >= 0 && len(b) != cl || cl < 0 && readEnded(rc.Conn()) {
 				release()
 				rc.SetConnectionClose()
 				return nil, bodyReadError(io.ErrUnexpectedEOF)

@@ -78,11 +78,14 @@ func (l *connListener) counts() (open, used int) {
 }
 
 // trackedConn is an accepted connection that remembers whether it has read
-// anything. The flag costs one atomic load per Read.
+// anything, and whether a read has failed (the peer closed its side, the
+// connection broke or a read deadline passed). The flags cost an atomic
+// load per Read.
 type trackedConn struct {
 	net.Conn
 	l      *connListener
 	used   atomic.Bool
+	ended  atomic.Bool
 	closed sync.Once
 }
 
@@ -91,7 +94,17 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if n > 0 && !c.used.Load() {
 		c.used.Store(true)
 	}
+	if err != nil {
+		c.ended.Store(true)
+	}
 	return n, err
+}
+
+// readEnded reports whether a read on c has failed: nothing more will come
+// from the peer. false for a connection that is not a trackedConn.
+func readEnded(c net.Conn) bool {
+	tc, ok := c.(*trackedConn)
+	return ok && tc.ended.Load()
 }
 
 // stopReading ends the connection's reading side: the server's blocked
