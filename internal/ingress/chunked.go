@@ -88,10 +88,21 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	// cannot be known (400).
 	endsChunked := false
 	h.VisitAllInOrder(func(name, value []byte) {
-		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h') {
+		if problem != "" {
 			return
 		}
-		value = bytes.TrimSpace(value)
+		// As received: fasthttp keeps Transfer-Encoding, Content-Length
+		// and Connection out of the fields VisitAll walks, so a control
+		// character around "chunked" (a vertical tab, a form feed) would
+		// not be seen there, and bytes.TrimSpace would read it as space
+		// where a proxy in front may not.
+		if problem = fieldProblem(name, value); problem != "" {
+			return
+		}
+		if name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h' {
+			return
+		}
+		value = trimOWS(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
 			// fasthttp keeps the last of several; a proxy in front may
@@ -109,9 +120,9 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			hasTE = true
 			codings := bytes.Split(value, []byte(","))
-			endsChunked = bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked"))
+			endsChunked = bytes.EqualFold(trimOWS(codings[len(codings)-1]), []byte("chunked"))
 			for _, c := range codings {
-				switch c = bytes.TrimSpace(c); {
+				switch c = trimOWS(c); {
 				case len(c) == 0: // an empty list element (RFC 9110 §5.6.1)
 				case bytes.EqualFold(c, []byte("chunked")):
 					chunkedCodings++
