@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/verify/verifytest"
 )
 
 // A control character in a framing field (Transfer-Encoding,
@@ -54,4 +58,84 @@ func TestControlCharacterInFramingFieldIsRefused(t *testing.T) {
 	if got, _, _ := up.lastRequest(); got != body || up.count("evt_ctl") != 1 {
 		t.Fatalf("the upstream got %q %d time(s)", got, up.count("evt_ctl"))
 	}
+}
+
+// A route that verifies signatures verifies every request it forwards,
+// deduplicated or not: a PUT or PATCH, which the route passes through,
+// reached the upstream unverified (and without a key). Signed, such a
+// request is still passed through.
+func TestVerifyingRouteVerifiesPassthroughMethods(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	routes := fmt.Sprintf(`  - name: stripe
+    path: /webhooks/stripe
+    preset: stripe
+    upstream:
+      url: %[1]s/stripe
+    verify:
+      secrets: ["${STRIPE_SECRET}"]
+  - name: github
+    path: /webhooks/github
+    preset: github
+    upstream:
+      url: %[1]s/github
+    verify:
+      secrets: ["${GITHUB_SECRET}"]
+`, up.URL)
+	g := startGateway(t, routesConfig(t, db, "", "", routes, []string{"STRIPE_SECRET=" + sigCurrent, "GITHUB_SECRET=" + githubSecret}))
+	body := []byte(`{"id":"evt_put","object":"event","type":"invoice.paid"}`)
+	for _, path := range []string{"/webhooks/stripe", "/webhooks/github"} {
+		for _, method := range []string{http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodGet} {
+			t.Run(path+"/"+method, func(t *testing.T) {
+				before := up.total.Load()
+				r := request(t, g, method, path, body, headers("X-GitHub-Delivery", "d-1", "Stripe-Signature", "t=1,v1=00"))
+				if n := up.total.Load() - before; n != 0 {
+					t.Fatalf("an unsigned %s reached the upstream %d time(s) (answer %d %s)", method, n, r.status, r.outcome())
+				}
+				wantProblem(t, r, http.StatusUnauthorized, "unverified")
+			})
+		}
+	}
+	if n := ledgerRows(t, db); n != 0 {
+		t.Fatalf("the ledger has %d rows", n)
+	}
+	// Signed, a PUT is passed through: forwarded once, recorded nowhere.
+	r := request(t, g, http.MethodPut, "/webhooks/stripe", body, verifytest.Stripe(sigCurrent, body, time.Now()))
+	wantOutcome(t, r, http.StatusOK, "passthrough")
+	r = request(t, g, http.MethodPatch, "/webhooks/github", body, merged(verifytest.GitHub(githubSecret, body), headers("X-GitHub-Delivery", "d-2")))
+	wantOutcome(t, r, http.StatusOK, "passthrough")
+	if n := up.total.Load(); n != 2 {
+		t.Fatalf("the upstream got %d requests, want the 2 signed ones", n)
+	}
+	if got, _, _ := up.lastRequest(); got != string(body) {
+		t.Fatalf("the upstream got %q", got)
+	}
+	if n := ledgerRows(t, db); n != 0 {
+		t.Fatalf("a passthrough left %d ledger rows", n)
+	}
+}
+
+// request sends body with method and every value of hdr.
+func request(tb testing.TB, g *Gateway, method, path string, body []byte, hdr http.Header) reply {
+	tb.Helper()
+	req, err := http.NewRequest(method, g.URL()+path, bytes.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for name, vals := range hdr {
+		for _, v := range vals {
+			req.Header.Add(name, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }

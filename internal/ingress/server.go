@@ -305,22 +305,19 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	fwd := func(ctx context.Context) (*idempotency.Upstream, error) {
 		return s.forward(ctx, c, route, rest, ev.Key)
 	}
-	if !route.dedups(c.Method()) {
+	dedups := route.dedups(c.Method())
+	if !dedups && route.Verifier == nil {
 		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 	req := newFastRequest(c)
 	// The sender is known before the signature is checked, so that the
 	// log line of a forgery names who sent it.
 	ev.Source = s.source(c, route)
-	if route.Verifier != nil {
-		if err := route.Verifier.Verify(req); err != nil {
-			// The key the request names is logged and put on the span
-			// (SPEC §7: keys logged), never claimed: an operator whose
-			// secret is wrong learns which events to have resent.
-			ev.Key = s.refusedKey(route, req)
-			return idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
-				Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
-		}
+	if refused := s.unverified(route, req, ev); refused != nil {
+		return *refused
+	}
+	if !dedups {
+		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 
 	bp := s.bufs.Get().(*[]byte)
@@ -359,6 +356,26 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		}
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
+}
+
+// unverified checks the signature of a request on a route that verifies
+// them, and returns its refusal, or nil. A route that verifies signatures
+// verifies every request it forwards, deduplicated or not: a method it
+// passes through would otherwise reach the upstream unverified.
+func (s *Server) unverified(route *Route, req fastRequest, ev *Event) *idempotency.Result {
+	if route.Verifier == nil {
+		return nil
+	}
+	err := route.Verifier.Verify(req)
+	if err == nil {
+		return nil
+	}
+	// The key the request names is logged and put on the span (SPEC §7:
+	// keys logged), never claimed: an operator whose secret is wrong
+	// learns which events to have resent.
+	ev.Key = s.refusedKey(route, req)
+	return &idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
+		Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
 }
 
 // refusedKey is the key a refused request names, for its log line and span
