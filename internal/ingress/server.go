@@ -347,13 +347,8 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		Ref:    idempotency.Ref{Route: route.Name, Key: ev.Key},
 		Source: ev.Source,
 	}
-	if fp := route.Fingerprinter; fp != nil {
-		d.Fingerprint = fp.Fingerprint(req)
-		if fp.Mode() == extract.FingerprintFields {
-			// Only digested when the fingerprint does not match: a
-			// mismatch is rare, the body's digest is not free.
-			d.Also = func() [][]byte { return fp.Also(req) }
-		}
+	if refused := fingerprint(route, req, &d); refused != nil {
+		return *refused
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
 }
@@ -376,6 +371,30 @@ func (s *Server) unverified(route *Route, req fastRequest, ev *Event) *idempoten
 	ev.Key = s.refusedKey(route, req)
 	return &idempotency.Result{Outcome: idempotency.Unverified, Status: http.StatusUnauthorized,
 		Detail: "signature verification failed: " + safeDetail(err.Error()), Err: err}
+}
+
+// fingerprint sets d's fingerprint as the route's settings say, or
+// returns the refusal of a body whose fingerprint would be ambiguous.
+func fingerprint(route *Route, req fastRequest, d *idempotency.Delivery) *idempotency.Result {
+	fp := route.Fingerprinter
+	if fp == nil {
+		return nil
+	}
+	if spec := fp.Duplicate(req); spec != "" {
+		// Digested by its first member and read by the application by
+		// its last, the field would hide a change from the fingerprint.
+		return &idempotency.Result{Outcome: idempotency.InvalidKey, Status: http.StatusBadRequest,
+			Detail: "the JSON body names a member on the path of fingerprint field " + spec +
+				" more than once: which one the application reads is not known, so the delivery is not deduplicated",
+			Err: extract.ErrDuplicateMember}
+	}
+	d.Fingerprint = fp.Fingerprint(req)
+	if fp.Mode() == extract.FingerprintFields {
+		// Only digested when the fingerprint does not match: a mismatch
+		// is rare, the body's digest is not free.
+		d.Also = func() [][]byte { return fp.Also(req) }
+	}
+	return nil
 }
 
 // refusedKey is the key a refused request names, for its log line and span
