@@ -98,13 +98,20 @@ type Request struct {
 	// URL is the full upstream URL, path suffix and query included (JoinURL).
 	URL string
 	// Header holds the client's headers. Hop-by-hop headers and client-sent
-	// X-Forwarded-*/Forwarded are dropped; everything else is forwarded.
+	// X-Forwarded-For/-Proto/-Host and Forwarded are dropped, and so, unless
+	// TrustedPeer, is every other header a proxy in front would have set
+	// (X-Forwarded-*, X-Real-IP, X-Original-URL, …); everything else is
+	// forwarded.
 	Header http.Header
 	Body   []byte
 	// ClientIP becomes the whole X-Forwarded-For value; "" sends none. The
 	// caller decides it: the peer address, or, when the peer is one of
 	// server.trusted_proxies, the client address (or chain) it reports.
 	ClientIP string
+	// TrustedPeer is set when the request came from one of
+	// server.trusted_proxies: the proxy headers it sent (X-Forwarded-Port,
+	// -Prefix, X-Real-IP, …) are passed on. false drops them.
+	TrustedPeer bool
 	// Proto is the scheme the client used ("http" or "https"), sent as
 	// X-Forwarded-Proto; "" sends none.
 	Proto string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,61 @@ func TestVerifyingRouteVerifiesPassthroughMethods(t *testing.T) {
 	}
 	if n := ledgerRows(t, db); n != 0 {
 		t.Fatalf("a passthrough left %d ledger rows", n)
+	}
+}
+
+// Headers a proxy in front writes about the request it received (its
+// port, path prefix, TLS, the client's address, the URL before a rewrite)
+// are a sender's claim from a peer that is not a trusted proxy, which
+// frameworks behind a proxy believe (Rack's X-Forwarded-Ssl, Spring's and
+// Werkzeug's -Prefix and -Port): they were forwarded unchanged. They are
+// dropped from an untrusted peer, and passed on from a trusted one.
+func TestSenderSetProxyHeadersAreDropped(t *testing.T) {
+	spoofed := []string{
+		"X-Forwarded-Port", "443", "X-Forwarded-Prefix", "/admin", "X-Forwarded-Ssl", "on",
+		"X-Forwarded-Server", "internal", "X-Forwarded-Uri", "/admin/x", "X-Real-IP", "10.0.0.1",
+		"True-Client-IP", "10.0.0.2", "X-Original-URL", "/admin", "X_Forwarded_Port", "8443",
+	}
+	for _, trusted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			up := newUpstream(t)
+			db := dbPath(t)
+			cfg := gwConfig(t, up.URL, db, "", "")
+			if trusted {
+				cfg.Server.TrustedProxies = []string{"127.0.0.1/32"}
+			}
+			g := startGateway(t, cfg)
+			key := fmt.Sprintf("evt_proxy_%v", trusted)
+			wantOutcome(t, send(t, g, "/hooks", `{}`, append([]string{"X-Event-Id", key, "X-Note", "kept"}, spoofed...)...), 200, "forwarded")
+			if n := up.count(key); n != 1 {
+				t.Fatalf("the upstream got %s %d times", key, n)
+			}
+			h := up.lastHeader()
+			if h.Get("X-Note") != "kept" {
+				t.Fatalf("an ordinary header was dropped: %v", h)
+			}
+			for i := 0; i < len(spoofed); i += 2 {
+				name, value := spoofed[i], spoofed[i+1]
+				var got []string
+				for k, vs := range h {
+					if strings.EqualFold(k, name) {
+						got = append(got, vs...)
+					}
+				}
+				switch {
+				case !trusted && len(got) != 0:
+					t.Errorf("the untrusted peer's %s reached the upstream: %q", name, got)
+				case trusted && (len(got) != 1 || got[0] != value):
+					t.Errorf("the trusted proxy's %s reached the upstream as %q, want %q", name, got, value)
+				}
+			}
+			if got := h.Get("X-Forwarded-Host"); got == "" {
+				t.Errorf("X-Forwarded-Host, the gateway's own, is missing")
+			}
+			if rec := lookup(t, g, "hooks", key); rec.Status != 200 {
+				t.Fatalf("recorded %d", rec.Status)
+			}
+		})
 	}
 }
 

@@ -448,16 +448,17 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		})
 	}
 	req := &forward.Request{
-		Method:    Method(c),
-		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
-		Header:    hdr,
-		Body:      append([]byte(nil), fr.Body()...),
-		ClientIP:  s.clientIP(c),
-		Proto:     s.scheme(c),
-		Host:      string(fr.Host()),
-		KeyHeader: route.KeyHeader,
-		Key:       key,
-		Timeout:   route.UpstreamTimeout,
+		Method:      Method(c),
+		URL:         forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
+		Header:      hdr,
+		Body:        append([]byte(nil), fr.Body()...),
+		ClientIP:    s.clientIP(c),
+		TrustedPeer: s.trustedPeer(c),
+		Proto:       s.scheme(c),
+		Host:        string(fr.Host()),
+		KeyHeader:   route.KeyHeader,
+		Key:         key,
+		Timeout:     route.UpstreamTimeout,
 	}
 	sent := time.Now()
 	resp, err := s.o.Forwarder.Do(ctx, req)
@@ -546,6 +547,12 @@ func (s *Server) scheme(c *fiber.Ctx) string {
 		}
 	}
 	return "http"
+}
+
+// trustedPeer reports whether the request's peer is a trusted proxy.
+func (s *Server) trustedPeer(c *fiber.Ctx) bool {
+	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
+	return ok && s.trusted(peer.Unmap())
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
