@@ -25,8 +25,9 @@ var (
 	ErrNoAnswer = errors.New("upstream gave no answer after sending")
 
 	// ErrResponseTooLarge: the upstream answered with a body larger than
-	// Options.MaxResponseBody. The answer is known (Do returns status and
-	// headers), so it is not ambiguous; 502 if it is not used.
+	// Options.MaxResponseBody, or with a final answer whose head passes
+	// 1 MiB. The answer is known (Do returns its status and the headers
+	// that fit), so it is not ambiguous; 502 if it is not used.
 	ErrResponseTooLarge = errors.New("upstream response too large")
 )
 

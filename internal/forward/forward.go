@@ -209,7 +209,8 @@ func (f *Forwarder) Close() {
 // itself ended, the error also matches ctx.Err().
 //
 // With ErrResponseTooLarge, Do also returns the Response with Status and
-// Header (Body nil): the upstream did answer, only the body was not kept.
+// Header (Body nil): the upstream did answer, only the body (and, past
+// 1 MiB of head, the header fields that did not fit) was not kept.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {
@@ -264,9 +265,13 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	} else {
 		p.discard(c)
 	}
-	if err == errTooLarge {
+	switch {
+	case err == errTooLarge:
 		return resp, fmt.Errorf("forward %s %s: %w: status %d, over %d bytes",
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, f.maxBody)
+	case err == errHeadTooLarge && resp != nil:
+		return resp, fmt.Errorf("forward %s %s: %w: status %d, headers over %d bytes",
+			r.Method, u.Host, ErrResponseTooLarge, resp.Status, maxResponseHead)
 	}
 	if err != nil {
 		return nil, x.failure(ctx, tctx, sent, err)
@@ -329,6 +334,9 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	for {
 		var err error
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
+			if out := truncatedAnswer(c.lim.head); out != nil && errors.Is(err, errHeadTooLarge) {
+				return out, false, errHeadTooLarge
+			}
 			return nil, false, err
 		}
 		// A 101 was never asked for (Upgrade is not forwarded): the
