@@ -74,6 +74,9 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // chunked alone: chunked applied twice is malformed (400, RFC 9112 §7),
 // another coding is one the gateway does not decode (501, RFC 9112 §6.1).
 func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, problem string) {
+	if status, problem = version(h.Protocol()); problem != "" {
+		return false, -1, status, problem
+	}
 	if obsFolded(h.RawHeaders()) {
 		return false, -1, http.StatusBadRequest,
 			"the request has a header field folded over several lines (obs-fold), which the gateway refuses (RFC 9112 §5.2)"
@@ -171,6 +174,27 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	}
 	return hasTE, declared, status, problem
 }
+
+// version says what is wrong with a request line's HTTP version, with
+// the status to refuse it with, or "". fasthttp serves any version but
+// "HTTP/1.1" as HTTP/1.0 ("HTTP/1.2", "HTTP/2.0", "http/1.1", "HTTP/x"),
+// framing its body and keeping its connection by HTTP/1.0's rules: a
+// proxy in front that read it as the version it names would not. A
+// version the gateway does not speak is 505 (RFC 9110 §15.6.6), one that
+// is not "HTTP/" and two digits (the name is case-sensitive, RFC 9112
+// §2.3) 400.
+func version(proto []byte) (int, string) {
+	switch string(proto) {
+	case "HTTP/1.1", "HTTP/1.0":
+		return 0, ""
+	}
+	if len(proto) == 8 && string(proto[:5]) == "HTTP/" && isDigit(proto[5]) && proto[6] == '.' && isDigit(proto[7]) {
+		return http.StatusHTTPVersionNotSupported, "the gateway speaks HTTP/1.0 and HTTP/1.1 only"
+	}
+	return http.StatusBadRequest, "the request line's HTTP version is malformed"
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // obsFolded reports a header line that begins with a space or a tab: the
 // continuation of the line before (obs-fold, RFC 9112 §5.2). fasthttp
