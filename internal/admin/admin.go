@@ -186,6 +186,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "the admin API is off: admin.token is not set")
 		return
 	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		// Which one a proxy in front checked, and which one the gateway
+		// would, is not known: net/http's Get reads the first.
+		problem(w, http.StatusBadRequest, "the request has more than one Authorization field")
+		return
+	}
 	if !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookstamp admin"`)
 		problem(w, http.StatusUnauthorized, "a valid bearer token is required")
