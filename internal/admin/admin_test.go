@@ -525,6 +525,10 @@ func TestResolveBadRequests(t *testing.T) {
 		{"CRLF in value", `{"action":"record","status":200,"headers":{"X-A":"a\r\nX-B: b"}}`},
 		{"bad name", `{"action":"record","status":200,"headers":{"X A":"a"}}`},
 		{"duplicate name", `{"action":"record","status":200,"headers":{"x-a":"1","X-A":"2"}}`},
+		{"status 304", `{"action":"record","status":304}`},
+		{"status 204 with a body", `{"action":"record","status":204,"body":"x"}`},
+		{"status 204 with a base64 body", `{"action":"record","status":204,"body_base64":"eA=="}`},
+		{"status 205 with a body", `{"action":"record","status":205,"body":"x"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
