@@ -141,7 +141,7 @@ func New(o Options) *Server {
 
 // Serve answers on ln until Shutdown; it returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := s.srv.Serve(problemListener{ln}); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
