@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,7 +84,11 @@ func FuzzRawRequest(f *testing.F) {
 	up := newUpstream(f)
 	cfg := gwConfig(f, up.URL, dbPath(f), "", "")
 	cfg.Server.ReadTimeout = 2 * time.Second
-	g := startGateway(f, cfg)
+	// Not testLogger(f): f.Log panics when it is called while the fuzz
+	// function runs (testing's checkFuzzFn), and the gateway logs its
+	// warnings from its own goroutines, during an input: the panic ended
+	// the fuzzing worker ("terminated unexpectedly").
+	g := startGatewayWith(f, cfg, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	var n atomic.Int64
 
 	f.Fuzz(func(t *testing.T, raw []byte) {
