@@ -145,7 +145,7 @@ func New(o Options) *Server {
 
 // Serve answers on ln until Shutdown; it returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := s.srv.Serve(problemListener{ln}); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -188,6 +188,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.o.Token == "" {
 		problem(w, http.StatusNotFound, "the admin API is off: admin.token is not set")
+		return
+	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		// Which one a proxy in front checked, and which one the gateway
+		// would, is not known: net/http's Get reads the first.
+		problem(w, http.StatusBadRequest, "the request has more than one Authorization field")
 		return
 	}
 	if !s.authorized(r) {

@@ -185,6 +185,34 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// Two Authorization fields: net/http's Get read the first, while a proxy
+// in front may have checked the other. Refused 400 whichever is right,
+// and nothing is done.
+func TestTwoAuthorizationFieldsAreRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	ref := idempotency.Ref{Route: "pay", Key: "two_auth"}
+	e.commit(t, &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: idempotency.Response{Status: 200}})
+	for _, pair := range [][2]string{{"Bearer " + token, "Bearer nope"}, {"Bearer nope", "Bearer " + token}, {"Bearer " + token, "Bearer " + token}} {
+		req, _ := http.NewRequest(http.MethodDelete, e.srv.URL+recordPath("pay", ref.Key), nil)
+		req.Header.Add("Authorization", pair[0])
+		req.Header.Add("Authorization", pair[1])
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		wantProblem(t, resp{res.StatusCode, res.Header, b}, http.StatusBadRequest)
+	}
+	if rec, err := e.ledger.Lookup(context.Background(), ref); err != nil || rec.State != idempotency.StateDone {
+		t.Fatalf("after the refused DELETEs: %v %v, want the record kept", rec, err)
+	}
+	// One field, the right token: the DELETE is done.
+	if r := e.do(t, http.MethodDelete, recordPath("pay", ref.Key), token, ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE with one Authorization: %d %s", r.status, r.body)
+	}
+}
+
 // TestAdminOff: no token, no admin API; health and metrics still answer.
 func TestAdminOff(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Token = "" })
@@ -497,6 +525,10 @@ func TestResolveBadRequests(t *testing.T) {
 		{"CRLF in value", `{"action":"record","status":200,"headers":{"X-A":"a\r\nX-B: b"}}`},
 		{"bad name", `{"action":"record","status":200,"headers":{"X A":"a"}}`},
 		{"duplicate name", `{"action":"record","status":200,"headers":{"x-a":"1","X-A":"2"}}`},
+		{"status 304", `{"action":"record","status":304}`},
+		{"status 204 with a body", `{"action":"record","status":204,"body":"x"}`},
+		{"status 204 with a base64 body", `{"action":"record","status":204,"body_base64":"eA=="}`},
+		{"status 205 with a body", `{"action":"record","status":205,"body":"x"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -311,7 +311,26 @@ func decodeResolve(w http.ResponseWriter, r *http.Request) (resolveRequest, idem
 		}
 		resp.Body = b
 	}
+	if msg := bodyFits(resp.Status, resp.Body); msg != "" {
+		return req, idempotency.Response{}, msg
+	}
 	return req, resp, ""
+}
+
+// bodyFits says why an answer of status cannot be recorded with body, or
+// "". A 304 answers a conditional request, which no delivery is, and has
+// no body; 204 and 205 have none either (RFC 9110 §15.3.5, §15.3.6,
+// §15.4.5): a replay would write it into the connection after an answer
+// that ends with its header, where the client reads it as the start of
+// the next answer.
+func bodyFits(status int, body []byte) string {
+	switch {
+	case status == http.StatusNotModified:
+		return "status 304 answers a conditional request, which no delivery is: it cannot be recorded"
+	case (status == http.StatusNoContent || status == http.StatusResetContent) && len(body) > 0:
+		return fmt.Sprintf("status %d has no body: record it without one", status)
+	}
+	return ""
 }
 
 // checkHeader refuses what a replay must not carry: Set-Cookie (a replay

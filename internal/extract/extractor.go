@@ -103,7 +103,9 @@ func compileSource(s Source) (compiledSource, error) {
 //     ErrKeyTooLong, ErrKeyNotUTF8 or ErrKeyControl (all match
 //     ErrInvalidKey). The key is there to be logged, escaped; for
 //     ErrKeyTooLong it is cut at the maximum length. It must not be used as
-//     an identity.
+//     an identity. A JSON source whose path names a member twice is
+//     ErrDuplicateMember (also a match for ErrInvalidKey), its value
+//     absent or not.
 //
 // Key does not allocate for header, query, json (unless the JSON string has
 // escapes), form and body_hash sources when dst has room for the key.
@@ -126,6 +128,8 @@ func (e *Extractor) Key(r Request, dst []byte) ([]byte, error) {
 			return dst, ErrKeyTooLong
 		case notUTF8:
 			return dst, ErrKeyNotUTF8
+		case duplicate:
+			return dst, ErrDuplicateMember
 		}
 		return dst, validateChars(dst[start:])
 	}

@@ -106,10 +106,21 @@ func TestKey(t *testing.T) {
 		{"json array index", []extract.Source{jsonPath("items.1.id")}, jsonReq(`{"items":[{"id":"a"},{"id":"b"}]}`), "b", nil},
 		{"json array count", []extract.Source{jsonPath("items.#")}, jsonReq(`{"items":[1,2,3]}`), "3", nil},
 		{"json top-level array", []extract.Source{jsonPath("0.id")}, jsonReq(`[{"id":"x"}]`), "x", nil},
-		{"json first duplicate wins", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","id":"second"}`), "first", nil},
-		{"json first duplicate wins at every level", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":0,"a":{"b":"second"}}`), "", nil},
-		{"json first duplicate object wins", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"c":1},"a":{"b":"second"}}`), "", nil},
-		{"json nested first duplicate", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"b":"first"},"a":{"b":"second"}}`), "first", nil},
+		// A member named twice on the path is refused, whichever value
+		// the key would have had: the application reads the last.
+		{"json duplicate", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","id":"second"}`), "first", extract.ErrDuplicateMember},
+		{"json duplicate, escaped", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","\u0069d":"second"}`), "first", extract.ErrDuplicateMember},
+		{"json duplicate of an absent value", []extract.Source{jsonPath("id"), query("id")}, func() extract.MapRequest {
+			r := jsonReq(`{"id":null,"id":"second"}`)
+			r.QueryArgs = map[string]string{"id": "q"}
+			return r
+		}(), "", extract.ErrDuplicateMember},
+		{"json duplicate at every level", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":0,"a":{"b":"second"}}`), "", extract.ErrDuplicateMember},
+		{"json duplicate object", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"c":1},"a":{"b":"second"}}`), "", extract.ErrDuplicateMember},
+		{"json nested duplicate", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"b":"first","b":"second"}}`), "first", extract.ErrDuplicateMember},
+		{"json duplicate in a template", []extract.Source{tmpl("{json:a}-{json:b}")}, jsonReq(`{"a":"x","b":"y","b":"z"}`), "x-y", extract.ErrDuplicateMember},
+		{"json duplicate off the path", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","x":1,"x":2}`), "first", nil},
+		{"json duplicate behind a key from a header", []extract.Source{header("X-Id"), jsonPath("id")}, withHeaders(jsonReq(`{"id":"a","id":"b"}`), "X-Id", "h"), "h", nil},
 		{"json path into an array element", []extract.Source{jsonPath("data.items.1.id")}, jsonReq(`{"data":{"items":[{"id":"a"},{"id":"b"}]}}`), "b", nil},
 		{"json gjson syntax is gjson's", []extract.Source{jsonPath(`items.#(kind=="x").id`)}, jsonReq(`{"items":[{"kind":"y","id":"1"},{"kind":"x","id":"2"}]}`), "2", nil},
 		{"json whitespace", []extract.Source{jsonPath("a.id")}, jsonReq(" {\n \"a\" : { \"id\" :\t\"w\" } } \n"), "w", nil},

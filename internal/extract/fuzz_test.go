@@ -3,6 +3,7 @@ package extract
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"reflect"
@@ -122,8 +123,12 @@ func FuzzExtractKey(f *testing.F) {
 		}
 		got, gotErr := e.Key(r, nil)
 
-		want, loose, malformed := refKey(t, sources, r)
+		want, loose, malformed, dup := refKey(t, sources, r)
 		switch {
+		case dup:
+			if !errors.Is(gotErr, ErrDuplicateMember) {
+				t.Fatalf("Key() = %q, %v; want ErrDuplicateMember", got, gotErr)
+			}
 		case want == nil && malformed:
 			if got != nil || gotErr != ErrMalformedBody {
 				t.Fatalf("Key() = %q, %v; want nil, ErrMalformedBody", got, gotErr)
@@ -151,8 +156,9 @@ func FuzzExtractKey(f *testing.F) {
 // refKey is the reference for FuzzExtractKey: the first non-empty value of
 // sources; loose reports a JSON string with raw invalid UTF-8 in it;
 // malformed reports that a JSON source met a body that claims to be JSON and
-// is not.
-func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, malformed bool) {
+// is not; dup that a JSON source consulted met a member named twice on its
+// path or in the value it leads to.
+func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, malformed, dup bool) {
 	validBody := refValidJSON(r.RawBody)
 	claimsJSON := len(r.RawBody) > 0 && !validBody && isJSONMediaType(r.ContentType())
 	value := func(k, name string) ([]byte, bool) {
@@ -168,15 +174,21 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 				malformed = malformed || claimsJSON
 				return nil, false
 			}
-			return refJSONPath(t, r.RawBody, strings.Split(name, "."))
+			v, bad, d := refJSONPath(t, r.RawBody, strings.Split(name, "."))
+			dup = dup || d
+			return v, bad
 		}
 		t.Fatalf("reference: kind %q", k)
 		return nil, false
 	}
 	for _, s := range sources {
 		if s.Kind != KindTemplate {
-			if v, bad := value(s.Kind, s.Arg); len(v) > 0 {
-				return v, bad, malformed
+			v, bad := value(s.Kind, s.Arg)
+			if dup {
+				return nil, false, false, true
+			}
+			if len(v) > 0 {
+				return v, bad, malformed, false
 			}
 			continue
 		}
@@ -206,6 +218,9 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 			k, name, _ := strings.Cut(rest[1:end], ":")
 			rest = rest[end+1:]
 			v, bad := value(k, name)
+			if dup {
+				return nil, false, false, true
+			}
 			if len(v) == 0 {
 				out = nil
 				break
@@ -220,10 +235,10 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 			}
 		}
 		if out != nil {
-			return out, anyBad, malformed
+			return out, anyBad, malformed, false
 		}
 	}
-	return nil, false, malformed
+	return nil, false, malformed, false
 }
 
 // refValidJSON: encoding/json's validity, and nesting within MaxJSONDepth
@@ -252,26 +267,32 @@ func refValidJSON(b []byte) bool {
 
 // refJSONPath follows plain object keys (the first of duplicates, as gjson
 // does) and array indexes; loose reports raw invalid UTF-8 in the string
-// found.
-func refJSONPath(t *testing.T, raw []byte, path []string) (v []byte, loose bool) {
+// found, dup a key named twice in an object on the path or anywhere in the
+// value found.
+func refJSONPath(t *testing.T, raw []byte, path []string) (v []byte, loose, dup bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(path) == 0 {
+		if refDuplicateIn(raw) {
+			return nil, false, true
+		}
 		switch raw[0] {
 		case '"':
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {
 				t.Fatalf("reference: %v", err)
 			}
-			return []byte(s), !utf8.Valid(raw) || refUnpairedSurrogate(raw)
+			return []byte(s), !utf8.Valid(raw) || refUnpairedSurrogate(raw), false
 		case 't', 'f', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			return raw, false
+			return raw, false, false
 		}
-		return nil, false
+		return nil, false, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, _ := dec.Token()
 	switch tok {
 	case json.Delim('{'):
+		var first json.RawMessage
+		n := 0
 		for dec.More() {
 			k, _ := dec.Token()
 			var m json.RawMessage
@@ -279,8 +300,16 @@ func refJSONPath(t *testing.T, raw []byte, path []string) (v []byte, loose bool)
 				t.Fatalf("reference: %v", err)
 			}
 			if k == path[0] {
-				return refJSONPath(t, m, path[1:])
+				if n++; n == 1 {
+					first = m
+				}
 			}
+		}
+		switch {
+		case n > 1:
+			return nil, false, true
+		case n == 1:
+			return refJSONPath(t, first, path[1:])
 		}
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
@@ -293,7 +322,52 @@ func refJSONPath(t *testing.T, raw []byte, path []string) (v []byte, loose bool)
 			}
 		}
 	}
-	return nil, false
+	return nil, false, false
+}
+
+// refDuplicateIn reports whether an object in the valid JSON value raw
+// names a key twice, by encoding/json's tokens (keys unescaped).
+func refDuplicateIn(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		key    bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		isKey := top != nil && top.object && top.key
+		if isKey {
+			k := tok.(string)
+			if top.keys[k] {
+				return true
+			}
+			top.keys[k] = true
+			top.key = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, object: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true // a value ended: a key follows
+		}
+	}
 }
 
 // refUnpairedSurrogate decodes the \u escapes of a valid raw JSON string

@@ -97,10 +97,11 @@ func (l *lookup) jsonBody() (string, bool) {
 type status uint8
 
 const (
-	found   status = iota // appended, non-empty
-	absent                // absent or empty: nothing appended
-	tooLong               // the key would pass its limit: appended up to it
-	notUTF8               // appended, but the value is not valid Unicode
+	found     status = iota // appended, non-empty
+	absent                  // absent or empty: nothing appended
+	tooLong                 // the key would pass its limit: appended up to it
+	notUTF8                 // appended, but the value is not valid Unicode
+	duplicate               // a JSON member on the path is named twice: appended (the first), for logging only
 )
 
 // appendValue appends the value ref names to dst, which may grow to at most
@@ -124,7 +125,11 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 		if !ok {
 			return dst, absent
 		}
-		return appendJSON(dst, getJSON(body, rf.arg), limit)
+		dst, st := appendJSON(dst, getJSON(body, rf.arg), limit)
+		if duplicateOnPath(body, rf.arg) {
+			st = duplicate
+		}
+		return dst, st
 	case kindForm:
 		if !isFormMediaType(l.r.ContentType()) {
 			return dst, absent

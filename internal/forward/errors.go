@@ -21,8 +21,9 @@ var (
 	// response (closed, reset, or the caller's context ended). 502, ambiguous.
 	ErrNoAnswer = errors.New("upstream gave no answer after sending")
 
-	// ErrResponseTooLarge: the body is over Options.MaxResponseBody. Do
-	// returns status and headers: not ambiguous.
+	// ErrResponseTooLarge: the body is over Options.MaxResponseBody, or a
+	// final answer's head passes 1 MiB. Do returns status and the headers
+	// that fit: not ambiguous.
 	ErrResponseTooLarge = errors.New("upstream response too large")
 )
 

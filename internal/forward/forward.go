@@ -76,11 +76,18 @@ type Request struct {
 	// URL is the full upstream URL, path suffix and query included (JoinURL).
 	URL string
 	// Header holds the client's headers. Hop-by-hop headers and client-sent
-	// X-Forwarded-*/Forwarded are dropped; everything else is forwarded.
+	// X-Forwarded-For/-Proto/-Host and Forwarded are dropped, and so, unless
+	// TrustedPeer, is every other header a proxy in front would have set
+	// (X-Forwarded-*, X-Real-IP, X-Original-URL, …); everything else is
+	// forwarded.
 	Header http.Header
 	Body   []byte
 	// ClientIP becomes the whole X-Forwarded-For value; "" sends none.
 	ClientIP string
+	// TrustedPeer is set when the request came from one of
+	// server.trusted_proxies: the proxy headers it sent (X-Forwarded-Port,
+	// -Prefix, X-Real-IP, …) are passed on. false drops them.
+	TrustedPeer bool
 	// Proto is the scheme the client used ("http" or "https"), sent as
 	// X-Forwarded-Proto; "" sends none.
 	Proto string
@@ -170,9 +177,9 @@ func (f *Forwarder) Close() {
 
 // Do sends r once and returns the upstream's complete response, whatever
 // its status. Errors match ErrUnreachable, ErrTimeout, ErrNoAnswer or
-// ErrResponseTooLarge (with which the Response has Status and Header), or
-// ctx.Err() too when ctx ended; a request that cannot be built matches
-// none.
+// ErrResponseTooLarge (with which the Response has Status and the Header
+// that fit, Body nil), or ctx.Err() too when ctx ended; a request that
+// cannot be built matches none.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {
@@ -222,9 +229,13 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	} else {
 		p.discard(c)
 	}
-	if err == errTooLarge {
+	switch {
+	case err == errTooLarge:
 		return resp, fmt.Errorf("forward %s %s: %w: status %d, over %d bytes",
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, f.maxBody)
+	case err == errHeadTooLarge && resp != nil:
+		return resp, fmt.Errorf("forward %s %s: %w: status %d, headers over %d bytes",
+			r.Method, u.Host, ErrResponseTooLarge, resp.Status, maxResponseHead)
 	}
 	if err != nil {
 		return nil, x.failure(ctx, tctx, sent, err)
@@ -283,6 +294,9 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	for {
 		var err error
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
+			if out := truncatedAnswer(c.lim.head); out != nil && errors.Is(err, errHeadTooLarge) {
+				return out, false, errHeadTooLarge
+			}
 			return nil, false, err
 		}
 		// A 101 was never asked for: no final answer will come.

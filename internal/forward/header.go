@@ -3,6 +3,7 @@ package forward
 import (
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +24,31 @@ var hopByHop = []string{
 // forwarding are the headers describing earlier hops: the gateway sets
 // X-Forwarded-* itself, and a client must not spoof or contradict them.
 var forwarding = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"}
+
+// proxySet are the headers a proxy in front writes about the request as
+// it received it (its port, path prefix, TLS, the client's address, the
+// URL before a rewrite), besides the X-Forwarded-* prefix as a whole.
+// Frameworks behind a proxy believe them (Rack's X-Forwarded-Ssl, Spring's
+// and Werkzeug's X-Forwarded-Prefix and -Port): from a peer that is not a
+// trusted proxy they are a sender's claim, and are dropped, as nginx and
+// Traefik drop them.
+var proxySet = []string{
+	"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip",
+	"Fastly-Client-Ip", "X-Original-Url", "X-Original-Uri", "X-Rewrite-Url", "X-Original-Host",
+	"Front-End-Https", "X-Url-Scheme",
+}
+
+// removeProxySet deletes the headers of proxySet and every X-Forwarded-*
+// field (with "_" for "-" too: CGI-style upstreams read both spellings as
+// one), in place. h's names are canonical.
+func removeProxySet(h http.Header) {
+	for name := range h {
+		dashed := textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(name, "_", "-"))
+		if strings.HasPrefix(dashed, "X-Forwarded-") || slices.Contains(proxySet, dashed) {
+			delete(h, name)
+		}
+	}
+}
 
 // removeHopByHop deletes the hop-by-hop headers of h, in place.
 func removeHopByHop(h http.Header) {
@@ -80,6 +106,9 @@ func outgoingHeader(r *Request) http.Header {
 		delete(h, name)
 	}
 	removeUnderscoreTwins(h, r.KeyHeader)
+	if !r.TrustedPeer {
+		removeProxySet(h)
+	}
 	setIf(h, "X-Forwarded-For", r.ClientIP)
 	setIf(h, "X-Forwarded-Proto", r.Proto)
 	setIf(h, "X-Forwarded-Host", r.Host)

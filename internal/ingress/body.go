@@ -70,8 +70,10 @@ func (s *Server) readBody(rc *fasthttp.RequestCtx, declared int) (release func()
 		}
 		if errors.Is(rerr, io.EOF) {
 			// fasthttp's stream passes the connection's EOF on as the body's
-			// end: a body cut short would be forwarded as the delivery.
-			if cl >= 0 && len(b) != cl {
+			// end: a body cut short would be forwarded as the delivery. A
+			// chunked body read to a failed connection read ended before its
+			// last chunk (that chunk is read from bytes that arrived).
+			if cl >= 0 && len(b) != cl || cl < 0 && readEnded(rc.Conn()) {
 				release()
 				rc.SetConnectionClose()
 				return nil, bodyReadError(io.ErrUnexpectedEOF)

@@ -49,6 +49,9 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 // see other requests (RFC 9112 §3.2, §6.1, §6.3, §7). declared is the
 // Content-Length as received (-1 when none): headerReceived may change it.
 func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, problem string) {
+	if status, problem = version(h.Protocol()); problem != "" {
+		return false, -1, status, problem
+	}
 	if obsFolded(h.RawHeaders()) {
 		return false, -1, http.StatusBadRequest,
 			"the request has a header field folded over several lines (obs-fold), which the gateway refuses (RFC 9112 §5.2)"
@@ -61,10 +64,21 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	// "gzip, chunked" (RFC 9110 §5.3), 501 rather than 400.
 	endsChunked := false
 	h.VisitAllInOrder(func(name, value []byte) {
-		if problem != "" || len(name) == 0 || (name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h') {
+		if problem != "" {
 			return
 		}
-		value = bytes.TrimSpace(value)
+		// As received: fasthttp keeps Transfer-Encoding, Content-Length
+		// and Connection out of the fields VisitAll walks, so a control
+		// character around "chunked" (a vertical tab, a form feed) would
+		// not be seen there, and bytes.TrimSpace would read it as space
+		// where a proxy in front may not.
+		if problem = fieldProblem(name, value); problem != "" {
+			return
+		}
+		if name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h' {
+			return
+		}
+		value = trimOWS(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
 			if hasHost {
@@ -79,9 +93,9 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			hasTE = true
 			codings := bytes.Split(value, []byte(","))
-			endsChunked = bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked"))
+			endsChunked = bytes.EqualFold(trimOWS(codings[len(codings)-1]), []byte("chunked"))
 			for _, c := range codings {
-				switch c = bytes.TrimSpace(c); {
+				switch c = trimOWS(c); {
 				case len(c) == 0: // an empty list element (RFC 9110 §5.6.1)
 				case bytes.EqualFold(c, []byte("chunked")):
 					chunkedCodings++
@@ -127,6 +141,27 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	}
 	return hasTE, declared, status, problem
 }
+
+// version says what is wrong with a request line's HTTP version, with
+// the status to refuse it with, or "". fasthttp serves any version but
+// "HTTP/1.1" as HTTP/1.0 ("HTTP/1.2", "HTTP/2.0", "http/1.1", "HTTP/x"),
+// framing its body and keeping its connection by HTTP/1.0's rules: a
+// proxy in front that read it as the version it names would not. A
+// version the gateway does not speak is 505 (RFC 9110 §15.6.6), one that
+// is not "HTTP/" and two digits (the name is case-sensitive, RFC 9112
+// §2.3) 400.
+func version(proto []byte) (int, string) {
+	switch string(proto) {
+	case "HTTP/1.1", "HTTP/1.0":
+		return 0, ""
+	}
+	if len(proto) == 8 && string(proto[:5]) == "HTTP/" && isDigit(proto[5]) && proto[6] == '.' && isDigit(proto[7]) {
+		return http.StatusHTTPVersionNotSupported, "the gateway speaks HTTP/1.0 and HTTP/1.1 only"
+	}
+	return http.StatusBadRequest, "the request line's HTTP version is malformed"
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // obsFolded reports a header line that begins with a space or a tab
 // (obs-fold, RFC 9112 §5.2). fasthttp unfolds it inside its read buffer and

@@ -91,12 +91,14 @@ func (l *connListener) counts() (open, used int) {
 }
 
 // trackedConn is an accepted connection that remembers whether it has read
-// anything.
+// anything, and whether a read has failed (the peer closed its side, the
+// connection broke or a read deadline passed).
 type trackedConn struct {
 	net.Conn          // what the server reads: raw, or TLS over it
 	raw      net.Conn // the accepted socket
 	l        *connListener
 	used     atomic.Bool
+	ended    atomic.Bool
 	closed   sync.Once
 }
 
@@ -105,7 +107,22 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if n > 0 && !c.used.Load() {
 		c.used.Store(true)
 	}
+	if err != nil {
+		c.ended.Store(true)
+	}
 	return n, err
+}
+
+// readEnded reports whether a read on c has failed: nothing more will come
+// from the peer. false for a connection that is not a trackedConn.
+func readEnded(c net.Conn) bool {
+	switch tc := c.(type) {
+	case *trackedConn:
+		return tc.ended.Load()
+	case *tlsTrackedConn:
+		return tc.ended.Load()
+	}
+	return false
 }
 
 // stopReading ends the connection's reading side: the server's read

@@ -294,19 +294,18 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	fwd := func(ctx context.Context) (*idempotency.Upstream, error) {
 		return s.forward(ctx, c, route, rest, ev.Key)
 	}
-	if !route.dedups(c.Method()) {
+	dedups := route.dedups(c.Method())
+	if !dedups && route.Verifier == nil {
 		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 	req := newFastRequest(c)
 	// The sender is known first, so that a forgery's log line names it.
 	ev.Source = s.source(c, route)
-	if route.Verifier != nil {
-		if err := route.Verifier.Verify(req); err != nil {
-			// Logged, never claimed (SPEC §7): an operator whose secret
-			// is wrong learns which events to have resent.
-			ev.Key = s.refusedKey(route, req)
-			return refuse(idempotency.Unverified, "signature verification failed: "+safeDetail(err.Error()), err)
-		}
+	if refused := s.unverified(route, req, ev); refused != nil {
+		return *refused
+	}
+	if !dedups {
+		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 
 	bp := s.bufs.Get().(*[]byte)
@@ -334,14 +333,53 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		Ref:    idempotency.Ref{Route: route.Name, Key: ev.Key},
 		Source: ev.Source,
 	}
-	if fp := route.Fingerprinter; fp != nil {
-		d.Fingerprint = fp.Fingerprint(req)
-		if fp.Mode() == extract.FingerprintFields {
-			// Digested only on a mismatch, which is rare.
-			d.Also = func() [][]byte { return fp.Also(req) }
-		}
+	if refused := fingerprint(route, req, &d); refused != nil {
+		return *refused
 	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
+}
+
+// unverified checks the signature of a request on a route that verifies
+// them, and returns its refusal, or nil. A route that verifies signatures
+// verifies every request it forwards, deduplicated or not: a method it
+// passes through would otherwise reach the upstream unverified.
+func (s *Server) unverified(route *Route, req fastRequest, ev *Event) *idempotency.Result {
+	if route.Verifier == nil {
+		return nil
+	}
+	err := route.Verifier.Verify(req)
+	if err == nil {
+		return nil
+	}
+	// The key the request names is logged and put on the span (SPEC §7:
+	// keys logged), never claimed: an operator whose secret is wrong
+	// learns which events to have resent.
+	ev.Key = s.refusedKey(route, req)
+	r := refuse(idempotency.Unverified, "signature verification failed: "+safeDetail(err.Error()), err)
+	return &r
+}
+
+// fingerprint sets d's fingerprint as the route's settings say, or
+// returns the refusal of a body whose fingerprint would be ambiguous.
+func fingerprint(route *Route, req fastRequest, d *idempotency.Delivery) *idempotency.Result {
+	fp := route.Fingerprinter
+	if fp == nil {
+		return nil
+	}
+	if spec := fp.Duplicate(req); spec != "" {
+		// Digested by its first member and read by the application by
+		// its last, the field would hide a change from the fingerprint.
+		r := refuse(idempotency.InvalidKey, "the JSON body names a member on the path of fingerprint field "+spec+
+			" more than once: which one the application reads is not known, so the delivery is not deduplicated",
+			extract.ErrDuplicateMember)
+		return &r
+	}
+	d.Fingerprint = fp.Fingerprint(req)
+	if fp.Mode() == extract.FingerprintFields {
+		// Digested only on a mismatch, which is rare.
+		d.Also = func() [][]byte { return fp.Also(req) }
+	}
+	return nil
 }
 
 // refusedKey is the key a refused request names, for its log line and span
@@ -392,16 +430,17 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		})
 	}
 	req := &forward.Request{
-		Method:    Method(c),
-		URL:       forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
-		Header:    hdr,
-		Body:      append([]byte(nil), fr.Body()...),
-		ClientIP:  s.clientIP(c),
-		Proto:     s.scheme(c),
-		Host:      string(fr.Host()),
-		KeyHeader: route.KeyHeader,
-		Key:       key,
-		Timeout:   route.UpstreamTimeout,
+		Method:      Method(c),
+		URL:         forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
+		Header:      hdr,
+		Body:        append([]byte(nil), fr.Body()...),
+		ClientIP:    s.clientIP(c),
+		TrustedPeer: s.trustedPeer(c),
+		Proto:       s.scheme(c),
+		Host:        string(fr.Host()),
+		KeyHeader:   route.KeyHeader,
+		Key:         key,
+		Timeout:     route.UpstreamTimeout,
 	}
 	sent := time.Now()
 	resp, err := s.o.Forwarder.Do(ctx, req)
@@ -483,6 +522,12 @@ func (s *Server) scheme(c *fiber.Ctx) string {
 		}
 	}
 	return "http"
+}
+
+// trustedPeer reports whether the request's peer is a trusted proxy.
+func (s *Server) trustedPeer(c *fiber.Ctx) bool {
+	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
+	return ok && s.trusted(peer.Unmap())
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
