@@ -71,3 +71,25 @@ type Result struct {
 	// Err is the underlying failure, for logs (never sent to the provider).
 	Err error
 }
+
+// Refusal is an answer hookstamp makes itself rather than the upstream's
+// (SPEC §2): the one place that picks its status. retryAfter is kept on the
+// outcomes a provider should retry (conflict, held, unavailable).
+func Refusal(o Outcome, detail string, err error, retryAfter time.Duration) Result {
+	r := Result{Outcome: o, Detail: detail, Err: err}
+	switch o {
+	case Unverified:
+		r.Status = http.StatusUnauthorized
+	case InvalidKey, MissingKey:
+		r.Status = http.StatusBadRequest
+	case TooLarge:
+		r.Status = http.StatusRequestEntityTooLarge
+	case Mismatch:
+		r.Status = http.StatusUnprocessableEntity
+	case Conflict, HeldKey:
+		r.Status, r.RetryAfter = http.StatusConflict, retryAfter
+	case Unavailable:
+		r.Status, r.RetryAfter = http.StatusServiceUnavailable, retryAfter
+	}
+	return r
+}

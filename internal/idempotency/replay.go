@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // cached answers d from the in-process cache when it holds d's record.
@@ -132,8 +131,7 @@ func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd 
 }
 
 func (e *Engine) mismatch(ent *Entry) Result {
-	r := Result{Outcome: Mismatch, Status: http.StatusUnprocessableEntity,
-		Detail: "this idempotency key was already used for a delivery with different content"}
+	r := Refusal(Mismatch, "this idempotency key was already used for a delivery with different content", nil, 0)
 	if ent != nil {
 		r.OriginalTraceID, r.OriginalSpanID = ent.TraceID, ent.SpanID
 	}
@@ -141,15 +139,13 @@ func (e *Engine) mismatch(ent *Entry) Result {
 }
 
 func (e *Engine) held() Result {
-	return Result{Outcome: HeldKey, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter,
-		Detail: "this event's first delivery got no answer from the upstream; it is held until an operator resolves it"}
+	return Refusal(HeldKey, "this event's first delivery got no answer from the upstream; it is held until an operator resolves it", nil, e.o.RetryAfter)
 }
 
 func (e *Engine) conflict(detail string) Result {
-	return Result{Outcome: Conflict, Status: http.StatusConflict, RetryAfter: e.o.RetryAfter, Detail: detail}
+	return Refusal(Conflict, detail, nil, e.o.RetryAfter)
 }
 
 func (e *Engine) unavailable(err error) Result {
-	return Result{Outcome: Unavailable, Status: http.StatusServiceUnavailable, RetryAfter: e.o.RetryAfter,
-		Detail: "the idempotency store is unavailable; nothing was forwarded, retry later", Err: err}
+	return Refusal(Unavailable, "the idempotency store is unavailable; nothing was forwarded, retry later", err, e.o.RetryAfter)
 }

@@ -37,22 +37,10 @@ func answer(c *fiber.Ctx, res *idempotency.Result) error {
 }
 
 // refuse is an answer the ingress makes itself, before or without the
-// state machine (SPEC §2): the one place that picks its status and
-// Retry-After.
+// state machine. A 503 of its own has Retry-After 1 s: nothing was
+// forwarded, the provider may retry at once elsewhere.
 func refuse(o idempotency.Outcome, detail string, err error) idempotency.Result {
-	r := idempotency.Result{Outcome: o, Detail: detail, Err: err}
-	switch o {
-	case idempotency.Unverified:
-		r.Status = http.StatusUnauthorized
-	case idempotency.InvalidKey, idempotency.MissingKey:
-		r.Status = http.StatusBadRequest
-	case idempotency.TooLarge:
-		r.Status = http.StatusRequestEntityTooLarge
-	case idempotency.Unavailable:
-		// Nothing was forwarded: the provider may retry at once elsewhere.
-		r.Status, r.RetryAfter = http.StatusServiceUnavailable, time.Second
-	}
-	return r
+	return idempotency.Refusal(o, detail, err, time.Second)
 }
 
 // writeReplay sends exactly the recorded status, kept headers and body.
