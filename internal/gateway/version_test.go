@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,5 +53,41 @@ func TestRequestLineVersionsOtherThanHTTP10And11AreRefused(t *testing.T) {
 	}
 	if n := up.count("evt_version"); n != 1 {
 		t.Fatalf("the upstream got evt_version %d times, want the HTTP/1.1 delivery once (then a replay)", n)
+	}
+}
+
+// A request line without a version ("POST /hooks") is what fasthttp serves
+// as HTTP/1.0 without saying so; a proxy in front would not read it so.
+func TestRequestLineWithoutVersionIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	g := startGateway(t, gwConfig(t, up.URL, db, "", ""))
+	const head = "Host: gw\r\nContent-Type: application/json\r\nX-Event-Id: evt_noversion\r\nContent-Length: 2\r\n"
+	const bare = "POST /hooks\r\n" + head + "Connection: close\r\n\r\n{}"
+	const v11 = "POST /hooks HTTP/1.1\r\n" + head + "\r\n{}"
+	const v10 = "POST /hooks HTTP/1.0\r\n" + head + "Connection: keep-alive\r\n\r\n{}"
+	for _, c := range []struct {
+		name, raw string
+		want      []int
+	}{
+		{"alone", bare, []int{http.StatusBadRequest}},
+		{"after an HTTP/1.1 request on its connection", v11 + bare, []int{http.StatusOK, http.StatusBadRequest}},
+		{"after an HTTP/1.0 request, whose answer closes the connection", v10 + bare, []int{http.StatusOK}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := rawExchange(t, g, c.raw, 3*time.Second)
+			if got := statuses(out); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("answers %v, want %v", got, c.want)
+			}
+			if last := out[len(out)-1]; last.status == http.StatusBadRequest {
+				wantProblem(t, last.reply(), http.StatusBadRequest, "")
+			}
+		})
+	}
+	if n := up.count("evt_noversion"); n != 1 {
+		t.Fatalf("the upstream got evt_noversion %d times, want once (the versioned delivery; then replays)", n)
+	}
+	if n := ledgerRows(t, db); n != 1 {
+		t.Fatalf("the ledger has %d rows, want 1", n)
 	}
 }

@@ -161,6 +161,26 @@ func version(proto []byte) (int, string) {
 	return http.StatusBadRequest, "the request line's HTTP version is malformed"
 }
 
+// versionNamed refuses a request whose request line names no HTTP version,
+// which fasthttp serves as HTTP/1.0 without saying so. Its first line is seen
+// on the connection; an HTTP/1.0 request never keeps its connection (its
+// answer closes it), so an HTTP/1.0 request after the first on a
+// connection followed an HTTP/1.1 one and may be such a line: refused too.
+func versionNamed(ctx *fasthttp.RequestCtx) (int, string) {
+	const problem = "the request line names no HTTP version (HTTP/0.9 is not spoken)"
+	if ctx.Request.Header.IsHTTP11() {
+		return 0, ""
+	}
+	if ctx.ConnRequestNum() > 1 {
+		return http.StatusBadRequest, problem + ", or HTTP/1.0 followed HTTP/1.1 on one connection"
+	}
+	ctx.SetConnectionClose()
+	if firstLineVersionless(ctx.Conn()) {
+		return http.StatusBadRequest, problem
+	}
+	return 0, ""
+}
+
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // obsFolded reports a header line that begins with a space or a tab

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
 	"sync"
@@ -100,7 +101,16 @@ type trackedConn struct {
 	used     atomic.Bool
 	ended    atomic.Bool
 	closed   sync.Once
+
+	// The first request line as received, up to its LF: read and written
+	// by the connection's serving goroutine only.
+	firstLine []byte
+	lineDone  bool
 }
+
+// maxFirstLine bounds what is kept of a first request line; fasthttp
+// refuses a longer one with its read buffer.
+const maxFirstLine = 8 << 10
 
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -110,7 +120,45 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if err != nil {
 		c.ended.Store(true)
 	}
+	if !c.lineDone && n > 0 {
+		c.noteFirstLine(p[:n])
+	}
 	return n, err
+}
+
+// noteFirstLine keeps the bytes of the first request line, skipping the
+// empty lines a server may ignore before it (RFC 9112 §2.2).
+func (c *trackedConn) noteFirstLine(b []byte) {
+	if len(c.firstLine) == 0 {
+		b = bytes.TrimLeft(b, "\r\n")
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b, c.lineDone = b[:i], true
+	}
+	if room := maxFirstLine - len(c.firstLine); len(b) > room {
+		b, c.lineDone = b[:room], true
+	}
+	c.firstLine = append(c.firstLine, b...)
+}
+
+// firstLineVersionless reports whether c's first request line, read whole,
+// names no HTTP version ("POST /hooks"): fasthttp serves it as HTTP/1.0.
+func firstLineVersionless(c net.Conn) bool {
+	var tc *trackedConn
+	switch t := c.(type) {
+	case *trackedConn:
+		tc = t
+	case *tlsTrackedConn:
+		tc = t.trackedConn
+	default:
+		return false
+	}
+	if !tc.lineDone {
+		return false
+	}
+	line := bytes.TrimSuffix(tc.firstLine, []byte("\r"))
+	sp := bytes.IndexByte(line, ' ')
+	return sp > 0 && bytes.IndexByte(line[sp+1:], ' ') < 0
 }
 
 // readEnded reports whether a read on c has failed: nothing more will come

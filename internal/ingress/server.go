@@ -248,6 +248,9 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	}
 	defer s.inflight.Done()
 	chunked, declared, status, problem := framing(&c.Request().Header)
+	if problem == "" {
+		status, problem = versionNamed(c.Context())
+	}
 	if problem != "" {
 		c.Context().SetConnectionClose()
 		return writeProblem(c, status, "", problem, 0)
