@@ -3,7 +3,8 @@ package chaos
 import "sort"
 
 // causeConcurrent: an absorbed copy that reached the upstream before the
-// applied one and waited on its lock in the inbox.
+// applied one and waited on its lock in the inbox, when no applied copy
+// follows it to judge.
 const causeConcurrent DuplicateCause = "concurrent copy, waited on the applying one"
 
 // checkEffects audits the -inbox mode by effects, not deliveries: the
@@ -82,9 +83,14 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			case len(applied[ref]) == 0 || ev == nil:
 				violate(CheckEffects, evID(ref), "delivery %d via %s was absorbed by the inbox, but no copy of the event was applied", r.Seq, r.Gateway)
 			default:
-				cause := causeConcurrent // it arrived first, and waited on the applying copy's lock
+				cause := causeConcurrent
 				if i > 0 {
 					cause = classify(ev, chain[i-1], r)
+				} else if next := nextApplied(chain[i+1:]); next != nil {
+					// It reached the upstream first and waited on the lock of
+					// a later copy, which applied: that later copy is the one
+					// sent again, judged against this one.
+					cause = classify(ev, r, next)
 				}
 				a.AbsorbedByCause[cause]++
 				if !cause.Allowed(in.StorePass) {
@@ -95,4 +101,14 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			}
 		}
 	}
+}
+
+// nextApplied is the first record of chain the upstream applied, or nil.
+func nextApplied(chain []*UpRecord) *UpRecord {
+	for _, r := range chain {
+		if r.Action != ActAbsorbed {
+			return r
+		}
+	}
+	return nil
 }

@@ -74,6 +74,26 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			wantAbsorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
 		},
 		{
+			// The first copy reached the upstream late and waited in the
+			// inbox while its gateway timed out and released the key; the
+			// provider's retry was applied first, then the first absorbed.
+			name: "a released first copy absorbed after its retry applied",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.absorb(ev, &UpRecord{}, "g1.1", 0)
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+					Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: 504, Outcome: "released"})
+				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(1360 * time.Millisecond), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+					Outcome: "released", Err: "upstream timed out after sending"}}
+				retry := f.apply(ev, "g1.1", 1400*time.Millisecond)
+				first.Status, first.ContentType, first.Response = retry.Status, retry.ContentType, retry.Response
+				f.effect(retry)
+				f.answer(ev, KindGenuine, "g1.1", 1400*time.Millisecond, retry, "forwarded")
+				f.record(ev, retry)
+			},
+			wantAbsorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
+		},
+		{
 			name: "a second copy no crash explains, absorbed",
 			build: func(f *fixture) {
 				ev, first := f.delivered("e1")
