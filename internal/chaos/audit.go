@@ -32,6 +32,9 @@ const (
 	// CauseAmbiguous: the earlier copy got no answer in time and was
 	// released (record.ambiguous: release is at-least-once by definition).
 	CauseAmbiguous DuplicateCause = "ambiguous result released"
+	// CauseOperatorRelease: the operator released a held key while its
+	// first copy was still at the upstream, unapplied.
+	CauseOperatorRelease DuplicateCause = "held key released by the operator"
 	// CausePassMode: the later copy was forwarded without deduplication
 	// because a dependency was down and the policy says pass.
 	CausePassMode DuplicateCause = "dependency outage, pass mode"
@@ -57,7 +60,7 @@ const (
 // given configuration.
 func (c DuplicateCause) Allowed(storePass bool) bool {
 	switch c {
-	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous:
+	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease:
 		return true
 	case CausePassMode:
 		return storePass
@@ -864,6 +867,19 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 	}); ok && !earlierAnswered && (ev.Route != holdRoute || holdFailed(earlier.Gateway, ref, inFlight, loggedAny)) {
 		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
 		return d
+	}
+	// A held key the operator released while the earlier copy was at the
+	// upstream unapplied (with -inbox it can wait there in the
+	// application's transaction): the release freed the key, and the later
+	// copy is what releasing a held key means.
+	if !earlierAnswered && ev.Route == holdRoute {
+		for _, r := range in.Resolutions {
+			if r.Route == ev.Route && r.Key == later.Key && r.Action == "release" &&
+				r.End.After(earlier.Time) && r.Start.Before(later.Time) {
+				d.Cause, d.Evidence = CauseOperatorRelease, fmt.Sprintf("the operator released the held key through %s", r.Life)
+				return d
+			}
+		}
 	}
 	if s := answered[later.Seq]; s != nil && s.Outcome == "passthrough" {
 		d.Cause, d.Evidence = CausePassMode, "the later copy was answered with outcome passthrough"

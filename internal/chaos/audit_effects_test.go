@@ -94,6 +94,27 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			wantAbsorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
 		},
 		{
+			// On the hold route: the first copy waited at the upstream while
+			// its gateway held the key; the operator released it, the retry
+			// applied, and the first copy was then absorbed.
+			name: "a held first copy absorbed after the operator released the key",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				first := f.absorb(ev, &UpRecord{}, "g1.1", 0)
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+					Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: 504, Outcome: "held"})
+				f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: "release",
+					Start: f.at(1370 * time.Millisecond), End: f.at(1380 * time.Millisecond), Life: "g2.1"})
+				retry := f.apply(ev, "g1.1", 1400*time.Millisecond)
+				first.Status, first.ContentType, first.Response = retry.Status, retry.ContentType, retry.Response
+				f.effect(retry)
+				f.answer(ev, KindGenuine, "g1.1", 1400*time.Millisecond, retry, "forwarded")
+				f.record(ev, retry)
+			},
+			wantAbsorbed: map[DuplicateCause]int{CauseOperatorRelease: 1},
+		},
+		{
 			name: "a second copy no crash explains, absorbed",
 			build: func(f *fixture) {
 				ev, first := f.delivered("e1")
