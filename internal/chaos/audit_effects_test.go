@@ -37,6 +37,21 @@ func (f *fixture) absorb(ev *Event, first *UpRecord, gw string, d time.Duration)
 	return r
 }
 
+// absorbedBeforeItsRetry builds ev's first copy reaching the upstream
+// through g1.1 and waiting there while g1.1 answered status with outcome;
+// the provider's retry through g1.1 is applied and recorded, and the first
+// copy then absorbed with the retry's answer.
+func (f *fixture) absorbedBeforeItsRetry(ev *Event, status int, outcome string) {
+	first := f.absorb(ev, &UpRecord{}, "g1.1", 0)
+	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+		Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: status, Outcome: outcome})
+	retry := f.apply(ev, "g1.1", 1400*time.Millisecond)
+	first.Status, first.ContentType, first.Response = retry.Status, retry.ContentType, retry.Response
+	f.effect(retry)
+	f.answer(ev, KindGenuine, "g1.1", 1400*time.Millisecond, retry, "forwarded")
+	f.record(ev, retry)
+}
+
 // With the inbox (-inbox), the audit counts effects: a takeover's second
 // copy is fine once absorbed, and a violation once applied, whatever sent it.
 func TestAuditInboxCountsEffects(t *testing.T) {
@@ -80,37 +95,22 @@ func TestAuditInboxCountsEffects(t *testing.T) {
 			name: "a released first copy absorbed after its retry applied",
 			build: func(f *fixture) {
 				ev := f.event("e1")
-				first := f.absorb(ev, &UpRecord{}, "g1.1", 0)
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
-					Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: 504, Outcome: "released"})
 				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(1360 * time.Millisecond), Msg: "delivery", Route: ev.Route, Key: ev.Key,
 					Outcome: "released", Err: "upstream timed out after sending"}}
-				retry := f.apply(ev, "g1.1", 1400*time.Millisecond)
-				first.Status, first.ContentType, first.Response = retry.Status, retry.ContentType, retry.Response
-				f.effect(retry)
-				f.answer(ev, KindGenuine, "g1.1", 1400*time.Millisecond, retry, "forwarded")
-				f.record(ev, retry)
+				f.absorbedBeforeItsRetry(ev, 504, "released")
 			},
 			wantAbsorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
 		},
 		{
-			// On the hold route: the first copy waited at the upstream while
-			// its gateway held the key; the operator released it, the retry
-			// applied, and the first copy was then absorbed.
+			// On the hold route the operator released the key while the
+			// first copy waited in the inbox.
 			name: "a held first copy absorbed after the operator released the key",
 			build: func(f *fixture) {
 				ev := f.event("e1")
 				ev.Route = holdRoute
-				first := f.absorb(ev, &UpRecord{}, "g1.1", 0)
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
-					Start: f.at(0), End: f.at(1360 * time.Millisecond), Answered: true, Status: 504, Outcome: "held"})
 				f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: "release",
 					Start: f.at(1370 * time.Millisecond), End: f.at(1380 * time.Millisecond), Life: "g2.1"})
-				retry := f.apply(ev, "g1.1", 1400*time.Millisecond)
-				first.Status, first.ContentType, first.Response = retry.Status, retry.ContentType, retry.Response
-				f.effect(retry)
-				f.answer(ev, KindGenuine, "g1.1", 1400*time.Millisecond, retry, "forwarded")
-				f.record(ev, retry)
+				f.absorbedBeforeItsRetry(ev, 504, "held")
 			},
 			wantAbsorbed: map[DuplicateCause]int{CauseOperatorRelease: 1},
 		},
