@@ -17,14 +17,7 @@ import (
 // on any violation of exactly-once. The seed is random and logged;
 // HOOKSTAMP_CHAOS_SEED replays one.
 func TestChaosShort(t *testing.T) {
-	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
-	if s := os.Getenv("HOOKSTAMP_CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("HOOKSTAMP_CHAOS_SEED=%q: %v", s, err)
-		}
-	}
-	t.Logf("seed %d (replay: HOOKSTAMP_CHAOS_SEED=%d go test -race -run TestChaosShort ./internal/chaos)", seed, seed)
+	seed := chaosSeed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := chaos.Run(ctx, chaos.Options{
@@ -78,4 +71,19 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// chaosSeed is a random seed, logged with how to replay it, or the one
+// HOOKSTAMP_CHAOS_SEED names.
+func chaosSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	if s := os.Getenv("HOOKSTAMP_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("HOOKSTAMP_CHAOS_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (replay: HOOKSTAMP_CHAOS_SEED=%d go test -race -run %s ./internal/chaos)", seed, seed, t.Name())
+	return seed
 }

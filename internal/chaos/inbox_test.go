@@ -2,8 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +17,7 @@ import (
 // copy must have reached the inbox and been absorbed there.
 // HOOKSTAMP_CHAOS_SEED replays a seed.
 func TestChaosInbox(t *testing.T) {
-	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
-	if s := os.Getenv("HOOKSTAMP_CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("HOOKSTAMP_CHAOS_SEED=%q: %v", s, err)
-		}
-	}
-	t.Logf("seed %d (replay: HOOKSTAMP_CHAOS_SEED=%d go test -race -run TestChaosInbox ./internal/chaos)", seed, seed)
+	seed := chaosSeed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := chaos.Run(ctx, chaos.Options{

@@ -115,32 +115,8 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer half.Close()
-	body := `{"id":"evt_half"}`
-	req := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	if _, err := io.WriteString(half, req[:20]); err != nil {
-		t.Fatal(err)
-	}
-	// Both accepted (connections still in the listener's backlog when it
-	// closes are reset by the kernel, whatever the server does), and the
-	// half-sent request's first bytes read.
-	testenv.Eventually(t, 5*time.Second, "connections accepted", func() bool {
-		open, used := g.server.Conns()
-		return open == 2 && used == 1
-	})
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	shut := make(chan error, 1)
-	go func() { shut <- g.server.Shutdown(ctx) }()
-	testenv.Eventually(t, 5*time.Second, "listener closed", func() bool {
-		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
-	finishHalfSent(t, g, half, req[20:], "evt_half", shut)
+	shutdownMidRequest(t, g, half, "evt_half")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("shutdown took %v (an unused connection held it until the deadline?)", d)
 	}
@@ -155,6 +131,38 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 
 // finishHalfSent sends the rest of a request that was half sent on half
 // when Shutdown (whose result shut delivers) began: the request is still
+// shutdownMidRequest sends the first bytes of a delivery of key on half,
+// starts a Shutdown once it and one idle connection are accepted, waits for
+// the listener to close, then finishes the request: it must still be
+// answered and recorded (finishHalfSent).
+func shutdownMidRequest(t *testing.T, g *Gateway, half net.Conn, key string) {
+	t.Helper()
+	body := `{"id":"` + key + `"}`
+	req := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(half, req[:20]); err != nil {
+		t.Fatal(err)
+	}
+	// Both accepted (connections still in the listener's backlog when it
+	// closes are reset by the kernel, whatever the server does), and the
+	// half-sent request's first bytes read.
+	testenv.Eventually(t, 5*time.Second, "connections accepted, one with a request begun", func() bool {
+		open, used := g.server.Conns()
+		return open == 2 && used == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- g.server.Shutdown(ctx) }()
+	testenv.Eventually(t, 5*time.Second, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	finishHalfSent(t, g, half, req[20:], key, shut)
+}
+
 // answered 200 forwarded, its delivery recorded, and Shutdown returns nil.
 func finishHalfSent(t *testing.T, g *Gateway, half net.Conn, rest, key string, shut <-chan error) {
 	t.Helper()

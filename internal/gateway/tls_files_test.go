@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"context"
 	"crypto/tls"
 	"math"
-	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -237,29 +235,8 @@ func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 		return conn
 	}
 	idle, half := dial(), dial()
-	body := `{"id":"evt_tls_half"}`
-	req := "POST /hooks HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	if _, err := half.Write([]byte(req[:20])); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 5*time.Second, "both connections accepted, one with a request begun", func() bool {
-		open, used := g.server.Conns()
-		return open == 2 && used == 1
-	})
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	shut := make(chan error, 1)
-	go func() { shut <- g.server.Shutdown(ctx) }()
-	testenv.Eventually(t, 5*time.Second, "listener closed", func() bool {
-		c, err := net.DialTimeout("tcp", g.Addr(), 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
-	finishHalfSent(t, g, half, req[20:], "evt_tls_half", shut)
+	shutdownMidRequest(t, g, half, "evt_tls_half")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("shutdown took %v (a TLS connection without a request held it?)", d)
 	}
