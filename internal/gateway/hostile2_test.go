@@ -68,21 +68,7 @@ func TestControlCharacterInFramingFieldIsRefused(t *testing.T) {
 func TestVerifyingRouteVerifiesPassthroughMethods(t *testing.T) {
 	up := newUpstream(t)
 	db := dbPath(t)
-	routes := fmt.Sprintf(`  - name: stripe
-    path: /webhooks/stripe
-    preset: stripe
-    upstream:
-      url: %[1]s/stripe
-    verify:
-      secrets: ["${STRIPE_SECRET}"]
-  - name: github
-    path: /webhooks/github
-    preset: github
-    upstream:
-      url: %[1]s/github
-    verify:
-      secrets: ["${GITHUB_SECRET}"]
-`, up.URL)
+	routes := signedRoutes(up.URL)
 	g := startGateway(t, routesConfig(t, db, "", "", routes, []string{"STRIPE_SECRET=" + sigCurrent, "GITHUB_SECRET=" + githubSecret}))
 	body := []byte(`{"id":"evt_put","object":"event","type":"invoice.paid"}`)
 	for _, path := range []string{"/webhooks/stripe", "/webhooks/github"} {

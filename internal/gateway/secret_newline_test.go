@@ -17,7 +17,23 @@ import (
 func TestSecretWithTrailingNewlineVerifies(t *testing.T) {
 	up := newUpstream(t)
 	const secret = "whsec_trailing_newline_5f1c0e"
-	routes := fmt.Sprintf(`  - name: stripe
+	routes := signedRoutes(up.URL)
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, []string{
+		"STRIPE_SECRET=" + secret + "\n", "GITHUB_SECRET=" + githubSecret + "\r\n",
+	}))
+
+	b := []byte(`{"id":"evt_nl_1","object":"event","type":"invoice.paid"}`)
+	wantOutcome(t, post(t, g, "/webhooks/stripe", b, verifytest.Stripe(secret, b, time.Now())), 200, "forwarded")
+	gb := []byte(`{"zen":"Half measures are as bad as nothing at all.","hook_id":7}`)
+	h := verifytest.GitHub(githubSecret, gb)
+	h.Set("X-GitHub-Delivery", "gh-nl-1")
+	wantOutcome(t, post(t, g, "/webhooks/github", gb, h), 200, "forwarded")
+}
+
+// signedRoutes configures a stripe and a github route to upstream, their
+// secrets read from STRIPE_SECRET and GITHUB_SECRET.
+func signedRoutes(upstream string) string {
+	return fmt.Sprintf(`  - name: stripe
     path: /webhooks/stripe
     preset: stripe
     upstream:
@@ -31,15 +47,5 @@ func TestSecretWithTrailingNewlineVerifies(t *testing.T) {
       url: %[1]s/github
     verify:
       secrets: ["${GITHUB_SECRET}"]
-`, up.URL)
-	g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, []string{
-		"STRIPE_SECRET=" + secret + "\n", "GITHUB_SECRET=" + githubSecret + "\r\n",
-	}))
-
-	b := []byte(`{"id":"evt_nl_1","object":"event","type":"invoice.paid"}`)
-	wantOutcome(t, post(t, g, "/webhooks/stripe", b, verifytest.Stripe(secret, b, time.Now())), 200, "forwarded")
-	gb := []byte(`{"zen":"Half measures are as bad as nothing at all.","hook_id":7}`)
-	h := verifytest.GitHub(githubSecret, gb)
-	h.Set("X-GitHub-Delivery", "gh-nl-1")
-	wantOutcome(t, post(t, g, "/webhooks/github", gb, h), 200, "forwarded")
+`, upstream)
 }
