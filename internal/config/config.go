@@ -223,6 +223,12 @@ type Route struct {
 	// Default 10s.
 	WaitTimeout time.Duration `koanf:"wait_timeout" yaml:"wait_timeout"`
 	Record      Record        `koanf:"record" yaml:"record"`
+	// Delivery is DeliverySync (the provider waits for the upstream's
+	// answer) or DeliveryAsync (stored, acknowledged at once, delivered from
+	// the queue; SPEC §10). Default "sync".
+	Delivery string `koanf:"delivery" yaml:"delivery"`
+	// Async configures DeliveryAsync; ignored on sync routes.
+	Async Async `koanf:"async" yaml:"async"`
 	// Retention is the ledger row lifetime. Default 720h, or the preset's.
 	Retention time.Duration `koanf:"retention" yaml:"retention"`
 	// Source names the sender for "top duplicate sources": "ip" or
@@ -325,6 +331,51 @@ type Record struct {
 	// Ambiguous is AmbiguousRelease or AmbiguousHold: what happens when the
 	// upstream gave no answer after the request was sent. Default "release".
 	Ambiguous string `koanf:"ambiguous" yaml:"ambiguous"`
+	// Request stores each delivery's request with its record, and records
+	// every forward as an attempt (SPEC §11). Async routes always store it
+	// (see Route.StoresRequests). Default false.
+	Request bool `koanf:"request" yaml:"request"`
+}
+
+// Async is a store-and-forward route's acknowledgement and delivery policy
+// (SPEC §10).
+type Async struct {
+	// Ack is what the provider gets once the delivery is stored. Default
+	// 202 with no body, or the preset's.
+	Ack Ack `koanf:"ack" yaml:"ack"`
+	// MaxAttempts: after this many attempts the delivery is dead. Default 25.
+	MaxAttempts int `koanf:"max_attempts" yaml:"max_attempts"`
+	// MaxAge: a delivery this old after an attempt is dead. Default 72h.
+	MaxAge time.Duration `koanf:"max_age" yaml:"max_age"`
+	// Backoff spaces the attempts: exponential from Initial, capped at Max,
+	// full jitter; an upstream's Retry-After is honoured up to Max.
+	// Default 1s, 1h.
+	Backoff Backoff `koanf:"backoff" yaml:"backoff"`
+	// Concurrency bounds this route's attempts in flight on one replica.
+	// Default 8.
+	Concurrency int `koanf:"concurrency" yaml:"concurrency"`
+}
+
+// Ack is the fixed answer a store-and-forward route gives the provider.
+type Ack struct {
+	// Status is a 2xx status: anything else would make the provider retry a
+	// delivery that is already stored.
+	Status int `koanf:"status" yaml:"status"`
+	// ContentType is sent when Body is not empty.
+	ContentType string `koanf:"content_type" yaml:"content_type"`
+	Body        string `koanf:"body" yaml:"body"`
+}
+
+// Backoff is the retry schedule of an async route.
+type Backoff struct {
+	Initial time.Duration `koanf:"initial" yaml:"initial"`
+	Max     time.Duration `koanf:"max" yaml:"max"`
+}
+
+// StoresRequests reports whether the route keeps each delivery's request
+// and attempts (SPEC §11): always on async routes, which deliver from it.
+func (r Route) StoresRequests() bool {
+	return r.Record.Request || r.Delivery == DeliveryAsync
 }
 
 // IsFinal reports whether status is final for this record policy. It never
@@ -407,6 +458,9 @@ const (
 
 	InflightWait   = "wait"
 	InflightReject = "reject"
+
+	DeliverySync  = "sync"
+	DeliveryAsync = "async"
 
 	AmbiguousRelease = "release"
 	AmbiguousHold    = "hold"

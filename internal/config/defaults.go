@@ -67,6 +67,14 @@ func DefaultRoute() Route {
 			MaxBody:   1 * MiB,
 			Ambiguous: AmbiguousRelease,
 		},
+		Delivery: DeliverySync,
+		Async: Async{
+			Ack:         Ack{Status: 202},
+			MaxAttempts: 25,
+			MaxAge:      72 * time.Hour,
+			Backoff:     Backoff{Initial: time.Second, Max: time.Hour},
+			Concurrency: 8,
+		},
 		Retention: 720 * time.Hour,
 		Source:    "ip",
 	}

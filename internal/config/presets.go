@@ -39,6 +39,9 @@ type Preset struct {
 	// resend for the whole retention and the delivery would never reach
 	// the consumer again.
 	Resend string
+	// Ack, when set, becomes async.ack: the answer the provider must read
+	// to stop resending. Unset leaves the default (202, no body).
+	Ack *Ack
 }
 
 const day = 24 * time.Hour
@@ -66,17 +69,22 @@ var presetTable = []Preset{
 	// answers "fail" to be sent the notification again.
 	{Name: "alipay", Key: src(SourceForm, "notify_id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{
 		"form:out_trade_no", "form:trade_no", "form:trade_status", "form:total_amount",
-	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h", Resend: "fail"},
-	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, Retention: 3 * day, RetryWindow: "~24 h"},
+	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h", Resend: "fail",
+		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "success"}},
+	// WeChat Pay v3 takes 200 or 204; older v3 integrations expect the JSON
+	// code as well, which newer ones ignore.
+	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, Retention: 3 * day, RetryWindow: "~24 h",
+		Ack: &Ack{Status: 200, ContentType: "application/json", Body: `{"code":"SUCCESS","message":"OK"}`}},
 	// PayPal signs with certificates fetched at run time: verify upstream.
 	{Name: "paypal", Key: src(SourceJSON, "id"), Retention: 4 * day, RetryWindow: "3 days"},
 	{Name: "square", Key: src(SourceJSON, "event_id"), Scheme: SchemeSquare, Retention: 3 * day, RetryWindow: "24 h"},
-	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days"},
+	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days", Ack: &Ack{Status: 200}},
 	{Name: "razorpay", Key: src(SourceHeader, "X-Razorpay-Event-Id"), Scheme: SchemeRazorpay, Retention: 3 * day, RetryWindow: "24 h"},
 	// Twitch tells receivers to refuse messages older than 10 minutes.
 	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Tolerance: 10 * time.Minute, Retention: 3 * day, RetryWindow: "short, undocumented"},
 	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
-	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days"},
+	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days",
+		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "[accepted]"}},
 }
 
 func src(kind, arg string) []KeySource { return []KeySource{{Kind: kind, Arg: arg}} }
@@ -112,6 +120,10 @@ func PresetNames() []string {
 }
 
 func (p Preset) clone() Preset {
+	if p.Ack != nil {
+		a := *p.Ack
+		p.Ack = &a
+	}
 	p.Key = append([]KeySource(nil), p.Key...)
 	p.Fingerprint.Fields = append([]string(nil), p.Fingerprint.Fields...)
 	if len(p.Fingerprint.Fields) == 0 {
@@ -146,6 +158,11 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 		"key":       key,
 		"verify":    verify,
 		"retention": p.Retention,
+	}
+	if p.Ack != nil {
+		frag["async"] = map[string]any{"ack": map[string]any{
+			"status": p.Ack.Status, "content_type": p.Ack.ContentType, "body": p.Ack.Body,
+		}}
 	}
 	fp, _ := route["fingerprint"].(map[string]any)
 	_, hasMode := fp["mode"]

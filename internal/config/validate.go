@@ -265,6 +265,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 		errs.add(join(p, "wait_timeout"), "must be greater than 0 with inflight wait, got %s", r.WaitTimeout)
 	}
 	validateRecord(errs, join(p, "record"), r.Record)
+	validateDelivery(errs, p, r)
 	positive(errs, join(p, "retention"), r.Retention)
 	if r.Retention > 0 && c.Screen.Lease > 0 && r.Retention <= c.Screen.Lease {
 		// A ledger claim's row expires with the route's retention: the
@@ -530,6 +531,42 @@ func validateRecord(errs *Errors, p string, r Record) {
 	}
 	nonNegativeSize(errs, join(p, "max_body"), r.MaxBody)
 	oneOf(errs, join(p, "ambiguous"), r.Ambiguous, AmbiguousRelease, AmbiguousHold)
+}
+
+func validateDelivery(errs *Errors, p string, r Route) {
+	oneOf(errs, join(p, "delivery"), r.Delivery, DeliverySync, DeliveryAsync)
+	if r.Delivery != DeliveryAsync {
+		return
+	}
+	if r.Mode == ModeShadow {
+		errs.add(join(p, "delivery"), "async cannot be combined with mode shadow: shadow forwards every delivery as it comes, async stores and delivers once")
+	}
+	a, ap := r.Async, join(p, "async")
+	if a.Ack.Status < 200 || a.Ack.Status > 299 {
+		errs.add(join(ap, "ack.status"), "must be a 2xx status, got %d: any other answer makes the provider send the stored delivery again", a.Ack.Status)
+	}
+	if a.Ack.Body != "" && a.Ack.ContentType == "" {
+		errs.add(join(ap, "ack.content_type"), "required when ack.body is set")
+	}
+	if a.Ack.ContentType != "" && strings.ContainsAny(a.Ack.ContentType, "\r\n") {
+		errs.add(join(ap, "ack.content_type"), "must not contain line breaks")
+	}
+	if a.MaxAttempts < 1 {
+		errs.add(join(ap, "max_attempts"), "must be at least 1, got %d", a.MaxAttempts)
+	}
+	positive(errs, join(ap, "max_age"), a.MaxAge)
+	positive(errs, join(ap, "backoff.initial"), a.Backoff.Initial)
+	if a.Backoff.Max < a.Backoff.Initial {
+		errs.add(join(ap, "backoff.max"), "%s is shorter than backoff.initial (%s)", a.Backoff.Max, a.Backoff.Initial)
+	}
+	if a.Concurrency < 1 {
+		errs.add(join(ap, "concurrency"), "must be at least 1, got %d", a.Concurrency)
+	}
+	if r.Retention > 0 && a.MaxAge >= r.Retention {
+		// The sweeper deletes a row once its retention ends: a delivery
+		// still queued then would vanish undelivered.
+		errs.add(join(ap, "max_age"), "%s is not shorter than retention (%s): the sweeper would delete deliveries still queued", a.MaxAge, r.Retention)
+	}
 }
 
 func checkHostPort(s string) error {

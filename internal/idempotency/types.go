@@ -30,6 +30,12 @@ const (
 	StatePending State = "pending" // a ledger claim, forwarding until LeaseUntil
 	StateHeld    State = "held"    // an ambiguous result (record.ambiguous: hold)
 	StateDone    State = "done"    // a recorded final response; never changes
+	// StateQueued: an async delivery stored and acknowledged, waiting for
+	// the upstream to take it (SPEC §10).
+	StateQueued State = "queued"
+	// StateDead: an async delivery that ran out of attempts or age; an
+	// operator's redrive queues it again.
+	StateDead State = "dead"
 )
 
 // Response is an upstream answer as it is recorded and replayed.
@@ -69,6 +75,31 @@ type Record struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	ExpiresAt   time.Time
+	// Request is the stored delivery (record.request, async routes); nil
+	// when the route stores none.
+	Request *Request
+}
+
+// Request is a delivery as stored for redelivery (SPEC §11): hop-by-hop
+// headers, Authorization and Cookie are never stored.
+type Request struct {
+	Method string
+	// Path is the forwarded path with its query.
+	Path    string
+	Headers http.Header
+	Body    []byte
+}
+
+// Attempt is one forward of a stored request (SPEC §11).
+type Attempt struct {
+	Ref
+	Attempt   int // 1, 2, … per record
+	StartedAt time.Time
+	Duration  time.Duration
+	// Status is the upstream's answer; 0 when nothing came back.
+	Status  int
+	Error   string
+	Replica string
 }
 
 // ClaimStatus says what a claim found.

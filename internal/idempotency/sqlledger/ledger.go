@@ -33,6 +33,9 @@ const (
 // TableName is the ledger table (SPEC §5).
 const TableName = "hookstamp_records"
 
+// AttemptsTable holds the attempts of stored requests (SPEC §11).
+const AttemptsTable = "hookstamp_attempts"
+
 // Defaults applied by Open to zero Options fields.
 const (
 	DefaultMaxOpenConns = 16
@@ -229,7 +232,8 @@ func (l *Ledger) handles() []*gorm.DB {
 // Driver returns the driver name the ledger was opened with.
 func (l *Ledger) Driver() string { return l.d.name }
 
-// Migrate creates or upgrades the hookstamp_records table and its indexes.
+// Migrate creates or upgrades the hookstamp_records and hookstamp_attempts
+// tables and their indexes.
 // It is idempotent, and safe to run from several replicas at once (they are
 // serialised by a lock). Reaching the database is bounded by OpTimeout; the
 // migration itself only by ctx, since building an index on a large table
@@ -244,7 +248,7 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		return tx.AutoMigrate(&recordRow{})
+		return tx.AutoMigrate(&recordRow{}, &attemptRow{})
 	})
 	if err != nil {
 		return l.fail("migrate", err)

@@ -38,7 +38,28 @@ type recordRow struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;not null;autoCreateTime:false;index:idx_hookstamp_records_held,priority:2"`
 	CompletedAt *time.Time `gorm:"column:completed_at"`
 	ExpiresAt   time.Time  `gorm:"column:expires_at;not null;index:idx_hookstamp_records_expires_at"`
+	// The stored request (SPEC §11); NULL method when none is stored.
+	RequestMethod  *string `gorm:"column:request_method;type:text"`
+	RequestPath    *string `gorm:"column:request_path;type:text"`
+	RequestHeaders *string `gorm:"column:request_headers;type:text"`
+	RequestBody    []byte  `gorm:"column:request_body"`
 }
+
+// attemptRow is hookstamp_attempts (SPEC §11): one row per forward of a
+// stored request, deleted with its record.
+type attemptRow struct {
+	Route      string    `gorm:"column:route;type:text;primaryKey"`
+	Key        string    `gorm:"column:key;type:text;primaryKey"`
+	Attempt    int       `gorm:"column:attempt;primaryKey;autoIncrement:false"`
+	StartedAt  time.Time `gorm:"column:started_at;not null"`
+	DurationMS int64     `gorm:"column:duration_ms;not null"`
+	Status     *int      `gorm:"column:status"`
+	Error      string    `gorm:"column:error;type:text;not null"`
+	Replica    string    `gorm:"column:replica;type:text;not null"`
+}
+
+// TableName implements GORM's tabler.
+func (attemptRow) TableName() string { return AttemptsTable }
 
 // TableName implements GORM's tabler.
 func (recordRow) TableName() string { return TableName }

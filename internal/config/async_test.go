@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAsyncRouteDefaultsAndPresetAck(t *testing.T) {
+	c := mustLoad(t, `
+routes:
+  - name: a
+    path: /a
+    delivery: async
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+  - name: pay
+    path: /pay
+    preset: adyen
+    delivery: async
+    upstream: {url: "http://127.0.0.1:9000/pay"}
+`)
+	a := c.Routes[0]
+	if !a.StoresRequests() || a.Async.Ack.Status != 202 || a.Async.Ack.Body != "" || a.Async.MaxAttempts != 25 ||
+		a.Async.MaxAge != 72*time.Hour || a.Async.Backoff != (Backoff{Initial: time.Second, Max: time.Hour}) || a.Async.Concurrency != 8 {
+		t.Errorf("async defaults: stores=%v %+v", a.StoresRequests(), a.Async)
+	}
+	if ack := c.Routes[1].Async.Ack; ack.Status != 200 || ack.Body != "[accepted]" {
+		t.Errorf("adyen ack = %+v, want 200 success", ack)
+	}
+}
+
+func TestAsyncRouteRefusals(t *testing.T) {
+	base := `
+routes:
+  - name: a
+    path: /a
+    delivery: async
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+`
+	tests := []struct{ extra, path, want string }{
+		{"    mode: shadow\n", "routes[0].delivery", "shadow"},
+		{"    async: {ack: {status: 500}}\n", "routes[0].async.ack.status", "2xx"},
+		{"    async: {ack: {body: ok}}\n", "routes[0].async.ack.content_type", "required"},
+		{"    async: {max_attempts: 0}\n", "routes[0].async.max_attempts", "at least 1"},
+		{"    async: {backoff: {initial: 1m, max: 1s}}\n", "routes[0].async.backoff.max", "shorter"},
+		{"    async: {concurrency: 0}\n", "routes[0].async.concurrency", "at least 1"},
+		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
+		{"    delivery: later\n", "routes[0].delivery", "unknown value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path+"/"+tt.want, func(t *testing.T) {
+			doc := base + tt.extra
+			if strings.HasPrefix(tt.extra, "    delivery:") {
+				doc = strings.Replace(base, "    delivery: async\n", tt.extra, 1)
+			}
+			assertProblem(t, mustFail(t, doc), tt.path, tt.want)
+		})
+	}
+}
