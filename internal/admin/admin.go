@@ -101,6 +101,10 @@ type Options struct {
 	// Logger receives the operator actions (delete, resolve) and failures
 	// (slog.Default).
 	Logger *slog.Logger
+	// Console builds the handler of /ui/ (the operator console) from the
+	// server, whose exported methods are the API's operations. Nil, or no
+	// Token: /ui/ answers 404.
+	Console func(*Server) http.Handler
 	// Now is the gateway's clock, the one its ledger writes by
 	// (time.Now): a resolve whose read-back fails answers with it.
 	Now func() time.Time
@@ -112,6 +116,7 @@ type Server struct {
 	routes map[string]bool
 	token  [32]byte // SHA-256 of Options.Token
 	srv    *http.Server
+	ui     http.Handler // nil: no console
 }
 
 // New returns a Server; call Serve to listen, or use it as an http.Handler.
@@ -131,6 +136,9 @@ func New(o Options) *Server {
 	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token)}
 	for _, r := range o.Routes {
 		s.routes[r] = true
+	}
+	if o.Console != nil && o.Token != "" {
+		s.ui = o.Console(s)
 	}
 	s.srv = &http.Server{
 		Handler:           s,
@@ -182,6 +190,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.EscapedPath()
+	if path == "/ui" || strings.HasPrefix(path, "/ui/") {
+		if s.ui == nil {
+			problem(w, http.StatusNotFound, "the console is off: admin.token is not set, or admin.console is false")
+			return
+		}
+		s.ui.ServeHTTP(w, r)
+		return
+	}
 	if path != "/admin" && !strings.HasPrefix(path, "/admin/") {
 		problem(w, http.StatusNotFound, "no such endpoint")
 		return

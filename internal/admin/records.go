@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -88,41 +86,11 @@ func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempoten
 	}
 }
 
-// deleteRecord forgets a key: the ledger row first, then the screen and
-// every replica's cache (in that order: a repeat in between still finds
-// the screen entry and is replayed; a repeat that read the record before
-// and refills the screen or a cache after is refused by the tombstone they
-// keep for idempotency.ForgetTombstone). The screen and caches are cleared even when
-// the ledger has no row — a done entry can outlive a failed commit — and
-// the answer is 204 either way (SPEC §8): the key is forgotten, and a
-// DELETE repeated by a script or a retrying client is not an error.
+// deleteRecord forgets a key (Delete): 204 whether or not there was a
+// row.
 func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	ctx := r.Context()
-	if s.o.Deleting != nil {
-		s.o.Deleting(ref)
-	}
-	rec, err := s.o.Ledger.Lookup(ctx, ref)
-	if err == nil {
-		err = s.o.Ledger.Delete(ctx, ref)
-	}
-	switch {
-	case errors.Is(err, idempotency.ErrNotFound):
-		rec = nil // no row: the screen and caches may still hold the key
-	case err != nil:
-		s.ledgerFailed(w, r, "delete", ref, err)
-		return
-	}
-	if rec != nil {
-		if rec.State == idempotency.StateHeld {
-			s.heldChanged(ref.Route, -1)
-		}
-		s.o.Logger.InfoContext(ctx, "admin: record deleted", "route", ref.Route, "key", ref.Key, "state", string(rec.State))
-	}
-	if err := s.forget(ctx, ref); err != nil {
-		s.o.Logger.ErrorContext(ctx, "admin: the screen did not forget a deleted key", "route", ref.Route, "key", ref.Key, "err", err)
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable,
-			"the ledger holds no record for this key, but the screen did not answer: repeats may still be replayed from it; retry the DELETE")
+	if err := s.Delete(r.Context(), ref); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -159,162 +127,17 @@ func (s *Server) held(w http.ResponseWriter, r *http.Request, route string) {
 	limit := 100
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxHeldList {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer from 1 to %d", maxHeldList))
-			return
+		if err != nil {
+			n = -1
 		}
 		limit = n
 	}
-	recs, err := s.o.Ledger.Held(r.Context(), route, limit+1)
+	recs, truncated, err := s.HeldRecords(r.Context(), route, limit)
 	if err != nil {
-		s.ledgerFailed(w, r, "held", idempotency.Ref{Route: route}, err)
+		s.fail(w, r, err)
 		return
 	}
-	out := heldList{Route: route, Held: make([]Record, 0, len(recs))}
-	if len(recs) > limit {
-		recs, out.Truncated = recs[:limit], true
-	}
-	for i := range recs {
-		out.Held = append(out.Held, RecordOf(&recs[i]))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// resolveRequest is the body of POST .../records/{key}/resolve.
-type resolveRequest struct {
-	Action     string            `json:"action"`
-	Status     *int              `json:"status"`
-	Headers    map[string]string `json:"headers"`
-	Body       *string           `json:"body"`
-	BodyBase64 *string           `json:"body_base64"`
-}
-
-// maxResolveBody bounds the JSON of a resolve request.
-const maxResolveBody = 16 << 20
-
-// resolve settles a held key: "release" deletes the held row (the next
-// delivery is forwarded), "record" makes it done with the operator's
-// response (repeats replay it). The answer is the record afterwards; for
-// release, the record as it was, with state "released".
-func (s *Server) resolve(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	req, resp, msg := decodeResolve(w, r)
-	if msg != "" {
-		problem(w, http.StatusBadRequest, msg)
-		return
-	}
-	ctx := r.Context()
-	rec, err := s.o.Ledger.Lookup(ctx, ref)
-	switch {
-	case errors.Is(err, idempotency.ErrNotFound):
-		problem(w, http.StatusNotFound, "no held record for this key on this route")
-		return
-	case err != nil:
-		s.ledgerFailed(w, r, "lookup", ref, err)
-		return
-	case rec.State != idempotency.StateHeld:
-		problem(w, http.StatusNotFound, fmt.Sprintf("the record for this key is %s, not held", rec.State))
-		return
-	}
-	// The screen holds nothing for a held key but the short claims of
-	// repeats being turned away; forgetting before the ledger changes
-	// drops no claim made after it.
-	if err := s.forget(ctx, ref); err != nil {
-		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
-	}
-	var settle *idempotency.Record
-	if req.Action == "record" {
-		settle = &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: resp}
-	}
-	err = s.o.Ledger.Resolve(ctx, ref, settle)
-	switch {
-	case errors.Is(err, idempotency.ErrNotFound):
-		problem(w, http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")
-		return
-	case err != nil:
-		s.ledgerFailed(w, r, "resolve", ref, err)
-		return
-	}
-	s.heldChanged(ref.Route, -1)
-	s.o.Logger.InfoContext(ctx, "admin: held record resolved", "route", ref.Route, "key", ref.Key, "action", req.Action)
-
-	if req.Action == "release" {
-		out := RecordOf(rec)
-		out.State = "released"
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	done, err := s.o.Ledger.Lookup(ctx, ref)
-	if err != nil {
-		// Resolved; only the read-back failed: answer from what we wrote,
-		// on the clock the ledger wrote by (to within the call).
-		done = rec
-		done.State, done.Response, done.CompletedAt = idempotency.StateDone, resp, s.o.Now()
-	}
-	writeJSON(w, http.StatusOK, RecordOf(done))
-}
-
-// decodeResolve reads and checks a resolve request. A non-empty message
-// is the 400 detail.
-func decodeResolve(w http.ResponseWriter, r *http.Request) (resolveRequest, idempotency.Response, string) {
-	var req resolveRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxResolveBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, idempotency.Response{}, fmt.Sprintf("the request body is larger than %d bytes", maxResolveBody)
-		}
-		return req, idempotency.Response{}, "the body must be a JSON object: {\"action\":\"release\"} or {\"action\":\"record\",\"status\":200,...}"
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, idempotency.Response{}, "the body must be one JSON object"
-	}
-	switch req.Action {
-	case "release":
-		if req.Status != nil || req.Headers != nil || req.Body != nil || req.BodyBase64 != nil {
-			return req, idempotency.Response{}, `action "release" takes no status, headers or body`
-		}
-		return req, idempotency.Response{}, ""
-	case "record":
-	default:
-		return req, idempotency.Response{}, `action must be "release" or "record"`
-	}
-	if req.Status == nil || *req.Status < 200 || *req.Status > 599 {
-		return req, idempotency.Response{}, `action "record" needs "status", from 200 to 599`
-	}
-	if idempotency.NeverFinal(*req.Status) {
-		// A record is replayed to every repeat for its retention: a "try
-		// again" recorded would keep the provider retrying for all of it.
-		return req, idempotency.Response{}, fmt.Sprintf(`status %d is never final (408, 425, 429 and 5xx are never recorded, SPEC §1); `+
-			`to have the next delivery forwarded, resolve with {"action":"release"}`, *req.Status)
-	}
-	resp := idempotency.Response{Status: *req.Status, Headers: map[string]string{}}
-	for name, v := range req.Headers {
-		if msg := checkHeader(name, v); msg != "" {
-			return req, idempotency.Response{}, msg
-		}
-		c := http.CanonicalHeaderKey(name)
-		if _, dup := resp.Headers[c]; dup {
-			return req, idempotency.Response{}, fmt.Sprintf("header %q is given twice", c)
-		}
-		resp.Headers[c] = v
-	}
-	switch {
-	case req.Body != nil && req.BodyBase64 != nil:
-		return req, idempotency.Response{}, `give "body" or "body_base64", not both`
-	case req.Body != nil:
-		resp.Body = []byte(*req.Body)
-	case req.BodyBase64 != nil:
-		b, err := base64.StdEncoding.DecodeString(*req.BodyBase64)
-		if err != nil {
-			return req, idempotency.Response{}, `"body_base64" is not valid standard base64`
-		}
-		resp.Body = b
-	}
-	if msg := bodyFits(resp.Status, resp.Body); msg != "" {
-		return req, idempotency.Response{}, msg
-	}
-	return req, resp, ""
+	writeJSON(w, http.StatusOK, heldList{Route: route, Held: recs, Truncated: truncated})
 }
 
 // bodyFits says why an answer of status cannot be recorded with body, or

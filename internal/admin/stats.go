@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -70,20 +69,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		}
 		topN = n
 	}
-	snap, err := s.o.Stats.Query(r.Context(), window, topN)
+	out, err := s.Stats(r.Context(), window, topN)
 	if err != nil {
-		if errors.Is(err, stats.ErrWindow) {
-			problem(w, http.StatusBadRequest, "window must be a duration such as 15m or 1h, at most 24h")
-			return
-		}
-		s.o.Logger.ErrorContext(r.Context(), "admin: stats query failed", "err", err)
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "the statistics store did not answer; retry later")
+		s.fail(w, r, err)
 		return
-	}
-	out := StatsAnswer{Window: shortDuration(window), Routes: make(map[string]*RouteStats, len(s.routes))}
-	for route := range s.routes {
-		out.Routes[route] = routeStats(snap.Routes[route])
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -97,6 +97,12 @@ type Admin struct {
 	// Token is the bearer token for /admin/*; empty turns /admin/* off.
 	// Default "".
 	Token string `koanf:"token" yaml:"token"`
+	// Console serves the operator console at /ui/ when Token is set.
+	// Default true.
+	Console bool `koanf:"console" yaml:"console"`
+	// TraceURL links an event's trace id in the console: an http(s) URL
+	// in which "{trace_id}" is replaced by it. Default "" (no link).
+	TraceURL string `koanf:"trace_url" yaml:"trace_url"`
 }
 
 // Store is the durable ledger (GORM).

@@ -18,7 +18,7 @@ func Default() Config {
 			ShutdownTimeout: 15 * time.Second,
 			TLS:             TLS{MinVersion: "1.2"},
 		},
-		Admin: Admin{Listen: "127.0.0.1:9090"},
+		Admin: Admin{Listen: "127.0.0.1:9090", Console: true},
 		Store: Store{
 			Driver:        StoreSQLite,
 			DSN:           "data/hookstamp.db",

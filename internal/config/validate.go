@@ -70,6 +70,7 @@ func ParseTrustedProxy(s string) (netip.Prefix, error) {
 
 func (c *Config) validateAdmin(errs *Errors) {
 	a := c.Admin
+	checkTraceURL(errs, a.TraceURL)
 	if a.Listen == "" {
 		return
 	}
@@ -78,6 +79,22 @@ func (c *Config) validateAdmin(errs *Errors) {
 	} else if a.Listen == c.Server.Listen && !strings.HasSuffix(a.Listen, ":0") {
 		// ":0" asks the kernel for a free port: two of them never collide.
 		errs.add("admin.listen", "%q is also server.listen: the two listeners need different addresses", a.Listen)
+	}
+}
+
+// checkTraceURL wants an absolute http(s) URL naming {trace_id}, or "".
+func checkTraceURL(errs *Errors, s string) {
+	if s == "" {
+		return
+	}
+	u, err := url.Parse(strings.ReplaceAll(s, "{trace_id}", "0"))
+	switch {
+	case err != nil:
+		errs.add("admin.trace_url", "%s", urlProblem(s, err))
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		errs.add("admin.trace_url", "%q is not an absolute http:// or https:// URL", s)
+	case !strings.Contains(s, "{trace_id}"):
+		errs.add("admin.trace_url", "%q does not contain {trace_id}, which the console replaces with the event's trace id", s)
 	}
 }
 

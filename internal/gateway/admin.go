@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hookstamp/hookstamp/internal/admin"
 	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/console"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/redisscreen"
 	"github.com/hookstamp/hookstamp/internal/ingress"
@@ -126,6 +128,7 @@ func (g *Gateway) startAdmin() error {
 		Metrics:     g.tel.MetricsHandler(),
 		Checks:      checks,
 		Draining:    g.draining.Load,
+		Console:     g.console,
 		Logger:      g.log,
 		Now:         g.now,
 	})
@@ -144,7 +147,26 @@ func (g *Gateway) startAdmin() error {
 			"addr", ln.Addr().String())
 	}
 	g.log.Info("admin listener serving", "addr", ln.Addr().String())
+	if g.cfg.Admin.Token != "" && g.cfg.Admin.Console {
+		g.log.Info("operator console: sign in with admin.token", "url", "http://"+ln.Addr().String()+"/ui/")
+	}
 	return nil
+}
+
+// console builds the operator console over the admin API's operations
+// (admin.console, with a token).
+func (g *Gateway) console(ops *admin.Server) http.Handler {
+	if !g.cfg.Admin.Console {
+		return nil
+	}
+	routes := make([]console.Route, len(g.cfg.Routes))
+	for i, r := range g.cfg.Routes {
+		routes[i] = console.Route{Name: r.Name, StoresRequests: r.StoresRequests(), Async: r.Delivery == config.DeliveryAsync}
+	}
+	return console.New(console.Options{
+		Token: g.cfg.Admin.Token, Admin: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
+		Logger: g.log.With("component", "console"), Now: g.now,
+	})
 }
 
 // AdminAddr is the address the admin listener is bound to ("" when off or

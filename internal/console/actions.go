@@ -1,0 +1,142 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// action is something the console does to a record. Every action is
+// asked for on a confirmation page (GET /ui/confirm) and done by its
+// form's POST (/ui/act); nothing changes on a GET.
+type action struct {
+	Title   string
+	Explain string
+	Button  string
+	// Record: the form asks for the answer to record.
+	Record bool
+	run    func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error
+	// back is where the browser goes after the action.
+	back func(ref idempotency.Ref) string
+}
+
+var actions = map[string]action{
+	"release": {
+		Title:   "Release the held key",
+		Explain: "The held row is deleted: the provider's next delivery of this key is forwarded to the upstream. Choose this when the upstream did not act on the first delivery.",
+		Button:  "Release",
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+			_, err := c.o.Admin.Resolve(ctx, ref, admin.ResolveRequest{Action: "release"})
+			return err
+		},
+		back: heldPage,
+	},
+	"record": {
+		Title:   "Record an answer for the held key",
+		Explain: "The key becomes done with this answer: every repeat of the delivery gets it, and nothing more is forwarded. Choose this when the upstream did act on the first delivery.",
+		Button:  "Record this answer",
+		Record:  true,
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error {
+			req, err := recordRequest(form)
+			if err != nil {
+				return err
+			}
+			_, err = c.o.Admin.Resolve(ctx, ref, req)
+			return err
+		},
+		back: heldPage,
+	},
+	"delete": {
+		Title:   "Delete the record",
+		Explain: "The key is forgotten in the ledger and the screen: the next delivery with this key is forwarded to the upstream as a new event.",
+		Button:  "Delete",
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+			return c.o.Admin.Delete(ctx, ref)
+		},
+		back: func(idempotency.Ref) string { return "/ui/" },
+	},
+}
+
+// notices are the lines shown after an action, by its name.
+var notices = map[string]string{
+	"release": "Released: the next delivery of that key is forwarded.",
+	"record":  "Recorded: repeats of that key now get the answer you gave.",
+	"delete":  "Deleted: the next delivery of that key is forwarded as new.",
+}
+
+func heldPage(ref idempotency.Ref) string {
+	return "/ui/held?" + url.Values{"route": {ref.Route}}.Encode()
+}
+
+// recordRequest reads the record form.
+func recordRequest(form url.Values) (admin.ResolveRequest, error) {
+	st, err := strconv.Atoi(strings.TrimSpace(form.Get("status")))
+	if err != nil {
+		return admin.ResolveRequest{}, &admin.OpError{Status: http.StatusBadRequest, Detail: "The status must be a number such as 200."}
+	}
+	body := form.Get("body")
+	req := admin.ResolveRequest{Action: "record", Status: &st, Body: &body}
+	if ct := strings.TrimSpace(form.Get("content_type")); ct != "" {
+		req.Headers = map[string]string{"Content-Type": ct}
+	}
+	return req, nil
+}
+
+type confirmData struct {
+	Do, Route, Key string
+	Action         action
+	Back           string
+	// The record form's values, kept when it is refused.
+	Status, ContentType, Body string
+	Error                     string
+}
+
+// confirm asks for an action: its consequences and the form that does it.
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	d, ok := c.confirmData(q)
+	if !ok {
+		c.fail(w, r, s, http.StatusNotFound, "There is no such action, or no route of that name.")
+		return
+	}
+	d.Status, d.ContentType = "200", "application/json"
+	c.render(w, r, http.StatusOK, "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
+}
+
+func (c *Console) confirmData(v url.Values) (confirmData, bool) {
+	d := confirmData{Do: v.Get("do"), Route: v.Get("route"), Key: v.Get("key")}
+	a, ok := actions[d.Do]
+	if _, known := c.route(d.Route); !ok || !known || d.Key == "" {
+		return d, false
+	}
+	d.Action, d.Back = a, a.back(idempotency.Ref{Route: d.Route, Key: d.Key})
+	return d, true
+}
+
+// act does a confirmed action, then sends the browser back with a
+// notice; a refusal shows the confirmation again with the reason.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
+	d, ok := c.confirmData(r.PostForm)
+	if !ok {
+		c.fail(w, r, s, http.StatusNotFound, "There is no such action, or no route of that name.")
+		return
+	}
+	ref := idempotency.Ref{Route: d.Route, Key: d.Key}
+	if err := d.Action.run(r.Context(), c, ref, r.PostForm); err != nil {
+		d.Error = detail(err)
+		d.Status, d.ContentType, d.Body = r.PostForm.Get("status"), r.PostForm.Get("content_type"), r.PostForm.Get("body")
+		c.render(w, r, status(err), "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
+		return
+	}
+	c.o.Logger.InfoContext(r.Context(), "console: action done", "action", d.Do, "route", ref.Route, "key", ref.Key)
+	back, _ := url.Parse(d.Back)
+	q := back.Query()
+	q.Set("done", d.Do)
+	back.RawQuery = q.Encode()
+	http.Redirect(w, r, back.String(), http.StatusSeeOther)
+}

@@ -1,0 +1,170 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSignInSignOut(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+
+	if p := b.get("/ui/"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/login" {
+		t.Fatalf("signed out, /ui/ answers %d %q; want a redirect to sign in", p.status, p.header.Get("Location"))
+	}
+	lp := b.get("/ui/login")
+	if !strings.Contains(lp.body, `<label for="token">`) || !strings.Contains(lp.body, `type="password"`) {
+		t.Fatalf("sign-in page has no labelled password field:\n%s", lp.body)
+	}
+	p := b.post("/ui/login", url.Values{"csrf": {csrf(t, lp)}, "token": {token}})
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/" {
+		t.Fatalf("sign-in answers %d %q", p.status, p.header.Get("Location"))
+	}
+	ck := setCookie(t, p, "hookstamp_session")
+	if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Secure || ck.Path != "/ui/" || ck.MaxAge != int((8*time.Hour).Seconds()) {
+		t.Errorf("session cookie %+v; want HttpOnly, SameSite=Strict, not Secure over http, Path /ui/, 8h", ck)
+	}
+	home := b.get("/ui/")
+	if home.status != http.StatusOK || !strings.Contains(home.body, "Sign out") {
+		t.Fatalf("overview %d", home.status)
+	}
+
+	out := b.post("/ui/logout", url.Values{"csrf": {csrf(t, home)}})
+	if out.status != http.StatusSeeOther || !strings.HasPrefix(out.header.Get("Location"), "/ui/login") {
+		t.Fatalf("sign-out answers %d %q", out.status, out.header.Get("Location"))
+	}
+	if p := b.get("/ui/"); p.status != http.StatusSeeOther {
+		t.Errorf("after sign-out /ui/ answers %d, want a redirect to sign in", p.status)
+	}
+	// The old cookie, replayed, is dead on the server too.
+	stolen := e.browser(t)
+	stolen.c.Jar.SetCookies(stolen.url, []*http.Cookie{{Name: "hookstamp_session", Value: ck.Value, Path: "/ui/"}})
+	if p := stolen.get("/ui/"); p.status != http.StatusSeeOther {
+		t.Errorf("a signed-out session's cookie still opens the console: %d", p.status)
+	}
+}
+
+func TestSessionCookieIsSecureOverTLS(t *testing.T) {
+	e := newEnv(t, envOptions{tls: true})
+	p := e.browser(t).signIn(token)
+	if ck := setCookie(t, p, "hookstamp_session"); !ck.Secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+		t.Errorf("session cookie over TLS %+v; want Secure, HttpOnly, SameSite=Strict", ck)
+	}
+}
+
+func TestSessionExpires(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+	b.mustSignIn()
+	e.clock.Advance(8*time.Hour - time.Second)
+	if p := b.get("/ui/"); p.status != http.StatusOK {
+		t.Fatalf("a session before its expiry: %d", p.status)
+	}
+	e.clock.Advance(time.Second)
+	if p := b.get("/ui/"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/login" {
+		t.Errorf("an expired session: %d %q, want a redirect to sign in", p.status, p.header.Get("Location"))
+	}
+}
+
+// A wrong token gets one answer whatever is wrong with it; the page says
+// the sign-in failed, and never why.
+func TestWrongTokenIsRefusedWithoutReason(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var bodies []string
+	for _, tok := range []string{"", "nope", token[:5], token + "x", strings.ToUpper(token)} {
+		b := e.browser(t)
+		p := b.signIn(tok)
+		if p.status != http.StatusUnauthorized || b.cookie("hookstamp_session") != nil {
+			t.Fatalf("token %q: %d, session cookie %v", tok, p.status, b.cookie("hookstamp_session"))
+		}
+		bodies = append(bodies, csrfField.ReplaceAllString(p.body, ""))
+		e.clock.Advance(time.Hour) // past any backoff: this test is about the answer
+	}
+	for i, body := range bodies {
+		if body != bodies[0] {
+			t.Errorf("refusal %d differs from the first: the page tells wrong tokens apart", i)
+		}
+		for _, leak := range []string{"length", "prefix", "too short", "expected"} {
+			if strings.Contains(strings.ToLower(body), leak) {
+				t.Errorf("refusal mentions %q", leak)
+			}
+		}
+	}
+	if !strings.Contains(bodies[0], "Sign-in failed.") {
+		t.Errorf("refusal page:\n%s", bodies[0])
+	}
+}
+
+// After three wrong tokens from one address, each try waits: even the
+// right token is not looked at until the wait is over.
+func TestRepeatedWrongTokensAreSlowedDown(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+	for i := range 4 {
+		if p := b.signIn("wrong"); p.status != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, p.status)
+		}
+	}
+	p := b.signIn(token)
+	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") != "1" || b.cookie("hookstamp_session") != nil {
+		t.Fatalf("right token during the wait: %d Retry-After %q; want 429, 1 s, no session", p.status, p.header.Get("Retry-After"))
+	}
+	if !strings.Contains(p.body, "wait 1 second,") {
+		t.Errorf("the page does not say how long to wait:\n%s", p.body)
+	}
+	e.clock.Advance(time.Second)
+	if p := b.signIn("wrong"); p.status != http.StatusUnauthorized {
+		t.Fatalf("wrong token after the wait: %d", p.status)
+	}
+	if p := b.signIn(token); p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") != "2" {
+		t.Fatalf("the wait doubles: %d Retry-After %q, want 429 and 2", p.status, p.header.Get("Retry-After"))
+	}
+	e.clock.Advance(2 * time.Second)
+	b.mustSignIn()
+	// Signed in: the address starts afresh.
+	other := e.browser(t)
+	for i := range 3 {
+		if p := other.signIn("wrong"); p.status != http.StatusUnauthorized {
+			t.Fatalf("after a sign-in, wrong token %d: %d, want 401 (the count starts again)", i+1, p.status)
+		}
+	}
+}
+
+func TestSignInFormNeedsItsCSRFCookie(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+	lp := b.get("/ui/login")
+	tok := csrf(t, lp)
+	fresh := e.browser(t) // no sign-in cookie
+	if p := fresh.post("/ui/login", url.Values{"csrf": {tok}, "token": {token}}); p.status != http.StatusForbidden || fresh.cookie("hookstamp_session") != nil {
+		t.Errorf("sign-in without the form's cookie: %d", p.status)
+	}
+	if p := b.post("/ui/login", url.Values{"csrf": {"forged"}, "token": {token}}); p.status != http.StatusForbidden {
+		t.Errorf("sign-in with a forged csrf field: %d", p.status)
+	}
+}
+
+func TestConsoleOff(t *testing.T) {
+	for name, eo := range map[string]envOptions{"admin.console false": {noUI: true}, "no admin.token": {noToken: true}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, eo)
+			if p := e.browser(t).get("/ui/login"); p.status != http.StatusNotFound {
+				t.Errorf("/ui/login: %d, want 404", p.status)
+			}
+		})
+	}
+}
+
+func setCookie(tb testing.TB, p page, name string) *http.Cookie {
+	tb.Helper()
+	for _, c := range (&http.Response{Header: p.header}).Cookies() {
+		if c.Name == name {
+			return c
+		}
+	}
+	tb.Fatalf("no %s cookie set; Set-Cookie: %q", name, p.header.Values("Set-Cookie"))
+	return nil
+}

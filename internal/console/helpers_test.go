@@ -1,0 +1,187 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/console"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/stats"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+const token = "console-test-token"
+
+// env is the admin listener with its console over a real SQLite ledger.
+type env struct {
+	srv    *httptest.Server
+	ledger *sqlledger.Ledger
+	stats  *stats.Memory
+	clock  *testenv.Clock
+}
+
+type envOptions struct {
+	tls      bool
+	token    string
+	noUI     bool
+	noToken  bool
+	traceURL string
+}
+
+func newEnv(tb testing.TB, eo envOptions) *env {
+	tb.Helper()
+	ctx := context.Background()
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: filepath.Join(tb.TempDir(), "l.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	if err := l.Migrate(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if eo.token == "" && !eo.noToken {
+		eo.token = token
+	}
+	e := &env{ledger: l, stats: stats.NewMemory(stats.MemoryOptions{}), clock: testenv.NewClock(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))}
+	log := slog.New(slog.DiscardHandler)
+	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: e.stats, Logger: log}
+	if !eo.noUI {
+		o.Console = func(s *admin.Server) http.Handler {
+			return console.New(console.Options{
+				Token: eo.token, Admin: s, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
+				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
+			})
+		}
+	}
+	h := admin.New(o)
+	if eo.tls {
+		e.srv = httptest.NewTLSServer(h)
+	} else {
+		e.srv = httptest.NewServer(h)
+	}
+	tb.Cleanup(e.srv.Close)
+	return e
+}
+
+// browser is a client with a cookie jar that does not follow redirects.
+type browser struct {
+	tb  testing.TB
+	e   *env
+	c   *http.Client
+	url *url.URL
+}
+
+func (e *env) browser(tb testing.TB) *browser {
+	jar, _ := cookiejar.New(nil)
+	c := *e.srv.Client() // a copy: the server's client is shared
+	c.Jar = jar
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	u, _ := url.Parse(e.srv.URL)
+	return &browser{tb: tb, e: e, c: &c, url: u}
+}
+
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (b *browser) do(req *http.Request) page {
+	b.tb.Helper()
+	res, err := b.c.Do(req)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return page{res.StatusCode, res.Header, string(body)}
+}
+
+func (b *browser) get(path string) page {
+	b.tb.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.e.srv.URL+path, nil)
+	return b.do(req)
+}
+
+func (b *browser) post(path string, form url.Values) page {
+	b.tb.Helper()
+	req, _ := http.NewRequest(http.MethodPost, b.e.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf is the CSRF token in a page's forms.
+func csrf(tb testing.TB, p page) string {
+	tb.Helper()
+	m := csrfField.FindStringSubmatch(p.body)
+	if m == nil {
+		tb.Fatalf("no csrf field in the page:\n%s", p.body)
+	}
+	return m[1]
+}
+
+// signIn signs b in with tok and returns the answer to the sign-in POST.
+func (b *browser) signIn(tok string) page {
+	b.tb.Helper()
+	lp := b.get("/ui/login")
+	return b.post("/ui/login", url.Values{"csrf": {csrf(b.tb, lp)}, "token": {tok}})
+}
+
+// mustSignIn signs in and returns the session's CSRF token.
+func (b *browser) mustSignIn() string {
+	b.tb.Helper()
+	if p := b.signIn(token); p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/" {
+		b.tb.Fatalf("sign-in: %d %s", p.status, p.header.Get("Location"))
+	}
+	p := b.get("/ui/")
+	if p.status != http.StatusOK {
+		b.tb.Fatalf("overview after sign-in: %d", p.status)
+	}
+	return csrf(b.tb, p)
+}
+
+func (b *browser) cookie(name string) *http.Cookie {
+	for _, c := range b.c.Jar.Cookies(&url.URL{Scheme: b.url.Scheme, Host: b.url.Host, Path: "/ui/"}) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// hold writes a held row for ref.
+func (e *env) hold(tb testing.TB, ref idempotency.Ref) {
+	tb.Helper()
+	now := time.Now()
+	rec := &idempotency.Record{Ref: ref, State: idempotency.StateHeld, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Source: "10.0.0.9"}
+	if err := e.ledger.Commit(context.Background(), rec, "owner", now); err != nil {
+		tb.Fatalf("commit held: %v", err)
+	}
+}
+
+func (e *env) lookup(tb testing.TB, ref idempotency.Ref) *idempotency.Record {
+	tb.Helper()
+	rec, err := e.ledger.Lookup(context.Background(), ref)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rec
+}

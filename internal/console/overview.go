@@ -1,0 +1,89 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+)
+
+// windows are the overview's choices.
+var windows = []string{"5m", "15m", "1h", "6h", "24h"}
+
+const defaultWindow = "1h"
+
+// topN is how many duplicate keys and sources the overview lists.
+const topN = 5
+
+// heldShown bounds the held keys counted on the overview (more: "100+").
+const heldShown = 100
+
+type overviewData struct {
+	Window  string
+	Windows []string
+	Routes  []routeOverview
+	// StatsError is why the numbers are missing, when they are.
+	StatsError string
+}
+
+type routeOverview struct {
+	Route
+	Stats *admin.RouteStats
+	Chart chart
+	// Held is the count of held keys, HeldMore when there are more than
+	// it; HeldError when the ledger did not answer.
+	Held      int
+	HeldMore  bool
+	HeldError bool
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	window := r.URL.Query().Get("window")
+	if !slices.Contains(windows, window) {
+		window = defaultWindow
+	}
+	d := time.Hour
+	if v, err := time.ParseDuration(window); err == nil {
+		d = v
+	}
+	data := overviewData{Window: window, Windows: windows}
+	st, err := c.o.Admin.Stats(r.Context(), d, topN)
+	if err != nil {
+		data.StatsError = detail(err)
+	}
+	for _, rt := range c.o.Routes {
+		ro := routeOverview{Route: rt}
+		if rs := st.Routes[rt.Name]; rs != nil {
+			ro.Stats, ro.Chart = rs, outcomeChart(rs.Outcomes)
+		}
+		held, more, err := c.o.Admin.HeldRecords(r.Context(), rt.Name, heldShown)
+		ro.Held, ro.HeldMore, ro.HeldError = len(held), more, err != nil
+		data.Routes = append(data.Routes, ro)
+	}
+	c.render(w, r, http.StatusOK, "overview", page{
+		Title: "Overview", Nav: "overview", CSRF: s.csrf, Refresh: int(c.o.Refresh / time.Second),
+		Notice: notices[r.URL.Query().Get("done")], Data: data,
+	})
+}
+
+// detail is what the console shows of an operation's failure: an
+// admin.OpError's own words, or a generic line (the cause is logged by
+// the operation).
+func detail(err error) string {
+	var oe *admin.OpError
+	if errors.As(err, &oe) {
+		return oe.Detail
+	}
+	return "the operation failed; the gateway's log says why"
+}
+
+// status is the HTTP status for err on a console page.
+func status(err error) int {
+	var oe *admin.OpError
+	if errors.As(err, &oe) {
+		return oe.Status
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,111 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/html"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+func TestOverviewShowsOutcomesAndDuplicates(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	for range 3 {
+		e.stats.Record(ctx, "pay", idempotency.Forwarded, "", "10.0.0.1")
+	}
+	for range 2 {
+		e.stats.Record(ctx, "pay", idempotency.Replayed, "evt_dup", "10.0.0.7")
+	}
+	e.hold(t, idempotency.Ref{Route: "pay", Key: "h"})
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/?window=15m")
+	for _, want := range []string{
+		`<meta http-equiv="refresh" content="10">`,
+		`<option value="15m" selected>`,
+		`<svg viewBox="0 0 640 64" role="img"`, // two bars
+		"Deliveries by outcome: forwarded 3, replayed 2.",
+		`class="bar o-forwarded"`, `width="440"`, // the largest count is the longest bar
+		"40.0%",             // replayed / (forwarded + replayed)
+		"<code>evt_dup</code>", "10.0.0.7",
+		`<a href="/ui/held?route=pay">1</a>`,
+		"No deliveries on this route in the last 15m.", // ship
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("overview:\n%s", p.body)
+	}
+}
+
+// Every page carries a strict CSP and loads nothing from another host:
+// no script at all, every link and resource under /ui/.
+func TestPagesLoadNothingFromElsewhere(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.hold(t, idempotency.Ref{Route: "pay", Key: "h"})
+	b := e.browser(t)
+	pages := map[string]page{"login": b.get("/ui/login")}
+	b.mustSignIn()
+	for _, path := range []string{"/ui/", "/ui/held", "/ui/confirm?do=record&route=pay&key=h", "/ui/nope"} {
+		pages[path] = b.get(path)
+	}
+	for path, p := range pages {
+		csp := p.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "style-src 'self'") ||
+			strings.Contains(csp, "unsafe") || strings.Contains(csp, "script-src") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+		if p.header.Get("X-Frame-Options") != "DENY" || p.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: framing/sniffing headers %v", path, p.header)
+		}
+		for _, ref := range references(t, p.body) {
+			if !strings.HasPrefix(ref, "/ui/") && !strings.HasPrefix(ref, "#") {
+				t.Errorf("%s refers to %q, outside the console", path, ref)
+			}
+		}
+		if strings.Contains(p.body, "<script") || strings.Contains(p.body, " style=") || strings.Contains(p.body, "onclick=") {
+			t.Errorf("%s has a script or inline style", path)
+		}
+	}
+	if css := b.get("/ui/static/console.css"); css.status != http.StatusOK || !strings.HasPrefix(css.header.Get("Content-Type"), "text/css") {
+		t.Errorf("stylesheet: %d %q", css.status, css.header.Get("Content-Type"))
+	}
+}
+
+// references are the URLs in a page's src, href and action attributes.
+func references(tb testing.TB, body string) []string {
+	tb.Helper()
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var refs []string
+	for n := range doc.Descendants() {
+		for _, a := range n.Attr {
+			if a.Key == "src" || a.Key == "href" || a.Key == "action" {
+				refs = append(refs, a.Val)
+			}
+		}
+	}
+	return refs
+}
+
+func TestHeldEmptyStateSaysWhy(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/held?" + url.Values{"route": {"pay"}}.Encode())
+	if !strings.Contains(p.body, "Nothing is held on this route.") || !strings.Contains(p.body, "record.ambiguous: hold") {
+		t.Errorf("empty held page:\n%s", p.body)
+	}
+	if p := b.get("/ui/held?route=nope"); p.status != http.StatusNotFound {
+		t.Errorf("held of an unknown route: %d", p.status)
+	}
+}

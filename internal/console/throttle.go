@@ -1,0 +1,133 @@
+package console
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Backoff of wrong tokens, per client address: the first freeTries
+// failures in a row cost nothing (typos); each one after makes the
+// address wait firstDelay, doubling up to maxDelay, before its next try.
+// An address is forgotten forgetAfter its last failure, or at once when
+// it signs in.
+const (
+	freeTries   = 3
+	firstDelay  = time.Second
+	maxDelay    = 5 * time.Minute
+	forgetAfter = 15 * time.Minute
+	// maxAddrs bounds the table; addresses beyond it share one entry, so
+	// that many addresses cannot push out the one being slowed down.
+	maxAddrs = 10000
+)
+
+// overflow is the shared entry of the addresses beyond maxAddrs.
+const overflow = "overflow"
+
+type strikes struct {
+	failures int
+	last     time.Time // of the last failure
+	until    time.Time // no try before
+}
+
+// throttle slows down wrong sign-ins per client address (IPv6 per /64, a
+// host's usual allocation).
+type throttle struct {
+	now func() time.Time
+
+	mu sync.Mutex
+	m  map[string]*strikes
+}
+
+func newThrottle(now func() time.Time) *throttle {
+	return &throttle{now: now, m: make(map[string]*strikes)}
+}
+
+// wait is how long addr must still wait before its next try; 0: it may
+// try now.
+func (t *throttle) wait(addr string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[t.bucket(addr)]
+	if s == nil {
+		return 0
+	}
+	return max(0, s.until.Sub(t.now()))
+}
+
+// failed counts a wrong token from addr.
+func (t *throttle) failed(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	k := t.bucket(addr)
+	s := t.m[k]
+	if s == nil {
+		t.prune(now)
+		if len(t.m) >= maxAddrs {
+			k = overflow
+		}
+		if s = t.m[k]; s == nil {
+			s = &strikes{}
+			t.m[k] = s
+		}
+	}
+	s.failures++
+	s.last = now
+	if n := s.failures - freeTries; n > 0 {
+		s.until = now.Add(delay(n))
+	}
+}
+
+// succeeded forgets addr's failures.
+func (t *throttle) succeeded(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, t.bucket(addr))
+}
+
+// delay is the wait after the n-th failure beyond the free ones.
+func delay(n int) time.Duration {
+	d := firstDelay
+	for i := 1; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+func (t *throttle) prune(now time.Time) {
+	for k, s := range t.m {
+		if now.Sub(s.last) >= forgetAfter && !now.Before(s.until) {
+			delete(t.m, k)
+		}
+	}
+}
+
+// bucket is addr's entry: its IP (IPv6: its /64), or the overflow entry
+// when the table is full and addr is not in it. Called with mu held.
+func (t *throttle) bucket(addr string) string {
+	k := clientKey(addr)
+	if _, ok := t.m[k]; !ok && len(t.m) >= maxAddrs {
+		return overflow
+	}
+	return k
+}
+
+// clientKey is the throttled unit of a RemoteAddr.
+func clientKey(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	a = a.Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
