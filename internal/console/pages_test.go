@@ -31,7 +31,7 @@ func TestOverviewShowsOutcomesAndDuplicates(t *testing.T) {
 		`<svg viewBox="0 0 640 64" role="img"`, // two bars
 		"Deliveries by outcome: forwarded 3, replayed 2.",
 		`class="bar o-forwarded"`, `width="440"`, // the largest count is the longest bar
-		"40.0%",             // replayed / (forwarded + replayed)
+		"40.0%", // replayed / (forwarded + replayed)
 		"<code>evt_dup</code>", "10.0.0.7",
 		`<a href="/ui/held?route=pay">1</a>`,
 		"No deliveries on this route in the last 15m.", // ship
