@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,6 +103,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	redis.SetLogger(telemetry.RedisLogger(log))
 	ctx, abandon, stop := stopSignals(log, cfg.Server.ShutdownTimeout)
 	defer stop()
+	if *demoAddr != "" {
+		demoToken(cfg, stderr)
+	}
 	if err := serve(ctx, cfg, log, *demoAddr, abandon); err != nil {
 		log.Error("gateway stopped", "err", err)
 		return 1
@@ -163,6 +168,24 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, demoAddr s
 		return err
 	}
 	return g.RunAbandoning(ctx, abandon)
+}
+
+// demoToken gives a demo run (-demo-upstream) without an admin token a
+// fresh one, printed with the console's address, so that a newcomer can
+// open the console at once. A configured token is never printed.
+func demoToken(cfg *config.Config, stderr io.Writer) {
+	if cfg.Admin.Token != "" || cfg.Admin.Listen == "" {
+		return
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
+	cfg.Admin.Token = hex.EncodeToString(b)
+	console := ""
+	if cfg.Admin.Console {
+		console = fmt.Sprintf("\n  operator console: http://%s/ui/ (sign in with the token)", cfg.Admin.Listen)
+	}
+	fmt.Fprintf(stderr, "demo: admin token for this run: %s%s\n  admin API: curl -H 'Authorization: Bearer %s' http://%s/admin/stats\n"+
+		"  (set HOOKSTAMP_ADMIN_TOKEN to choose the token yourself)\n", cfg.Admin.Token, console, cfg.Admin.Token, cfg.Admin.Listen)
 }
 
 func migrate(cfg *config.Config) error {
