@@ -32,4 +32,11 @@ if ! has_pgbouncer && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   if command -v systemctl >/dev/null; then systemctl disable --now pgbouncer >/dev/null 2>&1 || true; fi
 fi
 has_pgbouncer || { echo "make test: pgbouncer is not installed (apt-get install -y pgbouncer; the PgBouncer test starts its own)" >&2; ok=0; }
+# The console's browser tests drive Debian's chromium headless (chromedp).
+has_chromium() { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }
+if ! has_chromium && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "make test: installing chromium (apt-get install chromium)" >&2
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >/dev/null 2>&1 || true
+fi
+has_chromium || { echo "make test: chromium is not installed (apt-get install -y chromium; the console's browser tests drive it)" >&2; ok=0; }
 [ $ok = 1 ] || exit 1

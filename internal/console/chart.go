@@ -10,8 +10,9 @@ import (
 // chart is a horizontal bar chart of a route's outcomes, drawn by the
 // template as inline SVG in a viewBox of chartWidth by Height.
 type chart struct {
-	Bars   []bar
-	Height int
+	Bars []bar
+	// Width and Height are the viewBox's.
+	Width, Height int
 	// Summary is the chart in words, for screen readers.
 	Summary string
 }
@@ -21,7 +22,9 @@ type bar struct {
 	Count   int64
 	Y       int // top of the bar
 	TextY   int // baseline of its labels
-	Width   int
+	// LabelX is where the outcome's name ends, X where the bar starts.
+	LabelX, X int
+	Width     int
 	// CountX is where the count is written, after the bar.
 	CountX int
 }
@@ -29,9 +32,9 @@ type bar struct {
 // The chart's geometry, in viewBox units: the outcome names in the left
 // labelWidth, the bars after, barMax wide at most.
 const (
-	chartWidth = 640
-	labelWidth = 120
-	barMax     = 440
+	chartWidth = 420
+	labelWidth = 110
+	barMax     = 260
 	barHeight  = 20
 	barGap     = 8
 )
@@ -54,13 +57,14 @@ func outcomeChart(outcomes map[string]int64) chart {
 		}
 		y := barGap + len(c.Bars)*(barHeight+barGap)
 		w := max(1, int(n*barMax/most))
-		c.Bars = append(c.Bars, bar{Outcome: string(o), Count: n, Y: y, TextY: y + barHeight - 5, Width: w, CountX: labelWidth + w + 6})
+		c.Bars = append(c.Bars, bar{Outcome: string(o), Count: n, Y: y, TextY: y + barHeight - 5,
+			LabelX: labelWidth - 6, X: labelWidth, Width: w, CountX: labelWidth + w + 6})
 		if c.Summary != "" {
 			c.Summary += ", "
 		}
 		c.Summary += string(o) + " " + strconv.FormatInt(n, 10)
 	}
-	c.Height = barGap + len(c.Bars)*(barHeight+barGap)
+	c.Width, c.Height = chartWidth, barGap+len(c.Bars)*(barHeight+barGap)
 	c.Summary = fmt.Sprintf("Deliveries by outcome: %s.", c.Summary)
 	return c
 }

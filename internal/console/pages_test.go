@@ -28,9 +28,9 @@ func TestOverviewShowsOutcomesAndDuplicates(t *testing.T) {
 	for _, want := range []string{
 		`<meta http-equiv="refresh" content="10">`,
 		`<option value="15m" selected>`,
-		`<svg viewBox="0 0 640 64" role="img"`, // two bars
+		`<svg viewBox="0 0 420 64" role="img"`, // two bars
 		"Deliveries by outcome: forwarded 3, replayed 2.",
-		`class="bar o-forwarded"`, `width="440"`, // the largest count is the longest bar
+		`class="bar o-forwarded"`, `width="260"`, // the largest count is the longest bar
 		"40.0%", // replayed / (forwarded + replayed)
 		"<code>evt_dup</code>", "10.0.0.7",
 		`<a href="/ui/held?route=pay">1</a>`,

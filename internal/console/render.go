@@ -40,6 +40,8 @@ func staticFiles() http.Handler {
 
 // page is what every template gets.
 type page struct {
+	// Name is the template's name, set by render (tests wait for it).
+	Name  string
 	Title string
 	// Nav is the menu entry to mark current.
 	Nav string
@@ -78,6 +80,7 @@ var parsed = func() pages {
 // first, so that a template failure is a clean 500, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, pg page) {
 	var buf bytes.Buffer
+	pg.Name = name
 	if err := c.pages[name].Execute(&buf, pg); err != nil {
 		c.o.Logger.ErrorContext(r.Context(), "console: rendering failed", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
