@@ -20,7 +20,9 @@ type action struct {
 	Button  string
 	// Record: the form asks for the answer to record.
 	Record bool
-	run    func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error
+	// Route: the action is on a whole route and takes no key.
+	Route bool
+	run   func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error
 	// back is where the browser goes after the action.
 	back func(ref idempotency.Ref) string
 }
@@ -58,19 +60,82 @@ var actions = map[string]action{
 		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
 			return c.o.Admin.Delete(ctx, ref)
 		},
-		back: func(idempotency.Ref) string { return "/ui/" },
+		back: eventsPage,
+	},
+	"redeliver": {
+		Title:   "Deliver the stored request again",
+		Explain: "The stored request is queued and delivered to the upstream again, with the same idempotency key header; its new final answer is recorded and replayed to repeats from then on.",
+		Button:  "Redeliver",
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+			return c.queue().Redeliver(ctx, ref)
+		},
+		back: eventPage,
+	},
+	"redrive": {
+		Title:   "Queue the dead delivery again",
+		Explain: "The delivery gets a fresh set of attempts: it is delivered to the upstream again, with the same idempotency key header, until it takes it or the attempts run out again.",
+		Button:  "Redrive",
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+			_, err := c.queue().Redrive(ctx, ref.Route, []string{ref.Key})
+			return err
+		},
+		back: deadPage,
+	},
+	"redrive-all": {
+		Title:   "Queue every dead delivery of the route again",
+		Explain: "Every dead delivery of this route gets a fresh set of attempts. Fix what made the upstream refuse them first, or they will die again.",
+		Button:  "Redrive all",
+		Route:   true,
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+			_, err := c.queue().Redrive(ctx, ref.Route, nil)
+			return err
+		},
+		back: deadPage,
 	},
 }
 
 // notices are the lines shown after an action, by its name.
 var notices = map[string]string{
-	"release": "Released: the next delivery of that key is forwarded.",
-	"record":  "Recorded: repeats of that key now get the answer you gave.",
-	"delete":  "Deleted: the next delivery of that key is forwarded as new.",
+	"release":     "Released: the next delivery of that key is forwarded.",
+	"record":      "Recorded: repeats of that key now get the answer you gave.",
+	"delete":      "Deleted: the next delivery of that key is forwarded as new.",
+	"redeliver":   "Queued: the stored request is delivered to the upstream again.",
+	"redrive":     "Queued again: the dead delivery gets a fresh set of attempts.",
+	"redrive-all": "Queued again: every dead delivery of the route gets a fresh set of attempts.",
 }
 
 func heldPage(ref idempotency.Ref) string {
 	return "/ui/held?" + url.Values{"route": {ref.Route}}.Encode()
+}
+
+func deadPage(ref idempotency.Ref) string {
+	return "/ui/dead?" + url.Values{"route": {ref.Route}}.Encode()
+}
+
+func eventsPage(ref idempotency.Ref) string {
+	return "/ui/events?" + url.Values{"route": {ref.Route}}.Encode()
+}
+
+func eventPage(ref idempotency.Ref) string {
+	return "/ui/event?" + url.Values{"route": {ref.Route}, "key": {ref.Key}}.Encode()
+}
+
+// noQueue refuses the queue's actions where nothing is queued.
+type noQueue struct{}
+
+var errNoQueue = &admin.OpError{Status: http.StatusNotFound, Detail: "no route stores requests: nothing can be delivered again"}
+
+func (noQueue) Redeliver(context.Context, idempotency.Ref) error { return errNoQueue }
+func (noQueue) Redrive(context.Context, string, []string) (int, error) {
+	return 0, errNoQueue
+}
+func (noQueue) Depths(context.Context) (map[string]Depth, error) { return nil, nil }
+
+func (c *Console) queue() Queue {
+	if c.o.Queue == nil {
+		return noQueue{}
+	}
+	return c.o.Queue
 }
 
 // recordRequest reads the record form.
@@ -111,7 +176,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 func (c *Console) confirmData(v url.Values) (confirmData, bool) {
 	d := confirmData{Do: v.Get("do"), Route: v.Get("route"), Key: v.Get("key")}
 	a, ok := actions[d.Do]
-	if _, known := c.route(d.Route); !ok || !known || d.Key == "" {
+	if _, known := c.route(d.Route); !ok || !known || a.Route != (d.Key == "") {
 		return d, false
 	}
 	d.Action, d.Back = a, a.back(idempotency.Ref{Route: d.Route, Key: d.Key})
@@ -130,7 +195,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 	if err := d.Action.run(r.Context(), c, ref, r.PostForm); err != nil {
 		d.Error = detail(err)
 		d.Status, d.ContentType, d.Body = r.PostForm.Get("status"), r.PostForm.Get("content_type"), r.PostForm.Get("body")
-		c.render(w, r, status(err), "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
+		c.render(w, r, statusOf(err), "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
 		return
 	}
 	c.o.Logger.InfoContext(r.Context(), "console: action done", "action", d.Do, "route", ref.Route, "key", ref.Key)

@@ -49,6 +49,12 @@ type Options struct {
 	Token string
 	// Admin serves the operations. Required.
 	Admin Admin
+	// EventLog lists and shows records with their requests and attempts;
+	// nil: the event pages say it is not available.
+	EventLog EventLog
+	// Queue delivers stored requests again; nil: no async delivery, no
+	// redeliver.
+	Queue Queue
 	// Routes are the configured routes, in the order shown.
 	Routes []Route
 	// TraceURL is admin.trace_url ("" = trace ids are not links).
@@ -87,6 +93,9 @@ func New(o Options) *Console {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.EventLog == nil {
+		o.EventLog = noEventLog{}
+	}
 	c := &Console{
 		o: o, token: digest(o.Token), pages: parsed,
 		sessions: newSessions(o.SessionTTL, o.Now),
@@ -115,7 +124,10 @@ func (c *Console) routes() {
 	m.Handle("POST /ui/login", postOnly(http.HandlerFunc(c.login)))
 	m.Handle("POST /ui/logout", c.signedIn(c.logout))
 	m.Handle("GET /ui/{$}", c.signedIn(c.overview))
+	m.Handle("GET /ui/events", c.signedIn(c.events))
+	m.Handle("GET /ui/event", c.signedIn(c.event))
 	m.Handle("GET /ui/held", c.signedIn(c.held))
+	m.Handle("GET /ui/dead", c.signedIn(c.dead))
 	m.Handle("GET /ui/confirm", c.signedIn(c.confirm))
 	m.Handle("POST /ui/act", c.signedIn(c.act))
 	m.Handle("/ui/", c.signedIn(func(w http.ResponseWriter, r *http.Request, _ *session) {

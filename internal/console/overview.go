@@ -37,6 +37,11 @@ type routeOverview struct {
 	Held      int
 	HeldMore  bool
 	HeldError bool
+	// Depth is the queue of an async route; nil when it has none or it
+	// is unknown (DepthError).
+	Depth      *Depth
+	OldestAge  string
+	DepthError bool
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -53,8 +58,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if err != nil {
 		data.StatsError = detail(err)
 	}
+	var depths map[string]Depth
+	var depthErr error
+	if c.o.Queue != nil {
+		depths, depthErr = c.o.Queue.Depths(r.Context())
+	}
+	now := c.o.Now()
 	for _, rt := range c.o.Routes {
-		ro := routeOverview{Route: rt}
+		ro := routeOverview{Route: rt, DepthError: rt.Async && depthErr != nil}
+		if d, ok := depths[rt.Name]; ok && rt.Async {
+			ro.Depth = &d
+			if !d.OldestQueued.IsZero() {
+				ro.OldestAge = now.Sub(d.OldestQueued).Round(time.Second).String()
+			}
+		}
 		if rs := st.Routes[rt.Name]; rs != nil {
 			ro.Stats, ro.Chart = rs, outcomeChart(rs.Outcomes)
 		}
@@ -79,8 +96,8 @@ func detail(err error) string {
 	return "the operation failed; the gateway's log says why"
 }
 
-// status is the HTTP status for err on a console page.
-func status(err error) int {
+// statusOf is the HTTP status for err on a console page.
+func statusOf(err error) int {
 	var oe *admin.OpError
 	if errors.As(err, &oe) {
 		return oe.Status

@@ -58,7 +58,7 @@ type page struct {
 // pages are the parsed templates by name, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "overview", "held", "confirm"}
+var pageNames = []string{"login", "error", "overview", "events", "event", "held", "dead", "confirm"}
 
 var funcs = template.FuncMap{
 	"when":     when,

@@ -1,0 +1,50 @@
+package console
+
+import (
+	"net/http"
+)
+
+// deadListed bounds each route's dead list on the page.
+const deadListed = 100
+
+type deadData struct {
+	Filter string
+	// NoAsync: no route delivers asynchronously, so nothing can be dead.
+	NoAsync bool
+	Routes  []routeDead
+}
+
+type routeDead struct {
+	Name  string
+	Dead  []eventRow
+	More  bool
+	Error string
+}
+
+func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
+	filter := r.URL.Query().Get("route")
+	if _, ok := c.route(filter); filter != "" && !ok {
+		c.fail(w, r, s, http.StatusNotFound, "No route of that name is configured.")
+		return
+	}
+	d := deadData{Filter: filter, NoAsync: true}
+	for _, rt := range c.o.Routes {
+		if !rt.Async || filter != "" && rt.Name != filter {
+			continue
+		}
+		d.NoAsync = false
+		rd := routeDead{Name: rt.Name}
+		page, err := c.o.EventLog.Records(r.Context(), rt.Name, EventQuery{State: "dead", Limit: deadListed})
+		if err != nil {
+			rd.Error = detail(err)
+		}
+		for _, rec := range page.Records {
+			rd.Dead = append(rd.Dead, eventRow{Route: rec.Route, Key: rec.Key, State: rec.State,
+				Created: when(rec.CreatedAt), Source: rec.Source})
+		}
+		rd.More = page.NextCursor != ""
+		d.Routes = append(d.Routes, rd)
+	}
+	c.render(w, r, http.StatusOK, "dead", page{Title: "Dead", Nav: "dead", CSRF: s.csrf,
+		Notice: notices[r.URL.Query().Get("done")], Data: d})
+}

@@ -1,0 +1,149 @@
+package console
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// repeatsWindow and repeatsTop bound the search for an event's repeats
+// in the duplicate statistics: the keys repeated most over the last day.
+const (
+	repeatsWindow = 24 * time.Hour
+	repeatsTop    = 100
+)
+
+type eventData struct {
+	Route      Route
+	Rec        admin.Record
+	TraceURL   string
+	Request    *requestView
+	Answer     bodyView
+	AnswerHdrs []header
+	Attempts   []attemptView
+	NextAt     string
+	// Repeats are the repeats intercepted for the key over the last day;
+	// RepeatsKnown is false when the statistics cannot tell.
+	Repeats      int64
+	RepeatsKnown bool
+	RepeatsNote  string
+	// The actions that apply.
+	CanRedeliver, CanResolve, CanRedrive bool
+}
+
+type requestView struct {
+	Method, Path string
+	Headers      []header
+	Body         bodyView
+}
+
+type header struct{ Name, Value string }
+
+type attemptView struct {
+	N                            int
+	Started, Took, Status, Error string
+	OK                           bool
+}
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	rt, ok := c.route(q.Get("route"))
+	if !ok || q.Get("key") == "" {
+		c.fail(w, r, s, http.StatusNotFound, "No route of that name is configured, or no key was given.")
+		return
+	}
+	ref := idempotency.Ref{Route: rt.Name, Key: q.Get("key")}
+	ev, err := c.o.EventLog.Record(r.Context(), ref)
+	if errors.Is(err, idempotency.ErrNotFound) || statusOf(err) == http.StatusNotFound {
+		c.fail(w, r, s, http.StatusNotFound, "No record for this key on this route: it was never delivered, or it expired or was deleted.")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, s, statusOf(err), detail(err))
+		return
+	}
+	d := eventData{Route: rt, Rec: ev.Record, Answer: recordedBody(ev.Record), AnswerHdrs: sortedHeaders(single(ev.Headers))}
+	if c.o.TraceURL != "" && ev.TraceID != "" {
+		d.TraceURL = strings.ReplaceAll(c.o.TraceURL, "{trace_id}", url.QueryEscape(ev.TraceID))
+	}
+	if ev.Request != nil {
+		d.Request = &requestView{Method: ev.Request.Method, Path: ev.Request.Path,
+			Headers: sortedHeaders(ev.Request.Headers), Body: viewBody(ev.Request.Body)}
+	}
+	for _, a := range ev.Attempts {
+		d.Attempts = append(d.Attempts, attemptOf(a))
+	}
+	if ev.NextAttemptAt != nil {
+		d.NextAt = when(ev.NextAttemptAt)
+	}
+	d.Repeats, d.RepeatsKnown, d.RepeatsNote = c.repeats(r, ref)
+	state := idempotency.State(ev.State)
+	d.CanRedeliver = c.o.Queue != nil && ev.Request != nil && (state == idempotency.StateDone || state == idempotency.StateDead)
+	d.CanResolve = state == idempotency.StateHeld
+	d.CanRedrive = c.o.Queue != nil && state == idempotency.StateDead
+	c.render(w, r, http.StatusOK, "event", page{Title: "Event " + ref.Key, Nav: "events", CSRF: s.csrf,
+		Notice: notices[q.Get("done")], Data: d})
+}
+
+// repeats finds ref's key among the keys repeated most over the last day.
+func (c *Console) repeats(r *http.Request, ref idempotency.Ref) (n int64, known bool, note string) {
+	st, err := c.o.Admin.Stats(r.Context(), repeatsWindow, repeatsTop)
+	if err != nil {
+		return 0, false, "The duplicate statistics did not answer: " + detail(err)
+	}
+	rs := st.Routes[ref.Route]
+	if rs == nil {
+		return 0, true, ""
+	}
+	for _, k := range rs.TopKeys {
+		if k.Key == ref.Key {
+			return k.Count, true, ""
+		}
+	}
+	if len(rs.TopKeys) >= repeatsTop {
+		return 0, false, "Not among the 100 keys repeated most on this route over the last 24 hours."
+	}
+	return 0, true, ""
+}
+
+func recordedBody(rec admin.Record) bodyView {
+	b, err := base64.StdEncoding.DecodeString(rec.BodyBase64)
+	if err != nil {
+		return bodyView{}
+	}
+	return viewBody(b)
+}
+
+func attemptOf(a Attempt) attemptView {
+	v := attemptView{N: a.Attempt, Started: when(&a.StartedAt), Took: a.Duration.Round(time.Millisecond).String(), Error: a.Error}
+	v.Status = statusText(a.Status)
+	v.OK = a.Status >= 200 && a.Status < 300
+	return v
+}
+
+func single(h map[string]string) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		out[k] = []string{v}
+	}
+	return out
+}
+
+// sortedHeaders lists h by name, each value on its own row.
+func sortedHeaders(h map[string][]string) []header {
+	var out []header
+	for name, vs := range h {
+		for _, v := range vs {
+			out = append(out, header{Name: name, Value: v})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
