@@ -1,0 +1,42 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+)
+
+// admin.console (default true) serves the console with a token; false,
+// or no token, leaves /ui/ off while the rest of the listener answers.
+func TestConsoleIsServedWithATokenUnlessTurnedOff(t *testing.T) {
+	tests := []struct {
+		name    string
+		token   string
+		console bool
+		want    int
+	}{
+		{"token, console on", adminToken, true, http.StatusOK},
+		{"token, console off", adminToken, false, http.StatusNotFound},
+		{"no token", "", true, http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSetup(t)
+			s.token = tc.token
+			s.mutate = func(c *config.Config) { c.Admin.Console = tc.console }
+			g := s.start(t)
+			a := exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/ui/login", "")
+			if a.status != tc.want {
+				t.Fatalf("/ui/login: %d, want %d: %s", a.status, tc.want, a.body)
+			}
+			if tc.want == http.StatusOK && !strings.Contains(a.header.Get("Content-Security-Policy"), "default-src 'none'") {
+				t.Errorf("console without its CSP: %v", a.header)
+			}
+			if h := exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/healthz", ""); h.status != http.StatusOK {
+				t.Errorf("/healthz: %d", h.status)
+			}
+		})
+	}
+}
