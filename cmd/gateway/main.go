@@ -26,6 +26,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/demo"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -174,6 +175,9 @@ func migrate(cfg *config.Config) error {
 	}
 	defer l.Close()
 	if err := l.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := queue.Migrate(ctx, l); err != nil {
 		return err
 	}
 	return gateway.MigrateTLS(ctx, cfg)

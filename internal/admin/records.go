@@ -221,6 +221,10 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, ref idempotency
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
 	}
+	if req.Action == "release" && s.o.Async[ref.Route] && s.o.Queue != nil {
+		s.releaseAsync(w, r, rec)
+		return
+	}
 	var settle *idempotency.Record
 	if req.Action == "record" {
 		settle = &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: resp}
@@ -371,4 +375,23 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// releaseAsync releases a held record of an async route by delivering it
+// again: its provider was acknowledged and will not send it again.
+func (s *Server) releaseAsync(w http.ResponseWriter, r *http.Request, rec *idempotency.Record) {
+	_, err := s.o.Queue.Requeue(r.Context(), rec.Ref, true)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
+		problem(w, http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")
+		return
+	case err != nil:
+		s.ledgerFailed(w, r, "release", rec.Ref, err)
+		return
+	}
+	s.heldChanged(rec.Route, -1)
+	s.o.Logger.InfoContext(r.Context(), "admin: held async delivery released: delivered again", "route", rec.Route, "key", rec.Key)
+	out := RecordOf(rec)
+	out.State = string(idempotency.StateQueued)
+	writeJSON(w, http.StatusOK, out)
 }
