@@ -185,8 +185,10 @@ func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(conte
 	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
 }
 
-// Migrate creates or upgrades River's tables beside the ledger's, in one
-// transaction that replicas starting together take in turn.
+// Migrate creates or upgrades River's tables beside the ledger's.
+// Replicas starting together take turns: on PostgreSQL under a session
+// lock (River's migrations each need a transaction of their own), on
+// SQLite in one write transaction.
 func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	db, err := l.DB()
 	if err != nil {
@@ -200,16 +202,27 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	if err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
+	if l.Driver() == DriverPostgres {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate queue: %w", err)
+		}
+		defer conn.Close()
+		const lock = "hashtext(current_schema() || '.river_migration')"
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+lock+")"); err != nil {
+			return fmt.Errorf("migrate queue: lock: %w", err)
+		}
+		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return fmt.Errorf("migrate queue: %w", err)
+		}
+		return nil
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if l.Driver() == DriverPostgres {
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.river_migration'))"); err != nil {
-			return fmt.Errorf("migrate queue: lock: %w", err)
-		}
-	}
 	if _, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,17 +116,18 @@ func (l *Ledger) runIntakes(batch []*intakeJob) {
 // error is the transaction's; each job's own is sent on its done channel
 // only when the transaction commits.
 func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
+	// Rows are written in byRef order, as claims and commits write
+	// theirs: overlapping transactions wait instead of deadlocking.
+	slices.SortStableFunc(batch, func(a, b *intakeJob) int { return byRef(a.ref, b.ref) })
 	results := make([]error, len(batch))
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		written, err := l.writeIntakes(ctx, tx, batch)
+		if err != nil {
+			return err
+		}
 		var refs []idempotency.Ref
 		for i, j := range batch {
-			res, err := tx.ExecContext(ctx, l.bind(enqueueSQL), j.args...)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n == 0 {
+			if !written[i] {
 				results[i] = fmt.Errorf("enqueue %s: %w", ref(j.ref), idempotency.ErrNotOwner)
 				continue
 			}
@@ -147,6 +149,114 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 		j.done = nil
 	}
 	return nil
+}
+
+// writeIntakes writes batch's rows in tx and reports which were written:
+// one statement on PostgreSQL when the keys are distinct, a statement
+// each otherwise.
+func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]bool, error) {
+	written := make([]bool, len(batch))
+	if l.d.name == DriverPostgres && len(batch) > 1 && distinct(batch) {
+		return written, l.writeIntakeArrays(ctx, tx, batch, written)
+	}
+	for i, j := range batch {
+		res, err := tx.ExecContext(ctx, l.bind(enqueueSQL), j.args...)
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		written[i] = n == 1
+	}
+	return written, nil
+}
+
+func distinct(batch []*intakeJob) bool {
+	for i := 1; i < len(batch); i++ {
+		if batch[i].ref == batch[i-1].ref { // sorted
+			return false
+		}
+	}
+	return true
+}
+
+// enqueueBatchSQL is enqueueSQL for many rows (PostgreSQL), as
+// commitBatchSQL is commitSQL's.
+const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], ` +
+	`$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::timestamptz[]) ` +
+	`AS t(route, "key", fingerprint, trace_id, span_id, source, created_at, expires_at, request_method, request_path, ` +
+	`request_headers, request_body, owner, now)) ` +
+	`INSERT INTO hookstamp_records AS r ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
+	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
+	`SELECT route, "key", 'queued', NULL, NULL, fingerprint, 0, '{}', NULL, false, trace_id, span_id, source, ` +
+	`created_at, NULL, expires_at, request_method, request_path, request_headers, request_body FROM t ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, ` +
+	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
+	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
+	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
+	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
+	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
+	`RETURNING r.route, r."key"`
+
+// writeIntakeArrays writes batch (distinct keys) in one statement.
+func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, written []bool) error {
+	n := len(batch)
+	cols := make([][]any, 14)
+	for c := range cols {
+		cols[c] = make([]any, n)
+	}
+	for i, j := range batch {
+		for c := range cols {
+			cols[c][i] = j.args[c]
+		}
+	}
+	args := []any{texts(cols[0]), texts(cols[1]), byteas(cols[2]), texts(cols[3]), texts(cols[4]), texts(cols[5]),
+		times(cols[6]), times(cols[7]), texts(cols[8]), texts(cols[9]), texts(cols[10]), byteas(cols[11]), texts(cols[12]), times(cols[13])}
+	rows, err := tx.QueryContext(ctx, enqueueBatchSQL, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	got := make(map[idempotency.Ref]bool, n)
+	for rows.Next() {
+		var r idempotency.Ref
+		if err := rows.Scan(&r.Route, &r.Key); err != nil {
+			return err
+		}
+		got[r] = true
+	}
+	for i, j := range batch {
+		written[i] = got[j.ref]
+	}
+	return rows.Err()
+}
+
+func texts(v []any) pgArray[string] {
+	out := make(pgArray[string], len(v))
+	for i, x := range v {
+		out[i], _ = x.(string)
+	}
+	return out
+}
+
+func byteas(v []any) pgArray[[]byte] {
+	out := make(pgArray[[]byte], len(v))
+	for i, x := range v {
+		b, _ := x.([]byte)
+		out[i] = nonEmpty(b)
+	}
+	return out
+}
+
+func times(v []any) pgArray[time.Time] {
+	out := make(pgArray[time.Time], len(v))
+	for i, x := range v {
+		out[i], _ = x.(time.Time)
+	}
+	return out
 }
 
 // inTx runs f in one transaction on the writer.
