@@ -28,6 +28,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/demo"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -197,6 +198,9 @@ func migrate(cfg *config.Config) error {
 	}
 	defer l.Close()
 	if err := l.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := queue.Migrate(ctx, l); err != nil {
 		return err
 	}
 	return gateway.MigrateTLS(ctx, cfg)

@@ -82,6 +82,12 @@ type Options struct {
 	// HeldChanged is told when a held key leaves the held state through
 	// this API (delta -1), for the hookstamp_held_keys gauge. Nil: ignored.
 	HeldChanged func(route string, delta int)
+	// Queue delivers stored requests again (redeliver, dead/redrive);
+	// nil answers 404.
+	Queue Queue
+	// Async names the async routes: releasing one of their held records
+	// queues it again, as nobody would send it again.
+	Async map[string]bool
 	// Stats answers /admin/stats; nil answers 404.
 	Stats Stats
 	// Metrics serves /metrics; nil answers 404.
@@ -249,19 +255,28 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		}
 		return
 	}
+	if rest == "dead/redrive" {
+		if allow(w, r, http.MethodPost) {
+			s.redrive(w, r, route)
+		}
+		return
+	}
 	escKey, ok := strings.CutPrefix(rest, "records/")
 	if !ok {
 		problem(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
-	resolve := false
+	resolve, redeliver := false, false
 	if r.Method == http.MethodPost {
-		// Only POST has the /resolve suffix; a GET or DELETE of a key
-		// ending in "/resolve" takes it as part of the key.
-		escKey, resolve = strings.CutSuffix(escKey, "/resolve")
-		if !resolve {
+		// Only POST has the /resolve and /redeliver suffixes; a GET or
+		// DELETE of a key ending in one takes it as part of the key.
+		escKey, redeliver = strings.CutSuffix(escKey, "/redeliver")
+		if !redeliver {
+			escKey, resolve = strings.CutSuffix(escKey, "/resolve")
+		}
+		if !resolve && !redeliver {
 			w.Header().Set("Allow", "GET, HEAD, DELETE")
-			problem(w, http.StatusMethodNotAllowed, "POST is for .../records/{key}/resolve")
+			problem(w, http.StatusMethodNotAllowed, "POST is for .../records/{key}/resolve or .../redeliver")
 			return
 		}
 	}
@@ -288,6 +303,8 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		s.getRecord(w, r, ref)
 	case r.Method == http.MethodDelete:
 		s.deleteRecord(w, r, ref)
+	case redeliver:
+		s.redeliver(w, r, ref)
 	case r.Method == http.MethodPost:
 		s.resolve(w, r, ref)
 	default:

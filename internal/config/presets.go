@@ -42,6 +42,16 @@ type Preset struct {
 	// Ack, when set, becomes async.ack: the answer the provider must read
 	// to stop resending. Unset leaves the default (202, no body).
 	Ack *Ack
+	// Handshake, when set, marks the provider's handshake requests: on an
+	// async route they are still forwarded synchronously, since the
+	// provider reads the upstream's own answer (Twitch's challenge echo).
+	Handshake *HeaderMatch
+}
+
+// HeaderMatch matches requests whose header Name has the value Value
+// (case-insensitive).
+type HeaderMatch struct {
+	Name, Value string
 }
 
 const day = 24 * time.Hour
@@ -81,7 +91,8 @@ var presetTable = []Preset{
 	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days", Ack: &Ack{Status: 200}},
 	{Name: "razorpay", Key: src(SourceHeader, "X-Razorpay-Event-Id"), Scheme: SchemeRazorpay, Retention: 3 * day, RetryWindow: "24 h"},
 	// Twitch tells receivers to refuse messages older than 10 minutes.
-	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Tolerance: 10 * time.Minute, Retention: 3 * day, RetryWindow: "short, undocumented"},
+	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Tolerance: 10 * time.Minute, Retention: 3 * day, RetryWindow: "short, undocumented",
+		Handshake: &HeaderMatch{Name: "Twitch-Eventsub-Message-Type", Value: "webhook_callback_verification"}},
 	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
 	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days",
 		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "[accepted]"}},
@@ -123,6 +134,10 @@ func (p Preset) clone() Preset {
 	if p.Ack != nil {
 		a := *p.Ack
 		p.Ack = &a
+	}
+	if p.Handshake != nil {
+		h := *p.Handshake
+		p.Handshake = &h
 	}
 	p.Key = append([]KeySource(nil), p.Key...)
 	p.Fingerprint.Fields = append([]string(nil), p.Fingerprint.Fields...)

@@ -117,7 +117,13 @@ func (g *Gateway) startAdmin() error {
 	checks = append(checks, g.tlsCheck()...)
 	a := &g.admin
 	a.ln = ln
+	var q admin.Queue
+	if g.queue.q != nil {
+		q = g.ledger
+	}
 	a.srv = admin.New(admin.Options{
+		Queue:       q,
+		Async:       g.queue.async,
 		Token:       g.cfg.Admin.Token,
 		Routes:      g.routeNames(),
 		Ledger:      g.ledger,

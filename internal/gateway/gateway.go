@@ -21,6 +21,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -44,6 +45,12 @@ type Options struct {
 	// TLSReloadInterval is how often certificate files are read for a
 	// change (1s when 0).
 	TLSReloadInterval time.Duration
+	// QueuePollInterval is how often each async route's queue looks for
+	// jobs, RescueMargin what it adds to upstream.timeout before a job
+	// whose replica died is delivered again (queue's defaults when 0;
+	// tests: short).
+	QueuePollInterval time.Duration
+	RescueMargin      time.Duration
 }
 
 // Gateway is one running hookstamp process.
@@ -62,6 +69,7 @@ type Gateway struct {
 	fwd        *forward.Forwarder
 	server     *ingress.Server
 	admin      adminParts // admin.go: admin listener, stats, cache invalidation
+	queue      queueParts // queue.go: delivery of stored requests
 	tls        tlsParts   // tls.go: certificate, redirect listener
 
 	ln       net.Listener
@@ -108,6 +116,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		if err := g.ledger.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate ledger: %w", err)
 		}
+		if err := queue.Migrate(ctx, g.ledger); err != nil {
+			return nil, fmt.Errorf("migrate ledger: %w", err)
+		}
 	}
 
 	if err := g.openScreen(); err != nil {
@@ -144,6 +155,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if g.screen == nil {
 		eo.Screen = nil // a nil *Screen in the interface would not be nil
 	}
+	if hasAsync(cfg) {
+		eo.Queue = g.ledger
+	}
 	g.engine, err = idempotency.New(eo)
 	if err != nil {
 		return nil, err
@@ -154,6 +168,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		return nil, err
 	}
 	g.initMetrics()
+	if err := g.openQueue(routes, o); err != nil {
+		return nil, err
+	}
 	if err := g.initAdmin(eo.Cache); err != nil {
 		return nil, err
 	}
@@ -228,6 +245,9 @@ func (g *Gateway) Start() error {
 	if err := g.startTLS(ctx); err != nil {
 		return err
 	}
+	if err := g.startQueue(); err != nil {
+		return err
+	}
 	if g.cfg.Store.SweepInterval > 0 {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.sweep(ctx) }()
@@ -299,7 +319,10 @@ func (g *Gateway) RunAbandoning(ctx context.Context, abandon <-chan struct{}) er
 // claims of those it abandons, then closes everything in reverse order.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
+	queueStopped := make(chan struct{})
+	go func() { defer close(queueStopped); g.stopQueue(ctx) }()
 	err := g.server.Shutdown(ctx)
+	<-queueStopped
 	// The drain ran out (shutdown_timeout) or was cut (a second signal):
 	// abandoning deliveries is what it is for, not a failure.
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -311,6 +334,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 }
 
 func (g *Gateway) closeAll() {
+	g.stopQueueNow()
 	if g.stop != nil {
 		g.stop()
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -62,8 +63,12 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
 	}
-	if p, ok := config.LookupPreset(rc.Preset); ok && p.Resend != "" {
-		r.Policy.Resend = []byte(p.Resend)
+	preset, _ := config.LookupPreset(rc.Preset)
+	if preset.Resend != "" {
+		r.Policy.Resend = []byte(preset.Resend)
+	}
+	if rc.Delivery == config.DeliveryAsync {
+		async(r, rc, preset.Handshake)
 	}
 	if rc.IsPrefix() {
 		r.Prefix = true
@@ -84,4 +89,21 @@ func escapedURL(s string) string {
 		return s // validated: cannot happen
 	}
 	return u.String()
+}
+
+// async makes r a store-and-forward route (SPEC §10), its provider's
+// handshakes, if any, forwarded synchronously.
+func async(r *ingress.Route, rc *config.Route, handshake *config.HeaderMatch) {
+	sync := *r.Policy
+	ack := &idempotency.Response{Status: rc.Async.Ack.Status, Body: []byte(rc.Async.Ack.Body)}
+	if rc.Async.Ack.Body != "" {
+		ack.Headers = map[string]string{"Content-Type": rc.Async.Ack.ContentType}
+	}
+	r.Policy.Ack = ack
+	if handshake == nil {
+		return
+	}
+	r.SyncPolicy = &sync
+	name, value := handshake.Name, []byte(handshake.Value)
+	r.Handshake = func(req ingress.Request) bool { return bytes.EqualFold(req.Header(name), value) }
 }

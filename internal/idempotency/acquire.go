@@ -127,7 +127,7 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 	}
 	if rec := e.readable(ctx, req.Ref, err); rec != nil {
 		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint}
-		if rec.State == StateDone {
+		if rec.State.Answered() {
 			c.Claim = Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: EntryOf(rec)}
 		}
 		return c, nil
@@ -210,13 +210,13 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c claim) 
 // recorded turns the screen's grant c into the done record (refilled into
 // the screen) or held record its confirmation found; false for others.
 func (c *claim) recorded(ctx context.Context, rec *Record) bool {
-	switch rec.State {
-	case StateDone:
+	switch {
+	case rec.State.Answered():
 		ent := EntryOf(rec)
 		c.e.refill(ctx, c.ref, c.owner, ent)
 		c.Claim = Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: ent}
 		return true
-	case StateHeld:
+	case rec.State == StateHeld:
 		c.release(ctx)
 		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint}
 		c.screen, c.ledger = false, true
@@ -263,7 +263,7 @@ func (e *Engine) readable(ctx context.Context, ref Ref, err error) *Record {
 		defer cancel()
 	}
 	rec, lerr := e.o.Ledger.Lookup(ctx, ref)
-	if lerr != nil || (rec.State != StateDone && rec.State != StateHeld) {
+	if lerr != nil || (!rec.State.Answered() && rec.State != StateHeld) {
 		return nil
 	}
 	return rec

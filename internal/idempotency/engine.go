@@ -44,6 +44,9 @@ type Delivery struct {
 	Also func() [][]byte
 	// Source is the sender (routes[].source), for duplicate statistics.
 	Source string
+	// Request is the delivery as stored for an async route (nil on others):
+	// built only once the key is claimed.
+	Request func() *Request
 
 	ticket Ticket // taken before anything is read, for every Cache.Put
 }
@@ -74,6 +77,9 @@ type Options struct {
 	// whether the effect upstream is unknown. Nil: 502, not ambiguous.
 	Classify func(error) (status int, ambiguous bool)
 	Cache    *Cache // screen.local_cache; nil = off
+	// Queue stores the deliveries of async routes; required when a
+	// Policy has an Ack.
+	Queue Queue
 	// ConfirmByClaim confirms a screen's grant with a ledger claim instead
 	// of a lookup, so that a replica that fell back to a ledger claim
 	// (FailStore) sees it. Set it when replicas share a screen that can
@@ -197,6 +203,9 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		}
 		switch c.Status {
 		case Acquired, TakenOver:
+			if p.Ack != nil {
+				return c.enqueue(ctx, p, d)
+			}
 			fctx, cancel := e.withinLease(ctx, p, claimedAt)
 			defer cancel()
 			return c.forward(fctx, p, d, fwd)
@@ -220,6 +229,9 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 					return r
 				}
 				return e.mismatch(nil) // key reuse
+			}
+			if c.Status == Held && p.Ack != nil {
+				return e.ackReplay(p, c.Entry)
 			}
 			if c.Status == Held {
 				return e.held()

@@ -24,11 +24,13 @@ const (
 	Shadowed    Outcome = "shadowed"
 	HeldKey     Outcome = "held"
 	Unavailable Outcome = "unavailable"
+	// Accepted: an async route's first delivery, stored and acknowledged.
+	Accepted Outcome = "accepted"
 )
 
 // Outcomes lists every outcome, for metrics initialisation and stats.
 var Outcomes = []Outcome{Forwarded, Replayed, Released, Conflict, Mismatch, MissingKey,
-	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable}
+	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable, Accepted}
 
 // IsDuplicate reports whether the outcome is a repeat intercepted (or, in
 // shadow mode, one that would have been).
@@ -57,6 +59,8 @@ type Result struct {
 	Upstream *Upstream
 	// Replay is the recorded response for Replayed.
 	Replay *Response
+	// Ack is an async route's acknowledgement, for Accepted.
+	Ack *Response
 	// Status is hookstamp's own status when there is no upstream answer.
 	Status int
 	// Detail explains a problem answer; never request bytes or secrets.

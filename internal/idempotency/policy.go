@@ -34,6 +34,10 @@ type Policy struct {
 	// UpstreamTimeout is upstream.timeout, which the commit's reserve at
 	// the end of the lease leaves alone (withinLease); 0: unknown.
 	UpstreamTimeout time.Duration
+	// Ack, when not nil, makes the route async (SPEC §10): a claimed
+	// delivery is stored and queued, and it and every repeat are answered
+	// Ack, whatever became of the delivery.
+	Ack *Response
 }
 
 // final reports whether the upstream's answer is recorded.
@@ -117,3 +121,10 @@ func joinValues(vals []string) string {
 	}
 	return string(b)
 }
+
+// Settles reports whether an upstream answer ends a delivery: it is
+// recorded (the queue's attempts decide with it as forwards do).
+func (p *Policy) Settles(up *Upstream) bool { return p.final(up) }
+
+// Recorded is what is kept of an upstream answer for replay.
+func (p *Policy) Recorded(up *Upstream) Response { return p.recordResponse(up) }

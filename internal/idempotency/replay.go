@@ -38,10 +38,13 @@ func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
 		return e.mismatch(ent), true
 	}
+	if p.Ack != nil {
+		return e.ackReplay(p, ent), true
+	}
 	resp := ent.Response
 	if !ent.BodyCached && !ent.BodyOmitted {
 		rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
-		if err == nil && rec.State != StateDone {
+		if err == nil && !rec.State.Answered() {
 			err = ErrNotFound // a pending or held row has no answer to replay
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -90,7 +93,7 @@ func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd
 		return Result{}, false
 	}
 	switch rec.State {
-	case StateDone:
+	case StateDone, StateQueued, StateDead:
 		ent := EntryOf(rec)
 		e.refill(ctx, d.Ref, c.Owner, ent)
 		if cache := e.o.Cache; cache != nil {
@@ -98,6 +101,9 @@ func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd
 		}
 		return e.replay(ctx, p, d, fwd, ent)
 	case StateHeld:
+		if p.Ack != nil {
+			return e.replay(ctx, p, d, fwd, EntryOf(rec))
+		}
 		if !d.matches(rec.Fingerprint) && !p.ReplayOnMismatch {
 			return e.mismatch(nil), true
 		}
@@ -119,10 +125,14 @@ func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd 
 		return Result{}, false, err
 	}
 	switch rec.State {
-	case StateDone:
+	case StateDone, StateQueued, StateDead:
 		r, ok := e.replay(ctx, p, d, fwd, EntryOf(rec))
 		return r, ok, nil
 	case StateHeld:
+		if p.Ack != nil {
+			r, ok := e.replay(ctx, p, d, fwd, EntryOf(rec))
+			return r, ok, nil
+		}
 		if !p.Shadow {
 			return e.held(), true, nil
 		}

@@ -38,6 +38,13 @@ const (
 	StateDead State = "dead"
 )
 
+// Answered reports whether repeats of the row's key are answered from it
+// (replayed): a recorded answer, or an async delivery stored and
+// acknowledged, whatever became of it since.
+func (s State) Answered() bool {
+	return s == StateDone || s == StateQueued || s == StateDead
+}
+
 // Response is an upstream answer as it is recorded and replayed.
 type Response struct {
 	Status int
@@ -200,6 +207,14 @@ type Screen interface {
 	// Wait blocks until owner's in-flight entry may have changed or ctx is
 	// done; it may return early: callers claim again.
 	Wait(ctx context.Context, ref Ref, owner string) error
+}
+
+// Queue stores async deliveries (SPEC §10).
+type Queue interface {
+	// Enqueue writes rec (state queued, with its Request) and its delivery
+	// job in one transaction, where there is no row or a pending one owned
+	// by owner or expired before now; otherwise ErrNotOwner.
+	Enqueue(ctx context.Context, rec *Record, owner string, now time.Time) error
 }
 
 // ForgetTombstone is how long a deleted key refuses refills: a repeat that

@@ -25,7 +25,9 @@ func answer(c *fiber.Ctx, res *idempotency.Result) error {
 	c.Set(HeaderOutcome, string(res.Outcome))
 	switch {
 	case res.Replay != nil:
-		return writeReplay(c, res.Replay)
+		return writeReplay(c, res.Replay, true)
+	case res.Ack != nil:
+		return writeReplay(c, res.Ack, false)
 	case res.Upstream != nil:
 		return writeUpstream(c, res.Upstream)
 	}
@@ -43,8 +45,10 @@ func refuse(o idempotency.Outcome, detail string, err error) idempotency.Result 
 	return idempotency.Refusal(o, detail, err, time.Second)
 }
 
-// writeReplay sends exactly the recorded status, kept headers and body.
-func writeReplay(c *fiber.Ctx, r *idempotency.Response) error {
+// writeReplay sends exactly the recorded status, kept headers and body;
+// an async route's acknowledgement is sent so too, marked replayed on
+// repeats only.
+func writeReplay(c *fiber.Ctx, r *idempotency.Response, replayed bool) error {
 	h := &c.Response().Header
 	h.SetNoDefaultContentType(true)
 	for name, v := range r.Headers {
@@ -54,7 +58,9 @@ func writeReplay(c *fiber.Ctx, r *idempotency.Response) error {
 		}
 		h.Set(name, v)
 	}
-	h.Set(HeaderReplayed, "true")
+	if replayed {
+		h.Set(HeaderReplayed, "true")
+	}
 	if r.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}

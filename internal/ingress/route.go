@@ -31,6 +31,11 @@ type Route struct {
 	Methods []string
 	// Policy drives the state machine for this route.
 	Policy *idempotency.Policy
+	// Handshake, on an async route, reports a provider's handshake, which
+	// is forwarded synchronously under SyncPolicy: the provider reads the
+	// upstream's own answer. nil: none.
+	Handshake  func(Request) bool
+	SyncPolicy *idempotency.Policy
 	// Verifier is nil when the route verifies no signature.
 	Verifier Verifier
 	// Extractor finds the key; Fingerprinter digests what the delivery means.

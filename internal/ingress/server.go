@@ -339,7 +339,14 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	if refused := fingerprint(route, req, &d); refused != nil {
 		return *refused
 	}
-	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
+	p := route.Policy
+	switch {
+	case p.Ack != nil && route.Handshake != nil && route.Handshake(req):
+		p = route.SyncPolicy
+	case p.Ack != nil:
+		d.Request = func() *idempotency.Request { return s.stored(c, route, rest, d.Key) }
+	}
+	return s.o.Engine.Handle(ctx, p, d, fwd)
 }
 
 // unverified checks the signature of a request on a route that verifies
@@ -406,9 +413,34 @@ func loggable(key []byte) string {
 	return strings.ToValidUTF8(string(key), "\uFFFD")
 }
 
-// forward copies the request out of fasthttp's buffers (the transport may
-// still hold the body after a timeout) and sends it upstream.
+// forward sends the request upstream.
 func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
+	req := s.outgoing(c, route, rest, key)
+	sent := time.Now()
+	resp, err := s.o.Forwarder.Do(ctx, req)
+	if s.o.Observer != nil {
+		s.o.Observer.ObserveUpstream(ctx, route.Name, time.Since(sent))
+	}
+	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
+		// The upstream answered: settle on its status, never release a
+		// processed event because its answer was big.
+		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
+}
+
+// stored is the request as an async route stores it.
+func (s *Server) stored(c *fiber.Ctx, route *Route, rest, key string) *idempotency.Request {
+	st := forward.Store(s.outgoing(c, route, rest, key))
+	return &idempotency.Request{Method: st.Method, Path: st.Path, Headers: st.Header, Body: st.Body}
+}
+
+// outgoing copies the request out of fasthttp's buffers (the transport may
+// still hold the body after a timeout) as the upstream is to get it.
+func (s *Server) outgoing(c *fiber.Ctx, route *Route, rest, key string) *forward.Request {
 	fr := c.Request()
 	hdr := make(http.Header, fr.Header.Len())
 	cookie := false
@@ -432,7 +464,7 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 			}
 		})
 	}
-	req := &forward.Request{
+	return &forward.Request{
 		Method:      Method(c),
 		URL:         forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
 		Header:      hdr,
@@ -445,20 +477,6 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 		Key:         key,
 		Timeout:     route.UpstreamTimeout,
 	}
-	sent := time.Now()
-	resp, err := s.o.Forwarder.Do(ctx, req)
-	if s.o.Observer != nil {
-		s.o.Observer.ObserveUpstream(ctx, route.Name, time.Since(sent))
-	}
-	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
-		// The upstream answered: settle on its status, never release a
-		// processed event because its answer was big.
-		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
 }
 
 // clientIP is the peer address, or — when the peer is a trusted proxy —

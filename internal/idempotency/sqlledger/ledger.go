@@ -116,6 +116,9 @@ type Ledger struct {
 	commits *batcher[*commitJob]
 	claims  *batcher[*claimJob] // PostgreSQL only
 	lookups *batcher[*lookupJob]
+	intakes *batcher[*intakeJob]
+	// jobs inserts the delivery jobs of Enqueue (UseJobs); nil: none.
+	jobs Jobs
 	// clock maps Options.Now onto the database's clock; nil on SQLite.
 	clock *dbClock
 	// commitStmt is commitSQL prepared on the SQLite writer at first use.
@@ -146,6 +149,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	}
 	if o.CommitBatch > 1 {
 		l.commits = l.newCommitter(o.CommitWorkers, o.CommitBatch)
+		l.intakes = l.newIntaker(o.CommitWorkers, o.CommitBatch)
 		if o.Driver == DriverPostgres {
 			l.claims = l.newClaimer(o.CommitWorkers, o.CommitBatch)
 		}
@@ -311,6 +315,9 @@ func (l *Ledger) Close() error {
 	}
 	if l.lookups != nil {
 		l.lookups.close()
+	}
+	if l.intakes != nil {
+		l.intakes.close()
 	}
 	l.clock.close()
 	var errs []error

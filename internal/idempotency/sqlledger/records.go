@@ -20,11 +20,13 @@ import (
 // body_omitted is a column of its own because a NULL body would be
 // ambiguous (empty response, or too large to record). The partial index
 // idx_hookstamp_records_held covers only held rows, which are rare: listing
-// and counting them per route stays cheap without taxing every write.
+// and counting them per route stays cheap without taxing every write; so
+// does idx_hookstamp_records_queue for the queued and dead rows the queue
+// metrics count (done rows, the bulk, are left out).
 type recordRow struct {
-	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held'"`
+	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held';index:idx_hookstamp_records_queue,priority:1,where:state <> 'done'"`
 	Key         string     `gorm:"column:key;type:text;primaryKey"`
-	State       string     `gorm:"column:state;type:text;not null"`
+	State       string     `gorm:"column:state;type:text;not null;index:idx_hookstamp_records_queue,priority:2"`
 	Owner       *string    `gorm:"column:owner;type:text"`
 	LeaseUntil  *time.Time `gorm:"column:lease_until"`
 	Fingerprint []byte     `gorm:"column:fingerprint"`
@@ -210,7 +212,7 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 			return idempotency.Claim{}, err
 		}
 		switch rec.State {
-		case idempotency.StateDone:
+		case idempotency.StateDone, idempotency.StateQueued, idempotency.StateDead:
 			return idempotency.Claim{Status: idempotency.Done, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
 		case idempotency.StateHeld:
 			return idempotency.Claim{Status: idempotency.Held, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil

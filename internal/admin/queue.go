@@ -1,0 +1,118 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+)
+
+// Queue is what the admin API needs to deliver stored requests again
+// (*sqlledger.Ledger).
+type Queue interface {
+	// Requeue queues ref's stored request again (see sqlledger).
+	Requeue(ctx context.Context, ref idempotency.Ref, held bool) (bool, error)
+	// Redrive queues route's dead records again, or those of keys.
+	Redrive(ctx context.Context, route string, keys []string) (int, error)
+}
+
+// maxRedriveBody bounds a redrive request's body.
+const maxRedriveBody = 1 << 20
+
+// redeliver answers POST .../records/{key}/redeliver with Redeliver:
+// 202.
+func (s *Server) redeliver(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
+	if err := s.Redeliver(r.Context(), ref); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"route": ref.Route, "key": ref.Key, "queued": true})
+}
+
+// Redeliver queues a record's stored request to the upstream again, with
+// its key (SPEC §11); a conflict (409) when no request is stored.
+func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
+	if s.o.Queue == nil {
+		return refused(http.StatusNotFound, "no route stores requests: nothing can be redelivered")
+	}
+	none, err := s.checkRef(ref)
+	if err != nil {
+		return err
+	}
+	if none {
+		return refused(http.StatusNotFound, "no record for this key on this route")
+	}
+	queued, err := s.o.Queue.Requeue(ctx, ref, false)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return refused(http.StatusNotFound, "no record for this key on this route")
+	case errors.Is(err, sqlledger.ErrNoRequest):
+		return refused(http.StatusConflict, "no request is stored for this record (record.request is off, or it was recorded before)")
+	case errors.Is(err, idempotency.ErrNotOwner):
+		return refused(http.StatusConflict, "the record is in flight or held; resolve a held record instead")
+	case err != nil:
+		return s.unavailable(ctx, "redeliver", ref, err)
+	}
+	s.o.Logger.InfoContext(ctx, "admin: redelivery queued", "route", ref.Route, "key", ref.Key, "new_job", queued)
+	return nil
+}
+
+// redrive answers POST .../dead/redrive with Redrive: all the route's
+// dead records, or those listed in {"keys": [...]}.
+func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
+	var req struct {
+		Keys []string `json:"keys"`
+	}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRedriveBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			problem(w, http.StatusBadRequest, `the body must be {"keys": ["…"]} or empty`)
+			return
+		}
+	}
+	n, err := s.Redrive(r.Context(), route, req.Keys)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
+}
+
+// Redrive queues route's dead records again (keys nil: every one) and
+// returns how many were.
+func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int, error) {
+	if s.o.Queue == nil {
+		return 0, refused(http.StatusNotFound, "no route stores requests: nothing can be redriven")
+	}
+	if err := s.checkRoute(route); err != nil {
+		return 0, err
+	}
+	n, err := s.o.Queue.Redrive(ctx, route, keys)
+	if err != nil {
+		return 0, s.unavailable(ctx, "redrive", idempotency.Ref{Route: route}, err)
+	}
+	s.o.Logger.InfoContext(ctx, "admin: dead deliveries redriven", "route", route, "requeued", n)
+	return n, nil
+}
+
+// releaseAsync releases a held record of an async route by delivering it
+// again: its provider was acknowledged and will not send it again.
+func (s *Server) releaseAsync(ctx context.Context, rec *idempotency.Record) (Record, error) {
+	_, err := s.o.Queue.Requeue(ctx, rec.Ref, true)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
+		return Record{}, refused(http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")
+	case err != nil:
+		return Record{}, s.unavailable(ctx, "release", rec.Ref, err)
+	}
+	s.heldChanged(rec.Route, -1)
+	s.o.Logger.InfoContext(ctx, "admin: held async delivery released: delivered again", "route", rec.Route, "key", rec.Key)
+	out := RecordOf(rec)
+	out.State = string(idempotency.StateQueued)
+	return out, nil
+}

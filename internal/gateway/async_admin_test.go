@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+const asyncAdminToken = "async-admin-token"
+
+// startAsyncAdmin is startAsync with the admin API on, and a sync route
+// "plain" at /plain that stores no request.
+func startAsyncAdmin(tb testing.TB, up *upstream) *Gateway {
+	tb.Helper()
+	cfg := gwConfig(tb, up.URL, dbPath(tb), asyncRoute+`  - name: plain
+    path: /plain
+    upstream: {url: "`+up.URL+`/plain"}
+    key: {sources: [{json: id}]}
+`, "")
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	return startGatewayWith(tb, cfg, asyncOptions(tb))
+}
+
+// adminPost POSTs body to the admin API path of g.
+func adminPost(tb testing.TB, g *Gateway, path, body string) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+g.AdminAddr()+path, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+asyncAdminToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAsyncRedeliverAndRedriveThroughTheAdminAPI(t *testing.T) {
+	up := newUpstream(t)
+	var down atomic.Bool
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	g := startAsyncAdmin(t, up)
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_a"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_a", idempotency.StateDone)
+
+	// A done record is delivered again, same key, and its new answer recorded.
+	if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_a/redeliver", ""); status != http.StatusAccepted {
+		t.Fatalf("redeliver = %d %s, want 202", status, body)
+	}
+	testenv.Eventually(t, 10*time.Second, "the redelivered answer recorded", func() bool {
+		return string(lookup(t, g, "hooks", "evt_a").Body) == `{"copy":2}`
+	})
+	if up.count("evt_a") != 2 || up.lastHeader().Get("Idempotency-Key") != "evt_a" {
+		t.Fatalf("upstream got %d copies, last key %q", up.count("evt_a"), up.lastHeader().Get("Idempotency-Key"))
+	}
+
+	// Dead ones are redriven: all of them, or those named.
+	down.Store(true)
+	for _, k := range []string{"evt_b", "evt_c"} {
+		wantOutcome(t, send(t, g, "/hooks", fmt.Sprintf(`{"id":%q}`, k)), http.StatusAccepted, "accepted")
+		waitState(t, g, k, idempotency.StateDead)
+	}
+	down.Store(false)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/dead/redrive", `{"keys":["evt_c"]}`); status != 200 || strings.TrimSpace(body) != `{"requeued":1}` {
+		t.Fatalf("redrive evt_c = %d %s", status, body)
+	}
+	waitState(t, g, "evt_c", idempotency.StateDone)
+	if rec := lookup(t, g, "hooks", "evt_b"); rec.State != idempotency.StateDead {
+		t.Fatalf("evt_b is %s, want still dead", rec.State)
+	}
+	if status, body := adminPost(t, g, "/admin/routes/hooks/dead/redrive", ""); status != 200 || strings.TrimSpace(body) != `{"requeued":1}` {
+		t.Fatalf("redrive all = %d %s", status, body)
+	}
+	waitState(t, g, "evt_b", idempotency.StateDone)
+
+	// A sync route's record without a stored request cannot be redelivered.
+	wantOutcome(t, send(t, g, "/plain", `{"id":"evt_p"}`), http.StatusOK, "forwarded")
+	if status, _ := adminPost(t, g, "/admin/routes/plain/records/evt_p/redeliver", ""); status != http.StatusConflict {
+		t.Fatalf("redeliver without a stored request = %d, want 409", status)
+	}
+	if status, _ := adminPost(t, g, "/admin/routes/hooks/records/nope/redeliver", ""); status != http.StatusNotFound {
+		t.Fatalf("redeliver of no record = %d, want 404", status)
+	}
+}
+
+func TestAsyncConcurrentCopiesMakeOneJobAndOneDelivery(t *testing.T) {
+	up := newUpstream(t)
+	g, _ := startAsync(t, up, "")
+	replies := race(t, 100, func(int) reply { return send(t, g, "/hooks", `{"id":"evt_same"}`) })
+	accepted := 0
+	for _, r := range replies {
+		if r.status != http.StatusAccepted {
+			t.Fatalf("copy answered %d %q %s", r.status, r.outcome(), r.body)
+		}
+		if r.outcome() == "accepted" {
+			accepted++
+		}
+	}
+	if accepted != 1 {
+		t.Fatalf("%d copies accepted, want 1 (the rest replayed)", accepted)
+	}
+	waitState(t, g, "evt_same", idempotency.StateDone)
+	db, _ := g.Ledger().DB()
+	var jobs int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("river_job holds %d jobs (%v), want 1", jobs, err)
+	}
+	if n := up.count("evt_same"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+}
+
+func TestAsyncHonoursRetryAfter(t *testing.T) {
+	up := newUpstream(t)
+	var first atomic.Int64
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			first.Store(time.Now().UnixNano())
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintf(w, `{"after_ms":%d}`, (time.Now().UnixNano()-first.Load())/1e6)
+	})
+	// backoff.max 2s: the upstream's 1s is honoured over the 5ms backoff.
+	cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "max: 50ms", "max: 2s", 1), "")
+	g2 := startGatewayWith(t, cfg, asyncOptions(t))
+	wantOutcome(t, send(t, g2, "/hooks", `{"id":"evt_ra"}`), http.StatusAccepted, "accepted")
+	rec := waitState(t, g2, "evt_ra", idempotency.StateDone)
+	var after int
+	if _, err := fmt.Sscanf(string(rec.Body), `{"after_ms":%d}`, &after); err != nil || after < 1000 {
+		t.Fatalf("second attempt %dms after a Retry-After: 1 (%v), want ≥ 1000ms", after, err)
+	}
+}
+
+func TestAsyncSQLiteRestartWithJobsQueued(t *testing.T) {
+	up := newUpstream(t)
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	finals := map[string]int{}
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		mu.Lock()
+		finals[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		fmt.Fprint(w, "ok")
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "max_attempts: 5", "max_attempts: 1000", 1), "")
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	for i := range 20 {
+		wantOutcome(t, send(t, g, "/hooks", fmt.Sprintf(`{"id":"evt_%02d"}`, i)), http.StatusAccepted, "accepted")
+	}
+	testenv.Eventually(t, 10*time.Second, "attempts to fail", func() bool { return up.total.Load() >= 20 })
+	shutdownGateway(t, g)
+	down.Store(false)
+	g2 := startGatewayWith(t, cfg, asyncOptions(t))
+	for i := range 20 {
+		key := fmt.Sprintf("evt_%02d", i)
+		waitState(t, g2, key, idempotency.StateDone)
+		mu.Lock()
+		n := finals[key]
+		mu.Unlock()
+		if n != 1 {
+			t.Fatalf("%s answered 200 %d times, want 1", key, n)
+		}
+	}
+}
+
+func TestAsyncShutdownFinishesAttemptsInFlight(t *testing.T) {
+	up, release := heldUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
+	g, err := New(context.Background(), cfg, asyncOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_term"}`), http.StatusAccepted, "accepted")
+	testenv.Eventually(t, 10*time.Second, "the attempt in flight", func() bool { return up.count("evt_term") == 1 })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+		defer cancel()
+		done <- g.Shutdown(ctx)
+	}()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	// Read after the gateway closed: the attempt it let finish was recorded.
+	g2 := startGatewayWith(t, cfg, Options{Logger: testLogger(t)})
+	if rec := lookup(t, g2, "hooks", "evt_term"); rec.State != idempotency.StateDone || string(rec.Body) != `{"n":1}` {
+		t.Fatalf("after SIGTERM the record is %s %q, want done with the attempt's answer", rec.State, rec.Body)
+	}
+}
+
+func TestAsyncHandshakeIsForwardedSynchronously(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "challenge-echo")
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
+	cfg.Routes[0].Preset = "twitch"
+	cfg.Routes[0].Key.Sources = []config.KeySource{{Kind: config.SourceHeader, Arg: "Twitch-Eventsub-Message-Id"}}
+	cfg.Routes[0].Verify.Scheme = ""
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	r := send(t, g, "/hooks", `{"challenge":"challenge-echo"}`, "Twitch-Eventsub-Message-Id", "m1",
+		"Twitch-Eventsub-Message-Type", "webhook_callback_verification")
+	wantOutcome(t, r, http.StatusOK, "forwarded")
+	if string(r.body) != "challenge-echo" {
+		t.Fatalf("handshake answered %q, want the upstream's echo", r.body)
+	}
+	n := send(t, g, "/hooks", `{"event":{}}`, "Twitch-Eventsub-Message-Id", "m2", "Twitch-Eventsub-Message-Type", "notification")
+	wantOutcome(t, n, http.StatusAccepted, "accepted")
+}

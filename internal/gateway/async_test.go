@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// asyncRoute is the YAML of an async route with tiny backoffs; extra is
+// appended under async.
+const asyncRoute = `    delivery: async
+    async:
+      max_attempts: 5
+      backoff: {initial: 5ms, max: 50ms}
+`
+
+// asyncOptions poll the queue often, for tests that wait for deliveries.
+func asyncOptions(tb testing.TB) Options {
+	return Options{Logger: testLogger(tb), QueuePollInterval: 20 * time.Millisecond, RescueMargin: time.Second}
+}
+
+// startAsync starts a gateway on SQLite with the async route "hooks".
+func startAsync(tb testing.TB, up *upstream, route string) (*Gateway, *config.Config) {
+	tb.Helper()
+	cfg := gwConfig(tb, up.URL, dbPath(tb), asyncRoute+route, "")
+	return startGatewayWith(tb, cfg, asyncOptions(tb)), cfg
+}
+
+// waitState waits until the record of key is in state.
+func waitState(tb testing.TB, g *Gateway, key string, state idempotency.State) *idempotency.Record {
+	tb.Helper()
+	var rec *idempotency.Record
+	testenv.Eventually(tb, 20*time.Second, "record "+key+" "+string(state), func() bool {
+		r, err := g.Ledger().Lookup(t0ctx, idempotency.Ref{Route: "hooks", Key: key})
+		rec = r
+		return err == nil && r.State == state
+	})
+	return rec
+}
+
+func TestAsyncAcknowledgesBeforeTheUpstreamAnswers(t *testing.T) {
+	up, release := heldUpstream(t)
+	g, _ := startAsync(t, up, "")
+	first := send(t, g, "/hooks", `{"id":"evt_1"}`)
+	wantOutcome(t, first, http.StatusAccepted, "accepted")
+	if len(first.body) != 0 || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("ack = %q replayed=%q, want an empty 202", first.body, first.header.Get("Idempotent-Replayed"))
+	}
+	// Acknowledged while the upstream still holds the attempt.
+	testenv.Eventually(t, 10*time.Second, "the attempt to reach the upstream", func() bool { return up.count("evt_1") == 1 })
+	before := send(t, g, "/hooks", `{"id":"evt_1"}`)
+	wantOutcome(t, before, http.StatusAccepted, "replayed")
+	sameReply(t, first, before)
+	if before.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("a repeat's ack is not marked Idempotent-Replayed")
+	}
+	close(release)
+	rec := waitState(t, g, "evt_1", idempotency.StateDone)
+	if rec.Status != 200 || string(rec.Body) != `{"n":1}` {
+		t.Fatalf("recorded %d %q, want the upstream's 200", rec.Status, rec.Body)
+	}
+	after := send(t, g, "/hooks", `{"id":"evt_1"}`)
+	wantOutcome(t, after, http.StatusAccepted, "replayed")
+	sameReply(t, first, after)
+	if n := up.count("evt_1"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+	changed := send(t, g, "/hooks", `{"id":"evt_1","amount":2}`)
+	wantOutcome(t, changed, http.StatusUnprocessableEntity, "mismatch")
+}
+
+func TestAsyncRetriesUntilTheUpstreamTakesIt(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if n <= 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"attempt":%q}`, r.Header.Get("Hookstamp-Attempt"))
+	})
+	g, _ := startAsync(t, up, "")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_r"}`), http.StatusAccepted, "accepted")
+	rec := waitState(t, g, "evt_r", idempotency.StateDone)
+	if string(rec.Body) != `{"attempt":"4"}` {
+		t.Fatalf("recorded %q, want the fourth attempt's answer", rec.Body)
+	}
+	if n := up.count("evt_r"); n != 4 {
+		t.Fatalf("upstream got %d attempts, want 4", n)
+	}
+	want := []int{503, 503, 503, 200}
+	got := attemptStatuses(t, g, "evt_r")
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("attempts recorded %v, want %v", got, want)
+	}
+}
+
+func TestAsyncDeadAfterMaxAttemptsThenRedrive(t *testing.T) {
+	up := newUpstream(t)
+	var mu sync.Mutex
+	down := true
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	g, _ := startAsync(t, up, "")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_d"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_d", idempotency.StateDead)
+	if n := up.count("evt_d"); n != 5 {
+		t.Fatalf("upstream got %d attempts, want max_attempts 5", n)
+	}
+	// Dead or not, the provider's repeat gets the ack.
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_d"}`), http.StatusAccepted, "replayed")
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	n, err := g.Ledger().Redrive(t0ctx, "hooks", nil)
+	if err != nil || n != 1 {
+		t.Fatalf("redrive = %d, %v; want 1", n, err)
+	}
+	rec := waitState(t, g, "evt_d", idempotency.StateDone)
+	if string(rec.Body) != "ok" || up.count("evt_d") != 6 {
+		t.Fatalf("after redrive: recorded %q, upstream got %d; want ok after 6", rec.Body, up.count("evt_d"))
+	}
+}
+
+// attemptStatuses are the statuses of key's recorded attempts, in order.
+func attemptStatuses(tb testing.TB, g *Gateway, key string) []int {
+	tb.Helper()
+	db, err := g.Ledger().DB()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rows, err := db.Query(`SELECT attempt, COALESCE(status, 0) FROM hookstamp_attempts WHERE route = 'hooks' AND "key" = ? ORDER BY attempt`, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var n, s int
+		if err := rows.Scan(&n, &s); err != nil {
+			tb.Fatal(err)
+		}
+		if n != len(out)+1 {
+			tb.Fatalf("attempt numbers skip: %d after %d", n, len(out))
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+var t0ctx = context.Background()

@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/ingress"
+	"github.com/hookstamp/hookstamp/internal/queue"
+	"github.com/hookstamp/hookstamp/internal/telemetry"
+)
+
+// queueParts deliver the stored requests of async routes, and of any route
+// storing requests redelivered by an operator.
+type queueParts struct {
+	q       *queue.Queue // nil when no route stores requests
+	started bool
+	async   map[string]bool // the async routes
+}
+
+// hasAsync reports whether any route is async.
+func hasAsync(cfg *config.Config) bool {
+	for _, r := range cfg.Routes {
+		if r.Delivery == config.DeliveryAsync {
+			return true
+		}
+	}
+	return false
+}
+
+// openQueue builds the queue of the routes storing requests; the ledger
+// inserts their jobs with its intake transactions.
+func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
+	var qr []queue.Route
+	var names []string
+	g.queue.async = map[string]bool{}
+	for i, rc := range g.cfg.Routes {
+		if !rc.StoresRequests() {
+			continue
+		}
+		r := routes[i]
+		a := rc.Async
+		qr = append(qr, queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
+			Timeout: r.UpstreamTimeout, MaxAttempts: a.MaxAttempts, MaxAge: a.MaxAge,
+			Backoff: queue.Backoff{Initial: a.Backoff.Initial, Max: a.Backoff.Max}, Concurrency: a.Concurrency})
+		if rc.Delivery == config.DeliveryAsync {
+			g.queue.async[rc.Name] = true
+			names = append(names, rc.Name)
+		}
+	}
+	if len(qr) == 0 {
+		return nil
+	}
+	m, err := g.tel.ObserveQueue(names, g.queueCounts, g.now)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	q, err := queue.New(queue.Options{
+		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr,
+		Replica:      fmt.Sprintf("%s-%d", host, os.Getpid()),
+		PollInterval: o.QueuePollInterval, RescueMargin: o.RescueMargin,
+		Hooks:  queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld},
+		Tracer: g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
+	})
+	if err != nil {
+		return err
+	}
+	g.queue.q = q
+	g.ledger.UseJobs(q)
+	return nil
+}
+
+// queueCounts reads the queue gauges from the ledger.
+func (g *Gateway) queueCounts(ctx context.Context) (map[string]telemetry.QueueCount, error) {
+	stats, err := g.ledger.QueueStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]telemetry.QueueCount, len(stats))
+	for r, s := range stats {
+		out[r] = telemetry.QueueCount{Queued: s.Queued, Dead: s.Dead, Oldest: s.OldestQueued}
+	}
+	return out, nil
+}
+
+// startQueue starts working jobs.
+func (g *Gateway) startQueue() error {
+	if g.queue.q == nil {
+		return nil
+	}
+	if err := g.queue.q.Start(context.Background()); err != nil {
+		return err
+	}
+	g.queue.started = true
+	return nil
+}
+
+// stopQueue stops fetching jobs and lets the attempts in flight finish
+// until ctx is done (SIGTERM, SPEC §10); the rest stay queued.
+func (g *Gateway) stopQueue(ctx context.Context) {
+	if !g.queue.started {
+		return
+	}
+	g.queue.started = false
+	if err := g.queue.q.Stop(ctx); err != nil {
+		g.log.Warn("stop the delivery queue", "err", err)
+	}
+}
+
+// stopQueueNow is stopQueue for a gateway closing without a drain.
+func (g *Gateway) stopQueueNow() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.stopQueue(ctx)
+}

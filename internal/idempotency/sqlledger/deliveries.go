@@ -1,0 +1,324 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// ErrNoRequest: the record keeps no request to deliver again.
+var ErrNoRequest = errors.New("no request stored")
+
+// Stored is an async delivery as its worker reads it.
+type Stored struct {
+	State     idempotency.State
+	Request   *idempotency.Request // nil when none is stored
+	CreatedAt time.Time
+	TraceID   string
+	SpanID    string
+	// Attempts is the highest attempt number recorded so far.
+	Attempts int
+}
+
+const storedSQL = `SELECT state, created_at, trace_id, span_id, request_method, request_path, request_headers, request_body, ` +
+	`(SELECT COALESCE(MAX(a.attempt), 0) FROM hookstamp_attempts a WHERE a.route = r.route AND a."key" = r."key") ` +
+	`FROM hookstamp_records r WHERE route = ? AND "key" = ?`
+
+// Stored reads ref's state and stored request, or ErrNotFound.
+func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return nil, fmt.Errorf("read stored %s: %w", ref(r), err)
+	}
+	db, err := l.r.DB()
+	if err != nil {
+		return nil, l.fail("read stored "+ref(r), err)
+	}
+	var (
+		s                  Stored
+		state              string
+		method, path, hdrs sql.NullString
+		body               []byte
+	)
+	err = db.QueryRowContext(ctx, l.bind(storedSQL), r.Route, r.Key).Scan(&state, &s.CreatedAt, &s.TraceID, &s.SpanID,
+		&method, &path, &hdrs, &body, &s.Attempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("read stored %s: %w", ref(r), idempotency.ErrNotFound)
+	}
+	if err != nil {
+		return nil, l.fail("read stored "+ref(r), err)
+	}
+	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC()
+	if method.Valid {
+		s.Request = &idempotency.Request{Method: method.String, Path: path.String, Body: body}
+		if err := json.Unmarshal([]byte(hdrs.String), &s.Request.Headers); err != nil {
+			return nil, fmt.Errorf("read stored %s: decode request headers: %w", ref(r), err)
+		}
+		if s.Request.Headers == nil {
+			s.Request.Headers = http.Header{}
+		}
+	}
+	return &s, nil
+}
+
+// Settlement is what one attempt of an async delivery ended in.
+type Settlement struct {
+	idempotency.Ref
+	// State is StateDone (Response recorded), StateDead or StateHeld; ""
+	// leaves the record queued for its next attempt.
+	State    idempotency.State
+	Response idempotency.Response
+	Attempt  idempotency.Attempt
+}
+
+// settleSQL by Settlement.State: the final answer replaces a queued row's
+// (or, redelivered, a done row's); dead and held end a queued row only.
+var settleSQL = map[idempotency.State]string{
+	idempotency.StateDone: `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
+		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done')`,
+	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
+	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
+}
+
+const attemptSQL = `INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica) ` +
+	`VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (route, "key", attempt) DO NOTHING`
+
+// Settle records an attempt and what it ended in, and runs complete (the
+// job's completion) in the same transaction, so that a record is settled
+// exactly when its job is. A record changed meanwhile (deleted, or
+// resolved by an operator) gets no attempt; complete runs all the same.
+func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, complete func(context.Context, *sql.Tx) error) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("settle %s: %w", ref(s.Ref), err)
+	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return fmt.Errorf("settle %s: %w", ref(s.Ref), l.fail("clock", err))
+	}
+	now = toDB(now, shift)
+	var args []any
+	switch s.State {
+	case idempotency.StateDone:
+		headers, err := encodeHeaders(s.Response.Headers)
+		if err != nil {
+			return fmt.Errorf("settle %s: %w", ref(s.Ref), err)
+		}
+		body := nullBytes(s.Response.Body)
+		if s.Response.BodyOmitted {
+			body = nil
+		}
+		args = []any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key}
+	case idempotency.StateDead, idempotency.StateHeld:
+		args = []any{now, s.Route, s.Key}
+	}
+	err = l.inTx(ctx, func(tx *sql.Tx) error {
+		if args != nil {
+			res, err := tx.ExecContext(ctx, l.bind(settleSQL[s.State]), args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return complete(ctx, tx) // nothing left to settle: end the job
+			}
+		}
+		if err := l.addAttempt(ctx, tx, &s.Attempt, shift); err != nil {
+			return err
+		}
+		if complete == nil {
+			return nil
+		}
+		return complete(ctx, tx)
+	})
+	if err != nil {
+		return l.fail("settle "+ref(s.Ref), err)
+	}
+	return nil
+}
+
+// addAttempt writes a in tx.
+func (l *Ledger) addAttempt(ctx context.Context, tx *sql.Tx, a *idempotency.Attempt, shift time.Duration) error {
+	var status any
+	if a.Status != 0 {
+		status = a.Status
+	}
+	_, err := tx.ExecContext(ctx, l.bind(attemptSQL), a.Route, a.Key, a.Attempt, toDB(a.StartedAt, shift),
+		a.Duration.Milliseconds(), status, a.Error, a.Replica)
+	return err
+}
+
+// Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
+// row is revived (queued), and so is a held one with held set (an async
+// route's release); a done row stays done until the new final answer
+// replaces its answer; a queued row has its job already. It reports
+// whether a job was inserted; ErrNotFound without a row, ErrNoRequest
+// when no request is stored, ErrNotOwner for a row no delivery may be
+// queued for (pending, or held without held).
+func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (bool, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return false, fmt.Errorf("requeue %s: %w", ref(r), err)
+	}
+	queued := false
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		var state string
+		var method sql.NullString
+		lock := ""
+		if l.d.name == DriverPostgres {
+			lock = " FOR UPDATE"
+		}
+		err := tx.QueryRowContext(ctx, l.bind(`SELECT state, request_method FROM hookstamp_records WHERE route = ? AND "key" = ?`+lock),
+			r.Route, r.Key).Scan(&state, &method)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return idempotency.ErrNotFound
+		case err != nil:
+			return err
+		case !method.Valid:
+			return ErrNoRequest
+		}
+		switch idempotency.State(state) {
+		case idempotency.StateQueued:
+			return nil
+		case idempotency.StateDead, idempotency.StateHeld:
+			if state == string(idempotency.StateHeld) && !held {
+				return idempotency.ErrNotOwner
+			}
+			if _, err := tx.ExecContext(ctx, l.bind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL `+
+				`WHERE route = ? AND "key" = ?`), r.Route, r.Key); err != nil {
+				return err
+			}
+		case idempotency.StateDone:
+		default:
+			return idempotency.ErrNotOwner
+		}
+		queued = true
+		return l.jobs.InsertTx(ctx, tx, []idempotency.Ref{r})
+	})
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, ErrNoRequest), errors.Is(err, idempotency.ErrNotOwner):
+		return false, fmt.Errorf("requeue %s: %w", ref(r), err)
+	case err != nil:
+		return false, l.fail("requeue "+ref(r), err)
+	}
+	return queued, nil
+}
+
+// Redrive queues every dead row of route again (or those of keys, when
+// given), in one transaction with their jobs, and returns how many.
+func (l *Ledger) Redrive(ctx context.Context, route string, keys []string) (int, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return 0, fmt.Errorf("redrive %q: %w", route, err)
+	}
+	n := 0
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL WHERE route = ? AND state = 'dead'`
+		args := []any{route}
+		if keys != nil {
+			if len(keys) == 0 {
+				return nil
+			}
+			q += ` AND "key" IN (?` + repeat(",?", len(keys)-1) + `)`
+			for _, k := range keys {
+				args = append(args, k)
+			}
+		}
+		rows, err := tx.QueryContext(ctx, l.bind(q+` RETURNING "key"`), args...)
+		if err != nil {
+			return err
+		}
+		var refs []idempotency.Ref
+		for rows.Next() {
+			r := idempotency.Ref{Route: route}
+			if err := rows.Scan(&r.Key); err != nil {
+				rows.Close()
+				return err
+			}
+			refs = append(refs, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n = len(refs)
+		if n == 0 {
+			return nil
+		}
+		return l.jobs.InsertTx(ctx, tx, refs)
+	})
+	if err != nil {
+		return 0, l.fail(fmt.Sprintf("redrive %q", route), err)
+	}
+	return n, nil
+}
+
+func repeat(s string, n int) string {
+	b := make([]byte, 0, len(s)*n)
+	for range n {
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+// QueueStat is one route's async deliveries by state.
+type QueueStat struct {
+	Queued, Dead int
+	// OldestQueued is the creation time of the oldest queued delivery;
+	// zero when none is queued.
+	OldestQueued time.Time
+}
+
+// QueueStats counts the queued and dead rows of every route that has any
+// (hookstamp_queue_depth, hookstamp_queue_oldest_seconds).
+func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return nil, fmt.Errorf("queue stats: %w", err)
+	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue stats: %w", l.fail("clock", err))
+	}
+	db, err := l.r.DB()
+	if err != nil {
+		return nil, l.fail("queue stats", err)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT route, state, COUNT(*), MIN(created_at) FROM hookstamp_records `+
+		`WHERE state IN ('queued', 'dead') GROUP BY route, state`)
+	if err != nil {
+		return nil, l.fail("queue stats", err)
+	}
+	defer rows.Close()
+	out := map[string]QueueStat{}
+	for rows.Next() {
+		var route, state string
+		var n int
+		var oldest time.Time
+		if err := rows.Scan(&route, &state, &n, &oldest); err != nil {
+			return nil, l.fail("queue stats", err)
+		}
+		s := out[route]
+		if state == string(idempotency.StateDead) {
+			s.Dead = n
+		} else {
+			s.Queued, s.OldestQueued = n, oldest.UTC().Add(-shift)
+		}
+		out[route] = s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, l.fail("queue stats", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,296 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// Jobs inserts delivery jobs inside the ledger's own transactions: the
+// queue (River) beside the ledger in one database.
+type Jobs interface {
+	// InsertTx queues a delivery job for each ref, in tx.
+	InsertTx(ctx context.Context, tx *sql.Tx, refs []idempotency.Ref) error
+}
+
+var _ idempotency.Queue = (*Ledger)(nil)
+
+// UseJobs makes Enqueue insert delivery jobs with j. Call it before the
+// first Enqueue.
+func (l *Ledger) UseJobs(j Jobs) { l.jobs = j }
+
+// DB is the connection pool writes go through (SQLite: its one writer
+// connection), for the queue to share the ledger's transactions.
+func (l *Ledger) DB() (*sql.DB, error) { return l.w.DB() }
+
+// enqueueSQL writes an async delivery's queued row with its request where
+// the key has no row, or over a pending row owned by the caller or whose
+// lease expired; like commitSQL, it never touches a settled row.
+const enqueueSQL = `INSERT INTO hookstamp_records ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
+	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
+	`VALUES (?, ?, 'queued', NULL, NULL, ?, 0, '{}', NULL, false, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?) ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, ` +
+	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
+	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
+	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
+	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR hookstamp_records.lease_until < ?)`
+
+// intakeJob is one Enqueue waiting for its batch.
+type intakeJob struct {
+	ctx  context.Context
+	ref  idempotency.Ref
+	args []any
+	done chan error
+}
+
+// Enqueue stores an async delivery (idempotency.Queue): its queued row,
+// request and job in one transaction, shared with concurrent Enqueues as
+// commits share theirs (batch.go).
+func (l *Ledger) Enqueue(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
+	}
+	if l.jobs == nil || rec.Request == nil {
+		return fmt.Errorf("enqueue %s: no job queue or no request", ref(rec.Ref))
+	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), l.fail("clock", err))
+	}
+	hdr, err := json.Marshal(rec.Request.Headers)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: encode request headers: %w", ref(rec.Ref), err)
+	}
+	now = toDB(now, shift)
+	j := &intakeJob{ctx: ctx, ref: rec.Ref, done: make(chan error, 1), args: []any{
+		rec.Route, rec.Key, nullBytes(rec.Fingerprint), rec.TraceID, rec.SpanID, rec.Source, now, toDB(rec.ExpiresAt, shift),
+		rec.Request.Method, rec.Request.Path, string(hdr), rec.Request.Body, owner, now,
+	}}
+	if l.intakes == nil {
+		return l.runIntake(ctx, []*intakeJob{j})
+	}
+	if err := l.intakes.enqueue(ctx, j); err != nil {
+		return l.queueFailed(fmt.Sprintf("enqueue %s", ref(rec.Ref)), err)
+	}
+	return wait(ctx, l, "enqueue", &rec.Ref, j.done, func(err error) error { return err })
+}
+
+func (l *Ledger) newIntaker(workers, max int) *batcher[*intakeJob] {
+	return newBatcher(workers, max, l.runIntakes, func(j *intakeJob) { j.done <- l.check() })
+}
+
+// runIntakes stores one batch in one transaction; when the database
+// refuses it for a reason other than an outage, each is stored alone so
+// that one bad row fails alone.
+func (l *Ledger) runIntakes(batch []*intakeJob) {
+	ctx, cancel := l.batchCtx(batch[0].ctx)
+	defer cancel()
+	err := l.runIntake(ctx, batch)
+	if err == nil || len(batch) == 1 || l.unavailable(err) {
+		for _, j := range batch {
+			if j.done != nil {
+				j.done <- err
+			}
+		}
+		return
+	}
+	for _, j := range batch {
+		jctx, jcancel := l.op(context.WithoutCancel(j.ctx))
+		j.done <- l.runIntake(jctx, []*intakeJob{j})
+		jcancel()
+	}
+}
+
+// runIntake writes batch's rows and jobs in one transaction. A row that
+// finds the key settled by another owner gets ErrNotOwner and no job. Its
+// error is the transaction's; each job's own is sent on its done channel
+// only when the transaction commits.
+func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
+	// Rows are written in byRef order, as claims and commits write
+	// theirs: overlapping transactions wait instead of deadlocking.
+	slices.SortStableFunc(batch, func(a, b *intakeJob) int { return byRef(a.ref, b.ref) })
+	results := make([]error, len(batch))
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		written, err := l.writeIntakes(ctx, tx, batch)
+		if err != nil {
+			return err
+		}
+		var refs []idempotency.Ref
+		for i, j := range batch {
+			if !written[i] {
+				results[i] = fmt.Errorf("enqueue %s: %w", ref(j.ref), idempotency.ErrNotOwner)
+				continue
+			}
+			refs = append(refs, j.ref)
+		}
+		if len(refs) == 0 {
+			return nil
+		}
+		return l.jobs.InsertTx(ctx, tx, refs)
+	})
+	if err != nil {
+		return l.fail("enqueue", err)
+	}
+	if len(batch) == 1 {
+		return results[0]
+	}
+	for i, j := range batch {
+		j.done <- results[i]
+		j.done = nil
+	}
+	return nil
+}
+
+// writeIntakes writes batch's rows in tx and reports which were written:
+// one statement on PostgreSQL when the keys are distinct, a statement
+// each otherwise.
+func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]bool, error) {
+	written := make([]bool, len(batch))
+	if l.d.name == DriverPostgres && len(batch) > 1 && distinct(batch) {
+		return written, l.writeIntakeArrays(ctx, tx, batch, written)
+	}
+	for i, j := range batch {
+		res, err := tx.ExecContext(ctx, l.bind(enqueueSQL), j.args...)
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		written[i] = n == 1
+	}
+	return written, nil
+}
+
+func distinct(batch []*intakeJob) bool {
+	for i := 1; i < len(batch); i++ {
+		if batch[i].ref == batch[i-1].ref { // sorted
+			return false
+		}
+	}
+	return true
+}
+
+// enqueueBatchSQL is enqueueSQL for many rows (PostgreSQL), as
+// commitBatchSQL is commitSQL's.
+const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], ` +
+	`$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::timestamptz[]) ` +
+	`AS t(route, "key", fingerprint, trace_id, span_id, source, created_at, expires_at, request_method, request_path, ` +
+	`request_headers, request_body, owner, now)) ` +
+	`INSERT INTO hookstamp_records AS r ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
+	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
+	`SELECT route, "key", 'queued', NULL, NULL, fingerprint, 0, '{}', NULL, false, trace_id, span_id, source, ` +
+	`created_at, NULL, expires_at, request_method, request_path, request_headers, request_body FROM t ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, ` +
+	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
+	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
+	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
+	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
+	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
+	`RETURNING r.route, r."key"`
+
+// writeIntakeArrays writes batch (distinct keys) in one statement.
+func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, written []bool) error {
+	n := len(batch)
+	cols := make([][]any, 14)
+	for c := range cols {
+		cols[c] = make([]any, n)
+	}
+	for i, j := range batch {
+		for c := range cols {
+			cols[c][i] = j.args[c]
+		}
+	}
+	args := []any{texts(cols[0]), texts(cols[1]), byteas(cols[2]), texts(cols[3]), texts(cols[4]), texts(cols[5]),
+		times(cols[6]), times(cols[7]), texts(cols[8]), texts(cols[9]), texts(cols[10]), byteas(cols[11]), texts(cols[12]), times(cols[13])}
+	rows, err := tx.QueryContext(ctx, enqueueBatchSQL, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	got := make(map[idempotency.Ref]bool, n)
+	for rows.Next() {
+		var r idempotency.Ref
+		if err := rows.Scan(&r.Route, &r.Key); err != nil {
+			return err
+		}
+		got[r] = true
+	}
+	for i, j := range batch {
+		written[i] = got[j.ref]
+	}
+	return rows.Err()
+}
+
+func texts(v []any) pgArray[string] {
+	out := make(pgArray[string], len(v))
+	for i, x := range v {
+		out[i], _ = x.(string)
+	}
+	return out
+}
+
+func byteas(v []any) pgArray[[]byte] {
+	out := make(pgArray[[]byte], len(v))
+	for i, x := range v {
+		b, _ := x.([]byte)
+		out[i] = nonEmpty(b)
+	}
+	return out
+}
+
+func times(v []any) pgArray[time.Time] {
+	out := make(pgArray[time.Time], len(v))
+	for i, x := range v {
+		out[i], _ = x.(time.Time)
+	}
+	return out
+}
+
+// inTx runs f in one transaction on the writer.
+func (l *Ledger) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	db, err := l.w.DB()
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op once committed
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// bind turns a statement's "?" placeholders into PostgreSQL's "$n" for
+// database/sql, which (unlike GORM) passes statements through as written.
+func (l *Ledger) bind(q string) string {
+	if l.d.name != DriverPostgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,291 @@
+// Package queue delivers the stored deliveries of async routes (SPEC §10)
+// with River, the job queue kept in the ledger's own database: jobs are
+// inserted in the ledger's intake transactions (sqlledger.Jobs), and each
+// job run is one attempt, settled with the job's completion in one
+// transaction.
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+)
+
+// Drivers accepted in Options.Driver (the ledger's).
+const (
+	DriverSQLite   = sqlledger.DriverSQLite
+	DriverPostgres = sqlledger.DriverPostgres
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	// DefaultPollInterval is how often each route's queue looks for jobs
+	// that became available (River: FetchPollInterval).
+	DefaultPollInterval = time.Second
+	// DefaultRescueMargin is added to a route's upstream.timeout before a
+	// running job is presumed lost with its replica and delivered again.
+	DefaultRescueMargin = 10 * time.Second
+)
+
+// Options configure a Queue.
+type Options struct {
+	// Driver is the ledger's, DriverSQLite or DriverPostgres.
+	Driver string
+	// Ledger stores the deliveries; its writer pool carries the jobs.
+	Ledger *sqlledger.Ledger
+	// Forwarder sends each attempt.
+	Forwarder Forwarder
+	Routes    []Route
+	// Replica names this process in hookstamp_attempts.
+	Replica string
+	// PollInterval (DefaultPollInterval) and RescueMargin
+	// (DefaultRescueMargin).
+	PollInterval time.Duration
+	RescueMargin time.Duration
+	Hooks        Hooks
+	// Tracer makes the attempt spans; TracerProvider River's own (no-op
+	// by default).
+	Tracer         trace.Tracer
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+// Hooks receive what metrics count; nil fields are ignored.
+type Hooks struct {
+	// Attempt: one attempt ended: "delivered", "retried" or "dead".
+	Attempt func(route, result string)
+	// Lag: an acknowledged delivery reached the upstream with a final
+	// answer, lag after its intake.
+	Lag func(route string, lag time.Duration)
+	// Takeover: a job whose previous run ended unrecorded (its replica
+	// died mid-attempt) is run again: the upstream may get a second copy.
+	Takeover    func(route string)
+	HeldChanged func(route string, delta int)
+}
+
+// Queue is the River client delivering async routes' jobs. It is safe for
+// concurrent use.
+type Queue struct {
+	o        Options
+	client   *river.Client[*sql.Tx]
+	routes   map[string]*Route
+	complete func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error
+}
+
+var _ sqlledger.Jobs = (*Queue)(nil)
+
+// New builds the River client for o.Routes, one River queue per route so
+// that a slow route's attempts never take another's workers; nothing runs
+// until Start.
+func New(o Options) (*Queue, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Tracer == nil {
+		o.Tracer = tracenoop.NewTracerProvider().Tracer("hookstamp")
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.RescueMargin <= 0 {
+		o.RescueMargin = DefaultRescueMargin
+	}
+	q := &Queue{o: o, routes: make(map[string]*Route, len(o.Routes))}
+	db, err := o.Ledger.DB()
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	driver, complete, err := driverFor(o.Driver, db)
+	if err != nil {
+		return nil, err
+	}
+	q.complete = complete
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &worker{q: q}); err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	queues := make(map[string]river.QueueConfig, len(o.Routes))
+	longest := time.Duration(0)
+	for i := range o.Routes {
+		r := &o.Routes[i]
+		q.routes[r.Name] = r
+		queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency}
+		longest = max(longest, r.Timeout)
+	}
+	cfg := &river.Config{
+		ID:                   o.Replica,
+		Queues:               queues,
+		Workers:              workers,
+		FetchPollInterval:    o.PollInterval,
+		FetchCooldown:        min(o.PollInterval, river.FetchCooldownDefault),
+		JobTimeout:           longest + o.RescueMargin/2,
+		RescueStuckJobsAfter: longest + o.RescueMargin,
+		Logger:               o.Logger.With("component", "river"),
+		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+			EnableTracePropagation: true,
+			TracerProvider:         o.TracerProvider,
+			MeterProvider:          noop.NewMeterProvider(), // hookstamp's own metrics (SPEC §11) count deliveries
+		})},
+		// Without PostgreSQL's LISTEN (database/sql has none), every
+		// replica polls.
+		PollOnly: true,
+	}
+	if len(queues) == 0 {
+		cfg.Queues, cfg.Workers = nil, nil // an insert-only client: no route is async
+	}
+	q.client, err = river.NewClient(driver, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("queue: river client: %w", err)
+	}
+	return q, nil
+}
+
+// driverFor is River's driver for the ledger's database, and the job
+// completion in a transaction of that driver.
+func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(context.Context, *sql.Tx, *river.Job[Args]) error, error) {
+	switch name {
+	case DriverSQLite:
+		return riversqlite.New(db), func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
+			_, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx, job)
+			return err
+		}, nil
+	case DriverPostgres:
+		return riverdatabasesql.New(db), func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
+			_, err := river.JobCompleteTx[*riverdatabasesql.Driver](ctx, tx, job)
+			return err
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
+}
+
+// Migrate creates or upgrades River's tables beside the ledger's.
+// Replicas starting together take turns: on PostgreSQL under a session
+// lock (River's migrations each need a transaction of their own), on
+// SQLite in one write transaction.
+func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
+	db, err := l.DB()
+	if err != nil {
+		return fmt.Errorf("migrate queue: %w", err)
+	}
+	driver, _, err := driverFor(l.Driver(), db)
+	if err != nil {
+		return err
+	}
+	m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("migrate queue: %w", err)
+	}
+	if l.Driver() == DriverPostgres {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate queue: %w", err)
+		}
+		defer conn.Close()
+		const lock = "hashtext(current_schema() || '.river_migration')"
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+lock+")"); err != nil {
+			return fmt.Errorf("migrate queue: lock: %w", err)
+		}
+		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return fmt.Errorf("migrate queue: %w", err)
+		}
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate queue: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate queue: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate queue: %w", err)
+	}
+	return nil
+}
+
+// Start begins fetching and working jobs.
+func (q *Queue) Start(ctx context.Context) error {
+	if len(q.routes) == 0 {
+		return nil
+	}
+	if err := q.client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("queue: start: %w", err)
+	}
+	return nil
+}
+
+// Stop stops fetching jobs and waits for the attempts in flight until ctx
+// is done; then it cuts them (each records its attempt and is retried
+// later, by any replica).
+func (q *Queue) Stop(ctx context.Context) error {
+	if len(q.routes) == 0 {
+		return nil
+	}
+	err := q.client.Stop(ctx)
+	if err == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return q.client.StopAndCancel(cctx)
+}
+
+// InsertTx queues a delivery job for each ref in tx (sqlledger.Jobs).
+func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, refs []idempotency.Ref) error {
+	params := make([]river.InsertManyParams, len(refs))
+	for i, r := range refs {
+		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key},
+			InsertOpts: &river.InsertOpts{Queue: QueueName(r.Route), MaxAttempts: riverMaxAttempts}}
+	}
+	if _, err := q.client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("insert delivery jobs: %w", err)
+	}
+	return nil
+}
+
+// riverMaxAttempts bounds River's own retries of a run that failed to
+// record its outcome (the ledger unreachable); the route's max_attempts
+// counts the upstream attempts, which are snoozes to River.
+const riverMaxAttempts = 1000
+
+// queueNameOK is what River accepts as a queue name.
+var queueNameOK = regexp.MustCompile(`^[a-z0-9]+(?:[_-][a-z0-9]+)*$`)
+
+// QueueName is route's River queue: its name when River accepts it, a
+// digest of it otherwise (route names may hold "__" or lead with "-").
+func QueueName(route string) string {
+	if queueNameOK.MatchString(route) {
+		return "route_" + route
+	}
+	sum := sha256.Sum256([]byte(route))
+	return "route_" + hex.EncodeToString(sum[:8])
+}

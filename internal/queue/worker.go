@@ -1,0 +1,191 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+)
+
+// Forwarder sends one attempt upstream.
+type Forwarder interface {
+	Do(ctx context.Context, r *forward.Request) (*forward.Response, error)
+}
+
+// Route is an async route as its deliveries need it.
+type Route struct {
+	Name string
+	// Policy decides which answers are final and what is recorded of them.
+	Policy      *idempotency.Policy
+	UpstreamURL string
+	KeyHeader   string
+	Timeout     time.Duration // upstream.timeout
+	MaxAttempts int
+	MaxAge      time.Duration
+	Backoff     Backoff
+	Concurrency int
+}
+
+// HeaderAttempt numbers each attempt of a delivery to the upstream.
+const HeaderAttempt = "Hookstamp-Attempt"
+
+// worker runs delivery jobs.
+type worker struct {
+	river.WorkerDefaults[Args]
+	q *Queue
+}
+
+// Timeout lets an attempt run for its route's upstream.timeout and the
+// settling after it; River's own default would cut a slow upstream.
+func (w *worker) Timeout(job *river.Job[Args]) time.Duration {
+	if r := w.q.routes[job.Args.Route]; r != nil && r.Timeout > 0 {
+		return r.Timeout + w.q.o.RescueMargin/2
+	}
+	return -1
+}
+
+func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	return w.q.attempt(ctx, job)
+}
+
+// attempt makes one attempt of job's delivery and settles it: done,
+// dead or held with the job completed in the same transaction, or
+// snoozed until the next attempt.
+func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
+	ref := idempotency.Ref{Route: job.Args.Route, Key: job.Args.Key}
+	r := q.routes[ref.Route]
+	if r == nil {
+		// The route left the configuration: its deliveries wait for it.
+		q.o.Logger.WarnContext(ctx, "delivery job for a route that is not configured (or not async); it waits", "route", ref.Route, "key", ref.Key)
+		return river.JobSnooze(time.Hour)
+	}
+	st, err := q.o.Ledger.Stored(ctx, ref)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return nil // deleted by an operator or swept: nothing to deliver
+	case err != nil:
+		return fmt.Errorf("read delivery %q: %w", ref.Key, err)
+	case st.Request == nil || (st.State != idempotency.StateQueued && st.State != idempotency.StateDone):
+		return nil // resolved or already settled by an operator
+	}
+	run := job.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
+	if n := len(job.Errors); n > 0 && job.Errors[n-1].Attempt == job.Attempt-1 {
+		// The previous run ended without recording its outcome: killed
+		// mid-attempt (rescued) or cut from the ledger.
+		q.hook(q.o.Hooks.Takeover, ref.Route)
+		q.o.Logger.WarnContext(ctx, "delivering again a delivery whose previous attempt was not recorded; the upstream may get it twice, with the same key",
+			"route", ref.Route, "key", ref.Key)
+	}
+	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
+	up, ferr := q.send(ctx, r, st, &a)
+	a.Duration = q.o.Now().Sub(a.StartedAt)
+	// Settled even when shutdown cut the attempt.
+	sctx := context.WithoutCancel(ctx)
+	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
+	complete := func(ctx context.Context, tx *sql.Tx) error { return q.complete(ctx, tx, job) }
+	switch {
+	case up != nil && r.Policy.Settles(up):
+		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(up)
+		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
+		}
+		q.hookResult(ref.Route, "delivered")
+		if q.o.Hooks.Lag != nil && st.State == idempotency.StateQueued {
+			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
+		}
+		return nil
+	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
+		s.State = idempotency.StateHeld
+		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
+		}
+		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
+			q.o.Hooks.HeldChanged(ref.Route, 1)
+		}
+		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
+			"route", ref.Route, "key", ref.Key, "err", ferr)
+		return nil
+	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
+		s.State = idempotency.StateDead
+		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
+		}
+		q.hookResult(ref.Route, "dead")
+		q.o.Logger.WarnContext(ctx, "async delivery is dead: out of attempts or age; redrive it through the admin API",
+			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
+		return nil
+	}
+	if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), nil); err != nil {
+		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
+	}
+	q.hookResult(ref.Route, "retried")
+	var wait time.Duration
+	if up != nil {
+		wait = retryAfter(up.Header, q.o.Now())
+	}
+	return river.JobSnooze(r.Backoff.next(run, wait))
+}
+
+// send forwards st's request for attempt a, in a span linked to the
+// intake's, and notes its status or error in a.
+func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *idempotency.Attempt) (*idempotency.Upstream, error) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("hookstamp.route", r.Name), attribute.String("hookstamp.key", a.Key), attribute.Int("hookstamp.attempt", a.Attempt))}
+	if link, ok := intakeLink(st); ok {
+		opts = append(opts, trace.WithLinks(link))
+	}
+	ctx, span := q.o.Tracer.Start(ctx, "hookstamp.attempt", opts...)
+	defer span.End()
+	stored := forward.Stored{Method: st.Request.Method, Path: st.Request.Path, Header: st.Request.Headers, Body: st.Request.Body}
+	req := stored.Request(r.UpstreamURL, r.KeyHeader, a.Key)
+	req.Timeout = r.Timeout
+	req.Header.Set(HeaderAttempt, fmt.Sprint(a.Attempt))
+	resp, err := q.o.Forwarder.Do(ctx, req)
+	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
+		a.Status = resp.Status
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
+	}
+	if err != nil {
+		a.Error = err.Error()
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "the upstream did not answer")
+		return nil, err
+	}
+	a.Status = resp.Status
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
+}
+
+// intakeLink links an attempt to the span of the delivery's intake.
+func intakeLink(st *sqlledger.Stored) (trace.Link, bool) {
+	tid, err1 := trace.TraceIDFromHex(st.TraceID)
+	sid, err2 := trace.SpanIDFromHex(st.SpanID)
+	if err1 != nil || err2 != nil {
+		return trace.Link{}, false
+	}
+	return trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true})}, true
+}
+
+func (q *Queue) hook(f func(string), route string) {
+	if f != nil {
+		f(route)
+	}
+}
+
+func (q *Queue) hookResult(route, result string) {
+	if q.o.Hooks.Attempt != nil {
+		q.o.Hooks.Attempt(route, result)
+	}
+}
