@@ -129,7 +129,6 @@ func (noQueue) Redeliver(context.Context, idempotency.Ref) error { return errNoQ
 func (noQueue) Redrive(context.Context, string, []string) (int, error) {
 	return 0, errNoQueue
 }
-func (noQueue) Depths(context.Context) (map[string]Depth, error) { return nil, nil }
 
 func (c *Console) queue() Queue {
 	if c.o.Queue == nil {

@@ -68,8 +68,6 @@ type Queue interface {
 	// Redrive queues route's dead records again (keys nil: all of them)
 	// and returns how many.
 	Redrive(ctx context.Context, route string, keys []string) (int, error)
-	// Depths are the queued and dead counts per async route.
-	Depths(ctx context.Context) (map[string]Depth, error)
 }
 
 // Depth is an async route's queue.

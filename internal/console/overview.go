@@ -60,13 +60,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	var depths map[string]Depth
 	var depthErr error
-	if c.o.Queue != nil {
-		depths, depthErr = c.o.Queue.Depths(r.Context())
+	if c.o.Depths != nil {
+		depths, depthErr = c.o.Depths(r.Context())
 	}
 	now := c.o.Now()
 	for _, rt := range c.o.Routes {
 		ro := routeOverview{Route: rt, DepthError: rt.Async && depthErr != nil}
-		if d, ok := depths[rt.Name]; ok && rt.Async {
+		if rt.Async && c.o.Depths != nil && depthErr == nil {
+			d := depths[rt.Name] // absent: nothing queued or dead
 			ro.Depth = &d
 			if !d.OldestQueued.IsZero() {
 				ro.OldestAge = now.Sub(d.OldestQueued).Round(time.Second).String()

@@ -169,10 +169,14 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 	for i, r := range g.cfg.Routes {
 		routes[i] = console.Route{Name: r.Name, StoresRequests: r.StoresRequests(), Async: r.Delivery == config.DeliveryAsync}
 	}
-	return console.New(console.Options{
+	o := console.Options{
 		Token: g.cfg.Admin.Token, Admin: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
 		Logger: g.log.With("component", "console"), Now: g.now,
-	})
+	}
+	if g.queue.q != nil {
+		o.Queue, o.Depths = ops, g.queueDepths
+	}
+	return console.New(o)
 }
 
 // AdminAddr is the address the admin listener is bound to ("" when off or
@@ -194,4 +198,17 @@ func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
 		}
 	}
 	return err
+}
+
+// queueDepths is what the console shows of each async route's queue.
+func (g *Gateway) queueDepths(ctx context.Context) (map[string]console.Depth, error) {
+	stats, err := g.ledger.QueueStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]console.Depth, len(stats))
+	for r, s := range stats {
+		out[r] = console.Depth{Queued: s.Queued, Dead: s.Dead, OldestQueued: s.OldestQueued}
+	}
+	return out, nil
 }
