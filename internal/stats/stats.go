@@ -58,10 +58,12 @@ type RouteStats struct {
 	TopSources []Item
 }
 
-// DuplicateRate is replayed / (forwarded + replayed) (SPEC §7); 0 when
-// nothing was forwarded or replayed.
+// DuplicateRate is replayed / (forwarded + replayed) (SPEC §7), an async
+// route's first deliveries (accepted) counting as forwarded; 0 when
+// nothing was forwarded, accepted or replayed.
 func (r *RouteStats) DuplicateRate() float64 {
-	rep, fwd := r.Outcomes[idempotency.Replayed], r.Outcomes[idempotency.Forwarded]
+	rep := r.Outcomes[idempotency.Replayed]
+	fwd := r.Outcomes[idempotency.Forwarded] + r.Outcomes[idempotency.Accepted]
 	if rep+fwd == 0 {
 		return 0
 	}

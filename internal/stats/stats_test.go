@@ -406,3 +406,12 @@ func TestWindowCoversWhatItAsks(t *testing.T) {
 		})
 	}
 }
+
+// An async route's first deliveries are accepted, not forwarded: they
+// count as firsts, or every async route would show 100% duplicates.
+func TestDuplicateRateCountsAcceptedAsFirsts(t *testing.T) {
+	rs := &RouteStats{Outcomes: map[idempotency.Outcome]int64{idempotency.Accepted: 1, idempotency.Replayed: 2}}
+	if got := rs.DuplicateRate(); fmt.Sprintf("%.4f", got) != "0.6667" {
+		t.Errorf("duplicate rate %v, want 2/3", got)
+	}
+}
