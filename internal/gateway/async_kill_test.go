@@ -14,9 +14,6 @@ import (
 )
 
 func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the gateway and waits for River's rescuer")
-	}
 	bin := buildGateway(t)
 	c := sharedCluster(t)
 	var mu sync.Mutex
