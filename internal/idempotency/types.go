@@ -100,6 +100,9 @@ type Attempt struct {
 	Status  int
 	Error   string
 	Replica string
+	// ExpiresAt is when an attempt whose record was never written (a
+	// released claim) is swept; zero: it goes only with its record.
+	ExpiresAt time.Time
 }
 
 // ClaimStatus says what a claim found.

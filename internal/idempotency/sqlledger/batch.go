@@ -232,30 +232,23 @@ func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, resu
 	if err != nil {
 		return err
 	}
-	db, err := l.w.DB()
-	if err != nil {
-		return err
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	s := tx.StmtContext(ctx, stmt)
-	for i, j := range batch {
-		res, err := s.ExecContext(ctx, j.row.args()...)
-		if err != nil {
-			return err
+	return l.inTx(ctx, func(tx *sql.Tx) error {
+		s := tx.StmtContext(ctx, stmt)
+		for i, j := range batch {
+			res, err := s.ExecContext(ctx, j.row.args()...)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
+			}
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
-		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // sqliteCommitStmt returns commitSQL prepared on the writer, preparing it

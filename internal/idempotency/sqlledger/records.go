@@ -56,6 +56,9 @@ type attemptRow struct {
 	Status     *int      `gorm:"column:status"`
 	Error      string    `gorm:"column:error;type:text;not null"`
 	Replica    string    `gorm:"column:replica;type:text;not null"`
+	// ExpiresAt is set on attempts that may outlive a claim released
+	// without a record; the sweeper deletes them once no record came.
+	ExpiresAt *time.Time `gorm:"column:expires_at;index:idx_hookstamp_attempts_expires_at,where:expires_at IS NOT NULL"`
 }
 
 // TableName implements GORM's tabler.
