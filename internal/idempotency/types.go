@@ -78,6 +78,10 @@ type Record struct {
 	// Request is the stored delivery (record.request, async routes); nil
 	// when the route stores none.
 	Request *Request
+	// Attempt, given to Commit, is the forward that produced the record:
+	// the ledger writes it as the record's next attempt in the same
+	// transaction, and only if the record is written. Never read back.
+	Attempt *Attempt
 }
 
 // Request is a delivery as stored for redelivery (SPEC §11): hop-by-hop

@@ -24,6 +24,44 @@ const attemptsSQL = `SELECT attempt, started_at, duration_ms, status, error, rep
 
 const deleteAttemptsSQL = `DELETE FROM hookstamp_attempts WHERE route = ? AND "key" = ?`
 
+// attemptArgs is an attempt as its columns bind, times on the database's
+// clock; nil pointers bind NULL.
+type attemptArgs struct {
+	number  *int64 // nil: the ledger numbers it
+	started time.Time
+	ms      int64
+	status  *int64
+	err     string
+	replica string
+	expires *time.Time
+}
+
+// attemptArgsOf returns nil for a nil a.
+func attemptArgsOf(a *idempotency.Attempt, shift time.Duration) *attemptArgs {
+	if a == nil {
+		return nil
+	}
+	out := &attemptArgs{started: toDB(a.StartedAt, shift), ms: a.Duration.Milliseconds(), err: a.Error, replica: a.Replica}
+	if a.Attempt > 0 {
+		n := int64(a.Attempt)
+		out.number = &n
+	}
+	if a.Status > 0 {
+		s := int64(a.Status)
+		out.status = &s
+	}
+	if !a.ExpiresAt.IsZero() {
+		e := toDB(a.ExpiresAt, shift)
+		out.expires = &e
+	}
+	return out
+}
+
+// args binds addAttemptSQL for r.
+func (a *attemptArgs) args(r idempotency.Ref) []any {
+	return []any{r.Route, r.Key, a.number, r.Route, r.Key, a.started, a.ms, a.status, a.err, a.replica, a.expires}
+}
+
 // AddAttempt records one forward of ref's delivery. a.Attempt 0 numbers
 // it one past the record's last attempt; a number already taken is an
 // error. A record need not exist yet (a synchronous forward is recorded
@@ -48,20 +86,10 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 	if err != nil {
 		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), l.fail("clock", err))
 	}
-	var number, status, expires any
-	if a.Attempt > 0 {
-		number = a.Attempt
-	}
-	if a.Status > 0 {
-		status = a.Status
-	}
-	if !a.ExpiresAt.IsZero() {
-		expires = toDB(a.ExpiresAt, shift)
-	}
+	args := attemptArgsOf(&a, shift).args(a.Ref)
 	q := l.d.rebind(addAttemptSQL)
 	for range maxClaimAttempts {
-		res, err := ex.ExecContext(ctx, q, a.Route, a.Key, number, a.Route, a.Key, toDB(a.StartedAt, shift),
-			a.Duration.Milliseconds(), status, a.Error, a.Replica, expires)
+		res, err := ex.ExecContext(ctx, q, args...)
 		if err != nil {
 			return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
 		}
@@ -72,7 +100,7 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 		if n == 1 {
 			return nil
 		}
-		if number != nil {
+		if a.Attempt > 0 {
 			return fmt.Errorf("add attempt %s: attempt %d is recorded already", ref(a.Ref), a.Attempt)
 		}
 	}

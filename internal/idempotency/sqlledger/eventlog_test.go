@@ -3,6 +3,7 @@ package sqlledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -249,6 +250,74 @@ func TestAttemptsAreDeletedWithTheirRecord(t *testing.T) {
 			if got := mustAttempts(t, l, r); len(got) != 1 {
 				t.Errorf("%q: %d attempts, want 1 kept", r.Key, len(got))
 			}
+		}
+	})
+}
+
+// A commit writes the request and the forward's attempt with the record,
+// lone or in a batch with others; a commit that loses to a settled record
+// writes neither.
+func TestCommitStoresRequestAndAttempt(t *testing.T) {
+	onEachDriver(t, func(t *testing.T, l *sqlledger.Ledger) {
+		const n = 24
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				r := ref(fmt.Sprintf("evt_%d", i))
+				rec := doneRecord(r, t0, t0.Add(time.Hour))
+				rec.Request = storedRequest()
+				a := attempt(r, 0, 200, "")
+				rec.Attempt = &a
+				errs <- l.Commit(context.Background(), rec, "o", t0)
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+		}
+		for i := range n {
+			r := ref(fmt.Sprintf("evt_%d", i))
+			got, err := l.Request(t.Context(), r)
+			if err != nil || !reflect.DeepEqual(got, wantRequest()) {
+				t.Fatalf("Request(%q) = %+v, %v; want %+v", r.Key, got, err, wantRequest())
+			}
+			want := attempt(r, 0, 200, "")
+			want.Attempt = 1
+			if atts := mustAttempts(t, l, r); len(atts) != 1 || atts[0] != want {
+				t.Fatalf("Attempts(%q) = %+v, want [%+v]", r.Key, atts, want)
+			}
+		}
+		r := ref("evt_0")
+		again := doneRecord(r, t0, t0.Add(time.Hour))
+		a := attempt(r, 0, 201, "")
+		again.Attempt = &a
+		if err := l.Commit(t.Context(), again, "other", t0); !errors.Is(err, idempotency.ErrNotOwner) {
+			t.Fatalf("second Commit: err = %v, want ErrNotOwner", err)
+		}
+		if atts := mustAttempts(t, l, r); len(atts) != 1 {
+			t.Errorf("after a lost commit: %d attempts, want 1", len(atts))
+		}
+	})
+}
+
+// Recommit over the caller's pending row writes the attempt too.
+func TestRecommitClaimedStoresAttempt(t *testing.T) {
+	onEachDriver(t, func(t *testing.T, l *sqlledger.Ledger) {
+		r := ref("evt_re")
+		mustClaim(t, l, claimReq(r, "o", time.Hour), t0, idempotency.Acquired)
+		rec := doneRecord(r, t0, t0.Add(time.Hour))
+		rec.Request = storedRequest()
+		a := attempt(r, 0, 200, "")
+		rec.Attempt = &a
+		if err := l.Recommit(t.Context(), rec, "o", t0, true); err != nil {
+			t.Fatalf("Recommit: %v", err)
+		}
+		if got, err := l.Request(t.Context(), r); err != nil || got == nil {
+			t.Errorf("Request = %v, %v; want the stored request", got, err)
+		}
+		if atts := mustAttempts(t, l, r); len(atts) != 1 || atts[0].Attempt != 1 {
+			t.Errorf("Attempts = %+v, want attempt 1", atts)
 		}
 	})
 }
