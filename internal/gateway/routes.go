@@ -61,6 +61,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		UpstreamTimeout: rc.Upstream.Timeout,
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
+		StoreRequests:   rc.StoresRequests(),
 	}
 	if p, ok := config.LookupPreset(rc.Preset); ok && p.Resend != "" {
 		r.Policy.Resend = []byte(p.Resend)

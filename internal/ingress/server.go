@@ -339,6 +339,9 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	if refused := fingerprint(route, req, &d); refused != nil {
 		return *refused
 	}
+	if route.StoreRequests {
+		d.Request = storedRequest(c, route, rest)
+	}
 	return s.o.Engine.Handle(ctx, route.Policy, d, fwd)
 }
 
@@ -410,32 +413,10 @@ func loggable(key []byte) string {
 // still hold the body after a timeout) and sends it upstream.
 func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, key string) (*idempotency.Upstream, error) {
 	fr := c.Request()
-	hdr := make(http.Header, fr.Header.Len())
-	cookie := false
-	fr.Header.VisitAll(func(k, v []byte) {
-		name := string(k)
-		switch name {
-		case "Host", "Content-Length":
-			return
-		case "Cookie":
-			cookie = true
-			return
-		}
-		hdr[name] = append(hdr[name], string(v))
-	})
-	if cookie {
-		// fasthttp hands Cookie back rebuilt from its parse: the upstream
-		// gets the lines as sent (SPEC §4), from the header as received.
-		fr.Header.VisitAllInOrder(func(k, v []byte) {
-			if string(k) == "Cookie" {
-				hdr["Cookie"] = append(hdr["Cookie"], string(v))
-			}
-		})
-	}
 	req := &forward.Request{
 		Method:      Method(c),
-		URL:         forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
-		Header:      hdr,
+		URL:         upstreamURL(fr, route, rest),
+		Header:      requestHeader(fr),
 		Body:        append([]byte(nil), fr.Body()...),
 		ClientIP:    s.clientIP(c),
 		TrustedPeer: s.trustedPeer(c),
