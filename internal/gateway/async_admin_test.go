@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,4 +238,69 @@ func TestAsyncHandshakeIsForwardedSynchronously(t *testing.T) {
 	}
 	n := send(t, g, "/hooks", `{"event":{}}`, "Twitch-Eventsub-Message-Id", "m2", "Twitch-Eventsub-Message-Type", "notification")
 	wantOutcome(t, n, http.StatusAccepted, "accepted")
+}
+
+func TestAsyncQueueMetrics(t *testing.T) {
+	up := newUpstream(t)
+	var down atomic.Bool
+	down.Store(true)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	g := startAsyncAdmin(t, up)
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_m"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_m", idempotency.StateDead)
+	m := scrape(t, g)
+	for _, want := range []string{
+		`hookstamp_queue_depth{route="hooks",state="dead"} 1`,
+		`hookstamp_queue_depth{route="hooks",state="queued"} 0`,
+		`hookstamp_delivery_attempts_total{result="retried",route="hooks"} 4`,
+		`hookstamp_delivery_attempts_total{result="dead",route="hooks"} 1`,
+		`hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 0`,
+		`hookstamp_requests_total{outcome="accepted",route="hooks"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	down.Store(false)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/dead/redrive", ""); status != 200 {
+		t.Fatalf("redrive = %d %s", status, body)
+	}
+	waitState(t, g, "evt_m", idempotency.StateDone)
+	m = scrape(t, g)
+	for _, want := range []string{
+		`hookstamp_queue_depth{route="hooks",state="dead"} 0`,
+		`hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 1`,
+		`hookstamp_delivery_lag_seconds_count{route="hooks"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// scrape reads g's /metrics, without the lines of other instrumentation
+// scopes' labels.
+func scrape(tb testing.TB, g *Gateway) string {
+	tb.Helper()
+	resp, err := client.Get("http://" + g.AdminAddr() + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return stripScope(string(b))
+}
+
+// scopeLabel matches the instrumentation scope's labels, which the
+// Prometheus exporter adds to every series.
+var scopeLabel = regexp.MustCompile(`,?otel_scope_[a-z_]+="[^"]*"`)
+
+func stripScope(metrics string) string {
+	return strings.ReplaceAll(scopeLabel.ReplaceAllString(metrics, ""), "{,", "{")
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Logger: g.log,
 		Tracer: g.tel.Tracer(),
 		Hooks:  g.tel.Hooks(),
+		// Attempts name the replica that made them: the host (a pod's
+		// name on Kubernetes).
+		Replica: replicaName(),
 	}
 	if g.screen == nil {
 		eo.Screen = nil // a nil *Screen in the interface would not be nil
@@ -448,4 +452,10 @@ func (g *Gateway) localCacheBytes() int {
 		return 0
 	}
 	return n
+}
+
+// replicaName is the host's name, or "" when it has none.
+func replicaName() string {
+	name, _ := os.Hostname()
+	return name
 }

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -57,10 +55,9 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	if err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
 	q, err := queue.New(queue.Options{
 		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr,
-		Replica:      fmt.Sprintf("%s-%d", host, os.Getpid()),
+		Replica:      replicaName(),
 		PollInterval: o.QueuePollInterval, RescueMargin: o.RescueMargin,
 		Hooks:  queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld},
 		Tracer: g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,

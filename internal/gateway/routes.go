@@ -62,6 +62,7 @@ func buildRoute(rc *config.Route) (*ingress.Route, error) {
 		UpstreamTimeout: rc.Upstream.Timeout,
 		KeyHeader:       rc.Upstream.KeyHeader,
 		SourceHeader:    rc.SourceHeader(),
+		StoreRequests:   rc.StoresRequests(),
 	}
 	preset, _ := config.LookupPreset(rc.Preset)
 	if preset.Resend != "" {

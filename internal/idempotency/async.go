@@ -21,7 +21,7 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
 	}
 	now := e.o.Now()
 	rec := &Record{Ref: d.Ref, State: StateQueued, Fingerprint: d.Fingerprint, Source: d.Source,
-		CreatedAt: now, ExpiresAt: now.Add(p.Retention), Request: d.Request()}
+		CreatedAt: now, ExpiresAt: now.Add(p.Retention), Request: d.Request}
 	traceOf(ctx, rec)
 	// Stored even if the provider has gone away: the claim is settled
 	// either way.

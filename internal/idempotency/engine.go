@@ -44,9 +44,9 @@ type Delivery struct {
 	Also func() [][]byte
 	// Source is the sender (routes[].source), for duplicate statistics.
 	Source string
-	// Request is the delivery as stored for an async route (nil on others):
-	// built only once the key is claimed.
-	Request func() *Request
+	// Request is stored with the record, and each forward recorded as an
+	// attempt (record.request); nil = neither.
+	Request *Request
 
 	ticket Ticket // taken before anything is read, for every Cache.Put
 }
@@ -101,6 +101,8 @@ type Options struct {
 	Tracer         trace.Tracer     // spans of each step (no-op by default)
 	Hooks          Hooks
 	Logger         *slog.Logger // failures, with keys but never bodies (slog.Default)
+	// Replica names this process in the attempts it records ("").
+	Replica string
 }
 
 // Engine runs the state machine of SPEC §1 for every route. It is safe for
@@ -121,6 +123,7 @@ type Engine struct {
 	retryCount  atomic.Int64 // len(retrying), read without retryMu
 	retryStop   chan struct{}
 	retries     sync.WaitGroup
+	attempts    AttemptRecorder // the ledger's, if it keeps attempts
 }
 
 // New returns an engine. Options.Ledger is required.
@@ -165,6 +168,7 @@ func New(o Options) (*Engine, error) {
 	if o.Screen != nil {
 		e.flights = &flights{}
 	}
+	e.attempts, _ = o.Ledger.(AttemptRecorder)
 	return e, nil
 }
 

@@ -32,19 +32,22 @@ func (c *claim) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		f := e.flights.start(d.Ref, d.Fingerprint)
 		defer e.flights.finish(d.Ref, f)
 	}
+	started, clock := e.o.Now(), time.Now()
 	up, ferr := e.call(ctx, fwd)
+	att := e.attemptOf(p, d, started, time.Since(clock), up, ferr)
 	// Settle even if the provider has gone away.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
 	takenOver := c.Status == TakenOver
 	if ferr != nil {
-		return c.unanswered(sctx, p, d, ferr)
+		return c.unanswered(sctx, p, d, ferr, att)
 	}
 	if !p.final(up) {
 		c.release(sctx)
+		e.addAttempt(sctx, att)
 		return Result{Outcome: c.outcome(Released), Upstream: up, TakenOver: takenOver}
 	}
-	c.commit(ctx, sctx, p, d, up)
+	c.commit(ctx, sctx, p, d, up, att)
 	return Result{Outcome: c.outcome(Forwarded), Upstream: up, TakenOver: takenOver}
 }
 
@@ -59,17 +62,18 @@ func (c *claim) outcome(o Outcome) Outcome {
 
 // unanswered settles a claim whose forward got no answer: held on a hold
 // route when the effect is unknown, released otherwise.
-func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr error) Result {
+func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr error, att *Attempt) Result {
 	status, ambiguous := c.e.o.Classify(ferr)
 	takenOver := c.Status == TakenOver
 	// A forward that shutdown abandoned after sending is as ambiguous as a
 	// timeout: SPEC §1's hold outranks §6's release of abandoned claims.
 	if ambiguous && p.HoldAmbiguous && c.holds() {
-		if r, ok := c.hold(ctx, p, d, status, ferr); ok {
+		if r, ok := c.hold(ctx, p, d, status, ferr, att); ok {
 			return r
 		}
 	}
 	c.release(ctx)
+	c.e.addAttempt(ctx, att)
 	if c.pass {
 		return Result{Outcome: Passthrough, Status: status, Detail: "the upstream did not answer", Err: ferr, TakenOver: takenOver}
 	}
@@ -79,11 +83,12 @@ func (c *claim) unanswered(ctx context.Context, p *Policy, d Delivery, ferr erro
 // commit records up in one ledger transaction and marks the screen's entry
 // done, within sctx. When the ledger cannot be reached the screen's entry
 // is the only record and the commit is retried in the background.
-func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Upstream) {
+func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Upstream, att *Attempt) {
 	e := c.e
 	now := e.o.Now()
 	rec := &Record{Ref: d.Ref, State: StateDone, Fingerprint: d.Fingerprint, Response: p.recordResponse(up),
-		Source: d.Source, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(p.Retention)}
+		Source: d.Source, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(p.Retention),
+		Request: d.Request, Attempt: att}
 	traceOf(ctx, rec)
 	ent := EntryOf(rec)
 	cctx, span := e.o.Tracer.Start(sctx, "hookstamp.commit")
@@ -100,6 +105,7 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 		e.o.Logger.WarnContext(ctx, "record already settled by another delivery",
 			"route", d.Route, "key", d.Key)
 		c.settleScreen(sctx, nil)
+		e.addAttempt(sctx, att) // a second copy the upstream did receive
 	case c.pass:
 		// A bonus lost: no commit failure, which would bury real ones.
 		e.depError("ledger", "commit", err)
@@ -119,11 +125,11 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 }
 
 // hold records an ambiguous result as held (record.ambiguous: hold).
-func (c *claim) hold(ctx context.Context, p *Policy, d Delivery, status int, cause error) (Result, bool) {
+func (c *claim) hold(ctx context.Context, p *Policy, d Delivery, status int, cause error, att *Attempt) (Result, bool) {
 	e := c.e
 	now := e.o.Now()
 	rec := &Record{Ref: d.Ref, State: StateHeld, Fingerprint: d.Fingerprint, Source: d.Source,
-		CreatedAt: now, ExpiresAt: now.Add(p.Retention)}
+		CreatedAt: now, ExpiresAt: now.Add(p.Retention), Request: d.Request, Attempt: att}
 	traceOf(ctx, rec)
 	cctx, span := e.o.Tracer.Start(ctx, "hookstamp.commit", trace.WithAttributes(attribute.String("hookstamp.state", "held")))
 	err := e.o.Ledger.Commit(cctx, rec, c.owner, now)

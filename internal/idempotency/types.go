@@ -85,6 +85,10 @@ type Record struct {
 	// Request is the stored delivery (record.request, async routes); nil
 	// when the route stores none.
 	Request *Request
+	// Attempt, given to Commit, is the forward that produced the record:
+	// the ledger writes it as the record's next attempt in the same
+	// transaction, and only if the record is written. Never read back.
+	Attempt *Attempt
 }
 
 // Request is a delivery as stored for redelivery (SPEC §11): hop-by-hop
@@ -107,6 +111,9 @@ type Attempt struct {
 	Status  int
 	Error   string
 	Replica string
+	// ExpiresAt is when an attempt whose record was never written (a
+	// released claim) is swept; zero: it goes only with its record.
+	ExpiresAt time.Time
 }
 
 // ClaimStatus says what a claim found.

@@ -51,6 +51,9 @@ type Route struct {
 	// SourceHeader names the header identifying the sender; "" means the
 	// client IP.
 	SourceHeader string
+	// StoreRequests keeps each delivery's request with its record and
+	// records its forwards as attempts (record.request).
+	StoreRequests bool
 }
 
 func (r *Route) dedups(method string) bool {

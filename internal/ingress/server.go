@@ -344,7 +344,11 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	case p.Ack != nil && route.Handshake != nil && route.Handshake(req):
 		p = route.SyncPolicy
 	case p.Ack != nil:
-		d.Request = func() *idempotency.Request { return s.stored(c, route, rest, d.Key) }
+		// What each attempt sends again: X-Forwarded-* as at intake.
+		d.Request = s.stored(c, route, rest)
+	}
+	if route.StoreRequests && d.Request == nil {
+		d.Request = storedRequest(c, route, rest)
 	}
 	return s.o.Engine.Handle(ctx, p, d, fwd)
 }
@@ -432,9 +436,10 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
 }
 
-// stored is the request as an async route stores it.
-func (s *Server) stored(c *fiber.Ctx, route *Route, rest, key string) *idempotency.Request {
-	st := forward.Store(s.outgoing(c, route, rest, key))
+// stored is the request as an async route stores it: as the upstream
+// would get it, without its key.
+func (s *Server) stored(c *fiber.Ctx, route *Route, rest string) *idempotency.Request {
+	st := forward.Store(s.outgoing(c, route, rest, ""))
 	return &idempotency.Request{Method: st.Method, Path: st.Path, Headers: st.Header, Body: st.Body}
 }
 
@@ -442,32 +447,10 @@ func (s *Server) stored(c *fiber.Ctx, route *Route, rest, key string) *idempoten
 // still hold the body after a timeout) as the upstream is to get it.
 func (s *Server) outgoing(c *fiber.Ctx, route *Route, rest, key string) *forward.Request {
 	fr := c.Request()
-	hdr := make(http.Header, fr.Header.Len())
-	cookie := false
-	fr.Header.VisitAll(func(k, v []byte) {
-		name := string(k)
-		switch name {
-		case "Host", "Content-Length":
-			return
-		case "Cookie":
-			cookie = true
-			return
-		}
-		hdr[name] = append(hdr[name], string(v))
-	})
-	if cookie {
-		// fasthttp hands Cookie back rebuilt from its parse: the upstream
-		// gets the lines as sent (SPEC §4), from the header as received.
-		fr.Header.VisitAllInOrder(func(k, v []byte) {
-			if string(k) == "Cookie" {
-				hdr["Cookie"] = append(hdr["Cookie"], string(v))
-			}
-		})
-	}
 	return &forward.Request{
 		Method:      Method(c),
-		URL:         forward.JoinURL(route.UpstreamURL, escapedRest(rest, fr.URI().Path(), fr.URI().PathOriginal()), escapeRaw(fr.URI().QueryString(), true)),
-		Header:      hdr,
+		URL:         upstreamURL(fr, route, rest),
+		Header:      requestHeader(fr),
 		Body:        append([]byte(nil), fr.Body()...),
 		ClientIP:    s.clientIP(c),
 		TrustedPeer: s.trustedPeer(c),

@@ -93,6 +93,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	// Settled even when shutdown cut the attempt.
 	sctx := context.WithoutCancel(ctx)
 	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
+	s.Attempt.Attempt = 0 // numbered by the ledger: a concurrent redelivery may have taken a's
 	complete := func(ctx context.Context, tx *sql.Tx) error { return q.complete(ctx, tx, job) }
 	switch {
 	case up != nil && r.Policy.Settles(up):

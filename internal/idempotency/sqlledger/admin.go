@@ -28,14 +28,7 @@ func (l *Ledger) Delete(ctx context.Context, r idempotency.Ref) error {
 	if err := l.check(); err != nil {
 		return fmt.Errorf("delete %s: %w", ref(r), err)
 	}
-	res := l.w.WithContext(ctx).Exec(deleteSQL, r.Route, r.Key)
-	if res.Error != nil {
-		return l.fail(fmt.Sprintf("delete %s", ref(r)), res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("delete %s: %w", ref(r), idempotency.ErrNotFound)
-	}
-	return nil
+	return l.deleteWithAttempts(ctx, "delete", r, deleteSQL)
 }
 
 // Held lists the held records of route, oldest first, at most limit of them
@@ -127,14 +120,7 @@ func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotenc
 	}
 	db := l.w.WithContext(ctx)
 	if rec == nil {
-		res := db.Exec(releaseHeldSQL, r.Route, r.Key)
-		if res.Error != nil {
-			return l.fail(fmt.Sprintf("resolve %s", ref(r)), res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return fmt.Errorf("resolve %s: no held record: %w", ref(r), idempotency.ErrNotFound)
-		}
-		return nil
+		return l.deleteWithAttempts(ctx, "resolve", r, releaseHeldSQL)
 	}
 	headers, err := encodeHeaders(rec.Headers)
 	if err != nil {
@@ -163,27 +149,16 @@ func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotenc
 }
 
 // Sweep deletes at most batch records (DefaultSweepBatch when batch <= 0)
-// whose expires_at is before now, in one short statement, and returns how
-// many it deleted. Expired rows are deleted whatever their state.
+// whose expires_at is before now, with their attempts, in one short
+// statement or transaction, and returns how many records it deleted.
+// Expired rows are deleted whatever their state. It also deletes at most
+// batch expired attempts that have no record (sweepOrphans).
 func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	ctx, cancel := l.op(ctx)
-	defer cancel()
-	if err := l.check(); err != nil {
-		return 0, fmt.Errorf("sweep: %w", err)
-	}
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
-	shift, err := l.clock.shift(ctx)
-	if err != nil {
-		return 0, l.fail("sweep: clock", err)
-	}
-	now = toDB(now, shift)
-	res := l.w.WithContext(ctx).Exec(l.d.sweepSQL, now, batch, now)
-	if res.Error != nil {
-		return 0, l.fail("sweep", res.Error)
-	}
-	return int(res.RowsAffected), nil
+	n, _, err := l.sweepAt(ctx, now, batch)
+	return n, err
 }
 
 // SweepAll calls Sweep until a batch comes back short, or ctx is done, and
@@ -203,9 +178,9 @@ func (l *Ledger) SweepAll(ctx context.Context, now time.Time, batch int) (int, e
 			return total, l.fail("sweep", err)
 		}
 		start := time.Now()
-		n, err := l.Sweep(ctx, now, batch)
+		n, orphans, err := l.sweepAt(ctx, now, batch)
 		total += n
-		if err != nil || n < batch {
+		if err != nil || (n < batch && orphans < batch) {
 			return total, err
 		}
 		l.rest(ctx, time.Duration(SweepRest*float64(time.Since(start))))

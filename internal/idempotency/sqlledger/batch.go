@@ -154,11 +154,15 @@ type commitRow struct {
 	expires   time.Time
 	owner     string
 	now       time.Time
+	req       requestColumns
+	att       *attemptArgs // nil: no attempt to add
 }
 
 func (r *commitRow) args() []any {
-	return []any{r.ref.Route, r.ref.Key, r.state, nullBytes(r.fp), r.status, r.headers, nullBytes(r.body), r.omitted,
-		r.traceID, r.spanID, r.source, r.created, r.completed, r.expires, r.owner, r.now}
+	args := []any{r.ref.Route, r.ref.Key, r.state, nullBytes(r.fp), r.status, r.headers, nullBytes(r.body), r.omitted,
+		r.traceID, r.spanID, r.source, r.created, r.completed, r.expires}
+	args = append(args, r.req.args()...)
+	return append(args, r.owner, r.now)
 }
 
 type commitJob struct {
@@ -172,19 +176,36 @@ type commitJob struct {
 // whose lease expired before that row's now. RETURNING names the rows
 // written; any other lost to another owner (ErrNotOwner). A key may appear
 // once per statement (ON CONFLICT DO UPDATE cannot touch a row twice).
+// The rows written that carry an attempt (att_started not NULL) get it as
+// their next attempt in the same statement.
 const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bytea[], ?::bigint[], ?::text[], ?::bytea[], ?::boolean[], ` +
-	`?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::timestamptz[]) ` +
-	`AS t(route, "key", state, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, owner, now)) ` +
-	`INSERT INTO hookstamp_records AS r ` +
-	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
-	`SELECT route, "key", state, NULL, NULL, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at FROM t ` +
+	`?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::timestamptz[], ` +
+	`?::text[], ?::text[], ?::text[], ?::bytea[], ` +
+	`?::bigint[], ?::timestamptz[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::timestamptz[]) ` +
+	`AS t(route, "key", state, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, owner, now, ` +
+	`request_method, request_path, request_headers, request_body, ` +
+	`att_number, att_started, att_ms, att_status, att_error, att_replica, att_expires)), ` +
+	`w AS (INSERT INTO hookstamp_records AS r ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
+	`request_method, request_path, request_headers, request_body) ` +
+	`SELECT route, "key", state, NULL, NULL, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
+	`request_method, request_path, request_headers, request_body FROM t ` +
 	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
 	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
 	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
-	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
+	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at, ` +
+	`request_method = excluded.request_method, request_path = excluded.request_path, ` +
+	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
 	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
 	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
-	`RETURNING r.route, r."key"`
+	`RETURNING r.route, r."key"), ` +
+	`a AS (INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+	`SELECT t.route, t."key", COALESCE(t.att_number, ` +
+	`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = t.route AND x."key" = t."key"), 1), ` +
+	`t.att_started, t.att_ms, t.att_status, t.att_error, t.att_replica, t.att_expires ` +
+	`FROM t JOIN w ON w.route = t.route AND w."key" = t."key" WHERE t.att_started IS NOT NULL ` +
+	`ON CONFLICT (route, "key", attempt) DO NOTHING) ` +
+	`SELECT route, "key" FROM w`
 
 func (l *Ledger) newCommitter(workers, max int) *batcher[*commitJob] {
 	return newBatcher(workers, max, l.runCommits, func(j *commitJob) { j.done <- l.check() })
@@ -232,30 +253,29 @@ func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, resu
 	if err != nil {
 		return err
 	}
-	db, err := l.w.DB()
-	if err != nil {
-		return err
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	s := tx.StmtContext(ctx, stmt)
-	for i, j := range batch {
-		res, err := s.ExecContext(ctx, j.row.args()...)
-		if err != nil {
-			return err
+	return l.inTx(ctx, func(tx *sql.Tx) error {
+		s := tx.StmtContext(ctx, stmt)
+		for i, j := range batch {
+			res, err := s.ExecContext(ctx, j.row.args()...)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
+				continue
+			}
+			if a := j.row.att; a != nil {
+				if _, err := tx.ExecContext(ctx, addAttemptSQL, a.args(j.row.ref)...); err != nil {
+					return err
+				}
+			}
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			results[i] = fmt.Errorf("commit %s: %w", ref(j.row.ref), idempotency.ErrNotOwner)
-		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // sqliteCommitStmt returns commitSQL prepared on the writer, preparing it
@@ -289,30 +309,11 @@ func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, resul
 	for len(pending) > 0 {
 		round, later := distinctRound(pending, func(i int) idempotency.Ref { return batch[i].row.ref })
 		slices.SortStableFunc(round, func(a, b int) int { return byRef(batch[a].row.ref, batch[b].row.ref) })
-		n := len(round)
-		var (
-			routes, keys, states, headers, traces, spans, sources, owners = make(pgArray[string], n), make(pgArray[string], n),
-				make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n),
-				make(pgArray[string], n), make(pgArray[string], n)
-			fps, bodies                = make(pgArray[[]byte], n), make(pgArray[[]byte], n)
-			statuses                   = make(pgArray[int64], n)
-			omitted                    = make(pgArray[bool], n)
-			created, completed, expire = make(pgArray[time.Time], n), make(pgArray[time.Time], n), make(pgArray[time.Time], n)
-			nows                       = make(pgArray[time.Time], n)
-		)
-		for k, i := range round {
-			r := &batch[i].row
-			routes[k], keys[k], states[k], fps[k], statuses[k], headers[k], bodies[k], omitted[k] =
-				r.ref.Route, r.ref.Key, r.state, nonEmpty(r.fp), r.status, r.headers, nonEmpty(r.body), r.omitted
-			traces[k], spans[k], sources[k], created[k], completed[k], expire[k], owners[k], nows[k] =
-				r.traceID, r.spanID, r.source, r.created, r.completed, r.expires, r.owner, r.now
-		}
-		rows, err := l.w.WithContext(ctx).Raw(commitBatchSQL, routes, keys, states, fps, statuses, headers, bodies, omitted,
-			traces, spans, sources, created, completed, expire, owners, nows).Rows()
+		rows, err := l.w.WithContext(ctx).Raw(commitBatchSQL, commitBatchArgs(batch, round)...).Rows()
 		if err != nil {
 			return err
 		}
-		written := make(map[idempotency.Ref]bool, n)
+		written := make(map[idempotency.Ref]bool, len(round))
 		for rows.Next() {
 			var r idempotency.Ref
 			if err := rows.Scan(&r.Route, &r.Key); err != nil {
@@ -335,6 +336,62 @@ func (l *Ledger) commitStatements(ctx context.Context, batch []*commitJob, resul
 		pending = later
 	}
 	return nil
+}
+
+// commitBatchArgs binds commitBatchSQL for the rows of batch at round.
+func commitBatchArgs(batch []*commitJob, round []int) []any {
+	n := len(round)
+	var (
+		routes, keys, states, headers, traces, spans, sources, owners = make(pgArray[string], n), make(pgArray[string], n),
+			make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n), make(pgArray[string], n),
+			make(pgArray[string], n), make(pgArray[string], n)
+		fps, bodies                = make(pgArray[[]byte], n), make(pgArray[[]byte], n)
+		statuses                   = make(pgArray[int64], n)
+		omitted                    = make(pgArray[bool], n)
+		created, completed, expire = make(pgArray[time.Time], n), make(pgArray[time.Time], n), make(pgArray[time.Time], n)
+		nows                       = make(pgArray[time.Time], n)
+		methods, paths, reqHeaders = make(pgArray[*string], n), make(pgArray[*string], n), make(pgArray[*string], n)
+		reqBodies                  = make(pgArray[[]byte], n)
+		att                        = newAttemptArrays(n)
+	)
+	for k, i := range round {
+		r := &batch[i].row
+		routes[k], keys[k], states[k], fps[k], statuses[k], headers[k], bodies[k], omitted[k] =
+			r.ref.Route, r.ref.Key, r.state, nonEmpty(r.fp), r.status, r.headers, nonEmpty(r.body), r.omitted
+		traces[k], spans[k], sources[k], created[k], completed[k], expire[k], owners[k], nows[k] =
+			r.traceID, r.spanID, r.source, r.created, r.completed, r.expires, r.owner, r.now
+		methods[k], paths[k], reqHeaders[k], reqBodies[k] = r.req.method, r.req.path, r.req.headers, nonEmpty(r.req.body)
+		att.set(k, r.att)
+	}
+	args := []any{routes, keys, states, fps, statuses, headers, bodies, omitted,
+		traces, spans, sources, created, completed, expire, owners, nows, methods, paths, reqHeaders, reqBodies}
+	return append(args, att.args()...)
+}
+
+// attemptArrays are the att_ columns of commitBatchSQL.
+type attemptArrays struct {
+	started, expires   pgArray[*time.Time]
+	number, ms, status pgArray[*int64]
+	errText, replicas  pgArray[string]
+}
+
+func newAttemptArrays(n int) *attemptArrays {
+	return &attemptArrays{started: make(pgArray[*time.Time], n), expires: make(pgArray[*time.Time], n),
+		number: make(pgArray[*int64], n), ms: make(pgArray[*int64], n), status: make(pgArray[*int64], n),
+		errText: make(pgArray[string], n), replicas: make(pgArray[string], n)}
+}
+
+// set fills row k from a; a nil a leaves the row's attempt NULL.
+func (arr *attemptArrays) set(k int, a *attemptArgs) {
+	if a == nil {
+		return
+	}
+	arr.number[k], arr.started[k], arr.ms[k], arr.status[k] = a.number, &a.started, &a.ms, a.status
+	arr.errText[k], arr.replicas[k], arr.expires[k] = a.err, a.replica, a.expires
+}
+
+func (arr *attemptArrays) args() []any {
+	return []any{arr.number, arr.started, arr.ms, arr.status, arr.errText, arr.replicas, arr.expires}
 }
 
 // byRef orders refs by route, then key: the order batch statements write

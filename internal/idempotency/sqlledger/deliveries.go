@@ -3,10 +3,8 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -47,7 +45,7 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 		method, path, hdrs sql.NullString
 		body               []byte
 	)
-	err = db.QueryRowContext(ctx, l.bind(storedSQL), r.Route, r.Key).Scan(&state, &s.CreatedAt, &s.TraceID, &s.SpanID,
+	err = db.QueryRowContext(ctx, l.d.rebind(storedSQL), r.Route, r.Key).Scan(&state, &s.CreatedAt, &s.TraceID, &s.SpanID,
 		&method, &path, &hdrs, &body, &s.Attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("read stored %s: %w", ref(r), idempotency.ErrNotFound)
@@ -57,13 +55,11 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	}
 	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC()
 	if method.Valid {
-		s.Request = &idempotency.Request{Method: method.String, Path: path.String, Body: body}
-		if err := json.Unmarshal([]byte(hdrs.String), &s.Request.Headers); err != nil {
-			return nil, fmt.Errorf("read stored %s: decode request headers: %w", ref(r), err)
+		h, err := decodeRequestHeaders(hdrs.String)
+		if err != nil {
+			return nil, fmt.Errorf("read stored %s: %w", ref(r), err)
 		}
-		if s.Request.Headers == nil {
-			s.Request.Headers = http.Header{}
-		}
+		s.Request = &idempotency.Request{Method: method.String, Path: path.String, Headers: h, Body: body}
 	}
 	return &s, nil
 }
@@ -86,9 +82,6 @@ var settleSQL = map[idempotency.State]string{
 	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
 	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
 }
-
-const attemptSQL = `INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica) ` +
-	`VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (route, "key", attempt) DO NOTHING`
 
 // Settle records an attempt and what it ended in, and runs complete (the
 // job's completion) in the same transaction, so that a record is settled
@@ -122,7 +115,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, compl
 	}
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
 		if args != nil {
-			res, err := tx.ExecContext(ctx, l.bind(settleSQL[s.State]), args...)
+			res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
 			if err != nil {
 				return err
 			}
@@ -130,7 +123,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, compl
 				return complete(ctx, tx) // nothing left to settle: end the job
 			}
 		}
-		if err := l.addAttempt(ctx, tx, &s.Attempt, shift); err != nil {
+		if err := l.AddAttemptTx(ctx, tx, s.Attempt); err != nil {
 			return err
 		}
 		if complete == nil {
@@ -142,17 +135,6 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, compl
 		return l.fail("settle "+ref(s.Ref), err)
 	}
 	return nil
-}
-
-// addAttempt writes a in tx.
-func (l *Ledger) addAttempt(ctx context.Context, tx *sql.Tx, a *idempotency.Attempt, shift time.Duration) error {
-	var status any
-	if a.Status != 0 {
-		status = a.Status
-	}
-	_, err := tx.ExecContext(ctx, l.bind(attemptSQL), a.Route, a.Key, a.Attempt, toDB(a.StartedAt, shift),
-		a.Duration.Milliseconds(), status, a.Error, a.Replica)
-	return err
 }
 
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
@@ -176,7 +158,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 		if l.d.name == DriverPostgres {
 			lock = " FOR UPDATE"
 		}
-		err := tx.QueryRowContext(ctx, l.bind(`SELECT state, request_method FROM hookstamp_records WHERE route = ? AND "key" = ?`+lock),
+		err := tx.QueryRowContext(ctx, l.d.rebind(`SELECT state, request_method FROM hookstamp_records WHERE route = ? AND "key" = ?`+lock),
 			r.Route, r.Key).Scan(&state, &method)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -193,7 +175,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 			if state == string(idempotency.StateHeld) && !held {
 				return idempotency.ErrNotOwner
 			}
-			if _, err := tx.ExecContext(ctx, l.bind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL `+
+			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL `+
 				`WHERE route = ? AND "key" = ?`), r.Route, r.Key); err != nil {
 				return err
 			}
@@ -234,7 +216,7 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string) (int,
 				args = append(args, k)
 			}
 		}
-		rows, err := tx.QueryContext(ctx, l.bind(q+` RETURNING "key"`), args...)
+		rows, err := tx.QueryContext(ctx, l.d.rebind(q+` RETURNING "key"`), args...)
 		if err != nil {
 			return err
 		}

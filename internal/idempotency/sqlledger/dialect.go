@@ -25,7 +25,10 @@ import (
 
 type dialect struct {
 	name string
-	// sweepSQL deletes at most N expired rows; arguments: now, N, now.
+	// sweepSQL deletes at most N expired rows and their attempts;
+	// arguments: now, N, now. Its rows name the records deleted (SQLite,
+	// whose attempts sweepBatch deletes in the same transaction) or count
+	// them (PostgreSQL, which deletes the attempts in the statement).
 	sweepSQL string
 	// migrateLockSQL is run first in the migration transaction so that
 	// replicas starting together do not race on CREATE TABLE; "" = none.
@@ -40,7 +43,7 @@ var sqliteDialect = dialect{
 	// rowid exists because the table is not WITHOUT ROWID; the writer is one
 	// connection, so the statement is atomic and short.
 	sweepSQL: `DELETE FROM hookstamp_records WHERE rowid IN (` +
-		`SELECT rowid FROM hookstamp_records WHERE expires_at < ? LIMIT ?) AND expires_at < ?`,
+		`SELECT rowid FROM hookstamp_records WHERE expires_at < ? LIMIT ?) AND expires_at < ? RETURNING route, "key"`,
 	// The migration transaction starts with BEGIN IMMEDIATE (_txlock), which
 	// already takes SQLite's write lock.
 	migrateLockSQL: "",
@@ -51,8 +54,13 @@ var postgresDialect = dialect{
 	name: DriverPostgres,
 	// SKIP LOCKED: rows that a concurrent commit or claim is writing are left
 	// for the next batch instead of waiting on them.
-	sweepSQL: `DELETE FROM hookstamp_records WHERE (route, "key") IN (` +
-		`SELECT route, "key" FROM hookstamp_records WHERE expires_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) AND expires_at < ?`,
+	// Statements in WITH run to completion whether or not the query reads
+	// them, so the attempts go in the same statement.
+	sweepSQL: `WITH d AS (DELETE FROM hookstamp_records WHERE (route, "key") IN (` +
+		`SELECT route, "key" FROM hookstamp_records WHERE expires_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) AND expires_at < ? ` +
+		`RETURNING route, "key"), ` +
+		`a AS (DELETE FROM hookstamp_attempts t USING d WHERE t.route = d.route AND t."key" = d."key") ` +
+		`SELECT COUNT(*) FROM d`,
 	// A transaction-scoped advisory lock, per schema: released at COMMIT or
 	// ROLLBACK, even when the migrating process dies.
 	migrateLockSQL: "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.hookstamp_records'))",
@@ -205,4 +213,26 @@ func postgresUnavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// rebind writes q's ? placeholders as PostgreSQL's $1, $2, … for
+// statements run through database/sql rather than GORM (Execer). The
+// ledger's statements hold no ? inside literals.
+func (d dialect) rebind(q string) string {
+	if d.name != DriverPostgres {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	for _, c := range q {
+		if c != '?' {
+			b.WriteRune(c)
+			continue
+		}
+		n++
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
 }

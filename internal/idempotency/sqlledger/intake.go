@@ -3,11 +3,8 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -67,14 +64,14 @@ func (l *Ledger) Enqueue(ctx context.Context, rec *idempotency.Record, owner str
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), l.fail("clock", err))
 	}
-	hdr, err := json.Marshal(rec.Request.Headers)
+	hdr, err := EncodeRequestHeaders(rec.Request.Headers)
 	if err != nil {
-		return fmt.Errorf("enqueue %s: encode request headers: %w", ref(rec.Ref), err)
+		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
 	}
 	now = toDB(now, shift)
 	j := &intakeJob{ctx: ctx, ref: rec.Ref, done: make(chan error, 1), args: []any{
 		rec.Route, rec.Key, nullBytes(rec.Fingerprint), rec.TraceID, rec.SpanID, rec.Source, now, toDB(rec.ExpiresAt, shift),
-		rec.Request.Method, rec.Request.Path, string(hdr), rec.Request.Body, owner, now,
+		rec.Request.Method, rec.Request.Path, hdr, rec.Request.Body, owner, now,
 	}}
 	if l.intakes == nil {
 		return l.runIntake(ctx, []*intakeJob{j})
@@ -160,7 +157,7 @@ func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJo
 		return written, l.writeIntakeArrays(ctx, tx, batch, written)
 	}
 	for i, j := range batch {
-		res, err := tx.ExecContext(ctx, l.bind(enqueueSQL), j.args...)
+		res, err := tx.ExecContext(ctx, l.d.rebind(enqueueSQL), j.args...)
 		if err != nil {
 			return nil, err
 		}
@@ -257,40 +254,4 @@ func times(v []any) pgArray[time.Time] {
 		out[i], _ = x.(time.Time)
 	}
 	return out
-}
-
-// inTx runs f in one transaction on the writer.
-func (l *Ledger) inTx(ctx context.Context, f func(*sql.Tx) error) error {
-	db, err := l.w.DB()
-	if err != nil {
-		return err
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	if err := f(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// bind turns a statement's "?" placeholders into PostgreSQL's "$n" for
-// database/sql, which (unlike GORM) passes statements through as written.
-func (l *Ledger) bind(q string) string {
-	if l.d.name != DriverPostgres {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -233,6 +233,11 @@ func (l *Ledger) handles() []*gorm.DB {
 	return []*gorm.DB{l.w, l.r}
 }
 
+// Writer returns the pool every write goes through (on SQLite its one
+// connection), for a caller that puts the ledger's *Tx statements in a
+// transaction of its own.
+func (l *Ledger) Writer() (*sql.DB, error) { return l.w.DB() }
+
 // Driver returns the driver name the ledger was opened with.
 func (l *Ledger) Driver() string { return l.d.name }
 

@@ -58,6 +58,9 @@ type attemptRow struct {
 	Status     *int      `gorm:"column:status"`
 	Error      string    `gorm:"column:error;type:text;not null"`
 	Replica    string    `gorm:"column:replica;type:text;not null"`
+	// ExpiresAt is set on attempts that may outlive a claim released
+	// without a record; the sweeper deletes them once no record came.
+	ExpiresAt *time.Time `gorm:"column:expires_at;index:idx_hookstamp_attempts_expires_at,where:expires_at IS NOT NULL"`
 }
 
 // TableName implements GORM's tabler.
@@ -88,12 +91,15 @@ const takeoverSQL = `UPDATE hookstamp_records SET owner = ?, lease_until = ?, fi
 // done or held row matches neither, so it never changes (0 rows affected).
 // created_at stays the row's creation time.
 const commitSQL = `INSERT INTO hookstamp_records ` +
-	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
-	`VALUES (?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
+	`request_method, request_path, request_headers, request_body) ` +
+	`VALUES (?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ` +
 	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
 	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
 	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
-	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
+	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at, ` +
+	`request_method = excluded.request_method, request_path = excluded.request_path, ` +
+	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
 	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR hookstamp_records.lease_until < ?)`
 
 // commitClaimedSQL is commitSQL without the insert: it turns a pending row
@@ -101,7 +107,8 @@ const commitSQL = `INSERT INTO hookstamp_records ` +
 // nothing when the key has no row (Recommit).
 const commitClaimedSQL = `UPDATE hookstamp_records SET state = ?, owner = NULL, lease_until = NULL, ` +
 	`fingerprint = ?, status = ?, headers = ?, body = ?, body_omitted = ?, trace_id = ?, span_id = ?, ` +
-	`source = ?, completed_at = ?, expires_at = ? ` +
+	`source = ?, completed_at = ?, expires_at = ?, ` +
+	`request_method = ?, request_path = ?, request_headers = ?, request_body = ? ` +
 	`WHERE route = ? AND "key" = ? AND state = 'pending' AND (owner = ? OR lease_until < ?)`
 
 const releaseSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'pending' AND owner = ?`
@@ -290,15 +297,10 @@ func (l *Ledger) Recommit(ctx context.Context, rec *idempotency.Record, owner st
 	if !claimed {
 		return l.execCommit(ctx, &row)
 	}
-	res := l.w.WithContext(ctx).Exec(commitClaimedSQL, row.state, nullBytes(row.fp), row.status, row.headers, nullBytes(row.body),
-		row.omitted, row.traceID, row.spanID, row.source, row.completed, row.expires, row.ref.Route, row.ref.Key, row.owner, row.now)
-	if res.Error != nil {
-		return l.fail(fmt.Sprintf("commit %s", ref(row.ref)), res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("commit %s: %w", ref(row.ref), idempotency.ErrNotOwner)
-	}
-	return nil
+	args := append([]any{row.state, nullBytes(row.fp), row.status, row.headers, nullBytes(row.body),
+		row.omitted, row.traceID, row.spanID, row.source, row.completed, row.expires}, row.req.args()...)
+	args = append(args, row.ref.Route, row.ref.Key, row.owner, row.now)
+	return l.writeCommit(ctx, &row, commitClaimedSQL, args)
 }
 
 // commitRowOf is the row Commit writes for rec.
@@ -332,19 +334,56 @@ func (l *Ledger) commitRowOf(ctx context.Context, rec *idempotency.Record, owner
 	if rec.BodyOmitted {
 		row.body = nil
 	}
+	if row.req, err = encodeRequest(rec.Request); err != nil {
+		return commitRow{}, fmt.Errorf("commit %s: %w", ref(rec.Ref), err)
+	}
+	row.att = attemptArgsOf(rec.Attempt, shift)
 	return row, nil
 }
 
 // execCommit runs one commit statement on its own.
 func (l *Ledger) execCommit(ctx context.Context, row *commitRow) error {
-	res := l.w.WithContext(ctx).Exec(commitSQL, row.args()...)
-	if res.Error != nil {
-		return l.fail(fmt.Sprintf("commit %s", ref(row.ref)), res.Error)
+	return l.writeCommit(ctx, row, commitSQL, row.args())
+}
+
+// writeCommit runs query, a commit statement for row, with its attempt in
+// the same transaction when it has one; ErrNotOwner when query wrote no
+// row.
+func (l *Ledger) writeCommit(ctx context.Context, row *commitRow, query string, args []any) error {
+	written := false
+	var err error
+	if row.att == nil {
+		res := l.w.WithContext(ctx).Exec(query, args...)
+		err, written = res.Error, res.RowsAffected > 0
+	} else {
+		err = l.inTx(ctx, func(tx *sql.Tx) error {
+			var werr error
+			written, werr = l.commitWithAttempt(ctx, tx, l.d.rebind(query), args, row)
+			return werr
+		})
 	}
-	if res.RowsAffected == 0 {
+	if err != nil {
+		return l.fail(fmt.Sprintf("commit %s", ref(row.ref)), err)
+	}
+	if !written {
 		return fmt.Errorf("commit %s: %w", ref(row.ref), idempotency.ErrNotOwner)
 	}
 	return nil
+}
+
+// commitWithAttempt runs a commit statement in tx and, when it wrote the
+// record, adds row's attempt.
+func (l *Ledger) commitWithAttempt(ctx context.Context, tx *sql.Tx, query string, args []any, row *commitRow) (bool, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 || row.att == nil {
+		return n > 0, err
+	}
+	_, err = tx.ExecContext(ctx, l.d.rebind(addAttemptSQL), row.att.args(row.ref)...)
+	return true, err
 }
 
 // Release deletes the pending row owned by owner. ErrNotOwner when there is

@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
+	bin := buildGateway(t)
+	c := sharedCluster(t)
+	var mu sync.Mutex
+	var keys []string
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if n == 1 { // the first attempt never gets an answer before its gateway dies
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	proc := startProcess(t, bin, addr, fmt.Sprintf(`
+server:
+  listen: %q
+admin:
+  listen: ""
+store:
+  driver: postgres
+  dsn: %q
+telemetry:
+  log: {level: warn, format: text}
+routes:
+  - name: hooks
+    path: /hooks
+    delivery: async
+    async: {backoff: {initial: 10ms, max: 100ms}}
+    upstream:
+      url: %s/up
+      timeout: 3s
+    key:
+      sources:
+        - json: id
+`, addr, c.dsn, up.URL))
+	resp, err := client.Post("http://"+addr+"/hooks", "application/json", strings.NewReader(`{"id":"evt_kill"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("intake answered %d, want 202", resp.StatusCode)
+	}
+	testenv.Eventually(t, 10*time.Second, "the first attempt to reach the upstream", func() bool { return up.count("evt_kill") == 1 })
+	if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+
+	// Another replica rescues the job once upstream.timeout and its margin
+	// have passed, and delivers it once more.
+	cfg := c.replicaConfig(t, up.URL, "store")
+	cfg.Routes[0].Delivery = "async"
+	cfg.Routes[0].Upstream.Timeout = 3 * time.Second
+	replica := startGatewayWith(t, cfg, asyncOptions(t))
+	var rec *idempotency.Record
+	testenv.Eventually(t, 90*time.Second, "the rescued delivery recorded", func() bool {
+		r, err := replica.Ledger().Lookup(t0ctx, idempotency.Ref{Route: "hooks", Key: "evt_kill"})
+		rec = r
+		return err == nil && r.State == idempotency.StateDone
+	})
+	if string(rec.Body) != `{"copy":2}` {
+		t.Fatalf("recorded %q, want the second copy's answer", rec.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] != "evt_kill" || keys[1] != "evt_kill" {
+		t.Fatalf("upstream got %q, want the same key twice (the lost attempt and the rescue)", keys)
+	}
+}

@@ -1,0 +1,150 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// addAttemptSQL numbers the attempt itself when the caller passes NULL:
+// one past the record's last. Two writers numbering the same record at
+// once meet on the primary key; the loser writes nothing (DO NOTHING keeps
+// a caller's transaction usable on PostgreSQL) and numbers again.
+const addAttemptSQL = `INSERT INTO hookstamp_attempts ` +
+	`(route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+	`VALUES (?, ?, COALESCE(CAST(? AS INTEGER), ` +
+	`(SELECT MAX(attempt) + 1 FROM hookstamp_attempts WHERE route = ? AND "key" = ?), 1), ?, ?, ?, ?, ?, ?) ` +
+	`ON CONFLICT (route, "key", attempt) DO NOTHING`
+
+const attemptsSQL = `SELECT attempt, started_at, duration_ms, status, error, replica, expires_at ` +
+	`FROM hookstamp_attempts WHERE route = ? AND "key" = ? ORDER BY attempt`
+
+const deleteAttemptsSQL = `DELETE FROM hookstamp_attempts WHERE route = ? AND "key" = ?`
+
+// attemptArgs is an attempt as its columns bind, times on the database's
+// clock; nil pointers bind NULL.
+type attemptArgs struct {
+	number  *int64 // nil: the ledger numbers it
+	started time.Time
+	ms      int64
+	status  *int64
+	err     string
+	replica string
+	expires *time.Time
+}
+
+// attemptArgsOf returns nil for a nil a.
+func attemptArgsOf(a *idempotency.Attempt, shift time.Duration) *attemptArgs {
+	if a == nil {
+		return nil
+	}
+	out := &attemptArgs{started: toDB(a.StartedAt, shift), ms: a.Duration.Milliseconds(), err: a.Error, replica: a.Replica}
+	if a.Attempt > 0 {
+		n := int64(a.Attempt)
+		out.number = &n
+	}
+	if a.Status > 0 {
+		s := int64(a.Status)
+		out.status = &s
+	}
+	if !a.ExpiresAt.IsZero() {
+		e := toDB(a.ExpiresAt, shift)
+		out.expires = &e
+	}
+	return out
+}
+
+// args binds addAttemptSQL for r.
+func (a *attemptArgs) args(r idempotency.Ref) []any {
+	return []any{r.Route, r.Key, a.number, r.Route, r.Key, a.started, a.ms, a.status, a.err, a.replica, a.expires}
+}
+
+// AddAttempt records one forward of ref's delivery. a.Attempt 0 numbers
+// it one past the record's last attempt; a number already taken is an
+// error. A record need not exist yet (a synchronous forward is recorded
+// before its commit, or its claim is released without one).
+func (l *Ledger) AddAttempt(ctx context.Context, a idempotency.Attempt) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), err)
+	}
+	db, err := l.w.DB()
+	if err != nil {
+		return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+	}
+	return l.AddAttemptTx(ctx, db, a)
+}
+
+// AddAttemptTx is AddAttempt through ex, for a caller that records the
+// attempt in the transaction that settles its delivery.
+func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Attempt) error {
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), l.fail("clock", err))
+	}
+	args := attemptArgsOf(&a, shift).args(a.Ref)
+	q := l.d.rebind(addAttemptSQL)
+	for range maxClaimAttempts {
+		res, err := ex.ExecContext(ctx, q, args...)
+		if err != nil {
+			return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+		}
+		if n == 1 {
+			return nil
+		}
+		if a.Attempt > 0 {
+			return fmt.Errorf("add attempt %s: attempt %d is recorded already", ref(a.Ref), a.Attempt)
+		}
+	}
+	return fmt.Errorf("add attempt %s: numbering kept colliding after %d tries", ref(a.Ref), maxClaimAttempts)
+}
+
+// Attempts returns ref's attempts in order; none is not an error.
+func (l *Ledger) Attempts(ctx context.Context, r idempotency.Ref) ([]idempotency.Attempt, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return nil, fmt.Errorf("attempts %s: %w", ref(r), err)
+	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("attempts %s: %w", ref(r), l.fail("clock", err))
+	}
+	rows, err := l.r.WithContext(ctx).Raw(attemptsSQL, r.Route, r.Key).Rows()
+	if err != nil {
+		return nil, l.fail(fmt.Sprintf("attempts %s", ref(r)), err)
+	}
+	defer rows.Close()
+	var out []idempotency.Attempt
+	for rows.Next() {
+		a := idempotency.Attempt{Ref: r}
+		var (
+			started time.Time
+			ms      int64
+			status  sql.NullInt64
+			expires sql.NullTime
+		)
+		if err := rows.Scan(&a.Attempt, &started, &ms, &status, &a.Error, &a.Replica, &expires); err != nil {
+			return nil, l.fail(fmt.Sprintf("attempts %s", ref(r)), err)
+		}
+		a.StartedAt = started.UTC().Add(-shift)
+		a.Duration = time.Duration(ms) * time.Millisecond
+		a.Status = int(status.Int64)
+		if expires.Valid {
+			a.ExpiresAt = expires.Time.UTC().Add(-shift)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, l.fail(fmt.Sprintf("attempts %s", ref(r)), err)
+	}
+	return out, nil
+}
