@@ -22,7 +22,7 @@ func openPG(t *testing.T) *Ledger {
 }
 
 // openPGWith opens a PostgreSQL ledger of the test's own with o's batching.
-func openPGWith(t *testing.T, o Options) *Ledger {
+func openPGWith(t testing.TB, o Options) *Ledger {
 	t.Helper()
 	o.Driver, o.DSN, o.MaxOpenConns = DriverPostgres, testenv.Postgres(t), 4
 	l, err := Open(context.Background(), o)

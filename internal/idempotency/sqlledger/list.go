@@ -31,7 +31,7 @@ func (l *Ledger) List(ctx context.Context, q idempotency.ListQuery) (idempotency
 	if err != nil {
 		return idempotency.RecordPage{}, fmt.Errorf("list %q: %w", q.Route, l.fail("clock", err))
 	}
-	query, args, err := listSQL(q, shift)
+	query, args, err := listSQL(l.d, q, shift)
 	if err != nil {
 		return idempotency.RecordPage{}, fmt.Errorf("list %q: %w", q.Route, err)
 	}
@@ -64,7 +64,7 @@ func (l *Ledger) List(ctx context.Context, q idempotency.ListQuery) (idempotency
 
 // listSQL builds List's statement. It reads one row more than the page
 // holds, to know whether another page follows.
-func listSQL(q idempotency.ListQuery, shift time.Duration) (string, []any, error) {
+func listSQL(d dialect, q idempotency.ListQuery, shift time.Duration) (string, []any, error) {
 	if q.Limit < 1 {
 		return "", nil, fmt.Errorf("limit %d: want at least 1", q.Limit)
 	}
@@ -80,10 +80,8 @@ func listSQL(q idempotency.ListQuery, shift time.Duration) (string, []any, error
 		b.WriteString(` AND state = '` + string(q.State) + `'`)
 	}
 	if q.KeyPrefix != "" {
-		// substr, not LIKE: no wildcards to escape, and case-sensitive on
-		// SQLite too.
-		b.WriteString(` AND substr("key", 1, ?) = ?`)
-		args = append(args, utf8.RuneCountInString(q.KeyPrefix), q.KeyPrefix)
+		b.WriteString(d.prefixSQL)
+		args = append(args, d.prefixArgs(q.KeyPrefix)...)
 	}
 	if !q.Since.IsZero() {
 		b.WriteString(` AND created_at >= ?`)
@@ -104,6 +102,14 @@ func listSQL(q idempotency.ListQuery, shift time.Duration) (string, []any, error
 	b.WriteString(` ORDER BY created_at DESC, "key" DESC LIMIT ?`)
 	return b.String(), append(args, q.Limit+1), nil
 }
+
+// likePrefix is a LIKE pattern matching the strings that start with p.
+func likePrefix(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(p) + "%"
+}
+
+// substrPrefix binds sqliteDialect's prefixSQL: p's length, then p.
+func substrPrefix(p string) []any { return []any{utf8.RuneCountInString(p), p} }
 
 // knownStates are the states List filters on.
 var knownStates = map[idempotency.State]bool{

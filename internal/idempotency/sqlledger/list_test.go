@@ -70,6 +70,8 @@ func TestListPagesNewestFirstWithFilters(t *testing.T) {
 			{"key prefix", idempotency.ListQuery{KeyPrefix: "evt_0", Limit: 2},
 				[]string{"evt_09", "evt_08", "evt_07", "evt_06", "evt_05", "evt_04", "evt_03", "evt_02", "evt_01", "evt_00"}},
 			{"prefix is case-sensitive", idempotency.ListQuery{KeyPrefix: "EVT"}, nil},
+			{"wildcards are literal", idempotency.ListQuery{KeyPrefix: "evt%"}, nil},
+			{"underscore is literal", idempotency.ListQuery{KeyPrefix: "held_"}, []string{"held_b", "held_a"}},
 			{"since and until", idempotency.ListQuery{Since: t0.Add(2 * time.Minute), Until: t0.Add(5 * time.Minute)},
 				[]string{"evt_05", "evt_04", "evt_03", "evt_02"}},
 		}
