@@ -121,3 +121,72 @@ func BenchmarkListPostgres(b *testing.B) {
 		})
 	}
 }
+
+// A whole batch of commits carrying attempts: each row written gets its
+// attempt (numbered after those before, or as given), a row that loses
+// gets none. On PostgreSQL the batch is one statement, on SQLite one
+// transaction.
+func TestCommitBatchWritesTheAttemptsOfTheRowsWritten(t *testing.T) {
+	opens := map[string]func(t *testing.T) *Ledger{
+		DriverPostgres: func(t *testing.T) *Ledger { return openPGWith(t, Options{CommitBatch: 1, LookupBatch: 1}) },
+		DriverSQLite: func(t *testing.T) *Ledger {
+			l, err := Open(context.Background(), Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db", CommitBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			if err := l.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+	}
+	for name, open := range opens {
+		t.Run(name, func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			now := time.Now()
+			ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+			if err := l.Commit(ctx, &idempotency.Record{Ref: ref("done"), State: idempotency.StateDone,
+				Response: idempotency.Response{Status: 201}, ExpiresAt: now.Add(time.Hour)}, "o-first", now); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.AddAttempt(ctx, idempotency.Attempt{Ref: ref("retried"), StartedAt: now, Status: 502}); err != nil {
+				t.Fatal(err)
+			}
+			withAttempt := func(j *commitJob, number int) *commitJob {
+				j.row.att = attemptArgsOf(&idempotency.Attempt{Attempt: number, StartedAt: now, Duration: time.Second, Status: 200, Replica: j.row.owner}, 0)
+				return j
+			}
+			batch := []*commitJob{
+				withAttempt(commitJobFor(ref("fresh"), "a", now), 0),
+				withAttempt(commitJobFor(ref("twice"), "b1", now), 0),
+				withAttempt(commitJobFor(ref("twice"), "b2", now), 0),
+				withAttempt(commitJobFor(ref("done"), "c", now), 0),
+				withAttempt(commitJobFor(ref("retried"), "d", now), 0),
+				withAttempt(commitJobFor(ref("numbered"), "e", now), 7),
+				commitJobFor(ref("plain"), "f", now),
+			}
+			l.runCommits(batch)
+			for _, j := range batch {
+				<-j.done
+			}
+			want := map[string][]string{
+				"fresh": {"1:a"}, "twice": {"1:b1"}, "done": nil, "retried": {"1:", "2:d"}, "numbered": {"7:e"}, "plain": nil,
+			}
+			for k, w := range want {
+				atts, err := l.Attempts(ctx, ref(k))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, a := range atts {
+					got = append(got, fmt.Sprintf("%d:%s", a.Attempt, a.Replica))
+				}
+				if strings.Join(got, ",") != strings.Join(w, ",") {
+					t.Errorf("%s: attempts %v, want %v", k, got, w)
+				}
+			}
+		})
+	}
+}
