@@ -130,15 +130,7 @@ func TestCommitBatchWritesTheAttemptsOfTheRowsWritten(t *testing.T) {
 	opens := map[string]func(t *testing.T) *Ledger{
 		DriverPostgres: func(t *testing.T) *Ledger { return openPGWith(t, Options{CommitBatch: 1, LookupBatch: 1}) },
 		DriverSQLite: func(t *testing.T) *Ledger {
-			l, err := Open(context.Background(), Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db", CommitBatch: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			if err := l.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			return l
+			return openMigrated(t, Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db", CommitBatch: 1})
 		},
 	}
 	for name, open := range opens {
