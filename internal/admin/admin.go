@@ -42,6 +42,12 @@ type Ledger interface {
 	// Resolve settles a held record: nil deletes it, otherwise it becomes
 	// done with rec's response. ErrNotFound when ref is not held.
 	Resolve(ctx context.Context, ref idempotency.Ref, rec *idempotency.Record) error
+	// List pages a route's records, newest first, without bodies.
+	List(ctx context.Context, q idempotency.ListQuery) (idempotency.RecordPage, error)
+	// Request returns the request stored with ref's record (nil if none).
+	Request(ctx context.Context, ref idempotency.Ref) (*idempotency.Request, error)
+	// Attempts returns ref's attempts in order.
+	Attempts(ctx context.Context, ref idempotency.Ref) ([]idempotency.Attempt, error)
 }
 
 // Stats answers GET /admin/stats (a stats.Memory or stats.Redis).
@@ -88,6 +94,9 @@ type Options struct {
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool
+	// Scheduler fills a record's next_attempt_at (async routes); nil:
+	// never shown.
+	Scheduler Scheduler
 	// Stats answers /admin/stats; nil answers 404.
 	Stats Stats
 	// Metrics serves /metrics; nil answers 404.
@@ -258,6 +267,12 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 	if rest == "dead/redrive" {
 		if allow(w, r, http.MethodPost) {
 			s.redrive(w, r, route)
+		}
+		return
+	}
+	if rest == "records" {
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.listRecords(w, r, route)
 		}
 		return
 	}

@@ -75,14 +75,14 @@ func (s *Server) ledgerFailed(w http.ResponseWriter, r *http.Request, op string,
 }
 
 func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	rec, err := s.o.Ledger.Lookup(r.Context(), ref)
+	rec, err := Detail(r.Context(), s.o.Ledger, s.o.Scheduler, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		problem(w, http.StatusNotFound, "no record for this key on this route")
 	case err != nil:
 		s.ledgerFailed(w, r, "lookup", ref, err)
 	default:
-		writeJSON(w, http.StatusOK, RecordOf(rec))
+		writeJSON(w, http.StatusOK, rec)
 	}
 }
 
