@@ -170,3 +170,40 @@ func (s *Server) Delete(ctx context.Context, ref idempotency.Ref) error {
 	}
 	return nil
 }
+
+// EventList is a page of route's event log (GET .../records): q as
+// ParseListQuery reads it.
+func (s *Server) EventList(ctx context.Context, q idempotency.ListQuery) (RecordList, error) {
+	if err := s.checkRoute(q.Route); err != nil {
+		return RecordList{}, err
+	}
+	out, err := List(ctx, s.o.Ledger, q)
+	var qe *QueryError
+	switch {
+	case errors.As(err, &qe):
+		return RecordList{}, refused(http.StatusBadRequest, qe.Detail)
+	case err != nil:
+		return RecordList{}, s.unavailable(ctx, "list", idempotency.Ref{Route: q.Route}, err)
+	}
+	return out, nil
+}
+
+// EventDetail is ref's record with its request and attempts (GET
+// .../records/{key}).
+func (s *Server) EventDetail(ctx context.Context, ref idempotency.Ref) (RecordDetail, error) {
+	none, err := s.checkRef(ref)
+	if err != nil {
+		return RecordDetail{}, err
+	}
+	if none {
+		return RecordDetail{}, refused(http.StatusNotFound, "no record for this key on this route")
+	}
+	out, err := Detail(ctx, s.o.Ledger, s.o.Scheduler, ref)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return RecordDetail{}, refused(http.StatusNotFound, "no record for this key on this route")
+	case err != nil:
+		return RecordDetail{}, s.unavailable(ctx, "detail", ref, err)
+	}
+	return out, nil
+}

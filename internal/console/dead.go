@@ -2,6 +2,8 @@ package console
 
 import (
 	"net/http"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
 // deadListed bounds each route's dead list on the page.
@@ -34,7 +36,7 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		d.NoAsync = false
 		rd := routeDead{Name: rt.Name}
-		page, err := c.o.EventLog.Records(r.Context(), rt.Name, EventQuery{State: "dead", Limit: deadListed})
+		page, err := c.o.EventLog.EventList(r.Context(), idempotency.ListQuery{Route: rt.Name, State: idempotency.StateDead, Limit: deadListed})
 		if err != nil {
 			rd.Error = detail(err)
 		}
@@ -42,7 +44,7 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 			rd.Dead = append(rd.Dead, eventRow{Route: rec.Route, Key: rec.Key, State: rec.State,
 				Created: when(rec.CreatedAt), Source: rec.Source})
 		}
-		rd.More = page.NextCursor != ""
+		rd.More = page.NextCursor != nil
 		d.Routes = append(d.Routes, rd)
 	}
 	c.render(w, r, http.StatusOK, "dead", page{Title: "Dead", Nav: "dead", CSRF: s.csrf,

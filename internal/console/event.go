@@ -2,7 +2,6 @@ package console
 
 import (
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -60,8 +59,8 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	ref := idempotency.Ref{Route: rt.Name, Key: q.Get("key")}
-	ev, err := c.o.EventLog.Record(r.Context(), ref)
-	if errors.Is(err, idempotency.ErrNotFound) || statusOf(err) == http.StatusNotFound {
+	ev, err := c.o.EventLog.EventDetail(r.Context(), ref)
+	if statusOf(err) == http.StatusNotFound {
 		c.fail(w, r, s, http.StatusNotFound, "No record for this key on this route: it was never delivered, or it expired or was deleted.")
 		return
 	}
@@ -74,8 +73,9 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 		d.TraceURL = strings.ReplaceAll(c.o.TraceURL, "{trace_id}", url.QueryEscape(ev.TraceID))
 	}
 	if ev.Request != nil {
+		body, _ := base64.StdEncoding.DecodeString(ev.Request.BodyBase64)
 		d.Request = &requestView{Method: ev.Request.Method, Path: ev.Request.Path,
-			Headers: sortedHeaders(ev.Request.Headers), Body: viewBody(ev.Request.Body)}
+			Headers: sortedHeaders(ev.Request.Headers), Body: viewBody(body)}
 	}
 	for _, a := range ev.Attempts {
 		d.Attempts = append(d.Attempts, attemptOf(a))
@@ -121,10 +121,12 @@ func recordedBody(rec admin.Record) bodyView {
 	return viewBody(b)
 }
 
-func attemptOf(a Attempt) attemptView {
-	v := attemptView{N: a.Attempt, Started: when(&a.StartedAt), Took: a.Duration.Round(time.Millisecond).String(), Error: a.Error}
-	v.Status = statusText(a.Status)
-	v.OK = a.Status >= 200 && a.Status < 300
+func attemptOf(a admin.Attempt) attemptView {
+	v := attemptView{N: a.Attempt, Started: when(&a.StartedAt), Took: (time.Duration(a.DurationMS) * time.Millisecond).String(),
+		Error: a.Error, Status: "—"}
+	if a.Status != nil {
+		v.Status, v.OK = statusText(*a.Status), *a.Status >= 200 && *a.Status < 300
+	}
 	return v
 }
 

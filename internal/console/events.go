@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
 // eventsPerPage is the list's page size.
@@ -47,20 +50,20 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, http.StatusNotFound, "No route of that name is configured.")
 		return
 	}
-	eq, msg := eventQuery(q)
+	eq, msg := eventQuery(d.Route, q)
 	status := http.StatusOK
 	if msg != "" {
 		d.Error, status = msg, http.StatusBadRequest
-	} else if page, err := c.o.EventLog.Records(r.Context(), d.Route, eq); err != nil {
+	} else if page, err := c.o.EventLog.EventList(r.Context(), eq); err != nil {
 		d.Error, status = detail(err), statusOf(err)
 	} else {
 		for _, rec := range page.Records {
 			d.Rows = append(d.Rows, eventRow{Route: rec.Route, Key: rec.Key, State: rec.State, Status: statusText(rec.Status),
 				Created: when(rec.CreatedAt), Completed: when(rec.CompletedAt), Source: rec.Source})
 		}
-		if page.NextCursor != "" {
+		if page.NextCursor != nil {
 			next := url.Values{"route": {d.Route}, "state": {d.State}, "key_prefix": {d.KeyPrefix},
-				"since": {d.Since}, "until": {d.Until}, "cursor": {page.NextCursor}}
+				"since": {d.Since}, "until": {d.Until}, "cursor": {*page.NextCursor}}
 			d.Next = next.Encode()
 		}
 	}
@@ -81,30 +84,32 @@ func (c *Console) defaultRoute() string {
 	return ""
 }
 
-// eventQuery reads the list's filters; a message says what is wrong.
-func eventQuery(q url.Values) (EventQuery, string) {
-	eq := EventQuery{State: q.Get("state"), KeyPrefix: q.Get("key_prefix"), Cursor: q.Get("cursor"), Limit: eventsPerPage}
-	if !slices.Contains(states, eq.State) {
-		return eq, "Unknown state: pick one from the list."
+// eventQuery reads the list's filters the way the admin API reads its
+// query (admin.ParseListQuery), the times from the form's UTC
+// "2026-12-05T14:30"; a message says what is wrong.
+func eventQuery(route string, q url.Values) (idempotency.ListQuery, string) {
+	v := url.Values{"limit": {strconv.Itoa(eventsPerPage)}}
+	for _, name := range []string{"state", "key_prefix", "cursor"} {
+		if s := q.Get(name); s != "" {
+			v.Set(name, s)
+		}
 	}
-	for _, f := range []struct {
-		name string
-		to   *time.Time
-	}{{"since", &eq.Since}, {"until", &eq.Until}} {
-		v := q.Get(f.name)
-		if v == "" {
+	for _, name := range []string{"since", "until"} {
+		s := q.Get(name)
+		if s == "" {
 			continue
 		}
-		t, err := time.Parse(timeInput, v)
+		t, err := time.Parse(timeInput, s)
 		if err != nil {
-			return eq, "The " + f.name + " time must look like 2026-12-05T14:30 (UTC)."
+			return idempotency.ListQuery{}, "The " + name + " time must look like 2026-12-05T14:30 (UTC)."
 		}
-		*f.to = t
+		v.Set(name, t.UTC().Format(time.RFC3339))
 	}
-	if !eq.Since.IsZero() && !eq.Until.IsZero() && eq.Until.Before(eq.Since) {
-		return eq, "The until time is before the since time."
+	lq, err := admin.ParseListQuery(route, v)
+	if err != nil {
+		return lq, detail(err)
 	}
-	return eq, ""
+	return lq, ""
 }
 
 // statusText is an HTTP status for a table cell; "—" for none.

@@ -170,7 +170,7 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 		routes[i] = console.Route{Name: r.Name, StoresRequests: r.StoresRequests(), Async: r.Delivery == config.DeliveryAsync}
 	}
 	o := console.Options{
-		Token: g.cfg.Admin.Token, Admin: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
+		Token: g.cfg.Admin.Token, Admin: ops, EventLog: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
 		Logger: g.log.With("component", "console"), Now: g.now,
 	}
 	if g.queue.q != nil {
