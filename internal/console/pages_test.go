@@ -53,7 +53,7 @@ func TestPagesLoadNothingFromElsewhere(t *testing.T) {
 	b := e.browser(t)
 	pages := map[string]page{"login": b.get("/ui/login")}
 	b.mustSignIn()
-	for _, path := range []string{"/ui/", "/ui/held", "/ui/confirm?do=record&route=pay&key=h", "/ui/nope"} {
+	for _, path := range []string{"/ui/", "/ui/events", "/ui/held", "/ui/dead", "/ui/confirm?do=record&route=pay&key=h", "/ui/nope"} {
 		pages[path] = b.get(path)
 	}
 	for path, p := range pages {

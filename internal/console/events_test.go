@@ -1,0 +1,108 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// done writes a done record of pay, its stored request and one attempt.
+func (e *env) done(tb testing.TB, key string, at time.Time) {
+	tb.Helper()
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "pay", Key: key}
+	rec := &idempotency.Record{Ref: ref, State: idempotency.StateDone, CreatedAt: at, CompletedAt: at, ExpiresAt: at.Add(time.Hour),
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Source: "10.0.0.9",
+		Response: idempotency.Response{Status: 200, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"ok":true}`)}}
+	if err := e.ledger.Commit(ctx, rec, "owner", at); err != nil {
+		tb.Fatal(err)
+	}
+	req := &idempotency.Request{Method: "POST", Path: "/up", Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"` + key + `","amount":42}`)}
+	if err := e.ledger.StoreRequest(ctx, ref, req); err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.ledger.AddAttempt(ctx, idempotency.Attempt{Ref: ref, Attempt: 1, StartedAt: at, Duration: 12 * time.Millisecond, Status: 200}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func TestEventsListFiltersAndLinks(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Minute)
+	e.done(t, "order-1", base)
+	e.done(t, "order-2", base.Add(10*time.Minute))
+	e.done(t, "refund-1", base.Add(20*time.Minute))
+	b := e.browser(t)
+	b.mustSignIn()
+
+	all := b.get("/ui/events?route=pay")
+	if i, j := strings.Index(all.body, "refund-1"), strings.Index(all.body, "order-1"); i < 0 || j < 0 || i > j {
+		t.Fatalf("list not newest first:\n%s", all.body)
+	}
+	p := b.get("/ui/events?" + url.Values{"route": {"pay"}, "key_prefix": {"order-"}, "since": {base.Add(5 * time.Minute).Format("2006-01-02T15:04")}}.Encode())
+	if !strings.Contains(p.body, `href="/ui/event?route=pay&amp;key=order-2"`) || strings.Contains(p.body, "order-1") || strings.Contains(p.body, "refund-1") {
+		t.Errorf("prefix order- since +5m lists:\n%s", p.body)
+	}
+	if p := b.get("/ui/events?route=pay&since=yesterday"); p.status != http.StatusBadRequest || !strings.Contains(p.body, "2026-12-05T14:30") {
+		t.Errorf("a bad since: %d\n%s", p.status, p.body)
+	}
+	if p := b.get("/ui/events?route=pay&key_prefix=zzz"); !strings.Contains(p.body, "No events on pay match these filters.") {
+		t.Errorf("no match has no empty state:\n%s", p.body)
+	}
+}
+
+func TestEventShowsRequestAnswerAttemptsAndTrace(t *testing.T) {
+	e := newEnv(t, envOptions{traceURL: "http://grafana:3000/explore?traceId={trace_id}"})
+	e.done(t, "order-1", time.Now().Add(-time.Minute))
+	for range 2 {
+		e.stats.Record(context.Background(), "pay", idempotency.Replayed, "order-1", "10.0.0.9")
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/event?route=pay&key=order-1")
+	for _, want := range []string{
+		"<code>POST /up</code>",
+		"{\n  &#34;id&#34;: &#34;order-1&#34;,\n  &#34;amount&#34;: 42\n}", // the request, indented
+		"Status <strong>200</strong>",
+		"<strong>Attempt 1</strong>", "status 200",
+		`<dd class="repeats">2</dd>`,
+		`href="http://grafana:3000/explore?traceId=4bf92f3577b34da6a3ce929d0e0e4736"`,
+		`href="/ui/confirm?do=delete&amp;route=pay&amp;key=order-1"`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("event page lacks %q", want)
+		}
+	}
+	if strings.Contains(p.body, "do=redeliver") {
+		t.Errorf("redeliver offered without a queue")
+	}
+	if t.Failed() {
+		t.Logf("event page:\n%s", p.body)
+	}
+	if p := b.get("/ui/event?route=pay&key=never"); p.status != http.StatusNotFound {
+		t.Errorf("an unknown key: %d", p.status)
+	}
+	// Deleting it from its page, confirmed, leaves the ledger without it.
+	tok := csrf(t, p)
+	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"pay"}, "key": {"order-1"}}); p.status != http.StatusSeeOther ||
+		p.header.Get("Location") != "/ui/events?done=delete&route=pay" {
+		t.Fatalf("delete: %d %q", p.status, p.header.Get("Location"))
+	}
+	if rec := e.lookup(t, idempotency.Ref{Route: "pay", Key: "order-1"}); rec != nil {
+		t.Errorf("deleted, the ledger still holds %s", rec.State)
+	}
+}
+
+func TestDeadPageWithoutAsyncRoutesSaysWhy(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	b := e.browser(t)
+	b.mustSignIn()
+	if p := b.get("/ui/dead"); !strings.Contains(p.body, "No route delivers asynchronously: set <code>delivery: async</code>") {
+		t.Errorf("dead page without async routes:\n%s", p.body)
+	}
+}
