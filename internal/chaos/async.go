@@ -61,8 +61,25 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 			applied[r.Key] = append(applied[r.Key], r)
 		}
 	}
+	for _, row := range in.Ledger {
+		a.LedgerByState[row.State]++
+	}
+	for _, r := range in.Upstream {
+		a.UpstreamReceived++
+		a.UpstreamByAction[r.Action]++
+		if r.Applied {
+			a.Applied++
+		}
+	}
 	for _, ev := range in.Events {
 		a.Events++
+		for _, s := range ev.Sends {
+			a.Sends++
+			a.SendsByKind[s.Kind]++
+			if s.Answered {
+				a.Outcomes[s.Outcome]++
+			}
+		}
 		if !ev.Acked() {
 			continue
 		}

@@ -411,7 +411,8 @@ func (s *sender) send(ctx context.Context, ev *Event, kind SendKind, attempt, gw
 	case KindTamper, KindForged:
 		body = tamperedBody(ev)
 	}
-	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders", holdRoute: "/webhooks/payouts"}[ev.Route]
+	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders", holdRoute: "/webhooks/payouts",
+		asyncRoute: "/webhooks/relay"}[ev.Route]
 	if path == "" {
 		path = "/hooks/" + ev.Sender + "/events"
 	}
