@@ -24,22 +24,8 @@ const (
 // returns them as an input of their own.
 func splitAsync(in *AuditInput) (sync, async *AuditInput) {
 	s, a := *in, *in
-	s.Events, a.Events = nil, nil
-	for _, ev := range in.Events {
-		if ev.Route == asyncRoute {
-			a.Events = append(a.Events, ev)
-		} else {
-			s.Events = append(s.Events, ev)
-		}
-	}
-	s.Upstream, a.Upstream = nil, nil
-	for _, r := range in.Upstream {
-		if r.Route == asyncRoute {
-			a.Upstream = append(a.Upstream, r)
-		} else {
-			s.Upstream = append(s.Upstream, r)
-		}
-	}
+	a.Events, s.Events = partition(in.Events, func(ev *Event) bool { return ev.Route == asyncRoute })
+	a.Upstream, s.Upstream = partition(in.Upstream, func(r *UpRecord) bool { return r.Route == asyncRoute })
 	s.Ledger, a.Ledger = map[string]*LedgerRow{}, map[string]*LedgerRow{}
 	for k, row := range in.Ledger {
 		if row.Route == asyncRoute {
@@ -49,6 +35,18 @@ func splitAsync(in *AuditInput) (sync, async *AuditInput) {
 		}
 	}
 	return &s, &a
+}
+
+// partition splits xs into those that match and the others.
+func partition[T any](xs []T, match func(T) bool) (yes, no []T) {
+	for _, x := range xs {
+		if match(x) {
+			yes = append(yes, x)
+		} else {
+			no = append(no, x)
+		}
+	}
+	return yes, no
 }
 
 // checkAsync audits the async route: every acknowledged event is in the

@@ -185,10 +185,10 @@ func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(conte
 	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
 }
 
-// Migrate creates or upgrades River's tables beside the ledger's.
-// Replicas starting together take turns: on PostgreSQL under a session
-// lock (River's migrations each need a transaction of their own), on
-// SQLite in one write transaction.
+// Migrate creates or upgrades River's tables beside the ledger's. River
+// runs each migration in a transaction of its own (one adds an enum value
+// and uses it); replicas starting together on PostgreSQL take turns under
+// a session lock.
 func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	db, err := l.DB()
 	if err != nil {
@@ -213,20 +213,8 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 			return fmt.Errorf("migrate queue: lock: %w", err)
 		}
 		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()
-		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-			return fmt.Errorf("migrate queue: %w", err)
-		}
-		return nil
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate queue: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("migrate queue: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
 	return nil
