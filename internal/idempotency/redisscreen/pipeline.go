@@ -20,9 +20,9 @@ type pipeliner struct {
 	// bundling runs a batch's calls of one script as one bundle: on a
 	// single node, not on a Cluster, whose keys lie in many slots.
 	bundling bool
-	stop    chan struct{}
-	stopped sync.Once
-	wg      sync.WaitGroup
+	stop     chan struct{}
+	stopped  sync.Once
+	wg       sync.WaitGroup
 }
 
 type scriptCall struct {
