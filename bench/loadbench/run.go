@@ -395,12 +395,13 @@ func (r *run) main(ctx context.Context) error {
 			return fmt.Errorf("baseline B2 working set: %d of %d deliveries failed", failed, len(working))
 		}
 		systems = append(systems,
-			&system{name: "B1@base", desc: "baseline: Redis+PG, 100% unique", doer: bmT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bMain},
-			&system{name: "B2@base", desc: "baseline: Redis+PG, 100% repeats", doer: bmT.WithMix(&Mix{Working: working}), child: bMain},
-			&system{name: "B3@base", desc: "baseline: Redis+PG, 70/30", doer: bmT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bMain},
-			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain},
-			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger},
-			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger},
+			&system{name: "B1@base", desc: "baseline: Redis+PG, 100% unique", doer: bmT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B2@base", desc: "baseline: Redis+PG, 100% repeats", doer: bmT.WithMix(&Mix{Working: working}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B3@base", desc: "baseline: Redis+PG, 70/30", doer: bmT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B4u@base", desc: "baseline: ledger only, 100% unique", doer: blT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
+			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
+			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
 			&system{name: "B5@base", desc: "baseline: embedded SQLite+memory, 70/30", doer: NewHTTPTarget(bEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: bEmbedded},
 		)
 	}
