@@ -200,15 +200,27 @@ func (u *unit) eval(ctx context.Context, client redis.UniversalClient) (any, err
 	return u.bundle.script.Eval(ctx, client, keys, args...).Result()
 }
 
-// finish answers the unit's callers. A bundle that failed as a whole (a
+// finish answers the unit's callers. A bundle Redis refused as a whole (a
 // key of the wrong type makes its script raise) is run again call by call,
-// so that one key's fault is not every caller's.
+// so that one key's fault is not every caller's: safe, as a claim run again
+// by its owner is granted again and a done entry stays done. A bundle that
+// got no answer fails each caller, as a lone script would.
 func (u *unit) finish(ctx context.Context, client redis.UniversalClient, v any, err error) {
 	if u.bundle == nil || len(u.calls) == 1 {
 		u.calls[0].done <- scriptResult{v, err}
 		return
 	}
-	if err == nil && u.bundle.split(u.calls, v) == nil {
+	if err == nil {
+		err = u.bundle.split(u.calls, v)
+		if err == nil {
+			return
+		}
+	}
+	var refused redis.Error
+	if !errors.As(err, &refused) && !errors.Is(err, errCorrupt) {
+		for _, c := range u.calls {
+			c.done <- scriptResult{err: err}
+		}
 		return
 	}
 	for _, c := range u.calls {
