@@ -93,10 +93,25 @@ func (c *claim) settleScreen(ctx context.Context, ent *Entry) {
 	}
 }
 
-// tidyScreen turns a screen claim whose answer was lost into ent's record,
-// or releases it (ent nil), in the background: it most likely never
-// landed, and the answer must not wait another timeout for it. Skipped
-// while the breaker is open and once Close began.
+// markDone ends the screen's side of a claim whose record ent the ledger
+// committed. When the ledger holds the claim too (confirm-by-claim), the
+// screen is marked in the background, after the answer: the ledger's
+// record already decides every repeat (docs/decisions.md, "The screen is
+// marked done after the answer").
+func (c *claim) markDone(ctx context.Context, ent *Entry) {
+	if c.screen && c.ledger && !c.lostScreen {
+		c.e.tidyScreen(ctx, c.ref, c.owner, ent)
+		return
+	}
+	c.settleScreen(ctx, ent)
+}
+
+// tidyScreen turns owner's screen claim into ent's record, or releases it
+// (ent nil), in the background, for claims the answer need not wait for:
+// one whose answer was lost (it most likely never landed, and the answer
+// must not wait another timeout for it), one the ledger settled
+// (markDone). Skipped while the breaker is open and once Close began: the
+// claim then ends with its lease.
 func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
 	if e.o.Screen == nil || !e.breaker.closed() {
 		return
