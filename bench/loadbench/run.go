@@ -62,7 +62,7 @@ type Options struct {
 }
 
 // Quick is make bench-quick: every configuration and every number, on
-// short windows and a 200k-row prefill; under three minutes.
+// short windows and a 200k-row prefill; about four minutes.
 func Quick() Options {
 	return Options{
 		Mode: "quick", Concurrency: []int{16, 64, 256}, Rounds: 2, Warmup: 300 * time.Millisecond, Cell: time.Second,
