@@ -92,6 +92,10 @@ const (
 	SchemeAlipay           = "alipay"
 	SchemeWeChatPay        = "wechatpay"
 	SchemeHMAC             = "hmac"
+	SchemeEd25519          = "ed25519"
+	SchemeECDSA            = "ecdsa"
+	SchemeDiscord          = "discord"
+	SchemeSendGrid         = "sendgrid"
 )
 
 // schemes are the scheme names, in SPEC order: the one list of them.
@@ -99,6 +103,7 @@ var schemes = []string{
 	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
 	SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
 	SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+	SchemeEd25519, SchemeECDSA, SchemeDiscord, SchemeSendGrid,
 }
 
 // Schemes returns every scheme name New accepts, sorted.
@@ -108,10 +113,27 @@ func Schemes() []string {
 	return s
 }
 
-// UsesPublicKey reports whether scheme verifies with the provider's RSA
-// public key (Options.PublicKey) rather than shared secrets.
+// UsesPublicKey reports whether scheme verifies only with the provider's
+// public key (Options.PublicKey), never with shared secrets.
+// standard-webhooks takes either (AcceptsPublicKey).
 func UsesPublicKey(scheme string) bool {
-	return scheme == SchemeAlipay || scheme == SchemeWeChatPay
+	switch scheme {
+	case SchemeAlipay, SchemeWeChatPay, SchemeEd25519, SchemeECDSA, SchemeDiscord, SchemeSendGrid:
+		return true
+	}
+	return false
+}
+
+// AcceptsPublicKey reports whether Options.PublicKey may be set for scheme.
+func AcceptsPublicKey(scheme string) bool {
+	return UsesPublicKey(scheme) || scheme == SchemeStandardWebhooks
+}
+
+// TakesSignatureHeader reports whether scheme reads its signature from the
+// header named by Options.Header (with Options.Encoding and Options.Prefix)
+// rather than from a header of its provider's.
+func TakesSignatureHeader(scheme string) bool {
+	return scheme == SchemeHMAC || scheme == SchemeEd25519 || scheme == SchemeECDSA
 }
 
 // DefaultTolerance is the timestamp tolerance used when Options.Tolerance is
@@ -132,9 +154,15 @@ type Options struct {
 	// standard-webhooks, where a "whsec_" prefix is stripped and the rest is
 	// base64-decoded. Several secrets mean rotation: any one verifies.
 	Secrets []string
-	// PublicKey is the provider's RSA public key for alipay and wechatpay:
-	// PEM ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" blocks; several
-	// blocks mean rotation) or, as Alipay hands it out, bare base64 DER.
+	// PublicKey is the provider's public key; several mean rotation. PEM
+	// ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" blocks) for every
+	// public-key scheme; otherwise each scheme's provider format:
+	//   - alipay, wechatpay: RSA, or bare base64 DER as Alipay hands it out;
+	//   - ecdsa, sendgrid: P-256, or bare base64 DER as SendGrid shows it;
+	//   - ed25519, discord, standard-webhooks (its v1a signatures): 32-byte
+	//     keys separated by spaces, each hex (Discord), "whpk_" + base64
+	//     (Standard Webhooks), base64 or base64 DER.
+	// standard-webhooks takes Secrets, PublicKey or both.
 	PublicKey string
 	// URL is, for square only, the notification URL exactly as configured in
 	// Square; it is part of the signed message. Required for square.
@@ -145,16 +173,18 @@ type Options struct {
 	// timestamp: github, shopify, square, razorpay, alipay (whose notify_time
 	// changes between resends and is not a freshness guarantee) and hmac.
 	Tolerance time.Duration
-	// Header names the signature header for scheme hmac. Default "X-Signature".
+	// Header names the signature header for schemes hmac, ed25519 and
+	// ecdsa. Default "X-Signature".
 	Header string
 	// Algorithm is the hash for scheme hmac: sha1, sha256 or sha512.
 	// Default sha256.
 	Algorithm string
-	// Encoding is how scheme hmac's signature is written: hex or base64.
-	// Default hex.
+	// Encoding is how the signature of schemes hmac, ed25519 and ecdsa is
+	// written: hex or base64. Default hex.
 	Encoding string
-	// Prefix is stripped from scheme hmac's header value before decoding,
-	// compared ASCII case-insensitively, e.g. "sha256=". Default none.
+	// Prefix is stripped from the header value of schemes hmac, ed25519 and
+	// ecdsa before decoding, compared ASCII case-insensitively, e.g.
+	// "sha256=". Default none.
 	Prefix string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -162,7 +192,8 @@ type Options struct {
 
 // New validates o and returns the Verifier for its scheme. Errors name the
 // offending option by its configuration key (secrets, public_key, url,
-// tolerance, header, algorithm, encoding) and never contain a secret.
+// tolerance, header, algorithm, encoding, prefix) and never contain a
+// secret.
 func New(o Options) (Verifier, error) {
 	switch {
 	case o.Scheme == "":
@@ -184,20 +215,15 @@ func New(o Options) (Verifier, error) {
 			c.tolerance = DefaultTwitchTolerance
 		}
 	}
-	if UsesPublicKey(o.Scheme) {
+	switch {
+	case o.Scheme == SchemeStandardWebhooks:
+		return newStandardWebhooks(o, c)
+	case UsesPublicKey(o.Scheme):
 		if len(o.Secrets) > 0 {
 			return nil, fmt.Errorf("secrets: not used by scheme %s (it verifies with public_key)", o.Scheme)
 		}
-		keys, err := parsePublicKeys(o.PublicKey)
-		if err != nil {
-			return nil, fmt.Errorf("public_key: %w", err)
-		}
-		if o.Scheme == SchemeAlipay {
-			return &alipay{keys: keys}, nil
-		}
-		return &wechatpay{keys: keys, clock: c}, nil
-	}
-	if o.PublicKey != "" {
+		return newPublicKey(o, c)
+	case o.PublicKey != "":
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
 	return newHMAC(o, c)

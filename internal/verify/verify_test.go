@@ -190,7 +190,11 @@ func hmacOptions(name string, f func(string) string) func(testing.TB, ...string)
 
 const squareURL = "https://example.com/webhooks/square"
 
-var schemes = []scheme{
+// schemes are every built-in scheme: the shared-secret and RSA ones here,
+// the Ed25519 and ECDSA ones in asymmetric_test.go.
+var schemes = slices.Concat(secretAndRSASchemes, asymmetricSchemes)
+
+var secretAndRSASchemes = []scheme{
 	{
 		name:    verify.SchemeStandardWebhooks,
 		options: hmacOptions(verify.SchemeStandardWebhooks, whsec),
