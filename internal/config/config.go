@@ -295,23 +295,25 @@ type Verify struct {
 	Scheme string `koanf:"scheme" yaml:"scheme"`
 	// Secrets are the HMAC secrets; several allow rotation. Default none.
 	Secrets []string `koanf:"secrets" yaml:"secrets"`
-	// PublicKey is the provider's RSA public key (PEM) for alipay and
-	// wechatpay. Default "".
+	// PublicKey is the provider's public key: RSA for alipay and wechatpay,
+	// Ed25519 for ed25519, discord and the v1a signatures of
+	// standard-webhooks, ECDSA P-256 for ecdsa and sendgrid. PEM or the
+	// provider's own format (see verify.Options.PublicKey). Default "".
 	PublicKey string `koanf:"public_key" yaml:"public_key"`
 	// URL is the signed notification URL (square). Default "".
 	URL string `koanf:"url" yaml:"url"`
 	// Tolerance is the accepted clock skew for schemes with a signed
 	// timestamp. Default 5m; 10m with scheme twitch (Twitch's own limit).
 	Tolerance time.Duration `koanf:"tolerance" yaml:"tolerance"`
-	// Header carries the signature (scheme hmac only). Default "".
+	// Header carries the signature (schemes hmac, ed25519, ecdsa). Default "".
 	Header string `koanf:"header" yaml:"header"`
 	// Algorithm is sha1, sha256 or sha512 (scheme hmac only). Default
 	// "sha256".
 	Algorithm string `koanf:"algorithm" yaml:"algorithm"`
-	// Encoding is hex or base64 (scheme hmac only). Default "hex".
+	// Encoding is hex or base64 (schemes hmac, ed25519, ecdsa). Default "hex".
 	Encoding string `koanf:"encoding" yaml:"encoding"`
-	// Prefix precedes the signature in the header, e.g. "sha256=" (scheme
-	// hmac only). Default "".
+	// Prefix precedes the signature in the header, e.g. "sha256=" (schemes
+	// hmac, ed25519, ecdsa). Default "".
 	Prefix string `koanf:"prefix" yaml:"prefix"`
 }
 
@@ -497,6 +499,10 @@ const (
 	SchemeAlipay           = verify.SchemeAlipay
 	SchemeWeChatPay        = verify.SchemeWeChatPay
 	SchemeHMAC             = verify.SchemeHMAC
+	SchemeEd25519          = verify.SchemeEd25519
+	SchemeECDSA            = verify.SchemeECDSA
+	SchemeDiscord          = verify.SchemeDiscord
+	SchemeSendGrid         = verify.SchemeSendGrid
 )
 
 // RedactedValue replaces every non-empty secret in Redacted and YAML.

@@ -880,6 +880,13 @@ func testPublicKey(tb testing.TB) string {
 	return strings.ReplaceAll(body, "\n", "")
 }
 
+// Public keys as Discord's portal (hex Ed25519) and SendGrid's settings
+// (base64 DER P-256, sendgrid-go's test key) show them.
+const (
+	testDiscordKey  = "7d1f0c3b9b2e4a5d6c8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
+	testSendGridKey = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="
+)
+
 // presetVerify is the verify block a route with this scheme needs: the
 // options of its kind only (the verifier refuses the others).
 func presetVerify(scheme, publicKey string) string {
@@ -888,6 +895,10 @@ func presetVerify(scheme, publicKey string) string {
 		return ""
 	case SchemeAlipay, SchemeWeChatPay:
 		return "    verify: {public_key: '" + publicKey + "'}\n"
+	case SchemeDiscord:
+		return "    verify: {public_key: '" + testDiscordKey + "'}\n"
+	case SchemeSendGrid:
+		return "    verify: {public_key: '" + testSendGridKey + "'}\n"
 	case SchemeSquare:
 		return "    verify: {url: 'https://example.com/hook', secrets: ['" + presetSecret(scheme) + "']}\n"
 	}

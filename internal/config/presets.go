@@ -42,6 +42,11 @@ type Preset struct {
 	// Ack, when set, becomes async.ack: the answer the provider must read
 	// to stop resending. Unset leaves the default (202, no body).
 	Ack *Ack
+	// SyncOnly refuses delivery: async on the preset's routes: the
+	// provider reads its answer from the upstream's (a Discord interaction
+	// response says what to show the user), so no acknowledgement the
+	// gateway could make up would do.
+	SyncOnly bool
 }
 
 const day = 24 * time.Hour
@@ -85,7 +90,20 @@ var presetTable = []Preset{
 	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
 	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days",
 		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "[accepted]"}},
+	// Discord does not retry interactions; its PING (type 1) has an id like
+	// every interaction and is forwarded for the application to answer.
+	{Name: "discord", Key: src(SourceJSON, "id"), Scheme: SchemeDiscord, Retention: 3 * day, RetryWindow: "none (answer within 3 s)", SyncOnly: true},
+	// SendGrid posts batches of events and retries a failed batch; the
+	// batch, not one event, is the delivery (decisions.md).
+	{Name: "sendgrid", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeSendGrid, Retention: 3 * day, RetryWindow: "24 h"},
+	// Clerk and Resend send through Svix, under svix-* header names.
+	{Name: "clerk", Key: svixKey, Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
+	{Name: "resend", Key: svixKey, Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~18 h"},
 }
+
+// svixKey is the message id of a Svix sender: svix-id, or webhook-id
+// should it send the specification's names.
+var svixKey = []KeySource{{Kind: SourceHeader, Arg: "svix-id"}, {Kind: SourceHeader, Arg: "webhook-id"}}
 
 func src(kind, arg string) []KeySource { return []KeySource{{Kind: kind, Arg: arg}} }
 

@@ -467,7 +467,11 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(verify.Schemes()))
 	case verify.UsesPublicKey(v.Scheme):
 		if strings.TrimSpace(v.PublicKey) == "" {
-			errs.add(join(p, "public_key"), "required with scheme %s (the provider's RSA public key, PEM)", v.Scheme)
+			errs.add(join(p, "public_key"), "required with scheme %s (the provider's public key)", v.Scheme)
+		}
+	case v.Scheme == SchemeStandardWebhooks:
+		if nonEmpty == 0 && strings.TrimSpace(v.PublicKey) == "" {
+			errs.add(join(p, "secrets"), "scheme %s needs secrets (whsec_…), public_key (whpk_…) or both", v.Scheme)
 		}
 	default:
 		if nonEmpty == 0 {
@@ -490,9 +494,9 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "url"), "scheme square signs the notification URL: %v", err)
 		}
 	}
-	if v.Scheme == SchemeHMAC {
+	if verify.TakesSignatureHeader(v.Scheme) {
 		if v.Header == "" {
-			errs.add(join(p, "header"), "required with scheme hmac (the header carrying the signature)")
+			errs.add(join(p, "header"), "required with scheme %s (the header carrying the signature)", v.Scheme)
 		} else if !isToken(v.Header) {
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
 		}
@@ -540,6 +544,9 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	}
 	if r.Mode == ModeShadow {
 		errs.add(join(p, "delivery"), "async cannot be combined with mode shadow: shadow forwards every delivery as it comes, async stores and delivers once")
+	}
+	if pr, ok := LookupPreset(r.Preset); ok && pr.SyncOnly {
+		errs.add(join(p, "delivery"), "async cannot be used with preset %s: the provider reads its answer from the upstream's", r.Preset)
 	}
 	a, ap := r.Async, join(p, "async")
 	if a.Ack.Status < 200 || a.Ack.Status > 299 {
