@@ -2,9 +2,7 @@ package verify
 
 import (
 	"crypto/hmac"
-	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/base64"
 	"fmt"
 	"hash"
@@ -41,24 +39,30 @@ type keyring []*macKey
 // concatenation of parts. Each comparison is constant-time.
 func (k keyring) match(sigs [][]byte, parts ...[]byte) bool {
 	for _, key := range k {
-		st := key.pool.Get().(*macState)
-		st.h.Reset()
-		for _, p := range parts {
-			st.h.Write(p)
-		}
-		st.sum = st.h.Sum(st.sum[:0])
-		ok := false
-		for _, s := range sigs {
-			if hmac.Equal(st.sum, s) {
-				ok = true
-			}
-		}
-		key.pool.Put(st)
-		if ok {
+		if key.match(sigs, parts...) {
 			return true
 		}
 	}
 	return false
+}
+
+// match reports whether any of sigs is the MAC of the concatenation of
+// parts under this key.
+func (key *macKey) match(sigs [][]byte, parts ...[]byte) bool {
+	st := key.pool.Get().(*macState)
+	defer key.pool.Put(st)
+	st.h.Reset()
+	for _, p := range parts {
+		st.h.Write(p)
+	}
+	st.sum = st.h.Sum(st.sum[:0])
+	ok := false
+	for _, s := range sigs {
+		if hmac.Equal(st.sum, s) {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // clock checks signed timestamps.
@@ -120,18 +124,13 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 	if len(o.Secrets) == 0 {
 		return nil, fmt.Errorf("secrets: at least one required for scheme %s", o.Scheme)
 	}
-	newHash := sha256.New
-	if o.Scheme == SchemeHMAC {
-		switch strings.ToLower(o.Algorithm) {
-		case "", "sha256":
-		case "sha1":
-			newHash = sha1.New
-		case "sha512":
-			newHash = sha512.New
-		default:
-			return nil, fmt.Errorf("algorithm: %q is not one of sha1, sha256, sha512", o.Algorithm)
-		}
+	switch o.Scheme {
+	case SchemeHMAC:
+		return newGeneric(o, c)
+	case SchemeToken:
+		return newToken(o)
 	}
+	newHash := sha256.New
 	keys := make(keyring, 0, len(o.Secrets))
 	for i, s := range o.Secrets {
 		if s == "" {
@@ -169,8 +168,6 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 			return nil, fmt.Errorf("url: %w", err)
 		}
 		return &bodyMAC{macBase: base, header: hdrSquare, enc: encBase64, signedPrefix: []byte(o.URL)}, nil
-	case SchemeHMAC:
-		return newGenericHMAC(o, base)
 	}
 	return nil, fmt.Errorf("scheme: unknown %q", o.Scheme) // unreachable: New checked the name
 }
@@ -188,28 +185,6 @@ func standardKey(s string) ([]byte, error) {
 		return nil, fmt.Errorf("standard-webhooks secret decodes to an empty key")
 	}
 	return key, nil
-}
-
-func newGenericHMAC(o Options, base macBase) (Verifier, error) {
-	v := &bodyMAC{macBase: base, header: o.Header, prefix: o.Prefix}
-	if v.header == "" {
-		v.header = "X-Signature"
-	}
-	if !isToken(v.header) {
-		return nil, fmt.Errorf("header: %q is not a valid header name", v.header)
-	}
-	switch strings.ToLower(o.Encoding) {
-	case "", "hex":
-		v.enc = encHex
-	case "base64":
-		v.enc = encBase64
-	default:
-		return nil, fmt.Errorf("encoding: %q is not one of hex, base64", o.Encoding)
-	}
-	if len(v.prefix) > 64 {
-		return nil, fmt.Errorf("prefix: longer than 64 bytes")
-	}
-	return v, nil
 }
 
 // macBase is what every HMAC scheme needs.

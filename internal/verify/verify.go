@@ -92,13 +92,14 @@ const (
 	SchemeAlipay           = "alipay"
 	SchemeWeChatPay        = "wechatpay"
 	SchemeHMAC             = "hmac"
+	SchemeToken            = "token"
 )
 
 // schemes are the scheme names, in SPEC order: the one list of them.
 var schemes = []string{
 	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
 	SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
-	SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+	SchemeAlipay, SchemeWeChatPay, SchemeHMAC, SchemeToken,
 }
 
 // Schemes returns every scheme name New accepts, sorted.
@@ -136,17 +137,42 @@ type Options struct {
 	// PEM ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" blocks; several
 	// blocks mean rotation) or, as Alipay hands it out, bare base64 DER.
 	PublicKey string
-	// URL is, for square only, the notification URL exactly as configured in
-	// Square; it is part of the signed message. Required for square.
+	// URL is the notification URL exactly as configured at the provider,
+	// part of the signed message: required for square, and for hmac when
+	// Template contains {url}; an error anywhere else.
 	URL string
 	// Tolerance bounds how far a signed timestamp may be from now, in either
 	// direction. Zero means DefaultTolerance (DefaultTwitchTolerance for
 	// twitch); negative is an error. Ignored by schemes without a signed
 	// timestamp: github, shopify, square, razorpay, alipay (whose notify_time
-	// changes between resends and is not a freshness guarantee) and hmac.
+	// changes between resends and is not a freshness guarantee), token, and
+	// hmac without Timestamp.
 	Tolerance time.Duration
-	// Header names the signature header for scheme hmac. Default "X-Signature".
+	// Header names the signature header for scheme hmac (default
+	// "X-Signature") and the token header for scheme token.
 	Header string
+	// JSON is, instead of Header, the plain GJSON path of the signature
+	// (hmac) or token (token) inside the JSON body: Mailgun, Adyen, Lark.
+	JSON string
+	// Template is the signed content for scheme hmac (see ParseTemplate).
+	// Default "{body}".
+	Template string
+	// Timestamp is where scheme hmac finds the signed timestamp checked
+	// against Tolerance. Zero means the provider signs none.
+	Timestamp TimestampSource
+	// Separator splits scheme hmac's header into several candidate
+	// signatures (rotation); any one verifies. Default: one signature.
+	Separator string
+	// SecretEncoding is how scheme hmac's secrets are written: raw (used as
+	// given, the default), hex or base64 (decoded to the key).
+	SecretEncoding string
+	// Single lists plain paths of JSON arrays that must hold exactly one
+	// element (scheme hmac): the signature covers one element, so a body
+	// with more is refused (Adyen's notificationItems).
+	Single []string
+	// Challenge names a handshake hookstamp answers itself (ChallengeZoom,
+	// ChallengeLark); the verifier then implements Challenger.
+	Challenge string
 	// Algorithm is the hash for scheme hmac: sha1, sha256 or sha512.
 	// Default sha256.
 	Algorithm string
@@ -171,8 +197,11 @@ func New(o Options) (Verifier, error) {
 		return nil, fmt.Errorf("scheme: unknown %q (want one of %s)", o.Scheme, strings.Join(Schemes(), ", "))
 	case o.Tolerance < 0:
 		return nil, fmt.Errorf("tolerance: must not be negative, got %s", o.Tolerance)
-	case o.URL != "" && o.Scheme != SchemeSquare:
-		return nil, fmt.Errorf("url: only used by scheme %s, not %s", SchemeSquare, o.Scheme)
+	case o.URL != "" && o.Scheme != SchemeSquare && o.Scheme != SchemeHMAC:
+		return nil, fmt.Errorf("url: only used by schemes %s and %s, not %s", SchemeSquare, SchemeHMAC, o.Scheme)
+	}
+	if err := checkOwnOptions(o); err != nil {
+		return nil, err
 	}
 	c := clock{now: o.Now, tolerance: o.Tolerance}
 	if c.now == nil {
@@ -200,5 +229,39 @@ func New(o Options) (Verifier, error) {
 	if o.PublicKey != "" {
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
-	return newHMAC(o, c)
+	v, err := newHMAC(o, c)
+	if err != nil {
+		return nil, err
+	}
+	switch o.Challenge {
+	case ChallengeZoom:
+		return zoomChallenge{v.(*generic)}, nil
+	case ChallengeLark:
+		return larkChallenge{v.(*token)}, nil
+	}
+	return v, nil
+}
+
+// checkOwnOptions refuses the options of schemes hmac and token on any
+// other scheme: set there, they would be silently ignored.
+func checkOwnOptions(o Options) error {
+	if err := checkChallenge(o.Challenge, o.Scheme, o); err != nil {
+		return err
+	}
+	if o.Scheme == SchemeHMAC {
+		return nil
+	}
+	for _, f := range []struct {
+		key string
+		set bool
+	}{
+		{"template", o.Template != ""}, {"timestamp", o.Timestamp != (TimestampSource{})},
+		{"separator", o.Separator != ""}, {"secret_encoding", o.SecretEncoding != ""},
+		{"single", len(o.Single) > 0}, {"json", o.JSON != "" && o.Scheme != SchemeToken},
+	} {
+		if f.set {
+			return fmt.Errorf("%s: only used by scheme %s, not %s", f.key, SchemeHMAC, o.Scheme)
+		}
+	}
+	return nil
 }
