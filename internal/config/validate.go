@@ -494,7 +494,7 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "url"), "scheme square signs the notification URL: %v", err)
 		}
 	}
-	if verify.TakesSignatureHeader(v.Scheme) {
+	if verify.TakesTemplate(v.Scheme) {
 		if v.Header == "" {
 			errs.add(join(p, "header"), "required with scheme %s (the header carrying the signature)", v.Scheme)
 		} else if !isToken(v.Header) {

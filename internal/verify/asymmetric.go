@@ -7,64 +7,28 @@ import "fmt"
 // Ed25519 one is 64.
 const maxAsymSignature = 72
 
-// Header names of the built-in public-key schemes.
-const (
-	hdrDiscordSignature  = "X-Signature-Ed25519"
-	hdrDiscordTimestamp  = "X-Signature-Timestamp"
-	hdrSendGridSignature = "X-Twilio-Email-Event-Webhook-Signature"
-	hdrSendGridTimestamp = "X-Twilio-Email-Event-Webhook-Timestamp"
+// Built-in public-key schemes: where each provider puts its signature and
+// what it signs.
+var (
+	discordOptions = Options{Header: "X-Signature-Ed25519", Encoding: "hex",
+		Template:  "{header:X-Signature-Timestamp}{body}",
+		Timestamp: TimestampSource{Header: "X-Signature-Timestamp"}}
+	sendGridOptions = Options{Header: "X-Twilio-Email-Event-Webhook-Signature", Encoding: "base64",
+		Template:  "{header:X-Twilio-Email-Event-Webhook-Timestamp}{body}",
+		Timestamp: TimestampSource{Header: "X-Twilio-Email-Event-Webhook-Timestamp"}}
 )
 
-// content builds the message a signature covers from a request. It is the
-// seam through which a scheme says what its provider signs.
-type content func(r Request) ([]byte, error)
-
-// bodyContent: the signature covers the body alone.
-func bodyContent(r Request) ([]byte, error) { return r.Body(), nil }
-
-// timestampThenBody: the signature covers a header of Unix seconds followed
-// directly by the body (Discord, SendGrid); the timestamp must be within the
-// clock's tolerance.
-func timestampThenBody(header string, c clock) content {
-	return func(r Request) ([]byte, error) {
-		ts, err := single(r, header)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.checkUnix(header, ts); err != nil {
-			return nil, err
-		}
-		msg := make([]byte, 0, len(ts)+len(r.Body()))
-		return append(append(msg, ts...), r.Body()...), nil
-	}
-}
-
-// signedByKey verifies one signature, alone in one header, over a message
-// built by signed, under any of the provider's public keys.
+// signedByKey verifies one signature, read from a header or the body, over
+// the content of a template, under any of the provider's public keys.
 type signedByKey struct {
-	keys   publicKeys
-	sig    sigHeader
-	signed content
-}
-
-func (v *signedByKey) Verify(r Request) error {
-	h, err := single(r, v.sig.name)
-	if err != nil {
-		return err
-	}
-	var buf [maxAsymSignature]byte
-	n, ok := decodeSig(buf[:], h, v.sig.prefix, v.sig.enc)
-	if !ok {
-		return reject("malformed %s header", v.sig.name)
-	}
-	msg, err := v.signed(r)
-	if err != nil {
-		return err
-	}
-	if !v.keys.verify(msg, [][]byte{buf[:n]}) {
-		return reject("no signature matched")
-	}
-	return nil
+	keys      publicKeys
+	sig       sigSource
+	prefix    string
+	enc       encoding
+	tmpl      *Template
+	url       string
+	timestamp TimestampSource
+	clock     clock
 }
 
 // newPublicKey builds the verifier of a scheme that only takes public keys.
@@ -90,15 +54,58 @@ func newPublicKey(o Options, c clock) (Verifier, error) {
 	}
 	switch o.Scheme {
 	case SchemeDiscord:
-		return &signedByKey{keys: keys, sig: sigHeader{name: hdrDiscordSignature, enc: encHex},
-			signed: timestampThenBody(hdrDiscordTimestamp, c)}, nil
+		o = withKey(discordOptions, o)
 	case SchemeSendGrid:
-		return &signedByKey{keys: keys, sig: sigHeader{name: hdrSendGridSignature, enc: encBase64},
-			signed: timestampThenBody(hdrSendGridTimestamp, c)}, nil
+		o = withKey(sendGridOptions, o)
 	}
-	sh, err := newSigHeader(o)
-	if err != nil {
+	v := &signedByKey{keys: keys, prefix: o.Prefix, url: o.URL, timestamp: o.Timestamp, clock: c}
+	if v.sig, err = newSigSource(o.Header, o.JSON); err != nil {
 		return nil, err
 	}
-	return &signedByKey{keys: keys, sig: sh, signed: bodyContent}, nil
+	if v.enc, err = encodingNamed(o.Encoding); err != nil {
+		return nil, err
+	}
+	if len(v.prefix) > 64 {
+		return nil, fmt.Errorf("prefix: longer than 64 bytes")
+	}
+	if v.tmpl, err = templateFor(o); err != nil {
+		return nil, err
+	}
+	if v.tmpl.Uses(PartSecret) {
+		return nil, fmt.Errorf("template: {secret} has no meaning for scheme %s (it has no secret)", o.Scheme)
+	}
+	if err := checkTimestamp(o.Timestamp); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// withKey is a built-in scheme's options with the route's key, tolerance
+// and clock.
+func withKey(builtIn, route Options) Options {
+	builtIn.Scheme, builtIn.PublicKey, builtIn.Tolerance, builtIn.Now = route.Scheme, route.PublicKey, route.Tolerance, route.Now
+	return builtIn
+}
+
+func (v *signedByKey) Verify(r Request) error {
+	raw, err := v.sig.read(r)
+	if err != nil {
+		return err
+	}
+	var buf [maxAsymSignature]byte
+	n, ok := decodeSig(buf[:], raw, v.prefix, v.enc)
+	if !ok {
+		return reject("malformed %s", v.sig)
+	}
+	if err := v.timestamp.check(r, v.clock); err != nil {
+		return err
+	}
+	msg, err := v.tmpl.Render(nil, r, Inputs{URL: v.url})
+	if err != nil {
+		return err
+	}
+	if !v.keys.verify(msg, [][]byte{buf[:n]}) {
+		return reject("no signature matched")
+	}
+	return nil
 }

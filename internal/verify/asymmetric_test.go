@@ -383,3 +383,51 @@ func TestNewRejectsBadPublicKeys(t *testing.T) {
 		})
 	}
 }
+
+// The configured public-key schemes take the same template, timestamp and
+// body-signature options as scheme hmac.
+func TestPublicKeySchemesTakeATemplate(t *testing.T) {
+	const tmpl = "{header:X-Ts}.{json:id}.{body}"
+	content := func(ts string, b []byte) []byte { return append([]byte(ts+".evt_1."), b...) }
+	ecOpts := verify.Options{Scheme: verify.SchemeECDSA, PublicKey: ecdsaKeys(t, "old"), Header: "X-Sig", Encoding: "base64",
+		Template: tmpl, Timestamp: verify.TimestampSource{Header: "X-Ts"}, Now: clock}
+	ecSigned := func(at time.Time, b []byte) http.Header {
+		ts := unix(at)
+		sig := must(verifytest.ECDSADER(ecKey(t, "old"), content(ts, b)))(t)
+		return http.Header{"X-Ts": {ts}, "X-Sig": {base64.StdEncoding.EncodeToString(sig)}}
+	}
+	v := newVerifier(t, ecOpts)
+	if err := v.Verify(req(ecSigned(now, body), body)); err != nil {
+		t.Fatalf("ecdsa over a template: %v", err)
+	}
+	wantUnverified(t, v.Verify(req(ecSigned(now.Add(-6*time.Minute), body), body)), "timestamp outside tolerance")
+	tampered := ecSigned(now, body)
+	tampered.Set("X-Ts", unix(now.Add(time.Second)))
+	wantUnverified(t, v.Verify(req(tampered, body)), "no signature matched")
+
+	// Ed25519 with the signature inside the body: the template signs the
+	// member it names, not the body carrying the signature.
+	edOpts := verify.Options{Scheme: verify.SchemeEd25519, PublicKey: discordKeys(t, "old"), JSON: "sig", Encoding: "base64", Template: "{json:event}"}
+	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(edKey(t, "old"), []byte("invoice.paid")))
+	ed := newVerifier(t, edOpts)
+	if err := ed.Verify(req(http.Header{}, []byte(`{"event":"invoice.paid","sig":"`+sig+`"}`))); err != nil {
+		t.Fatalf("ed25519 signature in the body: %v", err)
+	}
+	wantUnverified(t, ed.Verify(req(http.Header{}, []byte(`{"event":"invoice.void","sig":"`+sig+`"}`))), "no signature matched")
+
+	for _, tt := range []struct {
+		name string
+		o    verify.Options
+		want string
+	}{
+		{"{secret} in an ed25519 template", verify.Options{Scheme: verify.SchemeEd25519, PublicKey: discordKeys(t, "old"), Template: "{secret}{body}"}, "template: {secret} has no meaning"},
+		{"template on discord", verify.Options{Scheme: verify.SchemeDiscord, PublicKey: discordKeys(t, "old"), Template: "{body}"}, "template: only used by scheme hmac"},
+		{"separator on ecdsa", verify.Options{Scheme: verify.SchemeECDSA, PublicKey: ecdsaKeys(t, "old"), Separator: " "}, "separator: only used by scheme hmac"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := verify.New(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -2,9 +2,7 @@ package verify
 
 import (
 	"crypto/hmac"
-	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/sha512"
 	"fmt"
 	"hash"
 	"strings"
@@ -40,24 +38,30 @@ type keyring []*macKey
 // concatenation of parts. Each comparison is constant-time.
 func (k keyring) match(sigs [][]byte, parts ...[]byte) bool {
 	for _, key := range k {
-		st := key.pool.Get().(*macState)
-		st.h.Reset()
-		for _, p := range parts {
-			st.h.Write(p)
-		}
-		st.sum = st.h.Sum(st.sum[:0])
-		ok := false
-		for _, s := range sigs {
-			if hmac.Equal(st.sum, s) {
-				ok = true
-			}
-		}
-		key.pool.Put(st)
-		if ok {
+		if key.match(sigs, parts...) {
 			return true
 		}
 	}
 	return false
+}
+
+// match reports whether any of sigs is the MAC of the concatenation of
+// parts under this key.
+func (key *macKey) match(sigs [][]byte, parts ...[]byte) bool {
+	st := key.pool.Get().(*macState)
+	defer key.pool.Put(st)
+	st.h.Reset()
+	for _, p := range parts {
+		st.h.Write(p)
+	}
+	st.sum = st.h.Sum(st.sum[:0])
+	ok := false
+	for _, s := range sigs {
+		if hmac.Equal(st.sum, s) {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // clock checks signed timestamps.
@@ -116,19 +120,13 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 	if len(o.Secrets) == 0 {
 		return nil, fmt.Errorf("secrets: at least one required for scheme %s", o.Scheme)
 	}
-	newHash := sha256.New
-	if o.Scheme == SchemeHMAC {
-		switch strings.ToLower(o.Algorithm) {
-		case "", "sha256":
-		case "sha1":
-			newHash = sha1.New
-		case "sha512":
-			newHash = sha512.New
-		default:
-			return nil, fmt.Errorf("algorithm: %q is not one of sha1, sha256, sha512", o.Algorithm)
-		}
+	switch o.Scheme {
+	case SchemeHMAC:
+		return newGeneric(o, c)
+	case SchemeToken:
+		return newToken(o)
 	}
-	keys, err := newKeyring(o, newHash)
+	keys, err := newKeyring(o)
 	if err != nil {
 		return nil, err
 	}
@@ -153,15 +151,13 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 			return nil, fmt.Errorf("url: %w", err)
 		}
 		return &bodyMAC{macBase: base, header: hdrSquare, enc: encBase64, signedPrefix: []byte(o.URL)}, nil
-	case SchemeHMAC:
-		return newGenericHMAC(o, base)
 	}
 	return nil, fmt.Errorf("scheme: unknown %q", o.Scheme) // unreachable: New checked the name
 }
 
 // newKeyring turns o.Secrets into MAC keys (Standard Webhooks secrets
 // decoded first). No secrets make an empty keyring, which matches nothing.
-func newKeyring(o Options, newHash func() hash.Hash) (keyring, error) {
+func newKeyring(o Options) (keyring, error) {
 	keys := make(keyring, 0, len(o.Secrets))
 	for i, s := range o.Secrets {
 		if s == "" {
@@ -174,49 +170,9 @@ func newKeyring(o Options, newHash func() hash.Hash) (keyring, error) {
 				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
 			}
 		}
-		keys = append(keys, newMACKey(newHash, key))
+		keys = append(keys, newMACKey(sha256.New, key))
 	}
 	return keys, nil
-}
-
-func newGenericHMAC(o Options, base macBase) (Verifier, error) {
-	sh, err := newSigHeader(o)
-	if err != nil {
-		return nil, err
-	}
-	return &bodyMAC{macBase: base, header: sh.name, prefix: sh.prefix, enc: sh.enc}, nil
-}
-
-// sigHeader is where a configurable scheme (hmac, ed25519, ecdsa) reads
-// its signature: the header, the prefix before the signature, and how the
-// signature is written.
-type sigHeader struct {
-	name   string
-	prefix string
-	enc    encoding
-}
-
-// newSigHeader reads Header, Encoding and Prefix.
-func newSigHeader(o Options) (sigHeader, error) {
-	h := sigHeader{name: o.Header, prefix: o.Prefix}
-	if h.name == "" {
-		h.name = "X-Signature"
-	}
-	if !isToken(h.name) {
-		return h, fmt.Errorf("header: %q is not a valid header name", h.name)
-	}
-	switch strings.ToLower(o.Encoding) {
-	case "", "hex":
-		h.enc = encHex
-	case "base64":
-		h.enc = encBase64
-	default:
-		return h, fmt.Errorf("encoding: %q is not one of hex, base64", o.Encoding)
-	}
-	if len(h.prefix) > 64 {
-		return h, fmt.Errorf("prefix: longer than 64 bytes")
-	}
-	return h, nil
 }
 
 // macBase is what every HMAC scheme needs.

@@ -2,7 +2,6 @@ package verify
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -42,7 +41,7 @@ func newStandardWebhooks(o Options, c clock) (Verifier, error) {
 	if len(o.Secrets) == 0 && strings.TrimSpace(o.PublicKey) == "" {
 		return nil, fmt.Errorf("secrets: scheme %s needs secrets (whsec_…), public_key (whpk_…) or both", o.Scheme)
 	}
-	keys, err := newKeyring(o, sha256.New)
+	keys, err := newKeyring(o)
 	if err != nil {
 		return nil, err
 	}

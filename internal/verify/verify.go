@@ -92,6 +92,7 @@ const (
 	SchemeAlipay           = "alipay"
 	SchemeWeChatPay        = "wechatpay"
 	SchemeHMAC             = "hmac"
+	SchemeToken            = "token"
 	SchemeEd25519          = "ed25519"
 	SchemeECDSA            = "ecdsa"
 	SchemeDiscord          = "discord"
@@ -102,7 +103,7 @@ const (
 var schemes = []string{
 	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
 	SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
-	SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+	SchemeAlipay, SchemeWeChatPay, SchemeHMAC, SchemeToken,
 	SchemeEd25519, SchemeECDSA, SchemeDiscord, SchemeSendGrid,
 }
 
@@ -129,10 +130,11 @@ func AcceptsPublicKey(scheme string) bool {
 	return UsesPublicKey(scheme) || scheme == SchemeStandardWebhooks
 }
 
-// TakesSignatureHeader reports whether scheme reads its signature from the
-// header named by Options.Header (with Options.Encoding and Options.Prefix)
-// rather than from a header of its provider's.
-func TakesSignatureHeader(scheme string) bool {
+// TakesTemplate reports whether scheme is configured rather than built in:
+// its signature is where Options.Header or Options.JSON says, written as
+// Options.Encoding and Options.Prefix say, over the content of
+// Options.Template, with the timestamp of Options.Timestamp.
+func TakesTemplate(scheme string) bool {
 	return scheme == SchemeHMAC || scheme == SchemeEd25519 || scheme == SchemeECDSA
 }
 
@@ -164,18 +166,44 @@ type Options struct {
 	//     (Standard Webhooks), base64 or base64 DER.
 	// standard-webhooks takes Secrets, PublicKey or both.
 	PublicKey string
-	// URL is, for square only, the notification URL exactly as configured in
-	// Square; it is part of the signed message. Required for square.
+	// URL is the notification URL exactly as configured at the provider,
+	// part of the signed message: required for square, and for hmac when
+	// Template contains {url}; an error anywhere else.
 	URL string
 	// Tolerance bounds how far a signed timestamp may be from now, in either
 	// direction. Zero means DefaultTolerance (DefaultTwitchTolerance for
 	// twitch); negative is an error. Ignored by schemes without a signed
 	// timestamp: github, shopify, square, razorpay, alipay (whose notify_time
-	// changes between resends and is not a freshness guarantee) and hmac.
+	// changes between resends and is not a freshness guarantee), token, and
+	// hmac without Timestamp.
 	Tolerance time.Duration
 	// Header names the signature header for schemes hmac, ed25519 and
-	// ecdsa. Default "X-Signature".
+	// ecdsa (default "X-Signature") and the token header for scheme token.
 	Header string
+	// JSON is, instead of Header, the plain GJSON path of the signature
+	// (hmac, ed25519, ecdsa) or token (token) inside the JSON body:
+	// Mailgun, Adyen, Lark.
+	JSON string
+	// Template is the signed content for schemes hmac, ed25519 and ecdsa
+	// (see ParseTemplate). Default "{body}".
+	Template string
+	// Timestamp is where schemes hmac, ed25519 and ecdsa find the signed
+	// timestamp checked against Tolerance. Zero means the provider signs
+	// none.
+	Timestamp TimestampSource
+	// Separator splits scheme hmac's header into several candidate
+	// signatures (rotation); any one verifies. Default: one signature.
+	Separator string
+	// SecretEncoding is how scheme hmac's secrets are written: raw (used as
+	// given, the default), hex or base64 (decoded to the key).
+	SecretEncoding string
+	// Single lists plain paths of JSON arrays that must hold exactly one
+	// element (scheme hmac): the signature covers one element, so a body
+	// with more is refused (Adyen's notificationItems).
+	Single []string
+	// Challenge names a handshake hookstamp answers itself (ChallengeZoom,
+	// ChallengeLark); the verifier then implements Challenger.
+	Challenge string
 	// Algorithm is the hash for scheme hmac: sha1, sha256 or sha512.
 	// Default sha256.
 	Algorithm string
@@ -202,8 +230,11 @@ func New(o Options) (Verifier, error) {
 		return nil, fmt.Errorf("scheme: unknown %q (want one of %s)", o.Scheme, strings.Join(Schemes(), ", "))
 	case o.Tolerance < 0:
 		return nil, fmt.Errorf("tolerance: must not be negative, got %s", o.Tolerance)
-	case o.URL != "" && o.Scheme != SchemeSquare:
-		return nil, fmt.Errorf("url: only used by scheme %s, not %s", SchemeSquare, o.Scheme)
+	case o.URL != "" && o.Scheme != SchemeSquare && !TakesTemplate(o.Scheme):
+		return nil, fmt.Errorf("url: only used by schemes %s, %s, %s and %s, not %s", SchemeSquare, SchemeHMAC, SchemeEd25519, SchemeECDSA, o.Scheme)
+	}
+	if err := checkOwnOptions(o); err != nil {
+		return nil, err
 	}
 	c := clock{now: o.Now, tolerance: o.Tolerance}
 	if c.now == nil {
@@ -226,5 +257,40 @@ func New(o Options) (Verifier, error) {
 	case o.PublicKey != "":
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
-	return newHMAC(o, c)
+	v, err := newHMAC(o, c)
+	if err != nil {
+		return nil, err
+	}
+	switch o.Challenge {
+	case ChallengeZoom:
+		return zoomChallenge{v.(*generic)}, nil
+	case ChallengeLark:
+		return larkChallenge{v.(*token)}, nil
+	}
+	return v, nil
+}
+
+// checkOwnOptions refuses the options of schemes hmac and token on any
+// other scheme: set there, they would be silently ignored.
+func checkOwnOptions(o Options) error {
+	if err := checkChallenge(o.Challenge, o.Scheme, o); err != nil {
+		return err
+	}
+	if o.Scheme == SchemeHMAC {
+		return nil
+	}
+	asym := TakesTemplate(o.Scheme)
+	for _, f := range []struct {
+		key string
+		set bool
+	}{
+		{"template", o.Template != "" && !asym}, {"timestamp", o.Timestamp != (TimestampSource{}) && !asym},
+		{"separator", o.Separator != ""}, {"secret_encoding", o.SecretEncoding != ""},
+		{"single", len(o.Single) > 0}, {"json", o.JSON != "" && o.Scheme != SchemeToken && !asym},
+	} {
+		if f.set {
+			return fmt.Errorf("%s: only used by scheme %s, not %s", f.key, SchemeHMAC, o.Scheme)
+		}
+	}
+	return nil
 }
