@@ -45,8 +45,16 @@ func exampleEnv(tb testing.TB) map[string]string {
 		"WEBHOOK_SECRET":                "whsec_dummydummydummy0",
 		"HOOKSTAMP_ADMIN_TOKEN":         "dummy-admin-token",
 		"DATABASE_URL":                  "postgres://hookstamp:dummy-db-password@db.internal:5432/hookstamp?sslmode=require",
+		"DISCORD_PUBLIC_KEY":            "7d1f0c3b9b2e4a5d6c8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f",
+		"SENDGRID_VERIFICATION_KEY":     sendgridTestKey,
+		"CLERK_WEBHOOK_SIGNING_SECRET":  "whsec_dummyclerk000000",
+		"RESEND_WEBHOOK_SECRET":         "whsec_dummyresend00000",
 	}
 }
+
+// sendgridTestKey is sendgrid-go's test verification key (base64 DER
+// P-256), in the form SendGrid's settings show it.
+const sendgridTestKey = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="
 
 // requiredVar finds ${NAME} references without a default.
 var requiredVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)

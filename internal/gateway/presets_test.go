@@ -17,6 +17,7 @@ import (
 // with, and the environment the configuration reads them from.
 type providers struct {
 	alipayKey, wechatKey *rsa.PrivateKey
+	publicKey            *publicKeyProviders
 	environ              []string
 }
 
@@ -69,6 +70,8 @@ func newProviders(tb testing.TB) *providers {
 		"ALIPAY_PUBLIC_KEY=" + alipayPub,
 		"WECHATPAY_PLATFORM_KEY=" + wechatPub,
 	}
+	p.publicKey = newPublicKeyProviders(tb)
+	p.environ = append(p.environ, p.publicKey.environ...)
 	return p
 }
 
@@ -358,7 +361,7 @@ func presetRoutes(upstreamURL string, cases []presetCase) string {
 // the preset's retention, the provider's resend is replayed byte for byte.
 func TestPresetsEndToEnd(t *testing.T) {
 	p := newProviders(t)
-	cases := presetCases(p)
+	cases := append(presetCases(p), publicKeyPresetCases(p.publicKey)...)
 	if got, want := len(cases), len(config.Presets()); got != want {
 		t.Fatalf("%d preset cases for %d presets: every preset needs one", got, want)
 	}

@@ -22,7 +22,7 @@ var standardFamilies = [...]standardHeaders{
 
 // present reports whether any header of the family is in r.
 func (f standardHeaders) present(r Request) bool {
-	return r.HeaderValues(f.id) != nil || r.HeaderValues(f.timestamp) != nil || r.HeaderValues(f.signature) != nil
+	return len(r.HeaderValues(f.id)) > 0 || len(r.HeaderValues(f.timestamp)) > 0 || len(r.HeaderValues(f.signature)) > 0
 }
 
 // standardWebhooks verifies "{id}.{timestamp}.{body}": v1 entries are
