@@ -165,7 +165,9 @@ func forgeryCases(p *publicKeyProviders) []forgeryCase {
 			return h
 		}
 	}
-	event := func(n int) []byte { return []byte(fmt.Sprintf(`{"type":"user.updated","data":{"id":"user_%d","amount":1000}}`, n)) }
+	event := func(n int) []byte {
+		return []byte(fmt.Sprintf(`{"type":"user.updated","data":{"id":"user_%d","amount":1000}}`, n))
+	}
 	return []forgeryCase{
 		{"discord", func(_ testing.TB, body []byte, t time.Time, forged bool) http.Header {
 			key := p.discord
