@@ -403,10 +403,14 @@ routes:
 		{"adyen template", "    preset: adyen\n" + adyenSecret,
 			func(r Route) any { return r.Key.Sources[0].Kind }, SourceTemplate},
 		{"adyen verifies inside the body", "    preset: adyen\n" + adyenSecret,
-			func(r Route) any { return []any{r.Verify.Scheme, r.Verify.JSON, r.Verify.SecretEncoding, r.Verify.Single} },
+			func(r Route) any {
+				return []any{r.Verify.Scheme, r.Verify.JSON, r.Verify.SecretEncoding, r.Verify.Single}
+			},
 			[]any{SchemeHMAC, "notificationItems.0.NotificationRequestItem.additionalData.hmacSignature", "hex", []string{"notificationItems"}}},
 		{"a route naming another scheme gets none of the preset's verify settings", "    preset: zoom\n    verify: {scheme: github, secrets: [s]}\n",
-			func(r Route) any { return []any{r.Verify.Template, r.Verify.Header, r.Verify.Challenge, r.Verify.Timestamp} },
+			func(r Route) any {
+				return []any{r.Verify.Template, r.Verify.Header, r.Verify.Challenge, r.Verify.Timestamp}
+			},
 			[]any{"", "", "", VerifyTimestamp{}}},
 		{"a route's own verify settings win over the preset's", "    preset: zoom\n    verify: {secrets: [s], header: X-Mine}\n",
 			func(r Route) any { return []any{r.Verify.Header, r.Verify.Prefix, r.Verify.Challenge} },
