@@ -95,11 +95,13 @@ var presetTable = []Preset{
 		Retention: 35 * day, RetryWindow: "30 days",
 		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "[accepted]"}},
 	// Mailgun signs the timestamp and a token, not the event: see
-	// docs/presets.md. A 406 answer stops its retries.
-	{Name: "mailgun", Key: src(SourceJSON, "event-data.id"), Scheme: SchemeHMAC, Verify: Verify{
-		JSON: "signature.signature", Template: "{json:signature.timestamp}{json:signature.token}",
-		Timestamp: VerifyTimestamp{JSON: "signature.timestamp"},
-	}, Retention: 3 * day, RetryWindow: "8 h", Ack: &Ack{Status: 200}},
+	// docs/presets.md. Each attempt carries a new signature block, so the
+	// event data alone is the fingerprint. A 406 answer stops its retries.
+	{Name: "mailgun", Key: src(SourceJSON, "event-data.id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{"json:event-data"}},
+		Scheme: SchemeHMAC, Verify: Verify{
+			JSON: "signature.signature", Template: "{json:signature.timestamp}{json:signature.token}",
+			Timestamp: VerifyTimestamp{JSON: "signature.timestamp"},
+		}, Retention: 3 * day, RetryWindow: "8 h", Ack: &Ack{Status: 200}},
 	// The URL Twilio calls is signed; the route gives it in verify.url.
 	{Name: "twilio", Key: src(SourceHeader, "I-Twilio-Idempotency-Token"), Scheme: SchemeHMAC, Verify: Verify{
 		Header: "X-Twilio-Signature", Algorithm: "sha1", Encoding: "base64", Template: "{url}{form:sorted}",

@@ -69,6 +69,7 @@ func newProviders(tb testing.TB) *providers {
 		"ALIPAY_PUBLIC_KEY=" + alipayPub,
 		"WECHATPAY_PLATFORM_KEY=" + wechatPub,
 	}
+	p.environ = append(p.environ, waveTwoEnv...)
 	return p
 }
 
@@ -265,6 +266,7 @@ func presetCases(p *providers) []presetCase {
 		},
 		{
 			preset: "adyen",
+			verify: `secrets: ["${ADYEN_HMAC_KEY}"]`,
 			key:    "QFQTPCQ8HXSKGK82:AUTHORISATION:true",
 			window: 30 * day,
 			deliver: func(tb testing.TB, n int, now time.Time) ([]byte, http.Header) {
@@ -358,7 +360,7 @@ func presetRoutes(upstreamURL string, cases []presetCase) string {
 // the preset's retention, the provider's resend is replayed byte for byte.
 func TestPresetsEndToEnd(t *testing.T) {
 	p := newProviders(t)
-	cases := presetCases(p)
+	cases := append(presetCases(p), waveTwoCases()...)
 	if got, want := len(cases), len(config.Presets()); got != want {
 		t.Fatalf("%d preset cases for %d presets: every preset needs one", got, want)
 	}
