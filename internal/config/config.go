@@ -315,6 +315,38 @@ type Verify struct {
 	// Prefix precedes the signature in the header, e.g. "sha256=" (schemes
 	// hmac, ed25519, ecdsa). Default "".
 	Prefix string `koanf:"prefix" yaml:"prefix"`
+	// JSON is the GJSON path of the signature (hmac, ed25519, ecdsa) or
+	// token (token) inside the JSON body, instead of header. Default "".
+	JSON string `koanf:"json" yaml:"json"`
+	// Template is the signed content (schemes hmac, ed25519, ecdsa), e.g.
+	// "v0:{header:X-Zm-Request-Timestamp}:{body}". Default "{body}".
+	Template string `koanf:"template" yaml:"template"`
+	// Timestamp is where the signed timestamp is (schemes hmac, ed25519,
+	// ecdsa); checked against tolerance. Default none.
+	Timestamp VerifyTimestamp `koanf:"timestamp" yaml:"timestamp"`
+	// Separator splits the header into several candidate signatures
+	// (scheme hmac only). Default "": one signature.
+	Separator string `koanf:"separator" yaml:"separator"`
+	// SecretEncoding is raw, hex or base64: how the secrets are written
+	// (scheme hmac only). Default "" (raw).
+	SecretEncoding string `koanf:"secret_encoding" yaml:"secret_encoding"`
+	// Single lists JSON arrays that must hold exactly one element, the one
+	// signed (scheme hmac only). Default none.
+	Single []string `koanf:"single" yaml:"single"`
+	// Challenge is a handshake hookstamp answers itself: zoom (scheme
+	// hmac) or lark (scheme token with json). Default "".
+	Challenge string `koanf:"challenge" yaml:"challenge"`
+}
+
+// VerifyTimestamp says where a scheme hmac, ed25519 or ecdsa request
+// carries its signed timestamp: a header or a member of the JSON body, never both.
+type VerifyTimestamp struct {
+	// Header names the header holding the timestamp. Default "".
+	Header string `koanf:"header" yaml:"header"`
+	// JSON is the GJSON path of the timestamp in the body. Default "".
+	JSON string `koanf:"json" yaml:"json"`
+	// Unit is s (Unix seconds) or ms (milliseconds). Default "" (s).
+	Unit string `koanf:"unit" yaml:"unit"`
 }
 
 // Record says which upstream answers are final and what is kept of them.
@@ -499,10 +531,14 @@ const (
 	SchemeAlipay           = verify.SchemeAlipay
 	SchemeWeChatPay        = verify.SchemeWeChatPay
 	SchemeHMAC             = verify.SchemeHMAC
+	SchemeToken            = verify.SchemeToken
 	SchemeEd25519          = verify.SchemeEd25519
 	SchemeECDSA            = verify.SchemeECDSA
 	SchemeDiscord          = verify.SchemeDiscord
 	SchemeSendGrid         = verify.SchemeSendGrid
+
+	ChallengeZoom = verify.ChallengeZoom
+	ChallengeLark = verify.ChallengeLark
 )
 
 // RedactedValue replaces every non-empty secret in Redacted and YAML.

@@ -455,7 +455,9 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		if nonEmpty > 0 {
 			set = append(set, "secrets")
 		}
-		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix}} {
+		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix},
+			{"json", v.JSON}, {"template", v.Template}, {"timestamp", v.Timestamp.Header + v.Timestamp.JSON},
+			{"separator", v.Separator}, {"secret_encoding", v.SecretEncoding}, {"single", strings.Join(v.Single, "")}, {"challenge", v.Challenge}} {
 			if strings.TrimSpace(f.v) != "" {
 				set = append(set, f.name)
 			}
@@ -494,11 +496,28 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "url"), "scheme square signs the notification URL: %v", err)
 		}
 	}
-	if verify.TakesTemplate(v.Scheme) {
-		if v.Header == "" {
-			errs.add(join(p, "header"), "required with scheme %s (the header carrying the signature)", v.Scheme)
-		} else if !isToken(v.Header) {
+	if verify.TakesTemplate(v.Scheme) || v.Scheme == SchemeToken {
+		switch {
+		case v.Header == "" && v.JSON == "":
+			what := "signature"
+			if v.Scheme == SchemeToken {
+				what = "token"
+			}
+			errs.add(join(p, "header"), "required with scheme %s (the header carrying the %s), unless json names where it is in the body", v.Scheme, what)
+		case v.Header != "" && !isToken(v.Header):
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
+		}
+	}
+	for _, f := range []struct {
+		path, v string
+		allowed []string
+	}{
+		{join(p, "secret_encoding"), v.SecretEncoding, []string{"raw", "hex", "base64"}},
+		{join(join(p, "timestamp"), "unit"), v.Timestamp.Unit, []string{"s", "ms"}},
+		{join(p, "challenge"), v.Challenge, []string{verify.ChallengeZoom, verify.ChallengeLark}},
+	} {
+		if f.v != "" {
+			oneOf(errs, f.path, f.v, f.allowed...)
 		}
 	}
 	oneOf(errs, join(p, "algorithm"), v.Algorithm, "sha1", "sha256", "sha512")

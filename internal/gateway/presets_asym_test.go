@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -74,11 +73,6 @@ var sendgridBatch = []byte(`[{"email":"ana@example.com","timestamp":1717171717,"
 	`"event":"delivered","category":["receipts"],"sg_event_id":"ZGVsaXZlcmVkLTAtMTIzNDU2Nzg","sg_message_id":"14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0","response":"250 OK"},` +
 	`{"email":"ana@example.com","timestamp":1717171790,"event":"open","sg_event_id":"b3Blbi0xLTEyMzQ1Njc4OTA","sg_message_id":"14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",` +
 	`"useragent":"Mozilla/5.0","ip":"255.255.255.255"}]`)
-
-func bodyHash(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
 
 // publicKeyPresetCases are the presets of this file, for
 // TestPresetsEndToEnd.

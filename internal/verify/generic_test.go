@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
@@ -286,4 +289,47 @@ func TestNewRejectsBadGenericOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzBodySignature's contract, for a signature carried in the body: Verify
+// never panics and fails only with a rejection; a body it accepts names
+// each signed member once, and its signature is the MAC (computed here,
+// independently) of the signed members' values.
+func FuzzBodySignature(f *testing.F) {
+	f.Add(mailgunBody("k", now, "ev1"))
+	f.Add([]byte(`{"signature":{"timestamp":"1","token":"t","signature":"zz"}}`))
+	f.Add([]byte(`{"signature":{"timestamp":1,"token":["t"],"signature":"00"},"signature":{}}`))
+	v := newVerifier(f, verify.Options{Scheme: verify.SchemeHMAC, Secrets: []string{"k"}, JSON: "signature.signature",
+		Template: "{json:signature.timestamp}{json:signature.token}"})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		err := v.Verify(req(nil, body))
+		if err != nil {
+			if !errors.Is(err, verify.ErrUnverified) {
+				t.Fatalf("Verify: %v is not a rejection", err)
+			}
+			return
+		}
+		for _, p := range []string{"signature.signature", "signature.timestamp", "signature.token"} {
+			if verify.DuplicateOnPath(body, p) {
+				t.Fatalf("accepted a body naming %s twice: %s", p, body)
+			}
+		}
+		sig := gjson.GetBytes(body, "signature.signature").Str
+		ts, tok := gjson.GetBytes(body, "signature.timestamp"), gjson.GetBytes(body, "signature.token")
+		if sig != hexMAC("k", scalar(ts)+scalar(tok)) && !strings.EqualFold(sig, hexMAC("k", scalar(ts)+scalar(tok))) {
+			t.Fatalf("accepted a signature that is not the MAC of the signed members: %s", body)
+		}
+	})
+}
+
+// scalar is how a template writes a JSON value: a string unescaped, a
+// number or boolean as written, null or absent as nothing.
+func scalar(r gjson.Result) string {
+	if r.Type == gjson.String {
+		return r.Str
+	}
+	if r.Type == gjson.Null {
+		return ""
+	}
+	return r.Raw
 }
