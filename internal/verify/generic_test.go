@@ -309,4 +309,3 @@ func scalar(r gjson.Result) string {
 	}
 	return r.Raw
 }
-
