@@ -77,16 +77,24 @@ func (s sigSource) read(r Request) ([]byte, error) {
 	return jsonString(r.Body(), s.json)
 }
 
-// jsonString returns the non-empty string at path in body.
-func jsonString(body []byte, path string) ([]byte, error) {
+// jsonAt returns the value at path in body, refusing a body that is not
+// JSON or names a member on the path twice.
+func jsonAt(body []byte, path string) (gjson.Result, error) {
 	if !gjson.ValidBytes(body) {
-		return nil, reject("body is not valid JSON")
+		return gjson.Result{}, reject("body is not valid JSON")
 	}
 	if DuplicateOnPath(body, path) {
-		return nil, reject("body names a member on %s more than once", path)
+		return gjson.Result{}, reject("body names a member on %s more than once", path)
 	}
-	res := gjson.GetBytes(body, path)
+	return gjson.GetBytes(body, path), nil
+}
+
+// jsonString returns the non-empty string at path in body.
+func jsonString(body []byte, path string) ([]byte, error) {
+	res, err := jsonAt(body, path)
 	switch {
+	case err != nil:
+		return nil, err
 	case !res.Exists():
 		return nil, reject("missing %s in the body", path)
 	case res.Type != gjson.String:
@@ -356,13 +364,10 @@ func (ts TimestampSource) check(r Request, c clock) error {
 
 // jsonScalar returns the text of the string or number at path.
 func jsonScalar(body []byte, path string) ([]byte, error) {
-	if !gjson.ValidBytes(body) {
-		return nil, reject("body is not valid JSON")
+	res, err := jsonAt(body, path)
+	if err != nil {
+		return nil, err
 	}
-	if DuplicateOnPath(body, path) {
-		return nil, reject("body names a member on %s more than once", path)
-	}
-	res := gjson.GetBytes(body, path)
 	switch res.Type {
 	case gjson.String:
 		return []byte(res.Str), nil
@@ -379,14 +384,11 @@ func (v *generic) sole(body []byte) error {
 	if len(v.single) == 0 {
 		return nil
 	}
-	if !gjson.ValidBytes(body) {
-		return reject("body is not valid JSON")
-	}
 	for _, p := range v.single {
-		if DuplicateOnPath(body, p) {
-			return reject("body names a member on %s more than once", p)
+		res, err := jsonAt(body, p)
+		if err != nil {
+			return err
 		}
-		res := gjson.GetBytes(body, p)
 		if !res.IsArray() || len(res.Array()) != 1 {
 			return reject("%s must hold exactly one element: only one is signed", p)
 		}

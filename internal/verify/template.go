@@ -204,10 +204,9 @@ func (t *Template) Render(dst []byte, r Request, in Inputs) ([]byte, error) {
 	return dst, nil
 }
 
-// bodyView parses the body at most once per kind for one Render.
+// bodyView parses a form body at most once for one Render.
 type bodyView struct {
 	raw      []byte
-	jsonOK   *bool
 	form     []formParam
 	formDone bool
 	formErr  error
@@ -243,17 +242,10 @@ func (b *bodyView) appendPart(dst []byte, p part) ([]byte, error) {
 // json returns the text of the scalar at path: a string unescaped, a number
 // or boolean as written, nothing for null or an absent member.
 func (b *bodyView) json(path string) ([]byte, error) {
-	if b.jsonOK == nil {
-		ok := gjson.ValidBytes(b.raw)
-		b.jsonOK = &ok
+	res, err := jsonAt(b.raw, path)
+	if err != nil {
+		return nil, err
 	}
-	if !*b.jsonOK {
-		return nil, reject("body is not valid JSON")
-	}
-	if DuplicateOnPath(b.raw, path) {
-		return nil, reject("body names a member on %s more than once", path)
-	}
-	res := gjson.GetBytes(b.raw, path)
 	switch res.Type {
 	case gjson.Null:
 		return nil, nil
