@@ -152,28 +152,23 @@ func dropSpace(r rune) rune {
 
 // parseRSAKeys reads RSA public keys: PEM, or bare base64 DER as Alipay's
 // console shows it.
-func parseRSAKeys(s string) ([]*rsa.PublicKey, error) {
-	s = strings.TrimSpace(s)
-	switch {
-	case s == "":
-		return nil, errors.New("required (PEM or base64 DER RSA public key)")
-	case isPEM(s):
-		return parsePEM(s, rsaKey)
-	}
-	return parseBareDER(s, rsaKey)
-}
+func parseRSAKeys(s string) ([]*rsa.PublicKey, error) { return parseDERKeys(s, "RSA", rsaKey) }
 
 // parseECDSAKeys reads P-256 public keys: PEM, or bare base64 DER as
 // SendGrid shows its verification key.
-func parseECDSAKeys(s string) (publicKeys, error) {
+func parseECDSAKeys(s string) (publicKeys, error) { return parseDERKeys(s, "P-256", ecdsaP256) }
+
+// parseDERKeys reads PEM blocks, or one bare base64 DER key, of the kind
+// conv accepts (what names it in messages).
+func parseDERKeys[T any](s, what string, conv func(any) (T, error)) ([]T, error) {
 	s = strings.TrimSpace(s)
 	switch {
 	case s == "":
-		return nil, errors.New("required (PEM or base64 DER P-256 public key)")
+		return nil, fmt.Errorf("required (PEM or base64 DER %s public key)", what)
 	case isPEM(s):
-		return parsePEM(s, ecdsaP256)
+		return parsePEM(s, conv)
 	}
-	return parseBareDER(s, ecdsaP256)
+	return parseBareDER(s, conv)
 }
 
 func ecdsaP256(pub any) (publicKey, error) {

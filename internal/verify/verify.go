@@ -279,17 +279,21 @@ func checkOwnOptions(o Options) error {
 	if o.Scheme == SchemeHMAC {
 		return nil
 	}
-	asym := TakesTemplate(o.Scheme)
+	configured := TakesTemplate(o.Scheme)
 	for _, f := range []struct {
-		key string
-		set bool
+		key    string
+		set    bool
+		usedBy string
 	}{
-		{"template", o.Template != "" && !asym}, {"timestamp", o.Timestamp != (TimestampSource{}) && !asym},
-		{"separator", o.Separator != ""}, {"secret_encoding", o.SecretEncoding != ""},
-		{"single", len(o.Single) > 0}, {"json", o.JSON != "" && o.Scheme != SchemeToken && !asym},
+		{"template", o.Template != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
+		{"timestamp", o.Timestamp != (TimestampSource{}) && !configured, "schemes hmac, ed25519 and ecdsa"},
+		{"json", o.JSON != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		{"separator", o.Separator != "", "scheme hmac"},
+		{"secret_encoding", o.SecretEncoding != "", "scheme hmac"},
+		{"single", len(o.Single) > 0, "scheme hmac"},
 	} {
 		if f.set {
-			return fmt.Errorf("%s: only used by scheme %s, not %s", f.key, SchemeHMAC, o.Scheme)
+			return fmt.Errorf("%s: only used by %s, not %s", f.key, f.usedBy, o.Scheme)
 		}
 	}
 	return nil

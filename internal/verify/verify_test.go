@@ -584,6 +584,25 @@ func TestOfficialVectors(t *testing.T) {
 		{"square", verify.Options{Scheme: verify.SchemeSquare, Secrets: []string{"Ibxx_5AKakO-3qeNVR61Dw"}, URL: "https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9"},
 			http.Header{"x-square-hmacsha256-signature": {"GF4YkrJgGBDZ9NIYbNXBnMzqb2HoL4RW/S6vkZ9/2N4="}},
 			squareBody},
+		// sendgrid-go, helpers/eventwebhook/eventwebhook_test.go: its
+		// testPublicKey, timestamp and signature over the JSON its
+		// generateTestPayload marshals (keys sorted).
+		{"sendgrid", verify.Options{Scheme: verify.SchemeSendGrid, Now: at(1588788367),
+			PublicKey: "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="},
+			http.Header{
+				"X-Twilio-Email-Event-Webhook-Timestamp": {"1588788367"},
+				"X-Twilio-Email-Event-Webhook-Signature": {"MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH2j/0="},
+			},
+			`{"category":"example_payload","event":"test_event","message_id":"message_id"}`},
+		// The Standard Webhooks vector under the svix-* names Clerk and
+		// Resend send: the signed content does not depend on them.
+		{"standard-webhooks under svix-* headers", verify.Options{Scheme: verify.SchemeStandardWebhooks, Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Now: at(1614265330)},
+			http.Header{
+				"svix-id":        {"msg_p5jXN8AQM9LWM0D4loKWxJek"},
+				"svix-timestamp": {"1614265330"},
+				"svix-signature": {"v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="},
+			},
+			`{"test": 2432232314}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
