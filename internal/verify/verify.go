@@ -12,8 +12,10 @@
 //
 // Decisions shared by every scheme:
 //
-//   - Comparisons of MACs are constant-time (hmac.Equal).
-//   - Several secrets (or several PEM keys) mean rotation: any one verifies.
+//   - Comparisons of MACs are constant-time (hmac.Equal); public-key
+//     signatures (RSA, Ed25519, ECDSA) are checked by crypto's verifiers.
+//   - Several secrets (or several public keys) mean rotation: any one
+//     verifies.
 //   - A signed timestamp older or further in the future than the tolerance
 //     is rejected; zero tolerance means the scheme's default (5 minutes,
 //     10 minutes for Twitch).
