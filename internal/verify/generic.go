@@ -2,18 +2,10 @@ package verify
 
 import (
 	"bytes"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"hash"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/tidwall/gjson"
 )
 
 // maxCandidates bounds the signatures tried from one header: rotation needs
@@ -34,78 +26,6 @@ type TimestampSource struct {
 }
 
 func (s TimestampSource) set() bool { return s.Header != "" || s.JSON != "" }
-
-// sigSource is where the signature is read: a header or a member of the
-// JSON body.
-type sigSource struct {
-	header string
-	json   string
-}
-
-func newSigSource(header, json string) (sigSource, error) {
-	switch {
-	case header != "" && json != "":
-		return sigSource{}, fmt.Errorf("json: the signature is read from header %s or from the body, not both", header)
-	case json != "":
-		if !PlainPath(json) {
-			return sigSource{}, fmt.Errorf("json: %q is not a plain path (names and indexes separated by dots)", json)
-		}
-		return sigSource{json: json}, nil
-	case header == "":
-		header = "X-Signature"
-	}
-	if !isToken(header) {
-		return sigSource{}, fmt.Errorf("header: %q is not a valid header name", header)
-	}
-	return sigSource{header: header}, nil
-}
-
-func (s sigSource) String() string {
-	if s.json != "" {
-		return "body member " + s.json
-	}
-	return s.header + " header"
-}
-
-// read returns the value carrying the signature: the one header value, or
-// the string at the JSON path of a body that names no member on the path
-// twice.
-func (s sigSource) read(r Request) ([]byte, error) {
-	if s.header != "" {
-		return single(r, s.header)
-	}
-	return jsonString(r.Body(), s.json)
-}
-
-// jsonAt returns the value at path in body, refusing a body that is not
-// JSON or names a member on the path twice.
-func jsonAt(body []byte, path string) (gjson.Result, error) {
-	if !gjson.ValidBytes(body) {
-		return gjson.Result{}, reject("body is not valid JSON")
-	}
-	if DuplicateOnPath(body, path) {
-		return gjson.Result{}, reject("body names a member on %s more than once", path)
-	}
-	return gjson.GetBytes(body, path), nil
-}
-
-// jsonString returns the non-empty string at path in body.
-func jsonString(body []byte, path string) ([]byte, error) {
-	res, err := jsonAt(body, path)
-	switch {
-	case err != nil:
-		return nil, err
-	case !res.Exists():
-		return nil, reject("missing %s in the body", path)
-	case res.Type != gjson.String:
-		return nil, reject("%s in the body is not a string", path)
-	case res.Str == "":
-		return nil, reject("empty %s in the body", path)
-	case len(res.Str) > MaxHeaderLen:
-		return nil, reject("%s in the body too long", path)
-	}
-	return []byte(res.Str), nil
-}
 
 // generic is scheme hmac: a MAC over a signed-content template, read from a
 // header (several candidates allowed) or from the body, with an optional
@@ -161,107 +81,6 @@ func newGeneric(o Options, c clock) (*generic, error) {
 	}
 	v.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return v, nil
-}
-
-func hashNamed(name string) (func() hash.Hash, error) {
-	switch strings.ToLower(name) {
-	case "", "sha256":
-		return sha256.New, nil
-	case "sha1":
-		return sha1.New, nil
-	case "sha512":
-		return sha512.New, nil
-	}
-	return nil, fmt.Errorf("algorithm: %q is not one of sha1, sha256, sha512", name)
-}
-
-func encodingNamed(name string) (encoding, error) {
-	switch strings.ToLower(name) {
-	case "", "hex":
-		return encHex, nil
-	case "base64":
-		return encBase64, nil
-	}
-	return 0, fmt.Errorf("encoding: %q is not one of hex, base64", name)
-}
-
-// templateFor parses o.Template ({body} when unset) and checks that URL is
-// given exactly when the template writes it.
-func templateFor(o Options) (*Template, error) {
-	src := o.Template
-	if src == "" {
-		src = "{" + PartBody + "}"
-	}
-	t, err := ParseTemplate(src)
-	if err != nil {
-		return nil, fmt.Errorf("template: %w", err)
-	}
-	switch {
-	case t.Uses(PartURL) && o.URL == "":
-		return nil, fmt.Errorf("url: required, the template signs {url}")
-	case !t.Uses(PartURL) && o.URL != "":
-		return nil, fmt.Errorf("url: the template has no {url}, so the URL would not be checked")
-	case o.URL != "":
-		if err := checkURL(o.URL); err != nil {
-			return nil, fmt.Errorf("url: %w", err)
-		}
-	}
-	return t, nil
-}
-
-func checkTimestamp(ts TimestampSource) error {
-	switch {
-	case ts.Header != "" && ts.JSON != "":
-		return fmt.Errorf("timestamp: header and json exclude each other")
-	case ts.Header != "" && !isToken(ts.Header):
-		return fmt.Errorf("timestamp.header: %q is not a valid header name", ts.Header)
-	case ts.JSON != "" && !PlainPath(ts.JSON):
-		return fmt.Errorf("timestamp.json: %q is not a plain path", ts.JSON)
-	case ts.Unit != "" && ts.Unit != "s" && ts.Unit != "ms":
-		return fmt.Errorf("timestamp.unit: %q is not one of s, ms", ts.Unit)
-	case ts.Unit != "" && !ts.set():
-		return fmt.Errorf("timestamp.unit: set without timestamp.header or timestamp.json")
-	}
-	return nil
-}
-
-func checkPaths(key string, paths []string) ([]string, error) {
-	for i, p := range paths {
-		if !PlainPath(p) {
-			return nil, fmt.Errorf("%s[%d]: %q is not a plain path", key, i, p)
-		}
-	}
-	return append([]string(nil), paths...), nil
-}
-
-// decodeSecrets turns each secret into its key bytes: as given, or decoded
-// from hex (Adyen's HMAC keys) or base64.
-func decodeSecrets(secrets []string, enc string) ([][]byte, error) {
-	if len(secrets) == 0 {
-		return nil, fmt.Errorf("secrets: at least one required")
-	}
-	out := make([][]byte, len(secrets))
-	for i, s := range secrets {
-		var err error
-		switch enc {
-		case "", "raw":
-			out[i] = []byte(s)
-		case "hex":
-			out[i], err = hex.DecodeString(s)
-		case "base64":
-			out[i], err = base64.StdEncoding.DecodeString(s)
-		default:
-			return nil, fmt.Errorf("secret_encoding: %q is not one of raw, hex, base64", enc)
-		}
-		if err != nil {
-			// Not wrapped: the decoder's message quotes the secret's bytes.
-			return nil, fmt.Errorf("secrets[%d]: not %s", i, enc)
-		}
-		if len(out[i]) == 0 {
-			return nil, fmt.Errorf("secrets[%d]: empty", i)
-		}
-	}
-	return out, nil
 }
 
 func (v *generic) Verify(r Request) error {
@@ -360,21 +179,6 @@ func (ts TimestampSource) check(r Request, c clock) error {
 		t = time.UnixMilli(n)
 	}
 	return c.check(t)
-}
-
-// jsonScalar returns the text of the string or number at path.
-func jsonScalar(body []byte, path string) ([]byte, error) {
-	res, err := jsonAt(body, path)
-	if err != nil {
-		return nil, err
-	}
-	switch res.Type {
-	case gjson.String:
-		return []byte(res.Str), nil
-	case gjson.Number:
-		return []byte(res.Raw), nil
-	}
-	return nil, reject("missing %s in the body", path)
 }
 
 // sole refuses a body whose listed arrays hold other than one element:

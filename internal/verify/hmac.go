@@ -122,9 +122,23 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 	}
 	switch o.Scheme {
 	case SchemeHMAC:
-		return newGeneric(o, c)
+		v, err := newGeneric(o, c)
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Challenge == ChallengeZoom:
+			return zoomChallenge{v}, nil
+		}
+		return v, nil
 	case SchemeToken:
-		return newToken(o)
+		v, err := newToken(o)
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Challenge == ChallengeLark:
+			return larkChallenge{v}, nil
+		}
+		return v, nil
 	}
 	keys, err := newKeyring(o)
 	if err != nil {

@@ -259,17 +259,7 @@ func New(o Options) (Verifier, error) {
 	case o.PublicKey != "":
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
-	v, err := newHMAC(o, c)
-	if err != nil {
-		return nil, err
-	}
-	switch o.Challenge {
-	case ChallengeZoom:
-		return zoomChallenge{v.(*generic)}, nil
-	case ChallengeLark:
-		return larkChallenge{v.(*token)}, nil
-	}
-	return v, nil
+	return newHMAC(o, c)
 }
 
 // checkOwnOptions refuses the options of schemes hmac and token on any
