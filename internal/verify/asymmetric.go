@@ -58,7 +58,18 @@ func newPublicKey(o Options, c clock) (Verifier, error) {
 	case SchemeSendGrid:
 		o = withKey(sendGridOptions, o)
 	}
+	v, err := newSignedByKey(o, keys, c)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// newSignedByKey reads where the signature is and what it covers, as
+// scheme hmac reads them.
+func newSignedByKey(o Options, keys publicKeys, c clock) (*signedByKey, error) {
 	v := &signedByKey{keys: keys, prefix: o.Prefix, url: o.URL, timestamp: o.Timestamp, clock: c}
+	var err error
 	if v.sig, err = newSigSource(o.Header, o.JSON); err != nil {
 		return nil, err
 	}
