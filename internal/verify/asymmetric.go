@@ -65,19 +65,31 @@ func newPublicKey(o Options, c clock) (Verifier, error) {
 	return v, nil
 }
 
+// signatureOptions reads where the signature is (Header or JSON) and how
+// it is written (Encoding after Prefix): the same for schemes hmac,
+// ed25519 and ecdsa.
+func signatureOptions(o Options) (sigSource, encoding, error) {
+	sig, err := newSigSource(o.Header, o.JSON)
+	if err != nil {
+		return sigSource{}, 0, err
+	}
+	enc, err := encodingNamed(o.Encoding)
+	if err != nil {
+		return sigSource{}, 0, err
+	}
+	if len(o.Prefix) > 64 {
+		return sigSource{}, 0, fmt.Errorf("prefix: longer than 64 bytes")
+	}
+	return sig, enc, nil
+}
+
 // newSignedByKey reads where the signature is and what it covers, as
 // scheme hmac reads them.
 func newSignedByKey(o Options, keys publicKeys, c clock) (*signedByKey, error) {
 	v := &signedByKey{keys: keys, prefix: o.Prefix, url: o.URL, timestamp: o.Timestamp, clock: c}
 	var err error
-	if v.sig, err = newSigSource(o.Header, o.JSON); err != nil {
+	if v.sig, v.enc, err = signatureOptions(o); err != nil {
 		return nil, err
-	}
-	if v.enc, err = encodingNamed(o.Encoding); err != nil {
-		return nil, err
-	}
-	if len(v.prefix) > 64 {
-		return nil, fmt.Errorf("prefix: longer than 64 bytes")
 	}
 	if v.tmpl, err = templateFor(o); err != nil {
 		return nil, err

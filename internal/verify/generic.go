@@ -52,14 +52,8 @@ func newGeneric(o Options, c clock) (*generic, error) {
 	if v.newHash, err = hashNamed(o.Algorithm); err != nil {
 		return nil, err
 	}
-	if v.sig, err = newSigSource(o.Header, o.JSON); err != nil {
+	if v.sig, v.enc, err = signatureOptions(o); err != nil {
 		return nil, err
-	}
-	if v.enc, err = encodingNamed(o.Encoding); err != nil {
-		return nil, err
-	}
-	if len(v.prefix) > 64 {
-		return nil, fmt.Errorf("prefix: longer than 64 bytes")
 	}
 	if len(v.sep) > 8 || (v.sep != "" && v.sig.json != "") {
 		return nil, fmt.Errorf("separator: at most 8 bytes, and only for a signature in a header")
