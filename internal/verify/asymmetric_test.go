@@ -391,3 +391,33 @@ func TestPublicKeySchemesTakeATemplate(t *testing.T) {
 		})
 	}
 }
+
+// benchmarkSigned measures Verify of r with its headers prepared in advance
+// (verifytest sets them under the names the schemes ask for).
+func benchmarkSigned(b *testing.B, o verify.Options, r verify.MapRequest) {
+	v := newVerifier(b, o)
+	p := &preparedRequest{headers: map[string][][]byte{}, body: r.Payload}
+	for name, vals := range r.Headers {
+		p.headers[name] = [][]byte{[]byte(vals[0])}
+	}
+	if err := v.Verify(p); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(p.body)))
+	for b.Loop() {
+		if err := v.Verify(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkVerifyDiscord1KiB(b *testing.B) {
+	benchmarkSigned(b, verify.Options{Scheme: verify.SchemeDiscord, PublicKey: discordKeys(b, "old"), Now: clock},
+		signAs(b, verify.SchemeDiscord, "old", kib, now))
+}
+
+func BenchmarkVerifySendGrid1KiB(b *testing.B) {
+	benchmarkSigned(b, verify.Options{Scheme: verify.SchemeSendGrid, PublicKey: ecdsaKeys(b, "old"), Now: clock},
+		signAs(b, verify.SchemeSendGrid, "old", kib, now))
+}
