@@ -909,6 +909,8 @@ func presetVerify(p Preset, publicKey string) string {
 		return ""
 	case p.Scheme == SchemeAlipay || p.Scheme == SchemeWeChatPay:
 		return "    verify: {public_key: '" + publicKey + "'}\n"
+	case p.Verify.Challenge == ChallengeMeta:
+		return "    verify: {challenge_token: verify-me, secrets: ['" + secret + "']}\n"
 	case p.Scheme == SchemeSquare || strings.Contains(p.Verify.Template, "{url}"):
 		return "    verify: {url: 'https://example.com/hook', secrets: ['" + secret + "']}\n"
 	}
