@@ -334,8 +334,12 @@ type Verify struct {
 	// signed (scheme hmac only). Default none.
 	Single []string `koanf:"single" yaml:"single"`
 	// Challenge is a handshake hookstamp answers itself: zoom (scheme
-	// hmac) or lark (scheme token with json). Default "".
+	// hmac), lark (scheme token with json) or meta (any scheme with
+	// secrets). Default "".
 	Challenge string `koanf:"challenge" yaml:"challenge"`
+	// ChallengeToken is the verify token of Meta's subscription check;
+	// required with challenge meta. A secret. Default "".
+	ChallengeToken string `koanf:"challenge_token" yaml:"challenge_token"`
 }
 
 // VerifyTimestamp says where a scheme hmac, ed25519 or ecdsa request
@@ -539,6 +543,7 @@ const (
 
 	ChallengeZoom = verify.ChallengeZoom
 	ChallengeLark = verify.ChallengeLark
+	ChallengeMeta = verify.ChallengeMeta
 )
 
 // RedactedValue replaces every non-empty secret in Redacted and YAML.

@@ -920,6 +920,8 @@ func presetVerify(p Preset, publicKey string) string {
 		return "    verify: {public_key: '" + testDiscordKey + "'}\n"
 	case p.Scheme == SchemeSendGrid:
 		return "    verify: {public_key: '" + testSendGridKey + "'}\n"
+	case p.Verify.Challenge == ChallengeMeta:
+		return "    verify: {challenge_token: verify-me, secrets: ['" + secret + "']}\n"
 	case p.Scheme == SchemeSquare || strings.Contains(p.Verify.Template, "{url}"):
 		return "    verify: {url: 'https://example.com/hook', secrets: ['" + secret + "']}\n"
 	}

@@ -135,8 +135,9 @@ var presetTable = []Preset{
 		Timestamp: VerifyTimestamp{Header: "timestamp", Unit: "ms"},
 	}, Retention: 3 * day, RetryWindow: "undocumented", Ack: &Ack{Status: 200}},
 	// Meta's notifications carry no delivery id: a retry is the same body.
-	{Name: "meta", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeGitHub, Retention: 8 * day, RetryWindow: "up to 7 days",
-		Ack: &Ack{Status: 200}},
+	// Its unsigned GET subscription check is answered by hookstamp.
+	{Name: "meta", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeGitHub, Verify: Verify{Challenge: ChallengeMeta},
+		Retention: 8 * day, RetryWindow: "up to 7 days", Ack: &Ack{Status: 200}},
 	// Zoom re-signs each retry of an unchanged body; it wants 200 or 204
 	// within 3 seconds.
 	{Name: "zoom", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeHMAC, Verify: Verify{

@@ -457,7 +457,8 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		}
 		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix},
 			{"json", v.JSON}, {"template", v.Template}, {"timestamp", v.Timestamp.Header + v.Timestamp.JSON},
-			{"separator", v.Separator}, {"secret_encoding", v.SecretEncoding}, {"single", strings.Join(v.Single, "")}, {"challenge", v.Challenge}} {
+			{"separator", v.Separator}, {"secret_encoding", v.SecretEncoding}, {"single", strings.Join(v.Single, "")}, {"challenge", v.Challenge},
+			{"challenge_token", v.ChallengeToken}} {
 			if strings.TrimSpace(f.v) != "" {
 				set = append(set, f.name)
 			}
@@ -514,7 +515,7 @@ func validateVerify(errs *Errors, p string, v Verify) {
 	}{
 		{join(p, "secret_encoding"), v.SecretEncoding, []string{"raw", "hex", "base64"}},
 		{join(join(p, "timestamp"), "unit"), v.Timestamp.Unit, []string{"s", "ms"}},
-		{join(p, "challenge"), v.Challenge, []string{verify.ChallengeZoom, verify.ChallengeLark}},
+		{join(p, "challenge"), v.Challenge, []string{verify.ChallengeZoom, verify.ChallengeLark, verify.ChallengeMeta}},
 	} {
 		if f.v != "" {
 			oneOf(errs, f.path, f.v, f.allowed...)

@@ -52,6 +52,7 @@ func exampleEnv(tb testing.TB) map[string]string {
 		"LARK_VERIFICATION_TOKEN":       "dummy",
 		"DINGTALK_APP_SECRET":           "dummy",
 		"META_APP_SECRET":               "dummy",
+		"META_VERIFY_TOKEN":             "dummy-verify",
 		"ZOOM_WEBHOOK_SECRET":           "dummy",
 		"HUBSPOT_CLIENT_SECRET":         "dummy",
 		"HUBSPOT_WEBHOOK_URL":           "https://hooks.example.com/webhooks/hubspot",

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -167,4 +168,35 @@ func TestHandshakesAnsweredByHookstamp(t *testing.T) {
 	wantProblem(t, post(t, g, "/webhooks/zoom", zoomValidation, stale), 401, "unverified")
 	wrongToken := bytes.Replace(larkVerification, []byte(larkToken), []byte("guess"), 1)
 	wantProblem(t, post(t, g, "/webhooks/lark", wrongToken, nil), 401, "unverified")
+}
+
+// Meta's subscription check is an unsigned GET: hookstamp answers it when
+// hub.verify_token is the configured one, and refuses it otherwise.
+func TestMetaSubscriptionCheck(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", presetRoutes(up.URL, waveTwoCases()), waveTwoEnv))
+	get := func(token string) *http.Response {
+		t.Helper()
+		q := url.Values{"hub.mode": {"subscribe"}, "hub.challenge": {"1158201444"}, "hub.verify_token": {token}}
+		resp, err := http.Get(g.URL() + "/webhooks/meta?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	resp := get(metaVerifyToken)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || string(body) != "1158201444" || resp.Header.Get("Hookstamp-Outcome") != "challenge" {
+		t.Fatalf("got %d %q %q, want 200 1158201444 challenge", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"), body)
+	}
+	if forged := get("guess"); forged.StatusCode != 401 {
+		t.Fatalf("a wrong verify token got %d, want 401", forged.StatusCode)
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("upstream received %d requests, want none", n)
+	}
 }

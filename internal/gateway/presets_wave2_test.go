@@ -28,6 +28,7 @@ const (
 	larkToken       = "lGjTxsC7Q9fWm2yBzd1E8cPk"
 	dingtalkSecret  = "SEC2a7c9d1e3f5b7d9f1a3c5e7b9d1f3a5c7e9b1d3f5a7c9e1b3d5f7a9c1e3b5"
 	metaAppSecret   = "6b1f3e5d7c9a2b4d6f8e0a1c3e5b7d9f"
+	metaVerifyToken = "meta-verify-token-7Qx"
 	zoomSecret      = "zm_wh_secret_Q2x4Vb7N"
 	hubspotSecret   = "d4b3c2a1-hs-client-secret"
 	hubspotURL      = "https://hooks.example.com/webhooks/hubspot"
@@ -43,6 +44,7 @@ var waveTwoEnv = []string{
 	"LARK_VERIFICATION_TOKEN=" + larkToken,
 	"DINGTALK_APP_SECRET=" + dingtalkSecret,
 	"META_APP_SECRET=" + metaAppSecret,
+	"META_VERIFY_TOKEN=" + metaVerifyToken,
 	"ZOOM_WEBHOOK_SECRET=" + zoomSecret,
 	"HUBSPOT_CLIENT_SECRET=" + hubspotSecret,
 }
@@ -230,7 +232,7 @@ func waveTwoCases() []presetCase {
 		},
 		{
 			preset: "meta",
-			verify: `secrets: ["${META_APP_SECRET}"]`,
+			verify: "secrets: [\"${META_APP_SECRET}\"]\n      challenge_token: \"${META_VERIFY_TOKEN}\"",
 			key:    bodyHash(metaBody),
 			window: 7 * day,
 			deliver: func(_ testing.TB, _ int, _ time.Time) ([]byte, http.Header) {

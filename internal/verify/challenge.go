@@ -3,6 +3,7 @@ package verify
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,22 @@ const (
 	// the verification token at "token" rather than "header.token", by
 	// echoing its challenge.
 	ChallengeLark = "lark"
+	// ChallengeMeta answers Meta's GET subscription check, unsigned, whose
+	// hub.verify_token must be Options.ChallengeToken, by echoing
+	// hub.challenge.
+	ChallengeMeta = "meta"
 )
+
+// QueryRequest is a Request that also shows its method and URL query, in
+// which Meta's subscription check travels.
+type QueryRequest interface {
+	Request
+	// Method returns the HTTP method.
+	Method() []byte
+	// Query returns the first value of the URL query parameter, nil if
+	// absent.
+	Query(name string) []byte
+}
 
 // maxChallenge bounds the handshake value echoed back: Zoom's and Lark's
 // are a few dozen bytes.
@@ -44,17 +60,44 @@ type Challenger interface {
 
 func checkChallenge(kind, scheme string, o Options) error {
 	switch {
+	case (kind == ChallengeMeta) != (o.ChallengeToken != ""):
+		return fmt.Errorf("challenge_token: required with challenge %s, and only there", ChallengeMeta)
 	case kind == "":
 		return nil
 	case kind == ChallengeZoom && scheme == SchemeHMAC:
 		return nil
 	case kind == ChallengeLark && scheme == SchemeToken && o.JSON != "":
 		return nil
-	case kind != ChallengeZoom && kind != ChallengeLark:
-		return fmt.Errorf("challenge: unknown %q (want %s or %s)", kind, ChallengeZoom, ChallengeLark)
+	case kind == ChallengeMeta && !UsesPublicKey(scheme):
+		return nil
+	case kind != ChallengeZoom && kind != ChallengeLark && kind != ChallengeMeta:
+		return fmt.Errorf("challenge: unknown %q (want %s, %s or %s)", kind, ChallengeZoom, ChallengeLark, ChallengeMeta)
 	}
 	return fmt.Errorf("challenge: %s needs scheme %s", kind, map[string]string{
-		ChallengeZoom: SchemeHMAC, ChallengeLark: SchemeToken + " with json"}[kind])
+		ChallengeZoom: SchemeHMAC, ChallengeLark: SchemeToken + " with json", ChallengeMeta: "with secrets"}[kind])
+}
+
+// metaChallenge answers Meta's subscription check in front of any
+// verifier: a GET with hub.mode=subscribe, which Meta does not sign.
+type metaChallenge struct {
+	Verifier
+	token [sha256.Size]byte
+}
+
+func (v metaChallenge) Challenge(r Request) (*Answer, error) {
+	q, ok := r.(QueryRequest)
+	if !ok || string(q.Method()) != "GET" || string(q.Query("hub.mode")) != "subscribe" {
+		return nil, nil
+	}
+	got := sha256.Sum256(q.Query("hub.verify_token"))
+	if subtle.ConstantTimeCompare(got[:], v.token[:]) != 1 {
+		return nil, reject("hub.verify_token does not match")
+	}
+	c := q.Query("hub.challenge")
+	if len(c) == 0 || len(c) > maxChallenge {
+		return nil, reject("missing or too long hub.challenge")
+	}
+	return &Answer{ContentType: "text/plain; charset=utf-8", Body: append([]byte(nil), c...)}, nil
 }
 
 // zoomChallenge wraps scheme hmac for Zoom.

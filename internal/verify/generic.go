@@ -100,11 +100,17 @@ func (v *generic) verify(r Request) (int, error) {
 	}
 	bp := v.bufs.Get().(*[]byte)
 	defer v.bufs.Put(bp)
+	// The content differs per key only when the template writes {secret}.
+	perKey := v.tmpl.Uses(PartSecret)
+	var content []byte
 	for i, k := range v.keys {
-		content, err := v.tmpl.Render((*bp)[:0], r, Inputs{URL: v.url, Secret: v.secrets[i]})
-		*bp = content[:0]
-		if err != nil {
-			return -1, err
+		if i == 0 || perKey {
+			var err error
+			content, err = v.tmpl.Render((*bp)[:0], r, Inputs{URL: v.url, Secret: v.secrets[i]})
+			*bp = content[:0]
+			if err != nil {
+				return -1, err
+			}
 		}
 		if k.match(sigs, content) {
 			return i, nil

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,7 +257,8 @@ func TestNewRejectsBadGenericOptions(t *testing.T) {
 		{"token without header", verify.Options{Scheme: verify.SchemeToken, Secrets: []string{"s"}}, "header: required"},
 		{"token without secret", verify.Options{Scheme: verify.SchemeToken, Header: "X-T"}, "secrets: "},
 		{"zoom challenge on token", verify.Options{Scheme: verify.SchemeToken, Secrets: []string{"s"}, Header: "X-T", Challenge: "zoom"}, "challenge: zoom needs scheme hmac"},
-		{"unknown challenge", base(func(o *verify.Options) { o.Challenge = "meta" }), "challenge: unknown"},
+		{"unknown challenge", base(func(o *verify.Options) { o.Challenge = "discord" }), "challenge: unknown"},
+		{"challenge_token without meta", base(func(o *verify.Options) { o.ChallengeToken = "vt" }), "challenge_token: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := verify.New(tc.o)
@@ -308,4 +310,25 @@ func scalar(r gjson.Result) string {
 		return ""
 	}
 	return r.Raw
+}
+
+func TestMetaChallenge(t *testing.T) {
+	ch := newVerifier(t, verify.Options{Scheme: verify.SchemeGitHub, Secrets: []string{"app"}, Challenge: verify.ChallengeMeta,
+		ChallengeToken: "vt"}).(verify.Challenger)
+	check := func(method, token string) verify.MapRequest {
+		return verify.MapRequest{HTTPMethod: method, URLQuery: url.Values{"hub.mode": {"subscribe"}, "hub.challenge": {"1158201444"}, "hub.verify_token": {token}}}
+	}
+	ans, err := ch.Challenge(check("GET", "vt"))
+	if err != nil || ans == nil || string(ans.Body) != "1158201444" {
+		t.Fatalf("Challenge = %+v, %v", ans, err)
+	}
+	_, err = ch.Challenge(check("GET", "vt2"))
+	wantUnverified(t, err, "hub.verify_token does not match")
+	if ans, err := ch.Challenge(check("POST", "vt")); ans != nil || err != nil {
+		t.Fatalf("a POST is taken for the subscription check: %v, %v", ans, err)
+	}
+	_, err = verify.New(verify.Options{Scheme: verify.SchemeGitHub, Secrets: []string{"app"}, Challenge: verify.ChallengeMeta})
+	if err == nil || !strings.HasPrefix(err.Error(), "challenge_token: required") {
+		t.Fatalf("New without challenge_token = %v", err)
+	}
 }

@@ -30,6 +30,7 @@
 package verify
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -204,8 +205,12 @@ type Options struct {
 	// with more is refused (Adyen's notificationItems).
 	Single []string
 	// Challenge names a handshake hookstamp answers itself (ChallengeZoom,
-	// ChallengeLark); the verifier then implements Challenger.
+	// ChallengeLark, ChallengeMeta); the verifier then implements
+	// Challenger.
 	Challenge string
+	// ChallengeToken is the verify token Meta's subscription check must
+	// carry; required with ChallengeMeta, an error otherwise.
+	ChallengeToken string
 	// Algorithm is the hash for scheme hmac: sha1, sha256 or sha512.
 	// Default sha256.
 	Algorithm string
@@ -259,7 +264,11 @@ func New(o Options) (Verifier, error) {
 	case o.PublicKey != "":
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
-	return newHMAC(o, c)
+	v, err := newHMAC(o, c)
+	if err != nil || o.Challenge != ChallengeMeta {
+		return v, err
+	}
+	return metaChallenge{Verifier: v, token: sha256.Sum256([]byte(o.ChallengeToken))}, nil
 }
 
 // checkOwnOptions refuses the options of schemes hmac and token on any
