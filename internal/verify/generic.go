@@ -46,6 +46,7 @@ type generic struct {
 	bufs      sync.Pool // of *[]byte, the rendered content
 }
 
+// newGeneric checks o, whose Scheme is SchemeHMAC, and builds the verifier.
 func newGeneric(o Options, c clock) (*generic, error) {
 	v := &generic{prefix: o.Prefix, sep: o.Separator, url: o.URL, timestamp: o.Timestamp, clock: c}
 	var err error
@@ -140,6 +141,8 @@ func (v *generic) candidates(raw []byte) ([][]byte, error) {
 	return sigs, nil
 }
 
+// splitN splits b on sep into at most n parts, dropping what follows the
+// nth: a header padded with junk candidates costs no more than n MACs.
 func splitN(b []byte, sep string, n int) [][]byte {
 	var out [][]byte
 	for len(out) < n {

@@ -12,7 +12,9 @@ import (
 )
 
 // The options of scheme hmac, checked once when the verifier is built.
+// Errors start with the option's configuration key.
 
+// hashNamed is verify.algorithm's hash; "" is sha256.
 func hashNamed(name string) (func() hash.Hash, error) {
 	switch strings.ToLower(name) {
 	case "", "sha256":
@@ -25,6 +27,7 @@ func hashNamed(name string) (func() hash.Hash, error) {
 	return nil, fmt.Errorf("algorithm: %q is not one of sha1, sha256, sha512", name)
 }
 
+// encodingNamed is verify.encoding's decoding; "" is hex.
 func encodingNamed(name string) (encoding, error) {
 	switch strings.ToLower(name) {
 	case "", "hex":
@@ -59,6 +62,8 @@ func templateFor(o Options) (*Template, error) {
 	return t, nil
 }
 
+// checkTimestamp checks verify.timestamp: one source, a known unit, and no
+// unit without a source.
 func checkTimestamp(ts TimestampSource) error {
 	switch {
 	case ts.Header != "" && ts.JSON != "":
@@ -75,6 +80,7 @@ func checkTimestamp(ts TimestampSource) error {
 	return nil
 }
 
+// checkPaths returns a copy of paths, all plain, or the first that is not.
 func checkPaths(key string, paths []string) ([]string, error) {
 	for i, p := range paths {
 		if !PlainPath(p) {
