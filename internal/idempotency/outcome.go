@@ -24,11 +24,15 @@ const (
 	Shadowed    Outcome = "shadowed"
 	HeldKey     Outcome = "held"
 	Unavailable Outcome = "unavailable"
+	// Challenge is a provider's handshake (Zoom's url_validation, Lark's
+	// url_verification) that hookstamp verified and answered itself:
+	// nothing was forwarded or claimed.
+	Challenge Outcome = "challenge"
 )
 
 // Outcomes lists every outcome, for metrics initialisation and stats.
 var Outcomes = []Outcome{Forwarded, Replayed, Released, Conflict, Mismatch, MissingKey,
-	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable}
+	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable, Challenge}
 
 // IsDuplicate reports whether the outcome is a repeat intercepted (or, in
 // shadow mode, one that would have been).
@@ -57,6 +61,8 @@ type Result struct {
 	Upstream *Upstream
 	// Replay is the recorded response for Replayed.
 	Replay *Response
+	// Answer is hookstamp's own answer to a handshake (Challenge).
+	Answer *Response
 	// Status is hookstamp's own status when there is no upstream answer.
 	Status int
 	// Detail explains a problem answer; never request bytes or secrets.
