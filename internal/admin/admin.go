@@ -42,6 +42,12 @@ type Ledger interface {
 	// Resolve settles a held record: nil deletes it, otherwise it becomes
 	// done with rec's response. ErrNotFound when ref is not held.
 	Resolve(ctx context.Context, ref idempotency.Ref, rec *idempotency.Record) error
+	// List pages a route's records, newest first, without bodies.
+	List(ctx context.Context, q idempotency.ListQuery) (idempotency.RecordPage, error)
+	// Request returns the request stored with ref's record (nil if none).
+	Request(ctx context.Context, ref idempotency.Ref) (*idempotency.Request, error)
+	// Attempts returns ref's attempts in order.
+	Attempts(ctx context.Context, ref idempotency.Ref) ([]idempotency.Attempt, error)
 }
 
 // Stats answers GET /admin/stats (a stats.Memory or stats.Redis).
@@ -82,9 +88,12 @@ type Options struct {
 	// HeldChanged is told when a held key leaves the held state through
 	// this API (delta -1), for the hookstamp_held_keys gauge. Nil: ignored.
 	HeldChanged func(route string, delta int)
-	// Queue delivers stored requests again (redeliver, dead/redrive);
-	// nil answers 404.
+	// Queue fills a record's next_attempt_at (async routes); nil: never
+	// shown.
 	Queue Queue
+	// Redeliver delivers stored requests again (redeliver, dead/redrive);
+	// nil answers 404.
+	Redeliver Redeliverer
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool
@@ -236,6 +245,12 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 	if rest == "held" {
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			s.held(w, r, route)
+		}
+		return
+	}
+	if rest == "records" {
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.listRecords(w, r, route)
 		}
 		return
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
-// Queue is what the admin API needs to deliver stored requests again
-// (*sqlledger.Ledger).
-type Queue interface {
+// Redeliverer is what the admin API needs to deliver stored requests
+// again (*sqlledger.Ledger).
+type Redeliverer interface {
 	// Requeue queues ref's stored request again (see sqlledger).
 	Requeue(ctx context.Context, ref idempotency.Ref, held bool) (bool, error)
 	// Redrive queues route's dead records again, or those of keys.
@@ -26,11 +26,11 @@ const maxRedriveBody = 1 << 20
 // redeliver queues a record's stored request to the upstream again, with
 // its key (SPEC §11): 202, or 409 when no request is stored.
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	if s.o.Queue == nil {
+	if s.o.Redeliver == nil {
 		problem(w, http.StatusNotFound, "no route stores requests: nothing can be redelivered")
 		return
 	}
-	queued, err := s.o.Queue.Requeue(r.Context(), ref, false)
+	queued, err := s.o.Redeliver.Requeue(r.Context(), ref, false)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		problem(w, http.StatusNotFound, "no record for this key on this route")
@@ -52,7 +52,7 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request, ref idempoten
 // redrive queues the route's dead records again: all, or those listed in
 // {"keys": [...]}.
 func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
-	if s.o.Queue == nil {
+	if s.o.Redeliver == nil {
 		problem(w, http.StatusNotFound, "no route stores requests: nothing can be redriven")
 		return
 	}
@@ -67,7 +67,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
 			return
 		}
 	}
-	n, err := s.o.Queue.Redrive(r.Context(), route, req.Keys)
+	n, err := s.o.Redeliver.Redrive(r.Context(), route, req.Keys)
 	if err != nil {
 		s.ledgerFailed(w, r, "redrive", idempotency.Ref{Route: route}, err)
 		return

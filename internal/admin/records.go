@@ -77,14 +77,14 @@ func (s *Server) ledgerFailed(w http.ResponseWriter, r *http.Request, op string,
 }
 
 func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	rec, err := s.o.Ledger.Lookup(r.Context(), ref)
+	rec, err := Detail(r.Context(), s.o.Ledger, s.o.Queue, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		problem(w, http.StatusNotFound, "no record for this key on this route")
 	case err != nil:
 		s.ledgerFailed(w, r, "lookup", ref, err)
 	default:
-		writeJSON(w, http.StatusOK, RecordOf(rec))
+		writeJSON(w, http.StatusOK, rec)
 	}
 }
 
@@ -221,7 +221,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, ref idempotency
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
 	}
-	if req.Action == "release" && s.o.Async[ref.Route] && s.o.Queue != nil {
+	if req.Action == "release" && s.o.Async[ref.Route] && s.o.Redeliver != nil {
 		s.releaseAsync(w, r, rec)
 		return
 	}
@@ -380,7 +380,7 @@ func validName(s string) bool {
 // releaseAsync releases a held record of an async route by delivering it
 // again: its provider was acknowledged and will not send it again.
 func (s *Server) releaseAsync(w http.ResponseWriter, r *http.Request, rec *idempotency.Record) {
-	_, err := s.o.Queue.Requeue(r.Context(), rec.Ref, true)
+	_, err := s.o.Redeliver.Requeue(r.Context(), rec.Ref, true)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
 		problem(w, http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")

@@ -277,3 +277,45 @@ func QueueName(route string) string {
 	sum := sha256.Sum256([]byte(route))
 	return "route_" + hex.EncodeToString(sum[:8])
 }
+
+// nextAttemptSQL finds when a record's pending delivery job runs next, by
+// driver (River keeps a job's args as JSON).
+var nextAttemptSQL = map[string]string{
+	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+		`AND args->>'route' = $2 AND args->>'key' = $3`,
+	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
+}
+
+// NextAttempt returns when ref's delivery is next attempted, and false
+// when no job of it is pending (the admin API's next_attempt_at).
+func (q *Queue) NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time, bool, error) {
+	db, err := q.o.Ledger.DB()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	var at sql.NullString
+	err = db.QueryRowContext(ctx, nextAttemptSQL[q.o.Driver], Args{}.Kind(), ref.Route, ref.Key).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	if !at.Valid {
+		return time.Time{}, false, nil
+	}
+	t, err := parseDBTime(at.String)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	return t, true, nil
+}
+
+// parseDBTime reads a timestamp as PostgreSQL or SQLite return it.
+func parseDBTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("unreadable time %q", s)
+}

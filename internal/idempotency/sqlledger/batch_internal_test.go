@@ -22,9 +22,16 @@ func openPG(t *testing.T) *Ledger {
 }
 
 // openPGWith opens a PostgreSQL ledger of the test's own with o's batching.
-func openPGWith(t *testing.T, o Options) *Ledger {
+func openPGWith(t testing.TB, o Options) *Ledger {
 	t.Helper()
 	o.Driver, o.DSN, o.MaxOpenConns = DriverPostgres, testenv.Postgres(t), 4
+	return openMigrated(t, o)
+}
+
+// openMigrated opens o and migrates it; the ledger is closed when the test
+// ends.
+func openMigrated(t testing.TB, o Options) *Ledger {
+	t.Helper()
 	l, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

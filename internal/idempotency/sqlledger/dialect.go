@@ -36,6 +36,10 @@ type dialect struct {
 	// unavailable reports whether a driver-specific error means the
 	// database could not be reached or did not answer in time.
 	unavailable func(error) bool
+	// prefixSQL keeps the keys starting with a prefix (List), its
+	// arguments made by prefixArgs.
+	prefixSQL  string
+	prefixArgs func(prefix string) []any
 }
 
 var sqliteDialect = dialect{
@@ -48,6 +52,9 @@ var sqliteDialect = dialect{
 	// already takes SQLite's write lock.
 	migrateLockSQL: "",
 	unavailable:    sqliteUnavailable,
+	// SQLite's LIKE ignores case.
+	prefixSQL:  ` AND substr("key", 1, ?) = ?`,
+	prefixArgs: substrPrefix,
 }
 
 var postgresDialect = dialect{
@@ -65,6 +72,11 @@ var postgresDialect = dialect{
 	// ROLLBACK, even when the migrating process dies.
 	migrateLockSQL: "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.hookstamp_records'))",
 	unavailable:    postgresUnavailable,
+	// LIKE, whose selectivity the planner estimates from the key's
+	// statistics: a common prefix walks the log index, a rare one is
+	// found by a scan instead of walking the route's whole history.
+	prefixSQL:  ` AND "key" LIKE ? ESCAPE '\'`,
+	prefixArgs: func(p string) []any { return []any{likePrefix(p)} },
 }
 
 // sqlitePools opens SQLite as one writer connection (writes never meet
