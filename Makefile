@@ -81,7 +81,7 @@ bench: ## load benchmark, full (~30 min: 5M-row ledger, sweeper, 10-minute memor
 	$(GO) build -o bin/loadbench ./bench/cmd/loadbench
 	bin/loadbench $(BENCH_FLAGS)
 
-bench-quick: ## load benchmark, short windows and a 200k-row ledger (under 3 min)
+bench-quick: ## load benchmark, short windows and a 200k-row ledger (about 4 min)
 	$(GO) build -o bin/loadbench ./bench/cmd/loadbench
 	bin/loadbench -quick $(BENCH_FLAGS)
 

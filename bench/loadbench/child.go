@@ -21,6 +21,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/proxy"
 	"github.com/valyala/fasthttp"
 
+	"github.com/hookstamp/hookstamp/bench/peers/fiberidem"
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
@@ -32,12 +33,13 @@ import (
 // alone, apart from the load generator and the upstream. The gateway
 // child runs internal/gateway exactly as cmd/gateway serve does.
 
-// ChildMain runs a child: "gateway CONFIG_FILE" or "proxy UPSTREAM_URL".
-// It prints "ready ADDR DEBUG_ADDR" on stdout when it serves, and stops
-// when its stdin closes (the parent exited or stopped it) or on SIGTERM.
+// ChildMain runs a child: "gateway CONFIG_FILE", "proxy UPSTREAM_URL" or
+// "fiberidem UPSTREAM_URL REDIS_ADDR PREFIX". It prints "ready ADDR
+// DEBUG_ADDR" on stdout when it serves, and stops when its stdin closes
+// (the parent exited or stopped it) or on SIGTERM.
 func ChildMain(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("child: want KIND ARG, got %q", args)
+	if len(args) < 2 {
+		return fmt.Errorf("child: want KIND ARG..., got %q", args)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -56,6 +58,12 @@ func ChildMain(args []string) error {
 		return childGateway(ctx, args[1], dln.Addr().String())
 	case "proxy":
 		return childProxy(ctx, args[1], dln.Addr().String())
+	case "fiberidem":
+		if len(args) != 4 {
+			return fmt.Errorf("child: fiberidem wants UPSTREAM_URL REDIS_ADDR PREFIX, got %q", args[1:])
+		}
+		return childFiberIdem(ctx, fiberidem.Options{Upstream: args[1], RedisAddr: args[2], Prefix: args[3],
+			KeyHeader: "X-Event-Id", Lifetime: time.Hour}, dln.Addr().String())
 	}
 	return fmt.Errorf("child: unknown kind %q", args[0])
 }
@@ -97,6 +105,22 @@ func childProxy(ctx context.Context, upstream, debug string) error {
 	return app.Shutdown()
 }
 
+// childFiberIdem is F1: Fiber's idempotency middleware on Redis storage in
+// front of the same upstream (bench/peers/fiberidem).
+func childFiberIdem(ctx context.Context, o fiberidem.Options, debug string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	app, err := fiberidem.Start(ln, o)
+	if err != nil {
+		return fmt.Errorf("fiberidem: %w", err)
+	}
+	fmt.Printf("ready %s %s\n", ln.Addr().String(), debug)
+	<-ctx.Done()
+	return app.Close()
+}
+
 // Child is a running child process.
 type Child struct {
 	Name  string
@@ -110,33 +134,18 @@ type Child struct {
 
 // StartChild starts the benchmark binary (exe; "" = this one) as a child
 // of the given kind and waits until it serves.
-func StartChild(ctx context.Context, exe, dir, name, kind, arg string) (*Child, error) {
+func StartChild(ctx context.Context, exe, dir, name, kind string, args ...string) (*Child, error) {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
 			return nil, err
 		}
 	}
-	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
+	cmd := exec.Command(exe, append([]string{"child", kind}, args...)...)
+	c, out, err := startCmd(cmd, dir, name, true)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "child", kind, arg)
-	cmd.Stderr = logf
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	_ = logf.Close() // the child holds its own descriptor
-	c := &Child{Name: name, Log: logPath, cmd: cmd, stdin: stdin, exit: make(chan error, 1)}
 	ready := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -150,26 +159,60 @@ func StartChild(ctx context.Context, exe, dir, name, kind, arg string) (*Child, 
 		ready <- errors.New("exited before it was ready")
 		c.exit <- cmd.Wait()
 	}()
+	return c, c.await(ctx, ready)
+}
+
+// startCmd starts cmd with its stderr (and, unless piped, its stdout) in
+// dir/name.log.
+func startCmd(cmd *exec.Cmd, dir, name string, pipeOut bool) (*Child, io.Reader, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out io.Reader
+	if pipeOut {
+		if out, err = cmd.StdoutPipe(); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		cmd.Stdout = logf
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &Child{Name: name, Log: logPath, cmd: cmd, stdin: stdin, exit: make(chan error, 1)}, out, nil
+}
+
+// await waits for ready, killing the child if it does not come.
+func (c *Child) await(ctx context.Context, ready <-chan error) error {
 	select {
 	case err := <-ready:
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (log: %s)\n%s", name, err, logPath, tail(logPath))
+			return fmt.Errorf("%s: %w (log: %s)\n%s", c.Name, err, c.Log, tail(c.Log))
 		}
+		return nil
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s: not ready after 60s (log: %s)", name, logPath)
+		_ = c.cmd.Process.Kill()
+		return fmt.Errorf("%s: not ready after 60s (log: %s)", c.Name, c.Log)
 	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
+		_ = c.cmd.Process.Kill()
+		return ctx.Err()
 	}
-	return c, nil
 }
 
 // PID is the child's process id.
 func (c *Child) PID() int { return c.cmd.Process.Pid }
 
-// Sample reads the child's /proc counters.
-func (c *Child) Sample() (ProcSample, error) { return SampleProc(c.PID()) }
+// Sample reads the /proc counters of the child and of its own children
+// (nginx's workers).
+func (c *Child) Sample() (ProcSample, error) { return SampleTree(c.PID()) }
 
 // Stop asks the child to shut down and waits for it (killing it after 15s).
 func (c *Child) Stop() {

@@ -58,6 +58,29 @@ func SampleProc(pid int) (ProcSample, error) {
 	return s, nil
 }
 
+// SampleTree is SampleProc of pid plus that of each of its direct
+// children; RSS and peak RSS are summed too (an upper bound of the peak).
+func SampleTree(pid int) (ProcSample, error) {
+	s, err := SampleProc(pid)
+	if err != nil {
+		return s, err
+	}
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return s, nil // a kernel without the file: the process alone
+	}
+	for _, f := range strings.Fields(string(kids)) {
+		k, _ := strconv.Atoi(f)
+		if ks, err := SampleProc(k); err == nil {
+			s.CPU += ks.CPU
+			s.WriteCalls += ks.WriteCalls
+			s.RSS += ks.RSS
+			s.PeakRSS += ks.PeakRSS
+		}
+	}
+	return s, nil
+}
+
 // procField returns the first number after name in a /proc key: value file.
 func procField(b []byte, name string) uint64 {
 	i := bytes.Index(b, []byte(name))

@@ -62,7 +62,7 @@ type Options struct {
 }
 
 // Quick is make bench-quick: every configuration and every number, on
-// short windows and a 200k-row prefill; under three minutes.
+// short windows and a 200k-row prefill; about four minutes.
 func Quick() Options {
 	return Options{
 		Mode: "quick", Concurrency: []int{16, 64, 256}, Rounds: 2, Warmup: 300 * time.Millisecond, Cell: time.Second,
@@ -90,7 +90,8 @@ const Headline = 64
 type system struct {
 	name, desc string
 	doer       Doer
-	child      *Child // nil for L1 and L2: no process of their own
+	child      *Child // nil for U0, L1 and L2: no process of their own
+	schema     string // its ledger's PostgreSQL schema, for its writes; "" for none
 	closed     map[int]*agg
 	open       *agg
 }
@@ -101,6 +102,7 @@ type agg struct {
 	cpu    time.Duration // the child's
 	host   time.Duration // the whole machine's
 	writes uint64
+	stores StoreDelta
 	rounds []float64 // throughput of each round
 }
 
@@ -110,17 +112,28 @@ func (a *agg) add(c *Cell, w *window) {
 	a.cpu += w.cpu()
 	a.host += w.h1 - w.h0
 	a.writes += w.c1.WriteCalls - w.c0.WriteCalls
+	a.stores.add(w.s0.delta(w.s1))
 	a.rounds = append(a.rounds, c.Throughput())
 }
 
-// window samples the child and the machine around a measurement.
+// window samples the child, the stores and the machine around a
+// measurement.
 type window struct {
 	child  *Child
 	c0, c1 ProcSample
 	h0, h1 time.Duration
+	stats  *storeStats // nil: not sampled
+	schema string
+	s0, s1 StoreSample
+}
+
+// window is a window on s.
+func (r *run) window(s *system) *window {
+	return &window{child: s.child, stats: r.stats, schema: s.schema}
 }
 
 func (w *window) Begin() {
+	w.s0 = w.storeSample()
 	if w.child != nil {
 		w.c0, _ = w.child.Sample()
 	}
@@ -132,6 +145,16 @@ func (w *window) End() {
 		w.c1, _ = w.child.Sample()
 	}
 	w.h1, _ = HostCPU()
+	w.s1 = w.storeSample()
+}
+
+func (w *window) storeSample() StoreSample {
+	if w.stats == nil {
+		return StoreSample{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return w.stats.sample(ctx, w.schema)
 }
 
 func (w *window) cpu() time.Duration { return w.c1.CPU - w.c0.CPU }
@@ -142,6 +165,7 @@ type run struct {
 	id     string
 	dir    string
 	pg     *Postgres
+	stats  *storeStats
 	up     *Upstream
 	kids   []*Child
 	report *Report
@@ -188,6 +212,9 @@ func (r *run) cleanup() {
 	if r.up != nil {
 		_ = r.up.Close()
 	}
+	if r.stats != nil {
+		r.stats.close()
+	}
 	if r.pg != nil {
 		if err := r.pg.Close(ctx); err != nil {
 			r.logf("cleanup: %v", err)
@@ -213,12 +240,12 @@ func (r *run) prefix(name string) string {
 	return p
 }
 
-func (r *run) start(ctx context.Context, name, kind, arg string) (*Child, error) {
-	return r.startExe(ctx, "", name, kind, arg)
+func (r *run) start(ctx context.Context, name, kind string, args ...string) (*Child, error) {
+	return r.startExe(ctx, "", name, kind, args...)
 }
 
-func (r *run) startExe(ctx context.Context, exe, name, kind, arg string) (*Child, error) {
-	c, err := StartChild(ctx, exe, r.dir, name, kind, arg)
+func (r *run) startExe(ctx context.Context, exe, name, kind string, args ...string) (*Child, error) {
+	c, err := StartChild(ctx, exe, r.dir, name, kind, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +283,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	r.report.Machine = describeMachine(ctx, r.pg, o.RedisAddr)
+	r.stats = newStoreStats(r.pg, o.RedisAddr)
 
 	mainDSN, err := r.pg.Schema(ctx, r.id+"_main")
 	if err != nil {
@@ -287,6 +315,10 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 
+	peers, err := r.peers(ctx)
+	if err != nil {
+		return err
+	}
 	mainT := NewHTTPTarget(gwMain.Addr, nil)
 	ledgerT := NewHTTPTarget(gwLedger.Addr, nil)
 	working := make([]string, 10_000)
@@ -299,6 +331,10 @@ func (r *run) main(ctx context.Context) error {
 		return fmt.Errorf("B2 working set: %d of %d deliveries failed", failed, len(working))
 	}
 	gwTLS, tlsT, tlsNewT, err := r.tlsGateway(ctx, working)
+	if err != nil {
+		return err
+	}
+	peerSystems, err := peers.systems(ctx, r, working)
 	if err != nil {
 		return err
 	}
@@ -315,19 +351,21 @@ func (r *run) main(ctx context.Context) error {
 	systems := []*system{
 		{name: "U0", desc: "the upstream alone, no hop (ceiling of any HTTP hop here)", doer: NewHTTPTarget(strings.TrimPrefix(r.up.URL, "http://"), &Mix{Unique: 1, Prefix: "evt_"})},
 		{name: "B0", desc: "bare Fiber v2 proxy hop", doer: NewHTTPTarget(proxy.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: proxy},
-		{name: "B1", desc: "Redis+PG, 100% unique", doer: mainT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwMain},
-		{name: "B2", desc: "Redis+PG, 100% repeats (10k recorded keys)", doer: mainT.WithMix(&Mix{Working: working}), child: gwMain},
-		{name: "B3", desc: "Redis+PG, 70% unique / 30% repeats", doer: mainT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwMain},
-		{name: "B3s", desc: "Redis+PG, retry storm 10/90", doer: mainT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwMain},
-		{name: "B4", desc: "ledger only (seed design), 70/30", doer: ledgerT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwLedger},
-		{name: "B4s", desc: "ledger only (seed design), 10/90", doer: ledgerT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwLedger},
+		{name: "B1", desc: "Redis+PG, 100% unique", doer: mainT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
+		{name: "B2", desc: "Redis+PG, 100% repeats (10k recorded keys)", doer: mainT.WithMix(&Mix{Working: working}), child: gwMain, schema: r.id + "_main"},
+		{name: "B3", desc: "Redis+PG, 70% unique / 30% repeats", doer: mainT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
+		{name: "B3s", desc: "Redis+PG, retry storm 10/90", doer: mainT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
+		{name: "B4u", desc: "ledger only (screen.driver: none), 100% unique", doer: ledgerT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
+		{name: "B4", desc: "ledger only (seed design), 70/30", doer: ledgerT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
+		{name: "B4s", desc: "ledger only (seed design), 10/90", doer: ledgerT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
 		{name: "B5", desc: "embedded SQLite+memory, 70/30", doer: NewHTTPTarget(gwEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: gwEmbedded},
-		{name: "B1t", desc: "Redis+PG over TLS (kept connections), 100% unique", doer: tlsT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwTLS},
-		{name: "B2t", desc: "Redis+PG over TLS (kept connections), 100% repeats", doer: tlsT.WithMix(&Mix{Working: working}), child: gwTLS},
-		{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: tlsNewT.WithMix(&Mix{Working: working}), child: gwTLS},
-		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1},
+		{name: "B1t", desc: "Redis+PG over TLS (kept connections), 100% unique", doer: tlsT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwTLS, schema: r.id + "_tls"},
+		{name: "B2t", desc: "Redis+PG over TLS (kept connections), 100% repeats", doer: tlsT.WithMix(&Mix{Working: working}), child: gwTLS, schema: r.id + "_tls"},
+		{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: tlsNewT.WithMix(&Mix{Working: working}), child: gwTLS, schema: r.id + "_tls"},
+		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1, schema: r.id + "_l1"},
 		{name: "L2", desc: "Redis SET NX, unpipelined", doer: l2},
 	}
+	systems = append(systems, peerSystems...)
 	var baseChildren []*Child
 	if o.Baseline != "" {
 		bmDSN, err := r.pg.Schema(ctx, r.id+"_bmain")
@@ -357,12 +395,13 @@ func (r *run) main(ctx context.Context) error {
 			return fmt.Errorf("baseline B2 working set: %d of %d deliveries failed", failed, len(working))
 		}
 		systems = append(systems,
-			&system{name: "B1@base", desc: "baseline: Redis+PG, 100% unique", doer: bmT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bMain},
-			&system{name: "B2@base", desc: "baseline: Redis+PG, 100% repeats", doer: bmT.WithMix(&Mix{Working: working}), child: bMain},
-			&system{name: "B3@base", desc: "baseline: Redis+PG, 70/30", doer: bmT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bMain},
-			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain},
-			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger},
-			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger},
+			&system{name: "B1@base", desc: "baseline: Redis+PG, 100% unique", doer: bmT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B2@base", desc: "baseline: Redis+PG, 100% repeats", doer: bmT.WithMix(&Mix{Working: working}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B3@base", desc: "baseline: Redis+PG, 70/30", doer: bmT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
+			&system{name: "B4u@base", desc: "baseline: ledger only, 100% unique", doer: blT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
+			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
+			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
 			&system{name: "B5@base", desc: "baseline: embedded SQLite+memory, 70/30", doer: NewHTTPTarget(bEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: bEmbedded},
 		)
 	}
@@ -382,9 +421,9 @@ func (r *run) main(ctx context.Context) error {
 		for ci, c := range o.Concurrency {
 			for k := range systems {
 				s := systems[(k+round+ci)%len(systems)]
-				w := &window{child: s.child}
+				w := r.window(s)
 				seed++
-				profile := o.ProfileDir != "" && round == o.Rounds-1 && c == Headline && s.child != nil
+				profile := o.ProfileDir != "" && round == o.Rounds-1 && c == Headline && s.child != nil && s.child.Debug != ""
 				var prof chan error
 				if profile {
 					prof = make(chan error, 1)
@@ -426,7 +465,7 @@ func (r *run) main(ctx context.Context) error {
 	for round := range max(1, o.Rounds) {
 		for k := range systems {
 			s := systems[(k+round)%len(systems)]
-			w := &window{child: s.child}
+			w := r.window(s)
 			seed++
 			cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, slice, seed, w)
 			if ctx.Err() != nil {
@@ -443,7 +482,7 @@ func (r *run) main(ctx context.Context) error {
 	for _, s := range systems {
 		r.report.addSystem(s)
 	}
-	for _, c := range append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS}, baseChildren...) {
+	for _, c := range append(append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS}, peers.children()...), baseChildren...) {
 		if s, err := c.Sample(); err == nil {
 			r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
 		}

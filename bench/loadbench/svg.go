@@ -18,12 +18,13 @@ import (
 
 var palette = map[string]string{
 	"U0": "#a3a3a3", "B0": "#6b7280", "B1": "#2563eb", "B2": "#16a34a", "B3": "#9333ea", "B3s": "#c026d3",
-	"B4": "#ea580c", "B4s": "#f59e0b", "B5": "#0891b2", "L1": "#1e293b", "L2": "#dc2626",
+	"B4": "#ea580c", "B4s": "#f59e0b", "B4u": "#b45309", "B5": "#0891b2", "L1": "#1e293b", "L2": "#dc2626",
+	"N0": "#374151", "F1u": "#be185d", "F1r": "#db2777",
 }
 
-// dashed systems are the baselines, not hookstamp (and hookstamp's own
-// earlier build, "@base").
-var dashed = map[string]bool{"U0": true, "B0": true, "L1": true, "L2": true}
+// dashed systems are the baselines and peers, not hookstamp (and
+// hookstamp's own earlier build, "@base").
+var dashed = map[string]bool{"U0": true, "B0": true, "L1": true, "L2": true, "N0": true, "F1u": true, "F1r": true}
 
 // colorOf is a system's color; an earlier build's shares its system's.
 func colorOf(s string) string {
@@ -58,10 +59,10 @@ func (r *Report) WriteSVG(path string) error {
 	for _, s := range systems {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" font-size="10">%s</text>`+"\n",
 			x, 428, colorOf(s), x+13, 437, html.EscapeString(s))
-		x += 52
+		x += 50
 	}
-	fmt.Fprintf(&b, `<text x="60" y="458" font-size="10" fill="#444">U0 upstream alone · B0 bare Fiber v2 proxy hop (dashed: baselines) · Redis+PostgreSQL: B1 unique, B2 repeats, B3 70/30 mix, B3s 10/90 storm ·</text>`+"\n")
-	fmt.Fprintf(&b, `<text x="60" y="470" font-size="10" fill="#444">B4/B4s ledger only (seed design) · B5 SQLite+memory 70/30 · L1 PostgreSQL single-row INSERT tx · L2 Redis SET NX</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="60" y="458" font-size="10" fill="#444">dashed, not hookstamp: U0 upstream alone · B0 Fiber proxy hop · N0 nginx hop · F1u/F1r Fiber idempotency on Redis, unique/repeats ·</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="60" y="470" font-size="10" fill="#444">L1 PG INSERT tx · L2 Redis SET NX · hookstamp: Redis+PG B1 unique, B2 repeats, B3 70/30, B3s 10/90 · ledger only B4u/B4/B4s · B5 SQLite</text>`+"\n")
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -42,6 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Timeout, "timeout", time.Second, "upstream.timeout of every route")
 	fs.BoolVar(&o.StorePass, "store-pass", false, "run the gateways with store.on_unavailable: pass")
 	fs.BoolVar(&o.Inbox, "inbox", false, "the upstream applies effects through the inbox library in a PostgreSQL database of its own; the audit counts effects")
+	fs.BoolVar(&o.Async, "async", true, "add a store-and-forward route (delivery: async); the audit checks every acknowledged event reached the upstream once")
 	fs.StringVar(&o.GatewayBin, "gateway", "", "gateway binary (default: go build ./cmd/gateway)")
 	fs.BoolVar(&o.Race, "race", false, "build the gateway with the race detector; a reported race is a violation")
 	fs.DurationVar(&o.MaxHold, "max-hold", 0, "cap on how long each fault lasts (default: each kind's own range, up to 5s)")

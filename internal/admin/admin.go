@@ -88,15 +88,15 @@ type Options struct {
 	// HeldChanged is told when a held key leaves the held state through
 	// this API (delta -1), for the hookstamp_held_keys gauge. Nil: ignored.
 	HeldChanged func(route string, delta int)
-	// Queue delivers stored requests again (redeliver, dead/redrive);
-	// nil answers 404.
+	// Queue fills a record's next_attempt_at (async routes); nil: never
+	// shown.
 	Queue Queue
+	// Redeliver delivers stored requests again (redeliver, dead/redrive);
+	// nil answers 404.
+	Redeliver Redeliverer
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool
-	// Scheduler fills a record's next_attempt_at (async routes); nil:
-	// never shown.
-	Scheduler Scheduler
 	// Stats answers /admin/stats; nil answers 404.
 	Stats Stats
 	// Metrics serves /metrics; nil answers 404.
@@ -264,15 +264,15 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		}
 		return
 	}
-	if rest == "dead/redrive" {
-		if allow(w, r, http.MethodPost) {
-			s.redrive(w, r, route)
-		}
-		return
-	}
 	if rest == "records" {
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			s.listRecords(w, r, route)
+		}
+		return
+	}
+	if rest == "dead/redrive" {
+		if allow(w, r, http.MethodPost) {
+			s.redrive(w, r, route)
 		}
 		return
 	}

@@ -19,8 +19,8 @@ import (
 // with its stored request and attempts. List and Detail are exported so
 // that the console serves the same answers as the API.
 
-// Scheduler tells when an async route's record is next attempted.
-type Scheduler interface {
+// Queue tells when an async route's record is next attempted.
+type Queue interface {
 	// NextAttempt returns when ref's delivery is next attempted, and false
 	// when none is scheduled (not queued, or not an async route).
 	NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time, bool, error)
@@ -161,7 +161,7 @@ func List(ctx context.Context, l Ledger, q idempotency.ListQuery) (RecordList, e
 
 // Detail returns ref's record with its stored request, attempts and, when
 // q is not nil, next attempt; idempotency.ErrNotFound when there is none.
-func Detail(ctx context.Context, l Ledger, q Scheduler, ref idempotency.Ref) (RecordDetail, error) {
+func Detail(ctx context.Context, l Ledger, q Queue, ref idempotency.Ref) (RecordDetail, error) {
 	rec, err := l.Lookup(ctx, ref)
 	if err != nil {
 		return RecordDetail{}, err

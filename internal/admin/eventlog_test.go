@@ -123,7 +123,7 @@ func (n nextAttempts) NextAttempt(_ context.Context, ref idempotency.Ref) (time.
 func TestRecordDetailShowsRequestAttemptsAndNextAttempt(t *testing.T) {
 	ref := idempotency.Ref{Route: "pay", Key: "evt_detail"}
 	next := logT0.Add(time.Hour)
-	e := newEnv(t, func(o *Options) { o.Scheduler = nextAttempts{ref: next} })
+	e := newEnv(t, func(o *Options) { o.Queue = nextAttempts{ref: next} })
 	req := &idempotency.Request{Method: "POST", Path: "/up?x=1",
 		Headers: http.Header{"X-Sig": {"a"}, "X-Multi": {"1", "2"}, "Authorization": {"Bearer leak"}}, Body: []byte(`{"id":1}`)}
 	now := logT0

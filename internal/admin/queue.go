@@ -11,9 +11,9 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
-// Queue is what the admin API needs to deliver stored requests again
-// (*sqlledger.Ledger).
-type Queue interface {
+// Redeliverer is what the admin API needs to deliver stored requests
+// again (*sqlledger.Ledger).
+type Redeliverer interface {
 	// Requeue queues ref's stored request again (see sqlledger).
 	Requeue(ctx context.Context, ref idempotency.Ref, held bool) (bool, error)
 	// Redrive queues route's dead records again, or those of keys.
@@ -36,7 +36,7 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request, ref idempoten
 // Redeliver queues a record's stored request to the upstream again, with
 // its key (SPEC §11); a conflict (409) when no request is stored.
 func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
-	if s.o.Queue == nil {
+	if s.o.Redeliver == nil {
 		return refused(http.StatusNotFound, "no route stores requests: nothing can be redelivered")
 	}
 	none, err := s.checkRef(ref)
@@ -46,7 +46,7 @@ func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
 	if none {
 		return refused(http.StatusNotFound, "no record for this key on this route")
 	}
-	queued, err := s.o.Queue.Requeue(ctx, ref, false)
+	queued, err := s.o.Redeliver.Requeue(ctx, ref, false)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return refused(http.StatusNotFound, "no record for this key on this route")
@@ -86,13 +86,13 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
 // Redrive queues route's dead records again (keys nil: every one) and
 // returns how many were.
 func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int, error) {
-	if s.o.Queue == nil {
+	if s.o.Redeliver == nil {
 		return 0, refused(http.StatusNotFound, "no route stores requests: nothing can be redriven")
 	}
 	if err := s.checkRoute(route); err != nil {
 		return 0, err
 	}
-	n, err := s.o.Queue.Redrive(ctx, route, keys)
+	n, err := s.o.Redeliver.Redrive(ctx, route, keys)
 	if err != nil {
 		return 0, s.unavailable(ctx, "redrive", idempotency.Ref{Route: route}, err)
 	}
@@ -103,7 +103,7 @@ func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int,
 // releaseAsync releases a held record of an async route by delivering it
 // again: its provider was acknowledged and will not send it again.
 func (s *Server) releaseAsync(ctx context.Context, rec *idempotency.Record) (Record, error) {
-	_, err := s.o.Queue.Requeue(ctx, rec.Ref, true)
+	_, err := s.o.Redeliver.Requeue(ctx, rec.Ref, true)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
 		return Record{}, refused(http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")

@@ -241,6 +241,8 @@ func RunAudit(in *AuditInput) *Audit {
 	violate := func(check, ev, format string, args ...any) {
 		a.Violations = append(a.Violations, Violation{Check: check, Event: ev, Detail: fmt.Sprintf(format, args...)})
 	}
+	in, async := splitAsync(in)
+	checkAsync(async, a, violate)
 
 	events := map[string]*Event{}
 	for _, ev := range in.Events {

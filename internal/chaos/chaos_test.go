@@ -29,6 +29,7 @@ func TestChaosShort(t *testing.T) {
 		MaxHold:      1500 * time.Millisecond,
 		Senders:      6,
 		Think:        200 * time.Millisecond,
+		Async:        true,
 		Race:         raceBuild,
 		Progress:     testWriter{t},
 	})

@@ -59,6 +59,7 @@ type GatewaySettings struct {
 	StoreFailMode string // store.on_unavailable: reject | pass
 	LocalCache    string // screen.local_cache
 	LogLevel      string
+	Async         bool // add the store-and-forward route asyncRoute
 }
 
 // configYAML renders the configuration of one incarnation. Every route
@@ -149,7 +150,31 @@ routes:
     source: header:X-Sender
 `, incarnation, listen, s.Shutdown, admin, s.PostgresDSN, s.StoreFailMode, s.RedisAddr, s.Lease,
 		s.LocalCache, s.LogLevel, s.StripeSecret, up("stripe"), s.Timeout, s.WaitTimeout, up("orders"), up("generic"),
-		up(holdRoute), adminToken, holdRoute)
+		up(holdRoute), adminToken, holdRoute) + asyncYAML(s, up(asyncRoute))
+}
+
+// asyncYAML is the store-and-forward route, when s.Async: acknowledged at
+// once, delivered by the queues with short backoffs.
+func asyncYAML(s GatewaySettings, upstream string) string {
+	if !s.Async {
+		return ""
+	}
+	return fmt.Sprintf(`  # Store-and-forward: stored, acknowledged at once, delivered by the queue.
+  - name: %s
+    path: /webhooks/relay
+    delivery: async
+    async:
+      max_attempts: 1000
+      backoff: {initial: 50ms, max: 2s}
+      concurrency: 4
+    upstream:
+      url: %q
+      timeout: %s
+    key:
+      sources:
+        - json: relay_id
+    source: header:X-Sender
+`, asyncRoute, upstream, s.Timeout)
 }
 
 // GatewayProc is one gateway replica: a fixed listener and admin address,

@@ -115,6 +115,8 @@ type ProviderOptions struct {
 	GiveUp      time.Duration
 	// StripeSecret signs the stripe route's deliveries.
 	StripeSecret string
+	// Async adds senders on the store-and-forward route.
+	Async bool
 	// Probabilities per event.
 	PDuplicate, PLate, PTamper, PForged, PDecline float64
 }
@@ -199,7 +201,11 @@ type sender struct {
 }
 
 func (p *Providers) newSender(i int) *sender {
-	s := &sender{p: p, index: i, id: fmt.Sprintf("s%02d", i+1), route: routesBySender[i%len(routesBySender)]}
+	routes := routesBySender
+	if p.o.Async {
+		routes = append(routes[:len(routes):len(routes)], asyncRoute)
+	}
+	s := &sender{p: p, index: i, id: fmt.Sprintf("s%02d", i+1), route: routes[i%len(routes)]}
 	// Every sender delivers from an address of its own (127.0.0.x):
 	// the orders route tells senders apart by IP.
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i%200))}
@@ -254,6 +260,9 @@ func (s *sender) newEvent(rng *rand.Rand) *Event {
 		ev.Key = order + "-CREATE-" + seq
 		ev.Body = fmt.Appendf(nil, `{"order_id":%q,"event":"CREATE","seq":%q,"chaos_event":%q,"chaos_effect":%q,"total_amount":"%d.%02d"}`,
 			order, seq, ev.ID, effect, amount/100, amount%100)
+	case asyncRoute:
+		ev.Key = fmt.Sprintf("rl_%s_%s_%06d", tag, s.id, s.n)
+		ev.Body = asyncBody(ev.Key, ev.ID, effect, amount)
 	case holdRoute:
 		ev.Key = fmt.Sprintf("po_%s_%s_%06d", tag, s.id, s.n)
 		ev.Body = fmt.Appendf(nil, `{"payout_id":%q,"chaos_event":%q,"chaos_effect":%q,"amount":%d,"currency":"eur"}`,
@@ -402,7 +411,8 @@ func (s *sender) send(ctx context.Context, ev *Event, kind SendKind, attempt, gw
 	case KindTamper, KindForged:
 		body = tamperedBody(ev)
 	}
-	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders", holdRoute: "/webhooks/payouts"}[ev.Route]
+	path := map[string]string{"stripe": "/webhooks/stripe", "orders": "/webhooks/orders", holdRoute: "/webhooks/payouts",
+		asyncRoute: "/webhooks/relay"}[ev.Route]
 	if path == "" {
 		path = "/hooks/" + ev.Sender + "/events"
 	}

@@ -49,6 +49,9 @@ type Options struct {
 	// library, in a PostgreSQL database of its own, and the audit count
 	// effects: none may happen twice, not even after a lease takeover.
 	Inbox bool
+	// Async adds the store-and-forward route "relay" (delivery: async) and
+	// senders on it; the audit checks its deliveries (async.go).
+	Async bool
 	// GatewayBin is the gateway binary; empty builds ./cmd/gateway from the
 	// module into the work directory.
 	GatewayBin string
@@ -205,7 +208,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 
 	providers := NewProviders(ProviderOptions{
-		Seed: o.Seed, Senders: o.Senders, Think: o.Think, StripeSecret: stripeSecret(o.Seed),
+		Seed: o.Seed, Senders: o.Senders, Think: o.Think, StripeSecret: stripeSecret(o.Seed), Async: o.Async,
 		PDuplicate: 0.3, PLate: 0.1, PTamper: 0.04, PForged: 0.05, PDecline: 0.05,
 	}, r.targets())
 
@@ -248,6 +251,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	stopOp()
 	if !op.pass(ctx) {
 		r.logf("the operator's last pass over the held keys did not complete")
+	}
+	if r.o.Async {
+		r.drainQueue(ctx)
 	}
 	r.logf("providers done; stopping the gateways (SIGTERM)")
 	for _, g := range r.gws {
@@ -375,7 +381,7 @@ func (r *runner) setup(ctx context.Context) (err error) {
 	}
 	s := GatewaySettings{PostgresDSN: dsn, UpstreamURL: r.up.URL(),
 		StripeSecret: stripeSecret(r.o.Seed), Lease: r.o.Lease, Timeout: r.o.Timeout, WaitTimeout: 2 * time.Second,
-		Shutdown: r.shutdownTimeout(), StoreFailMode: storeMode, LocalCache: "8MiB", LogLevel: "info"}
+		Shutdown: r.shutdownTimeout(), StoreFailMode: storeMode, LocalCache: "8MiB", LogLevel: "info", Async: r.o.Async}
 	for i := 0; i < 3; i++ {
 		s.RedisAddr = r.rproxies[i].Addr()
 		g, err := newGatewayProc(i, bin, r.work, s)

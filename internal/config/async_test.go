@@ -19,6 +19,7 @@ routes:
     preset: adyen
     delivery: async
     upstream: {url: "http://127.0.0.1:9000/pay"}
+    verify: {secrets: ["00FF"]}
 `)
 	a := c.Routes[0]
 	if !a.StoresRequests() || a.Async.Ack.Status != 202 || a.Async.Ack.Body != "" || a.Async.MaxAttempts != 25 ||

@@ -72,5 +72,8 @@ func (v Verify) verifier() (verify.Verifier, error) {
 		}
 	}
 	return verify.New(verify.Options{Scheme: v.Scheme, Secrets: secrets, PublicKey: v.PublicKey, URL: v.URL,
-		Tolerance: v.Tolerance, Header: v.Header, Algorithm: v.Algorithm, Encoding: v.Encoding, Prefix: v.Prefix})
+		Tolerance: v.Tolerance, Header: v.Header, Algorithm: v.Algorithm, Encoding: v.Encoding, Prefix: v.Prefix,
+		JSON: v.JSON, Template: v.Template, Separator: v.Separator, SecretEncoding: v.SecretEncoding,
+		Single: v.Single, Challenge: v.Challenge, ChallengeToken: v.ChallengeToken,
+		Timestamp: verify.TimestampSource{Header: v.Timestamp.Header, JSON: v.Timestamp.JSON, Unit: v.Timestamp.Unit}})
 }

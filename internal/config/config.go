@@ -301,24 +301,62 @@ type Verify struct {
 	Scheme string `koanf:"scheme" yaml:"scheme"`
 	// Secrets are the HMAC secrets; several allow rotation. Default none.
 	Secrets []string `koanf:"secrets" yaml:"secrets"`
-	// PublicKey is the provider's RSA public key (PEM) for alipay and
-	// wechatpay. Default "".
+	// PublicKey is the provider's public key: RSA for alipay and wechatpay,
+	// Ed25519 for ed25519, discord and the v1a signatures of
+	// standard-webhooks, ECDSA P-256 for ecdsa and sendgrid. PEM or the
+	// provider's own format (see verify.Options.PublicKey). Default "".
 	PublicKey string `koanf:"public_key" yaml:"public_key"`
 	// URL is the signed notification URL (square). Default "".
 	URL string `koanf:"url" yaml:"url"`
 	// Tolerance is the accepted clock skew for schemes with a signed
 	// timestamp. Default 5m; 10m with scheme twitch (Twitch's own limit).
 	Tolerance time.Duration `koanf:"tolerance" yaml:"tolerance"`
-	// Header carries the signature (scheme hmac only). Default "".
+	// Header carries the signature (schemes hmac, ed25519, ecdsa). Default "".
 	Header string `koanf:"header" yaml:"header"`
 	// Algorithm is sha1, sha256 or sha512 (scheme hmac only). Default
 	// "sha256".
 	Algorithm string `koanf:"algorithm" yaml:"algorithm"`
-	// Encoding is hex or base64 (scheme hmac only). Default "hex".
+	// Encoding is hex or base64 (schemes hmac, ed25519, ecdsa). Default "hex".
 	Encoding string `koanf:"encoding" yaml:"encoding"`
-	// Prefix precedes the signature in the header, e.g. "sha256=" (scheme
-	// hmac only). Default "".
+	// Prefix precedes the signature in the header, e.g. "sha256=" (schemes
+	// hmac, ed25519, ecdsa). Default "".
 	Prefix string `koanf:"prefix" yaml:"prefix"`
+	// JSON is the GJSON path of the signature (hmac, ed25519, ecdsa) or
+	// token (token) inside the JSON body, instead of header. Default "".
+	JSON string `koanf:"json" yaml:"json"`
+	// Template is the signed content (schemes hmac, ed25519, ecdsa), e.g.
+	// "v0:{header:X-Zm-Request-Timestamp}:{body}". Default "{body}".
+	Template string `koanf:"template" yaml:"template"`
+	// Timestamp is where the signed timestamp is (schemes hmac, ed25519,
+	// ecdsa); checked against tolerance. Default none.
+	Timestamp VerifyTimestamp `koanf:"timestamp" yaml:"timestamp"`
+	// Separator splits the header into several candidate signatures
+	// (scheme hmac only). Default "": one signature.
+	Separator string `koanf:"separator" yaml:"separator"`
+	// SecretEncoding is raw, hex or base64: how the secrets are written
+	// (scheme hmac only). Default "" (raw).
+	SecretEncoding string `koanf:"secret_encoding" yaml:"secret_encoding"`
+	// Single lists JSON arrays that must hold exactly one element, the one
+	// signed (scheme hmac only). Default none.
+	Single []string `koanf:"single" yaml:"single"`
+	// Challenge is a handshake hookstamp answers itself: zoom (scheme
+	// hmac), lark (scheme token with json) or meta (any scheme with
+	// secrets). Default "".
+	Challenge string `koanf:"challenge" yaml:"challenge"`
+	// ChallengeToken is the verify token of Meta's subscription check;
+	// required with challenge meta. A secret. Default "".
+	ChallengeToken string `koanf:"challenge_token" yaml:"challenge_token"`
+}
+
+// VerifyTimestamp says where a scheme hmac, ed25519 or ecdsa request
+// carries its signed timestamp: a header or a member of the JSON body, never both.
+type VerifyTimestamp struct {
+	// Header names the header holding the timestamp. Default "".
+	Header string `koanf:"header" yaml:"header"`
+	// JSON is the GJSON path of the timestamp in the body. Default "".
+	JSON string `koanf:"json" yaml:"json"`
+	// Unit is s (Unix seconds) or ms (milliseconds). Default "" (s).
+	Unit string `koanf:"unit" yaml:"unit"`
 }
 
 // Record says which upstream answers are final and what is kept of them.
@@ -503,6 +541,15 @@ const (
 	SchemeAlipay           = verify.SchemeAlipay
 	SchemeWeChatPay        = verify.SchemeWeChatPay
 	SchemeHMAC             = verify.SchemeHMAC
+	SchemeToken            = verify.SchemeToken
+	SchemeEd25519          = verify.SchemeEd25519
+	SchemeECDSA            = verify.SchemeECDSA
+	SchemeDiscord          = verify.SchemeDiscord
+	SchemeSendGrid         = verify.SchemeSendGrid
+
+	ChallengeZoom = verify.ChallengeZoom
+	ChallengeLark = verify.ChallengeLark
+	ChallengeMeta = verify.ChallengeMeta
 )
 
 // RedactedValue replaces every non-empty secret in Redacted and YAML.

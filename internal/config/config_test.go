@@ -346,6 +346,7 @@ func TestInterpolationErrors(t *testing.T) {
 }
 
 func TestPresets(t *testing.T) {
+	const adyenSecret = "    verify: {secrets: [DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00]}\n"
 	const head = `
 routes:
   - name: p
@@ -401,9 +402,25 @@ routes:
 			func(r Route) any { return r.Verify.Tolerance }, 5 * time.Minute},
 		{"paypal has no scheme", "    preset: paypal\n",
 			func(r Route) any { return r.Verify.Scheme }, ""},
-		{"adyen template", "    preset: adyen\n",
+		{"adyen template", "    preset: adyen\n" + adyenSecret,
 			func(r Route) any { return r.Key.Sources[0].Kind }, SourceTemplate},
-		{"adyen retention covers 30 days", "    preset: adyen\n",
+		{"adyen verifies inside the body", "    preset: adyen\n" + adyenSecret,
+			func(r Route) any {
+				return []any{r.Verify.Scheme, r.Verify.JSON, r.Verify.SecretEncoding, r.Verify.Single}
+			},
+			[]any{SchemeHMAC, "notificationItems.0.NotificationRequestItem.additionalData.hmacSignature", "hex", []string{"notificationItems"}}},
+		{"a route naming another scheme gets none of the preset's verify settings", "    preset: zoom\n    verify: {scheme: github, secrets: [s]}\n",
+			func(r Route) any {
+				return []any{r.Verify.Template, r.Verify.Header, r.Verify.Challenge, r.Verify.Timestamp}
+			},
+			[]any{"", "", "", VerifyTimestamp{}}},
+		{"a route's own verify settings win over the preset's", "    preset: zoom\n    verify: {secrets: [s], header: X-Mine}\n",
+			func(r Route) any { return []any{r.Verify.Header, r.Verify.Prefix, r.Verify.Challenge} },
+			[]any{"X-Mine", "v0=", ChallengeZoom}},
+		{"dingtalk keeps its hour", "    preset: dingtalk\n    verify: {secrets: [s]}\n",
+			func(r Route) any { return []any{r.Verify.Tolerance, r.Verify.Template, r.Verify.Timestamp} },
+			[]any{time.Hour, "{header:timestamp}\n{secret}", VerifyTimestamp{Header: "timestamp", Unit: "ms"}}},
+		{"adyen retention covers 30 days", "    preset: adyen\n" + adyenSecret,
 			func(r Route) any { return r.Retention >= 31*24*time.Hour }, true},
 	}
 	for _, tt := range tests {
@@ -425,7 +442,7 @@ func TestEveryPresetLoads(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			doc := "routes:\n  - name: p\n    path: /p\n    preset: " + p.Name +
 				"\n    upstream: {url: 'http://127.0.0.1:9000/p'}" +
-				"\n" + presetVerify(p.Scheme, key)
+				"\n" + presetVerify(p, key)
 			c := mustLoad(t, doc)
 			r := c.Routes[0]
 			if !reflect.DeepEqual(r.Key.Sources, p.Key) || r.Key.Required == p.KeyOptional || r.Verify.Scheme != p.Scheme || r.Retention != p.Retention {
@@ -886,18 +903,35 @@ func testPublicKey(tb testing.TB) string {
 	return strings.ReplaceAll(body, "\n", "")
 }
 
+// Public keys as Discord's portal (hex Ed25519) and SendGrid's settings
+// (base64 DER P-256, sendgrid-go's test key) show them.
+const (
+	testDiscordKey  = "7d1f0c3b9b2e4a5d6c8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
+	testSendGridKey = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="
+)
+
 // presetVerify is the verify block a route with this scheme needs: the
 // options of its kind only (the verifier refuses the others).
-func presetVerify(scheme, publicKey string) string {
-	switch scheme {
-	case "":
-		return ""
-	case SchemeAlipay, SchemeWeChatPay:
-		return "    verify: {public_key: '" + publicKey + "'}\n"
-	case SchemeSquare:
-		return "    verify: {url: 'https://example.com/hook', secrets: ['" + presetSecret(scheme) + "']}\n"
+func presetVerify(p Preset, publicKey string) string {
+	secret := presetSecret(p.Scheme)
+	if p.Verify.SecretEncoding == "hex" {
+		secret = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00"
 	}
-	return "    verify: {secrets: ['" + presetSecret(scheme) + "']}\n"
+	switch {
+	case p.Scheme == "":
+		return ""
+	case p.Scheme == SchemeAlipay || p.Scheme == SchemeWeChatPay:
+		return "    verify: {public_key: '" + publicKey + "'}\n"
+	case p.Scheme == SchemeDiscord:
+		return "    verify: {public_key: '" + testDiscordKey + "'}\n"
+	case p.Scheme == SchemeSendGrid:
+		return "    verify: {public_key: '" + testSendGridKey + "'}\n"
+	case p.Verify.Challenge == ChallengeMeta:
+		return "    verify: {challenge_token: verify-me, secrets: ['" + secret + "']}\n"
+	case p.Scheme == SchemeSquare || strings.Contains(p.Verify.Template, "{url}"):
+		return "    verify: {url: 'https://example.com/hook', secrets: ['" + secret + "']}\n"
+	}
+	return "    verify: {secrets: ['" + secret + "']}\n"
 }
 
 // SPEC §9 "secrets redacted", §7 "secrets never"; README: errors about a

@@ -130,6 +130,7 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		for j, s := range c.Routes[i].Verify.Secrets {
 			c.Routes[i].Verify.Secrets[j] = strings.TrimSpace(s)
 		}
+		c.Routes[i].Verify.ChallengeToken = strings.TrimSpace(c.Routes[i].Verify.ChallengeToken)
 	}
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err

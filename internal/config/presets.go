@@ -1,6 +1,8 @@
 package config
 
 import (
+	"maps"
+	"reflect"
 	"sort"
 	"time"
 )
@@ -25,6 +27,11 @@ type Preset struct {
 	Fingerprint Fingerprint
 	// Scheme becomes verify.scheme; "" means no built-in verification.
 	Scheme string
+	// Verify holds the rest of the provider's verify settings for schemes
+	// hmac and token (header, template, timestamp, …); its zero fields are
+	// left to the defaults. Never secrets, keys or URLs. A route that names
+	// another scheme gets none of them.
+	Verify Verify
 	// Tolerance becomes verify.tolerance when the provider documents its
 	// own limit; zero leaves the default (5m).
 	Tolerance time.Duration
@@ -42,6 +49,11 @@ type Preset struct {
 	// Ack, when set, becomes async.ack: the answer the provider must read
 	// to stop resending. Unset leaves the default (202, no body).
 	Ack *Ack
+	// SyncOnly refuses delivery: async on the preset's routes: the
+	// provider reads its answer from the upstream's (a Discord interaction
+	// response says what to show the user), so no acknowledgement the
+	// gateway could make up would do.
+	SyncOnly bool
 	// Handshake, when set, marks the provider's handshake requests: on an
 	// async route they are still forwarded synchronously, since the
 	// provider reads the upstream's own answer (Twitch's challenge echo).
@@ -93,10 +105,91 @@ var presetTable = []Preset{
 	// Twitch tells receivers to refuse messages older than 10 minutes.
 	{Name: "twitch", Key: src(SourceHeader, "Twitch-Eventsub-Message-Id"), Scheme: SchemeTwitch, Tolerance: 10 * time.Minute, Retention: 3 * day, RetryWindow: "short, undocumented",
 		Handshake: &HeaderMatch{Name: "Twitch-Eventsub-Message-Type", Value: "webhook_callback_verification"}},
-	// Adyen's HMAC lives inside the JSON item, not in a header: verify upstream.
-	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Retention: 35 * day, RetryWindow: "30 days",
+	// Adyen signs each notification item; the preset verifies the first
+	// and refuses a body with more, which would carry unsigned items.
+	{Name: "adyen", Key: src(SourceTemplate, adyenKey), Scheme: SchemeHMAC, Verify: adyenVerify,
+		Retention: 35 * day, RetryWindow: "30 days",
 		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "[accepted]"}},
+	// Mailgun signs the timestamp and a token, not the event: see
+	// docs/presets.md. Each attempt carries a new signature block, so the
+	// event data alone is the fingerprint. A 406 answer stops its retries.
+	{Name: "mailgun", Key: src(SourceJSON, "event-data.id"), Fingerprint: Fingerprint{Mode: FingerprintFields, Fields: []string{"json:event-data"}},
+		Scheme: SchemeHMAC, Verify: Verify{
+			JSON: "signature.signature", Template: "{json:signature.timestamp}{json:signature.token}",
+			Timestamp: VerifyTimestamp{JSON: "signature.timestamp"},
+		}, Retention: 3 * day, RetryWindow: "8 h", Ack: &Ack{Status: 200}},
+	// The URL Twilio calls is signed; the route gives it in verify.url.
+	{Name: "twilio", Key: src(SourceHeader, "I-Twilio-Idempotency-Token"), Scheme: SchemeHMAC, Verify: Verify{
+		Header: "X-Twilio-Signature", Algorithm: "sha1", Encoding: "base64", Template: "{url}{form:sorted}",
+	}, Retention: 3 * day, RetryWindow: "minutes (connection overrides)",
+		Ack: &Ack{Status: 200, ContentType: "text/xml", Body: "<Response/>"}},
+	// Idempotency-Key is kept on GitLab's retries and manual resends;
+	// GitLab versions before 17.4 send only X-Gitlab-Event-UUID.
+	{Name: "gitlab", Key: []KeySource{{Kind: SourceHeader, Arg: "Idempotency-Key"}, {Kind: SourceHeader, Arg: "X-Gitlab-Event-UUID"}},
+		Scheme: SchemeToken, Verify: Verify{Header: "X-Gitlab-Token"}, Retention: 3 * day, RetryWindow: "manual resend"},
+	{Name: "bitbucket", Key: src(SourceHeader, "X-Request-UUID"), Scheme: SchemeHMAC, Verify: Verify{
+		Header: "X-Hub-Signature", Prefix: "sha256=",
+	}, Retention: 3 * day, RetryWindow: "2 retries, minutes"},
+	{Name: "telegram", Key: src(SourceJSON, "update_id"), Scheme: SchemeToken, Verify: Verify{
+		Header: "X-Telegram-Bot-Api-Secret-Token",
+	}, Retention: 3 * day, RetryWindow: "updates kept 24 h", Ack: &Ack{Status: 200}},
+	// Lark's plaintext v2 events carry the verification token in the body;
+	// its url_verification handshake carries it elsewhere and is answered
+	// by hookstamp.
+	{Name: "lark", Key: src(SourceJSON, "header.event_id"), Scheme: SchemeToken, Verify: Verify{
+		JSON: "header.token", Challenge: ChallengeLark,
+	}, Retention: 3 * day, RetryWindow: "4 retries over ~6 h", Ack: &Ack{Status: 200}},
+	// DingTalk signs the timestamp and the secret itself, not the message,
+	// and refuses timestamps more than an hour away.
+	{Name: "dingtalk", Key: src(SourceJSON, "msgId"), Scheme: SchemeHMAC, Tolerance: time.Hour, Verify: Verify{
+		Header: "sign", Encoding: "base64", Template: "{header:timestamp}\n{secret}",
+		Timestamp: VerifyTimestamp{Header: "timestamp", Unit: "ms"},
+	}, Retention: 3 * day, RetryWindow: "undocumented", Ack: &Ack{Status: 200}},
+	// Meta's notifications carry no delivery id: a retry is the same body.
+	// Its unsigned GET subscription check is answered by hookstamp.
+	{Name: "meta", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeGitHub, Verify: Verify{Challenge: ChallengeMeta},
+		Retention: 8 * day, RetryWindow: "up to 7 days", Ack: &Ack{Status: 200}},
+	// Zoom re-signs each retry of an unchanged body; it wants 200 or 204
+	// within 3 seconds.
+	{Name: "zoom", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeHMAC, Verify: Verify{
+		Header: "X-Zm-Signature", Prefix: "v0=", Template: "v0:{header:X-Zm-Request-Timestamp}:{body}",
+		Timestamp: VerifyTimestamp{Header: "X-Zm-Request-Timestamp"}, Challenge: ChallengeZoom,
+	}, Retention: 3 * day, RetryWindow: "3 retries over ~85 min", Ack: &Ack{Status: 200}},
+	// HubSpot batches events and counts attempts inside the body, so a
+	// retry's body differs: the first event's id is the key and no
+	// fingerprint is taken.
+	{Name: "hubspot", Key: src(SourceJSON, "0.eventId"), Fingerprint: Fingerprint{Mode: FingerprintNone}, Scheme: SchemeHMAC, Verify: Verify{
+		Header: "X-HubSpot-Signature-v3", Encoding: "base64", Template: "POST{url}{body}{header:X-HubSpot-Request-Timestamp}",
+		Timestamp: VerifyTimestamp{Header: "X-HubSpot-Request-Timestamp", Unit: "ms"},
+	}, Retention: 3 * day, RetryWindow: "10 retries over 24 h", Ack: &Ack{Status: 200}},
+	// Discord does not retry interactions; its PING (type 1) has an id like
+	// every interaction and is forwarded for the application to answer.
+	{Name: "discord", Key: src(SourceJSON, "id"), Scheme: SchemeDiscord, Retention: 3 * day, RetryWindow: "none (answer within 3 s)", SyncOnly: true},
+	// SendGrid posts batches of events and retries a failed batch; the
+	// batch, not one event, is the delivery (decisions.md).
+	{Name: "sendgrid", Key: src(SourceBodyHash, "sha256"), Scheme: SchemeSendGrid, Retention: 3 * day, RetryWindow: "24 h"},
+	// Clerk and Resend send through Svix, under svix-* header names.
+	{Name: "clerk", Key: svixKey, Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
+	{Name: "resend", Key: svixKey, Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~18 h"},
 }
+
+// adyenItem is the path of the one notification item Adyen's webhooks send.
+const adyenItem = "notificationItems.0.NotificationRequestItem."
+
+// adyenVerify is Adyen's HMAC: base64 HMAC-SHA256 under the hex-decoded
+// key, over eight item fields joined with ':'.
+var adyenVerify = Verify{
+	JSON: adyenItem + "additionalData.hmacSignature", Encoding: "base64", SecretEncoding: "hex",
+	Single: []string{"notificationItems"},
+	Template: "{json:" + adyenItem + "pspReference}:{json:" + adyenItem + "originalReference}:" +
+		"{json:" + adyenItem + "merchantAccountCode}:{json:" + adyenItem + "merchantReference}:" +
+		"{json:" + adyenItem + "amount.value}:{json:" + adyenItem + "amount.currency}:" +
+		"{json:" + adyenItem + "eventCode}:{json:" + adyenItem + "success}",
+}
+
+// svixKey is the message id of a Svix sender: svix-id, or webhook-id
+// should it send the specification's names.
+var svixKey = []KeySource{{Kind: SourceHeader, Arg: "svix-id"}, {Kind: SourceHeader, Arg: "webhook-id"}}
 
 func src(kind, arg string) []KeySource { return []KeySource{{Kind: kind, Arg: arg}} }
 
@@ -140,6 +233,7 @@ func (p Preset) clone() Preset {
 		p.Handshake = &h
 	}
 	p.Key = append([]KeySource(nil), p.Key...)
+	p.Verify.Single = append([]string(nil), p.Verify.Single...)
 	p.Fingerprint.Fields = append([]string(nil), p.Fingerprint.Fields...)
 	if len(p.Fingerprint.Fields) == 0 {
 		p.Fingerprint.Fields = nil
@@ -168,6 +262,10 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 	verify := map[string]any{"scheme": p.Scheme}
 	if p.Tolerance > 0 {
 		verify["tolerance"] = p.Tolerance
+	}
+	ownVerify, _ := route["verify"].(map[string]any)
+	if scheme, set := ownVerify["scheme"]; !set || scheme == p.Scheme {
+		maps.Copy(verify, nonZeroRaw(reflect.ValueOf(p.Verify)))
 	}
 	frag := map[string]any{
 		"key":       key,
@@ -200,4 +298,22 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 		frag["fingerprint"] = f
 	}
 	return frag
+}
+
+// nonZeroRaw is toRaw of a struct without its zero fields: a preset's
+// settings, laid under the route's without hiding the defaults.
+func nonZeroRaw(v reflect.Value) map[string]any {
+	m := map[string]any{}
+	for i := 0; i < v.NumField(); i++ {
+		name := koanfName(v.Type().Field(i))
+		if name == "" || v.Field(i).IsZero() {
+			continue
+		}
+		if v.Field(i).Kind() == reflect.Struct {
+			m[name] = nonZeroRaw(v.Field(i))
+			continue
+		}
+		m[name] = toRaw(v.Field(i))
+	}
+	return m
 }

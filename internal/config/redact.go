@@ -6,7 +6,7 @@ import (
 )
 
 // Redacted returns a deep copy of c with every secret replaced by
-// RedactedValue: verify.secrets, admin.token, screen.redis.password, and the
+// RedactedValue: verify.secrets, verify.challenge_token, admin.token, screen.redis.password, and the
 // passwords inside store.dsn and upstream URLs. An empty secret stays empty,
 // so an unset one is visible as such.
 func (c *Config) Redacted() *Config {
@@ -19,6 +19,7 @@ func (c *Config) Redacted() *Config {
 		for j := range rt.Verify.Secrets {
 			rt.Verify.Secrets[j] = redact(rt.Verify.Secrets[j])
 		}
+		rt.Verify.ChallengeToken = redact(rt.Verify.ChallengeToken)
 		rt.Upstream.URL = RedactDSN(rt.Upstream.URL)
 	}
 	return r

@@ -472,7 +472,10 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		if nonEmpty > 0 {
 			set = append(set, "secrets")
 		}
-		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix}} {
+		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix},
+			{"json", v.JSON}, {"template", v.Template}, {"timestamp", v.Timestamp.Header + v.Timestamp.JSON},
+			{"separator", v.Separator}, {"secret_encoding", v.SecretEncoding}, {"single", strings.Join(v.Single, "")}, {"challenge", v.Challenge},
+			{"challenge_token", v.ChallengeToken}} {
 			if strings.TrimSpace(f.v) != "" {
 				set = append(set, f.name)
 			}
@@ -484,7 +487,11 @@ func validateVerify(errs *Errors, p string, v Verify) {
 		errs.add(join(p, "scheme"), "unknown scheme %q (want %s)", v.Scheme, orList(verify.Schemes()))
 	case verify.UsesPublicKey(v.Scheme):
 		if strings.TrimSpace(v.PublicKey) == "" {
-			errs.add(join(p, "public_key"), "required with scheme %s (the provider's RSA public key, PEM)", v.Scheme)
+			errs.add(join(p, "public_key"), "required with scheme %s (the provider's public key)", v.Scheme)
+		}
+	case v.Scheme == SchemeStandardWebhooks:
+		if nonEmpty == 0 && strings.TrimSpace(v.PublicKey) == "" {
+			errs.add(join(p, "secrets"), "scheme %s needs secrets (whsec_…), public_key (whpk_…) or both", v.Scheme)
 		}
 	default:
 		if nonEmpty == 0 {
@@ -507,11 +514,28 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "url"), "scheme square signs the notification URL: %v", err)
 		}
 	}
-	if v.Scheme == SchemeHMAC {
-		if v.Header == "" {
-			errs.add(join(p, "header"), "required with scheme hmac (the header carrying the signature)")
-		} else if !isToken(v.Header) {
+	if verify.TakesTemplate(v.Scheme) || v.Scheme == SchemeToken {
+		switch {
+		case v.Header == "" && v.JSON == "":
+			what := "signature"
+			if v.Scheme == SchemeToken {
+				what = "token"
+			}
+			errs.add(join(p, "header"), "required with scheme %s (the header carrying the %s), unless json names where it is in the body", v.Scheme, what)
+		case v.Header != "" && !isToken(v.Header):
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
+		}
+	}
+	for _, f := range []struct {
+		path, v string
+		allowed []string
+	}{
+		{join(p, "secret_encoding"), v.SecretEncoding, []string{"raw", "hex", "base64"}},
+		{join(join(p, "timestamp"), "unit"), v.Timestamp.Unit, []string{"s", "ms"}},
+		{join(p, "challenge"), v.Challenge, []string{verify.ChallengeZoom, verify.ChallengeLark, verify.ChallengeMeta}},
+	} {
+		if f.v != "" {
+			oneOf(errs, f.path, f.v, f.allowed...)
 		}
 	}
 	oneOf(errs, join(p, "algorithm"), v.Algorithm, "sha1", "sha256", "sha512")
@@ -557,6 +581,9 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	}
 	if r.Mode == ModeShadow {
 		errs.add(join(p, "delivery"), "async cannot be combined with mode shadow: shadow forwards every delivery as it comes, async stores and delivers once")
+	}
+	if pr, ok := LookupPreset(r.Preset); ok && pr.SyncOnly {
+		errs.add(join(p, "delivery"), "async cannot be used with preset %s: the provider reads its answer from the upstream's", r.Preset)
 	}
 	a, ap := r.Async, join(p, "async")
 	if a.Ack.Status < 200 || a.Ack.Status > 299 {

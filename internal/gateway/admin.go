@@ -117,12 +117,16 @@ func (g *Gateway) startAdmin() error {
 	checks = append(checks, g.tlsCheck()...)
 	a := &g.admin
 	a.ln = ln
-	var q admin.Queue
+	var (
+		q  admin.Queue
+		rd admin.Redeliverer
+	)
 	if g.queue.q != nil {
-		q = g.ledger
+		q, rd = g.queue.q, g.ledger
 	}
 	a.srv = admin.New(admin.Options{
 		Queue:       q,
+		Redeliver:   rd,
 		Async:       g.queue.async,
 		Token:       g.cfg.Admin.Token,
 		Routes:      g.routeNames(),

@@ -519,7 +519,7 @@ func scriptStats() map[string]any {
 	outcomes := func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for _, o := range []string{"forwarded", "replayed", "released", "conflict", "mismatch", "missing_key",
-			"invalid_key", "unverified", "too_large", "passthrough", "shadowed", "held", "unavailable", "accepted"} {
+			"invalid_key", "unverified", "too_large", "passthrough", "shadowed", "held", "unavailable", "challenge", "accepted"} {
 			m[o] = 0
 		}
 		for i := 0; i < len(kv); i += 2 {

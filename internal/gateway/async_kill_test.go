@@ -18,21 +18,10 @@ func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
 	c := sharedCluster(t)
 	var mu sync.Mutex
 	var keys []string
-	hold := make(chan struct{})
-	t.Cleanup(func() { close(hold) })
-	up := newUpstream(t)
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+	up := firstCopyHangs(t, func(r *http.Request) {
 		mu.Lock()
 		keys = append(keys, r.Header.Get("Idempotency-Key"))
 		mu.Unlock()
-		if n == 1 { // the first attempt never gets an answer before its gateway dies
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		fmt.Fprintf(w, `{"copy":%d}`, n)
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	proc := startProcess(t, bin, addr, fmt.Sprintf(`

@@ -42,11 +42,33 @@ func exampleEnv(tb testing.TB) map[string]string {
 		"PADDLE_WEBHOOK_SECRET":         "pdl_ntfset_dummy",
 		"RAZORPAY_WEBHOOK_SECRET":       "dummy",
 		"TWITCH_EVENTSUB_SECRET":        "dummy",
+		"ADYEN_HMAC_KEY":                "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00",
+		"MAILGUN_SIGNING_KEY":           "dummy",
+		"TWILIO_AUTH_TOKEN":             "dummy",
+		"TWILIO_WEBHOOK_URL":            "https://hooks.example.com/webhooks/twilio",
+		"GITLAB_WEBHOOK_TOKEN":          "dummy",
+		"BITBUCKET_WEBHOOK_SECRET":      "dummy",
+		"TELEGRAM_SECRET_TOKEN":         "dummy",
+		"LARK_VERIFICATION_TOKEN":       "dummy",
+		"DINGTALK_APP_SECRET":           "dummy",
+		"META_APP_SECRET":               "dummy",
+		"META_VERIFY_TOKEN":             "dummy-verify",
+		"ZOOM_WEBHOOK_SECRET":           "dummy",
+		"HUBSPOT_CLIENT_SECRET":         "dummy",
+		"HUBSPOT_WEBHOOK_URL":           "https://hooks.example.com/webhooks/hubspot",
 		"WEBHOOK_SECRET":                "whsec_dummydummydummy0",
 		"HOOKSTAMP_ADMIN_TOKEN":         "dummy-admin-token",
 		"DATABASE_URL":                  "postgres://hookstamp:dummy-db-password@db.internal:5432/hookstamp?sslmode=require",
+		"DISCORD_PUBLIC_KEY":            "7d1f0c3b9b2e4a5d6c8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f",
+		"SENDGRID_VERIFICATION_KEY":     sendgridTestKey,
+		"CLERK_WEBHOOK_SIGNING_SECRET":  "whsec_dummyclerk000000",
+		"RESEND_WEBHOOK_SECRET":         "whsec_dummyresend00000",
 	}
 }
+
+// sendgridTestKey is sendgrid-go's test verification key (base64 DER
+// P-256), in the form SendGrid's settings show it.
+const sendgridTestKey = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="
 
 // requiredVar finds ${NAME} references without a default.
 var requiredVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)

@@ -34,6 +34,28 @@ func buildGateway(tb testing.TB) string {
 	return bin
 }
 
+// firstCopyHangs is an upstream that tells arrived of every request and
+// never answers the first copy of a key before the gateway forwarding it
+// dies (or the test ends); later copies get {"copy":N}.
+func firstCopyHangs(tb testing.TB, arrived func(r *http.Request)) *upstream {
+	hold := make(chan struct{})
+	up := newUpstream(tb)
+	tb.Cleanup(func() { close(hold) })
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		arrived(r)
+		if n == 1 {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	return up
+}
+
 // gatewayProcess is the real binary serving a configuration file.
 type gatewayProcess struct {
 	cmd  *exec.Cmd
@@ -97,22 +119,10 @@ func TestReplicaKilledMidForward(t *testing.T) {
 		mu       sync.Mutex
 		arrivals []arrival
 	)
-	hold := make(chan struct{})
-	up := newUpstream(t)
-	t.Cleanup(func() { close(hold) })
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+	up := firstCopyHangs(t, func(r *http.Request) {
 		mu.Lock()
 		arrivals = append(arrivals, arrival{time.Now(), r.Header.Get("Idempotency-Key")})
 		mu.Unlock()
-		if n == 1 { // the first copy never gets an answer before its gateway dies
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"copy":%d}`, n)
 	})
 
 	const lease = 2 * time.Second

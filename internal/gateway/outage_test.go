@@ -352,6 +352,12 @@ func TestLostScreenClaimAnswer(t *testing.T) {
 	// A first delivery loads the screen's scripts into Redis: with Redis
 	// slowed, a NOSCRIPT round trip alone would use up the timeout.
 	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_warm"}`), 200, "forwarded")
+	// Its screen entry is marked done after the answer: slowed, that mark
+	// would hold the screen's pipeline past the next claim's timeout.
+	testenv.Eventually(t, 5*time.Second, "evt_warm marked done in the screen", func() bool {
+		s, _ := rc.HGet(context.Background(), c.prefix+"hooks:evt_warm", "s").Result()
+		return s == "d"
+	})
 
 	// Each way takes 700ms: the claim reaches Redis, its answer comes
 	// after the 1s operation timeout.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 // with, and the environment the configuration reads them from.
 type providers struct {
 	alipayKey, wechatKey *rsa.PrivateKey
+	publicKey            *publicKeyProviders
 	environ              []string
 }
 
@@ -69,6 +71,9 @@ func newProviders(tb testing.TB) *providers {
 		"ALIPAY_PUBLIC_KEY=" + alipayPub,
 		"WECHATPAY_PLATFORM_KEY=" + wechatPub,
 	}
+	p.environ = append(p.environ, waveTwoEnv...)
+	p.publicKey = newPublicKeyProviders(tb)
+	p.environ = append(p.environ, p.publicKey.environ...)
 	return p
 }
 
@@ -265,6 +270,7 @@ func presetCases(p *providers) []presetCase {
 		},
 		{
 			preset: "adyen",
+			verify: `secrets: ["${ADYEN_HMAC_KEY}"]`,
 			key:    "QFQTPCQ8HXSKGK82:AUTHORISATION:true",
 			window: 30 * day,
 			deliver: func(tb testing.TB, n int, now time.Time) ([]byte, http.Header) {
@@ -358,7 +364,7 @@ func presetRoutes(upstreamURL string, cases []presetCase) string {
 // the preset's retention, the provider's resend is replayed byte for byte.
 func TestPresetsEndToEnd(t *testing.T) {
 	p := newProviders(t)
-	cases := presetCases(p)
+	cases := slices.Concat(presetCases(p), waveTwoCases(), publicKeyPresetCases(p.publicKey))
 	if got, want := len(cases), len(config.Presets()); got != want {
 		t.Fatalf("%d preset cases for %d presets: every preset needs one", got, want)
 	}

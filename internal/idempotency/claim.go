@@ -93,6 +93,19 @@ func (c *claim) settleScreen(ctx context.Context, ent *Entry) {
 	}
 }
 
+// markDone ends the screen's side of a claim whose record ent the ledger
+// committed. When the ledger holds the claim too (confirm-by-claim), the
+// screen is marked in the background, after the answer: the ledger's
+// record already decides every repeat (docs/decisions.md, "The screen is
+// marked done after the answer"). Once Close began it is marked at once.
+func (c *claim) markDone(ctx context.Context, ent *Entry) {
+	e := c.e
+	if !c.screen || !c.ledger || c.lostScreen ||
+		!e.background(ctx, func(ctx context.Context) { e.complete(ctx, c.ref, c.owner, ent) }) {
+		c.settleScreen(ctx, ent)
+	}
+}
+
 // tidyScreen turns a screen claim whose answer was lost into ent's record,
 // or releases it (ent nil), in the background: it most likely never
 // landed, and the answer must not wait another timeout for it. Skipped
@@ -101,15 +114,7 @@ func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Ent
 	if e.o.Screen == nil || !e.breaker.closed() {
 		return
 	}
-	e.tidyMu.Lock()
-	defer e.tidyMu.Unlock()
-	if e.tidyClosed {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	e.tidy.Go(func() {
-		ctx, cancel := context.WithTimeout(ctx, e.o.OpTimeout)
-		defer cancel()
+	e.background(ctx, func(ctx context.Context) {
 		op, err := "complete", error(nil)
 		if ent != nil {
 			err = e.o.Screen.Complete(ctx, ref, owner, ent, e.o.TTL)
@@ -120,6 +125,23 @@ func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Ent
 			e.depError("screen", op, err)
 		}
 	})
+}
+
+// background runs f within OpTimeout after the delivery, for Close to wait
+// for; false, and f not run, once Close began.
+func (e *Engine) background(ctx context.Context, f func(context.Context)) bool {
+	e.tidyMu.Lock()
+	defer e.tidyMu.Unlock()
+	if e.tidyClosed {
+		return false
+	}
+	ctx = context.WithoutCancel(ctx)
+	e.tidy.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, e.o.OpTimeout)
+		defer cancel()
+		f(ctx)
+	})
+	return true
 }
 
 // complete marks the screen entry done; a failure only costs a ledger

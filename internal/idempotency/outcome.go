@@ -24,13 +24,17 @@ const (
 	Shadowed    Outcome = "shadowed"
 	HeldKey     Outcome = "held"
 	Unavailable Outcome = "unavailable"
+	// Challenge is a provider's handshake (Zoom's url_validation, Lark's
+	// url_verification) that hookstamp verified and answered itself:
+	// nothing was forwarded or claimed.
+	Challenge Outcome = "challenge"
 	// Accepted: an async route's first delivery, stored and acknowledged.
 	Accepted Outcome = "accepted"
 )
 
 // Outcomes lists every outcome, for metrics initialisation and stats.
 var Outcomes = []Outcome{Forwarded, Replayed, Released, Conflict, Mismatch, MissingKey,
-	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable, Accepted}
+	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable, Challenge, Accepted}
 
 // IsDuplicate reports whether the outcome is a repeat intercepted (or, in
 // shadow mode, one that would have been).
@@ -59,6 +63,8 @@ type Result struct {
 	Upstream *Upstream
 	// Replay is the recorded response for Replayed.
 	Replay *Response
+	// Answer is hookstamp's own answer to a handshake (Challenge).
+	Answer *Response
 	// Ack is an async route's acknowledgement, for Accepted.
 	Ack *Response
 	// Status is hookstamp's own status when there is no upstream answer.

@@ -96,7 +96,7 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 	endSpan(span, err)
 	switch {
 	case err == nil:
-		c.settleScreen(sctx, ent)
+		c.markDone(sctx, ent)
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
 		}

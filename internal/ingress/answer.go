@@ -30,6 +30,10 @@ func answer(c *fiber.Ctx, res *idempotency.Result) error {
 		return writeReplay(c, res.Ack, false)
 	case res.Upstream != nil:
 		return writeUpstream(c, res.Upstream)
+	case res.Answer != nil:
+		c.Status(res.Answer.Status)
+		c.Set(fiber.HeaderContentType, res.Answer.Headers[fiber.HeaderContentType])
+		return c.Send(res.Answer.Body)
 	}
 	status := res.Status
 	if status == 0 {

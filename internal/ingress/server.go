@@ -19,6 +19,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/extract"
 	"github.com/hookstamp/hookstamp/internal/forward"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // Engine is the state machine, as the ingress uses it: Handle for a
@@ -304,6 +305,9 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	req := newFastRequest(c)
 	// The sender is known first, so that a forgery's log line names it.
 	ev.Source = s.source(c, route)
+	if res := s.challenge(route, req, ev); res != nil {
+		return *res
+	}
 	if refused := s.unverified(route, req, ev); refused != nil {
 		return *refused
 	}
@@ -365,6 +369,11 @@ func (s *Server) unverified(route *Route, req fastRequest, ev *Event) *idempoten
 	if err == nil {
 		return nil
 	}
+	return s.refuseUnverified(route, req, ev, err)
+}
+
+// refuseUnverified is the refusal of a request whose signature failed.
+func (s *Server) refuseUnverified(route *Route, req fastRequest, ev *Event, err error) *idempotency.Result {
 	// The key the request names is logged and put on the span (SPEC §7:
 	// keys logged), never claimed: an operator whose secret is wrong
 	// learns which events to have resent.
@@ -706,4 +715,25 @@ func SpanName(c *fiber.Ctx) string {
 		return c.Method() + " " + r.Path + "*"
 	}
 	return c.Method() + " " + r.Path
+}
+
+// challenge answers a provider's handshake on a route whose verifier knows
+// one (verify.challenge): verified, it gets hookstamp's own answer and is
+// neither forwarded nor claimed; forged, it is refused like any request.
+// It returns nil for every other request.
+func (s *Server) challenge(route *Route, req fastRequest, ev *Event) *idempotency.Result {
+	ch, ok := route.Verifier.(verify.Challenger)
+	if !ok {
+		return nil
+	}
+	ans, err := ch.Challenge(req)
+	switch {
+	case err != nil:
+		return s.refuseUnverified(route, req, ev, err)
+	case ans == nil:
+		return nil
+	}
+	return &idempotency.Result{Outcome: idempotency.Challenge, Status: http.StatusOK, Answer: &idempotency.Response{
+		Status: http.StatusOK, Headers: map[string]string{fiber.HeaderContentType: ans.ContentType}, Body: ans.Body,
+	}}
 }

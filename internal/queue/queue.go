@@ -185,10 +185,10 @@ func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(conte
 	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
 }
 
-// Migrate creates or upgrades River's tables beside the ledger's.
-// Replicas starting together take turns: on PostgreSQL under a session
-// lock (River's migrations each need a transaction of their own), on
-// SQLite in one write transaction.
+// Migrate creates or upgrades River's tables beside the ledger's. River
+// runs each migration in a transaction of its own (one adds an enum value
+// and uses it); replicas starting together on PostgreSQL take turns under
+// a session lock.
 func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	db, err := l.DB()
 	if err != nil {
@@ -213,20 +213,8 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 			return fmt.Errorf("migrate queue: lock: %w", err)
 		}
 		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()
-		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-			return fmt.Errorf("migrate queue: %w", err)
-		}
-		return nil
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate queue: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("migrate queue: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
 	return nil
@@ -288,4 +276,46 @@ func QueueName(route string) string {
 	}
 	sum := sha256.Sum256([]byte(route))
 	return "route_" + hex.EncodeToString(sum[:8])
+}
+
+// nextAttemptSQL finds when a record's pending delivery job runs next, by
+// driver (River keeps a job's args as JSON).
+var nextAttemptSQL = map[string]string{
+	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+		`AND args->>'route' = $2 AND args->>'key' = $3`,
+	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
+}
+
+// NextAttempt returns when ref's delivery is next attempted, and false
+// when no job of it is pending (the admin API's next_attempt_at).
+func (q *Queue) NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time, bool, error) {
+	db, err := q.o.Ledger.DB()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	var at sql.NullString
+	err = db.QueryRowContext(ctx, nextAttemptSQL[q.o.Driver], Args{}.Kind(), ref.Route, ref.Key).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	if !at.Valid {
+		return time.Time{}, false, nil
+	}
+	t, err := parseDBTime(at.String)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+	}
+	return t, true, nil
+}
+
+// parseDBTime reads a timestamp as PostgreSQL or SQLite return it.
+func parseDBTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("unreadable time %q", s)
 }

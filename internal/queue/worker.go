@@ -98,7 +98,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	switch {
 	case up != nil && r.Policy.Settles(up):
 		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(up)
-		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+		if err := q.settle(sctx, s, complete); err != nil {
 			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
@@ -108,7 +108,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
 		s.State = idempotency.StateHeld
-		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+		if err := q.settle(sctx, s, complete); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
@@ -119,7 +119,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
 		s.State = idempotency.StateDead
-		if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), complete); err != nil {
+		if err := q.settle(sctx, s, complete); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
@@ -127,7 +127,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
 		return nil
 	}
-	if err := q.o.Ledger.Settle(sctx, s, q.o.Now(), nil); err != nil {
+	if err := q.settle(sctx, s, nil); err != nil {
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.hookResult(ref.Route, "retried")
@@ -136,6 +136,23 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		wait = retryAfter(up.Header, q.o.Now())
 	}
 	return river.JobSnooze(r.Backoff.next(run, wait))
+}
+
+// settleFor is how long an attempt's outcome is retried against a ledger
+// that cannot be reached before the job run fails: a run that fails after
+// the upstream answered is delivered again.
+const settleFor = 30 * time.Second
+
+// settle records s, retrying while the ledger is unavailable.
+func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, complete func(context.Context, *sql.Tx) error) error {
+	deadline := time.Now().Add(settleFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := q.o.Ledger.Settle(ctx, s, q.o.Now(), complete)
+		if err == nil || !errors.Is(err, idempotency.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+	}
 }
 
 // send forwards st's request for attempt a, in a span linked to the

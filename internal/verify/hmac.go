@@ -2,10 +2,7 @@ package verify
 
 import (
 	"crypto/hmac"
-	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/base64"
 	"fmt"
 	"hash"
 	"strings"
@@ -41,24 +38,30 @@ type keyring []*macKey
 // concatenation of parts. Each comparison is constant-time.
 func (k keyring) match(sigs [][]byte, parts ...[]byte) bool {
 	for _, key := range k {
-		st := key.pool.Get().(*macState)
-		st.h.Reset()
-		for _, p := range parts {
-			st.h.Write(p)
-		}
-		st.sum = st.h.Sum(st.sum[:0])
-		ok := false
-		for _, s := range sigs {
-			if hmac.Equal(st.sum, s) {
-				ok = true
-			}
-		}
-		key.pool.Put(st)
-		if ok {
+		if key.match(sigs, parts...) {
 			return true
 		}
 	}
 	return false
+}
+
+// match reports whether any of sigs is the MAC of the concatenation of
+// parts under this key.
+func (key *macKey) match(sigs [][]byte, parts ...[]byte) bool {
+	st := key.pool.Get().(*macState)
+	defer key.pool.Put(st)
+	st.h.Reset()
+	for _, p := range parts {
+		st.h.Write(p)
+	}
+	st.sum = st.h.Sum(st.sum[:0])
+	ok := false
+	for _, s := range sigs {
+		if hmac.Equal(st.sum, s) {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // clock checks signed timestamps.
@@ -89,23 +92,20 @@ func (c clock) checkUnix(name string, v []byte) error {
 
 // Header names of the built-in schemes.
 const (
-	hdrStandardID        = "webhook-id"
-	hdrStandardTimestamp = "webhook-timestamp"
-	hdrStandardSignature = "webhook-signature"
-	hdrStripe            = "Stripe-Signature"
-	hdrGitHub            = "X-Hub-Signature-256"
-	hdrShopify           = "X-Shopify-Hmac-Sha256"
-	hdrSlackSignature    = "X-Slack-Signature"
-	hdrSlackTimestamp    = "X-Slack-Request-Timestamp"
-	hdrSquare            = "X-Square-Hmacsha256-Signature"
-	hdrPaddle            = "Paddle-Signature"
-	hdrRazorpay          = "X-Razorpay-Signature"
-	hdrTwitchID          = "Twitch-Eventsub-Message-Id"
-	hdrTwitchTimestamp   = "Twitch-Eventsub-Message-Timestamp"
-	hdrTwitchSignature   = "Twitch-Eventsub-Message-Signature"
-	hdrWeChatTimestamp   = "Wechatpay-Timestamp"
-	hdrWeChatNonce       = "Wechatpay-Nonce"
-	hdrWeChatSignature   = "Wechatpay-Signature"
+	hdrStripe          = "Stripe-Signature"
+	hdrGitHub          = "X-Hub-Signature-256"
+	hdrShopify         = "X-Shopify-Hmac-Sha256"
+	hdrSlackSignature  = "X-Slack-Signature"
+	hdrSlackTimestamp  = "X-Slack-Request-Timestamp"
+	hdrSquare          = "X-Square-Hmacsha256-Signature"
+	hdrPaddle          = "Paddle-Signature"
+	hdrRazorpay        = "X-Razorpay-Signature"
+	hdrTwitchID        = "Twitch-Eventsub-Message-Id"
+	hdrTwitchTimestamp = "Twitch-Eventsub-Message-Timestamp"
+	hdrTwitchSignature = "Twitch-Eventsub-Message-Signature"
+	hdrWeChatTimestamp = "Wechatpay-Timestamp"
+	hdrWeChatNonce     = "Wechatpay-Nonce"
+	hdrWeChatSignature = "Wechatpay-Signature"
 )
 
 // Byte strings written into MACs; package-level so writing them allocates nothing.
@@ -120,36 +120,32 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 	if len(o.Secrets) == 0 {
 		return nil, fmt.Errorf("secrets: at least one required for scheme %s", o.Scheme)
 	}
-	newHash := sha256.New
-	if o.Scheme == SchemeHMAC {
-		switch strings.ToLower(o.Algorithm) {
-		case "", "sha256":
-		case "sha1":
-			newHash = sha1.New
-		case "sha512":
-			newHash = sha512.New
-		default:
-			return nil, fmt.Errorf("algorithm: %q is not one of sha1, sha256, sha512", o.Algorithm)
+	switch o.Scheme {
+	case SchemeHMAC:
+		v, err := newGeneric(o, c)
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Challenge == ChallengeZoom:
+			return zoomChallenge{v}, nil
 		}
+		return v, nil
+	case SchemeToken:
+		v, err := newToken(o)
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Challenge == ChallengeLark:
+			return larkChallenge{v}, nil
+		}
+		return v, nil
 	}
-	keys := make(keyring, 0, len(o.Secrets))
-	for i, s := range o.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("secrets[%d]: empty", i)
-		}
-		key := []byte(s)
-		if o.Scheme == SchemeStandardWebhooks {
-			var err error
-			if key, err = standardKey(s); err != nil {
-				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
-			}
-		}
-		keys = append(keys, newMACKey(newHash, key))
+	keys, err := newKeyring(o)
+	if err != nil {
+		return nil, err
 	}
 	base := macBase{keys: keys, clock: c}
 	switch o.Scheme {
-	case SchemeStandardWebhooks:
-		return &standardWebhooks{base}, nil
 	case SchemeStripe:
 		return &stripe{base}, nil
 	case SchemePaddle:
@@ -169,47 +165,28 @@ func newHMAC(o Options, c clock) (Verifier, error) {
 			return nil, fmt.Errorf("url: %w", err)
 		}
 		return &bodyMAC{macBase: base, header: hdrSquare, enc: encBase64, signedPrefix: []byte(o.URL)}, nil
-	case SchemeHMAC:
-		return newGenericHMAC(o, base)
 	}
 	return nil, fmt.Errorf("scheme: unknown %q", o.Scheme) // unreachable: New checked the name
 }
 
-// standardKey turns a Standard Webhooks secret into the HMAC key: the
-// "whsec_" prefix is dropped and the rest is base64.
-func standardKey(s string) ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
-	if err != nil {
-		// Do not wrap err: base64 errors quote the offending byte offset only,
-		// but the secret's shape is nobody's business.
-		return nil, fmt.Errorf("standard-webhooks secret is not base64 after the whsec_ prefix")
+// newKeyring turns o.Secrets into MAC keys (Standard Webhooks secrets
+// decoded first). No secrets make an empty keyring, which matches nothing.
+func newKeyring(o Options) (keyring, error) {
+	keys := make(keyring, 0, len(o.Secrets))
+	for i, s := range o.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("secrets[%d]: empty", i)
+		}
+		key := []byte(s)
+		if o.Scheme == SchemeStandardWebhooks {
+			var err error
+			if key, err = standardKey(s); err != nil {
+				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+			}
+		}
+		keys = append(keys, newMACKey(sha256.New, key))
 	}
-	if len(key) == 0 {
-		return nil, fmt.Errorf("standard-webhooks secret decodes to an empty key")
-	}
-	return key, nil
-}
-
-func newGenericHMAC(o Options, base macBase) (Verifier, error) {
-	v := &bodyMAC{macBase: base, header: o.Header, prefix: o.Prefix}
-	if v.header == "" {
-		v.header = "X-Signature"
-	}
-	if !isToken(v.header) {
-		return nil, fmt.Errorf("header: %q is not a valid header name", v.header)
-	}
-	switch strings.ToLower(o.Encoding) {
-	case "", "hex":
-		v.enc = encHex
-	case "base64":
-		v.enc = encBase64
-	default:
-		return nil, fmt.Errorf("encoding: %q is not one of hex, base64", o.Encoding)
-	}
-	if len(v.prefix) > 64 {
-		return nil, fmt.Errorf("prefix: longer than 64 bytes")
-	}
-	return v, nil
+	return keys, nil
 }
 
 // macBase is what every HMAC scheme needs.
@@ -239,36 +216,6 @@ func (v *bodyMAC) Verify(r Request) error {
 		return reject("malformed %s header", v.header)
 	}
 	if !v.keys.match([][]byte{buf[:n]}, v.signedPrefix, r.Body()) {
-		return reject("no signature matched")
-	}
-	return nil
-}
-
-// standardWebhooks: HMAC-SHA256 over "{id}.{timestamp}.{body}", base64, in a
-// space-separated list of "v1,<sig>".
-type standardWebhooks struct{ macBase }
-
-func (v *standardWebhooks) Verify(r Request) error {
-	id, err := single(r, hdrStandardID)
-	if err != nil {
-		return err
-	}
-	ts, err := single(r, hdrStandardTimestamp)
-	if err != nil {
-		return err
-	}
-	h, err := single(r, hdrStandardSignature)
-	if err != nil {
-		return err
-	}
-	if err := v.clock.checkUnix(hdrStandardTimestamp, ts); err != nil {
-		return err
-	}
-	sigs, err := ParseStandardSignatures(h)
-	if err != nil {
-		return reject("malformed %s header: %v", hdrStandardSignature, err)
-	}
-	if !v.keys.match(sigs, id, dot, ts, dot, r.Body()) {
 		return reject("no signature matched")
 	}
 	return nil

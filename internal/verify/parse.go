@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -105,12 +106,22 @@ func parseTimestamped(h []byte, sep byte, tsKey, sigKey string) (SignatureHeader
 	return out, nil
 }
 
-// ParseStandardSignatures parses a webhook-signature value: a space-separated
-// list of "<version>,<base64>". It returns the decoded v1 signatures, each 1
-// to 64 bytes, in order; other versions (such as the asymmetric v1a) and
-// undecodable entries are skipped. It fails when no v1 entry decodes.
-func ParseStandardSignatures(h []byte) ([][]byte, error) {
-	var sigs [][]byte
+// StandardSignatures are the decoded entries of a webhook-signature header.
+type StandardSignatures struct {
+	// V1 are the symmetric (HMAC-SHA256) signatures, each 1 to 64 bytes.
+	V1 [][]byte
+	// V1a are the asymmetric (Ed25519) signatures, each exactly 64 bytes.
+	V1a [][]byte
+}
+
+// ParseStandardSignatureHeader parses a webhook-signature value: a
+// space-separated list of "<version>,<base64>". It keeps the decodable v1
+// and v1a entries, in order, and skips other versions and undecodable
+// entries. It fails when no entry is kept.
+func ParseStandardSignatureHeader(h []byte) (StandardSignatures, error) {
+	var out StandardSignatures
+	// Decoded base64 is shorter than its text, so buf never grows and every
+	// signature shares it.
 	buf := make([]byte, 0, len(h))
 	for len(h) > 0 {
 		item := h
@@ -120,22 +131,36 @@ func ParseStandardSignatures(h []byte) ([][]byte, error) {
 			h = nil
 		}
 		version, sig, ok := bytes.Cut(item, []byte(","))
-		if !ok || string(version) != "v1" {
+		if !ok || (string(version) != "v1" && string(version) != "v1a") {
 			continue
 		}
-		// Decoded base64 is shorter than its text, so buf never grows.
 		start := len(buf)
 		n, ok := decodeBase64(buf[start:min(start+maxMACSize, cap(buf))], sig)
-		if !ok {
+		if !ok || (string(version) == "v1a" && n != ed25519.SignatureSize) {
 			continue
 		}
 		buf = buf[:start+n]
-		sigs = append(sigs, buf[start:len(buf):len(buf)])
+		if string(version) == "v1" {
+			out.V1 = append(out.V1, buf[start:len(buf):len(buf)])
+		} else {
+			out.V1a = append(out.V1a, buf[start:len(buf):len(buf)])
+		}
 	}
-	if len(sigs) == 0 {
+	if len(out.V1) == 0 && len(out.V1a) == 0 {
+		return StandardSignatures{}, errNoSignature
+	}
+	return out, nil
+}
+
+// ParseStandardSignatures returns the v1 entries of a webhook-signature
+// value (see ParseStandardSignatureHeader). It fails when no v1 entry
+// decodes.
+func ParseStandardSignatures(h []byte) ([][]byte, error) {
+	sigs, err := ParseStandardSignatureHeader(h)
+	if err != nil || len(sigs.V1) == 0 {
 		return nil, errNoSignature
 	}
-	return sigs, nil
+	return sigs.V1, nil
 }
 
 // DecodeSignature decodes a single-signature header value such as GitHub's

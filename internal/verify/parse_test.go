@@ -319,9 +319,11 @@ func (r fuzzRequest) HeaderValues(name string) [][]byte {
 	switch strings.ToLower(name) {
 	case "webhook-signature", "stripe-signature", "x-hub-signature-256", "x-shopify-hmac-sha256",
 		"x-slack-signature", "x-square-hmacsha256-signature", "paddle-signature", "x-razorpay-signature",
-		"twitch-eventsub-message-signature", "wechatpay-signature", "x-signature":
+		"twitch-eventsub-message-signature", "wechatpay-signature", "x-signature",
+		"x-signature-ed25519", "x-twilio-email-event-webhook-signature", "x-ed-signature", "x-ec-signature":
 		return [][]byte{r.sig}
-	case "webhook-timestamp", "x-slack-request-timestamp", "twitch-eventsub-message-timestamp", "wechatpay-timestamp":
+	case "webhook-timestamp", "x-slack-request-timestamp", "twitch-eventsub-message-timestamp", "wechatpay-timestamp",
+		"x-signature-timestamp", "x-twilio-email-event-webhook-timestamp":
 		return [][]byte{r.stamp}
 	case "webhook-id", "twitch-eventsub-message-id", "wechatpay-nonce":
 		return [][]byte{[]byte("msg_p5jXN8AQM9LWM0D4loKWxJek")}
@@ -417,6 +419,8 @@ func signBody(tb testing.TB, scheme string, body []byte, t time.Time) (verify.Ma
 		h = must(verifytest.WeChatPay(rsaKey(tb, "old"), "5157F09EFDC096DE15EBE81A47057A72", "fdasflkja484w", body, t))(tb)
 	case verify.SchemeHMAC:
 		h = must(verifytest.HMAC("X-Lemon-Signature", "sha512", "base64", "sha512=", secret("old"), body))(tb)
+	case verify.SchemeDiscord, verify.SchemeSendGrid, verify.SchemeEd25519, verify.SchemeECDSA:
+		return signAsymmetric(tb, scheme, body, t), true
 	case verify.SchemeAlipay:
 		return verify.MapRequest{}, false
 	default:

@@ -3,6 +3,7 @@ package verify
 import (
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 )
 
@@ -12,9 +13,33 @@ import (
 type MapRequest struct {
 	Headers http.Header
 	Payload []byte
+	// HTTPMethod and URLQuery are what Method and Query read; the zero
+	// method is POST.
+	HTTPMethod string
+	URLQuery   url.Values
 }
 
-var _ Request = MapRequest{}
+var _ QueryRequest = MapRequest{}
+
+// Method returns HTTPMethod, POST when it is empty.
+func (m MapRequest) Method() []byte {
+	if m.HTTPMethod == "" {
+		return []byte("POST")
+	}
+	return []byte(m.HTTPMethod)
+}
+
+// Query returns the first value of the query parameter name, nil if absent.
+func (m MapRequest) Query(name string) []byte {
+	vs, ok := m.URLQuery[name]
+	if !ok {
+		return nil
+	}
+	if len(vs) == 0 {
+		return []byte{}
+	}
+	return []byte(vs[0])
+}
 
 // HeaderValues returns every value of name.
 func (m MapRequest) HeaderValues(name string) [][]byte {

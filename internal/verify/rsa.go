@@ -5,15 +5,11 @@ import (
 	"crypto"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
-	"unicode"
 )
 
 // maxRSASignature is the size of an RSA-4096 signature, the largest key
@@ -271,88 +267,10 @@ func verifyRSA(keys []*rsa.PublicKey, digest [sha256.Size]byte, sig []byte) bool
 // use 2048.
 const minRSABits = 2048
 
-// parsePublicKeys reads RSA public keys from PEM ("PUBLIC KEY",
-// "RSA PUBLIC KEY" or "CERTIFICATE" blocks, several allowed) or from bare
-// base64 DER as Alipay's console shows it. A certificate's validity period is
-// not checked: it is a container for the key here, as in WeChat's own SDKs.
-func parsePublicKeys(s string) ([]*rsa.PublicKey, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, errors.New("required (PEM or base64 DER RSA public key)")
-	}
-	if !strings.Contains(s, "-----BEGIN") {
-		der, err := base64.StdEncoding.DecodeString(strings.Map(dropSpace, s))
-		if err != nil {
-			return nil, errors.New("neither PEM nor base64 DER")
-		}
-		key, err := parseDER(der)
-		if err != nil {
-			return nil, err
-		}
-		return []*rsa.PublicKey{key}, nil
-	}
-	var keys []*rsa.PublicKey
-	rest := []byte(s)
-	for {
-		block, r := pem.Decode(rest)
-		if block == nil {
-			if len(bytes.TrimSpace(rest)) > 0 {
-				return nil, errors.New("unparseable data after the PEM blocks")
-			}
-			break
-		}
-		rest = r
-		key, err := keyFromBlock(block)
-		if err != nil {
-			return nil, fmt.Errorf("PEM block %d: %w", len(keys)+1, err)
-		}
-		keys = append(keys, key)
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("no PEM block found")
-	}
-	return keys, nil
-}
-
-func dropSpace(r rune) rune {
-	if unicode.IsSpace(r) {
-		return -1
-	}
-	return r
-}
-
-func keyFromBlock(b *pem.Block) (*rsa.PublicKey, error) {
-	switch b.Type {
-	case "PUBLIC KEY", "RSA PUBLIC KEY":
-		return parseDER(b.Bytes)
-	case "CERTIFICATE":
-		cert, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("certificate: %w", err)
-		}
-		return rsaKey(cert.PublicKey)
-	}
-	if strings.Contains(b.Type, "PRIVATE") {
-		return nil, fmt.Errorf("%q is a private key: configure the provider's public key", b.Type)
-	}
-	return nil, fmt.Errorf("type %q is not PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE", b.Type)
-}
-
-// parseDER accepts PKIX (SubjectPublicKeyInfo) and PKCS #1 encodings.
-func parseDER(der []byte) (*rsa.PublicKey, error) {
-	if pub, err := x509.ParsePKIXPublicKey(der); err == nil {
-		return rsaKey(pub)
-	}
-	if pub, err := x509.ParsePKCS1PublicKey(der); err == nil {
-		return rsaKey(pub)
-	}
-	return nil, errors.New("not a PKIX or PKCS #1 public key")
-}
-
 func rsaKey(pub any) (*rsa.PublicKey, error) {
 	k, ok := pub.(*rsa.PublicKey)
 	if !ok {
-		return nil, fmt.Errorf("%T is not an RSA key", pub)
+		return nil, fmt.Errorf("%s is not an RSA key", keyKind(pub))
 	}
 	if bits := k.N.BitLen(); bits < minRSABits || k.Size() > maxRSASignature {
 		return nil, fmt.Errorf("RSA key of %d bits (want %d to %d)", bits, minRSABits, 8*maxRSASignature)

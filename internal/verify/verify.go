@@ -12,8 +12,10 @@
 //
 // Decisions shared by every scheme:
 //
-//   - Comparisons of MACs are constant-time (hmac.Equal).
-//   - Several secrets (or several PEM keys) mean rotation: any one verifies.
+//   - Comparisons of MACs are constant-time (hmac.Equal); public-key
+//     signatures (RSA, Ed25519, ECDSA) are checked by crypto's verifiers.
+//   - Several secrets (or several public keys) mean rotation: any one
+//     verifies.
 //   - A signed timestamp older or further in the future than the tolerance
 //     is rejected; zero tolerance means the scheme's default (5 minutes,
 //     10 minutes for Twitch).
@@ -28,6 +30,7 @@
 package verify
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,13 +95,19 @@ const (
 	SchemeAlipay           = "alipay"
 	SchemeWeChatPay        = "wechatpay"
 	SchemeHMAC             = "hmac"
+	SchemeToken            = "token"
+	SchemeEd25519          = "ed25519"
+	SchemeECDSA            = "ecdsa"
+	SchemeDiscord          = "discord"
+	SchemeSendGrid         = "sendgrid"
 )
 
 // schemes are the scheme names, in SPEC order: the one list of them.
 var schemes = []string{
 	SchemeStandardWebhooks, SchemeStripe, SchemeGitHub, SchemeShopify,
 	SchemeSlack, SchemeSquare, SchemePaddle, SchemeRazorpay, SchemeTwitch,
-	SchemeAlipay, SchemeWeChatPay, SchemeHMAC,
+	SchemeAlipay, SchemeWeChatPay, SchemeHMAC, SchemeToken,
+	SchemeEd25519, SchemeECDSA, SchemeDiscord, SchemeSendGrid,
 }
 
 // Schemes returns every scheme name New accepts, sorted.
@@ -108,10 +117,28 @@ func Schemes() []string {
 	return s
 }
 
-// UsesPublicKey reports whether scheme verifies with the provider's RSA
-// public key (Options.PublicKey) rather than shared secrets.
+// UsesPublicKey reports whether scheme verifies only with the provider's
+// public key (Options.PublicKey), never with shared secrets.
+// standard-webhooks takes either (AcceptsPublicKey).
 func UsesPublicKey(scheme string) bool {
-	return scheme == SchemeAlipay || scheme == SchemeWeChatPay
+	switch scheme {
+	case SchemeAlipay, SchemeWeChatPay, SchemeEd25519, SchemeECDSA, SchemeDiscord, SchemeSendGrid:
+		return true
+	}
+	return false
+}
+
+// AcceptsPublicKey reports whether Options.PublicKey may be set for scheme.
+func AcceptsPublicKey(scheme string) bool {
+	return UsesPublicKey(scheme) || scheme == SchemeStandardWebhooks
+}
+
+// TakesTemplate reports whether scheme is configured rather than built in:
+// its signature is where Options.Header or Options.JSON says, written as
+// Options.Encoding and Options.Prefix say, over the content of
+// Options.Template, with the timestamp of Options.Timestamp.
+func TakesTemplate(scheme string) bool {
+	return scheme == SchemeHMAC || scheme == SchemeEd25519 || scheme == SchemeECDSA
 }
 
 // DefaultTolerance is the timestamp tolerance used when Options.Tolerance is
@@ -132,29 +159,67 @@ type Options struct {
 	// standard-webhooks, where a "whsec_" prefix is stripped and the rest is
 	// base64-decoded. Several secrets mean rotation: any one verifies.
 	Secrets []string
-	// PublicKey is the provider's RSA public key for alipay and wechatpay:
-	// PEM ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" blocks; several
-	// blocks mean rotation) or, as Alipay hands it out, bare base64 DER.
+	// PublicKey is the provider's public key; several mean rotation. PEM
+	// ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" blocks) for every
+	// public-key scheme; otherwise each scheme's provider format:
+	//   - alipay, wechatpay: RSA, or bare base64 DER as Alipay hands it out;
+	//   - ecdsa, sendgrid: P-256, or bare base64 DER as SendGrid shows it;
+	//   - ed25519, discord, standard-webhooks (its v1a signatures): 32-byte
+	//     keys separated by spaces, each hex (Discord), "whpk_" + base64
+	//     (Standard Webhooks), base64 or base64 DER.
+	// standard-webhooks takes Secrets, PublicKey or both.
 	PublicKey string
-	// URL is, for square only, the notification URL exactly as configured in
-	// Square; it is part of the signed message. Required for square.
+	// URL is the notification URL exactly as configured at the provider,
+	// part of the signed message: required for square, and for hmac when
+	// Template contains {url}; an error anywhere else.
 	URL string
 	// Tolerance bounds how far a signed timestamp may be from now, in either
 	// direction. Zero means DefaultTolerance (DefaultTwitchTolerance for
 	// twitch); negative is an error. Ignored by schemes without a signed
 	// timestamp: github, shopify, square, razorpay, alipay (whose notify_time
-	// changes between resends and is not a freshness guarantee) and hmac.
+	// changes between resends and is not a freshness guarantee), token, and
+	// hmac without Timestamp.
 	Tolerance time.Duration
-	// Header names the signature header for scheme hmac. Default "X-Signature".
+	// Header names the signature header for schemes hmac, ed25519 and
+	// ecdsa (default "X-Signature") and the token header for scheme token.
 	Header string
+	// JSON is, instead of Header, the plain GJSON path of the signature
+	// (hmac, ed25519, ecdsa) or token (token) inside the JSON body:
+	// Mailgun, Adyen, Lark.
+	JSON string
+	// Template is the signed content for schemes hmac, ed25519 and ecdsa
+	// (see ParseTemplate). Default "{body}".
+	Template string
+	// Timestamp is where schemes hmac, ed25519 and ecdsa find the signed
+	// timestamp checked against Tolerance. Zero means the provider signs
+	// none.
+	Timestamp TimestampSource
+	// Separator splits scheme hmac's header into several candidate
+	// signatures (rotation); any one verifies. Default: one signature.
+	Separator string
+	// SecretEncoding is how scheme hmac's secrets are written: raw (used as
+	// given, the default), hex or base64 (decoded to the key).
+	SecretEncoding string
+	// Single lists plain paths of JSON arrays that must hold exactly one
+	// element (scheme hmac): the signature covers one element, so a body
+	// with more is refused (Adyen's notificationItems).
+	Single []string
+	// Challenge names a handshake hookstamp answers itself (ChallengeZoom,
+	// ChallengeLark, ChallengeMeta); the verifier then implements
+	// Challenger.
+	Challenge string
+	// ChallengeToken is the verify token Meta's subscription check must
+	// carry; required with ChallengeMeta, an error otherwise.
+	ChallengeToken string
 	// Algorithm is the hash for scheme hmac: sha1, sha256 or sha512.
 	// Default sha256.
 	Algorithm string
-	// Encoding is how scheme hmac's signature is written: hex or base64.
-	// Default hex.
+	// Encoding is how the signature of schemes hmac, ed25519 and ecdsa is
+	// written: hex or base64. Default hex.
 	Encoding string
-	// Prefix is stripped from scheme hmac's header value before decoding,
-	// compared ASCII case-insensitively, e.g. "sha256=". Default none.
+	// Prefix is stripped from the header value of schemes hmac, ed25519 and
+	// ecdsa before decoding, compared ASCII case-insensitively, e.g.
+	// "sha256=". Default none.
 	Prefix string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -162,7 +227,8 @@ type Options struct {
 
 // New validates o and returns the Verifier for its scheme. Errors name the
 // offending option by its configuration key (secrets, public_key, url,
-// tolerance, header, algorithm, encoding) and never contain a secret.
+// tolerance, header, algorithm, encoding, prefix) and never contain a
+// secret.
 func New(o Options) (Verifier, error) {
 	switch {
 	case o.Scheme == "":
@@ -171,8 +237,11 @@ func New(o Options) (Verifier, error) {
 		return nil, fmt.Errorf("scheme: unknown %q (want one of %s)", o.Scheme, strings.Join(Schemes(), ", "))
 	case o.Tolerance < 0:
 		return nil, fmt.Errorf("tolerance: must not be negative, got %s", o.Tolerance)
-	case o.URL != "" && o.Scheme != SchemeSquare:
-		return nil, fmt.Errorf("url: only used by scheme %s, not %s", SchemeSquare, o.Scheme)
+	case o.URL != "" && o.Scheme != SchemeSquare && !TakesTemplate(o.Scheme):
+		return nil, fmt.Errorf("url: only used by schemes %s, %s, %s and %s, not %s", SchemeSquare, SchemeHMAC, SchemeEd25519, SchemeECDSA, o.Scheme)
+	}
+	if err := checkOwnOptions(o); err != nil {
+		return nil, err
 	}
 	c := clock{now: o.Now, tolerance: o.Tolerance}
 	if c.now == nil {
@@ -184,21 +253,49 @@ func New(o Options) (Verifier, error) {
 			c.tolerance = DefaultTwitchTolerance
 		}
 	}
-	if UsesPublicKey(o.Scheme) {
+	switch {
+	case o.Scheme == SchemeStandardWebhooks:
+		return newStandardWebhooks(o, c)
+	case UsesPublicKey(o.Scheme):
 		if len(o.Secrets) > 0 {
 			return nil, fmt.Errorf("secrets: not used by scheme %s (it verifies with public_key)", o.Scheme)
 		}
-		keys, err := parsePublicKeys(o.PublicKey)
-		if err != nil {
-			return nil, fmt.Errorf("public_key: %w", err)
-		}
-		if o.Scheme == SchemeAlipay {
-			return &alipay{keys: keys}, nil
-		}
-		return &wechatpay{keys: keys, clock: c}, nil
-	}
-	if o.PublicKey != "" {
+		return newPublicKey(o, c)
+	case o.PublicKey != "":
 		return nil, fmt.Errorf("public_key: not used by scheme %s (it verifies with secrets)", o.Scheme)
 	}
-	return newHMAC(o, c)
+	v, err := newHMAC(o, c)
+	if err != nil || o.Challenge != ChallengeMeta {
+		return v, err
+	}
+	return metaChallenge{Verifier: v, token: sha256.Sum256([]byte(o.ChallengeToken))}, nil
+}
+
+// checkOwnOptions refuses the options of schemes hmac and token on any
+// other scheme: set there, they would be silently ignored.
+func checkOwnOptions(o Options) error {
+	if err := checkChallenge(o.Challenge, o.Scheme, o); err != nil {
+		return err
+	}
+	if o.Scheme == SchemeHMAC {
+		return nil
+	}
+	configured := TakesTemplate(o.Scheme)
+	for _, f := range []struct {
+		key    string
+		set    bool
+		usedBy string
+	}{
+		{"template", o.Template != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
+		{"timestamp", o.Timestamp != (TimestampSource{}) && !configured, "schemes hmac, ed25519 and ecdsa"},
+		{"json", o.JSON != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		{"separator", o.Separator != "", "scheme hmac"},
+		{"secret_encoding", o.SecretEncoding != "", "scheme hmac"},
+		{"single", len(o.Single) > 0, "scheme hmac"},
+	} {
+		if f.set {
+			return fmt.Errorf("%s: only used by %s, not %s", f.key, f.usedBy, o.Scheme)
+		}
+	}
+	return nil
 }

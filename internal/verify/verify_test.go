@@ -190,7 +190,11 @@ func hmacOptions(name string, f func(string) string) func(testing.TB, ...string)
 
 const squareURL = "https://example.com/webhooks/square"
 
-var schemes = []scheme{
+// schemes are every built-in scheme: the shared-secret and RSA ones here,
+// the Ed25519 and ECDSA ones in asymmetric_test.go.
+var schemes = slices.Concat(secretAndRSASchemes, asymmetricSchemes)
+
+var secretAndRSASchemes = []scheme{
 	{
 		name:    verify.SchemeStandardWebhooks,
 		options: hmacOptions(verify.SchemeStandardWebhooks, whsec),
@@ -353,6 +357,9 @@ func TestSchemesCoverEveryBuiltIn(t *testing.T) {
 	for _, s := range schemes {
 		names = append(names, s.name)
 	}
+	// Scheme token signs no body, so the table's tampered-body case cannot
+	// apply: token_test.go covers it.
+	names = append(names, verify.SchemeToken)
 	slices.Sort(names)
 	if got, want := strings.Join(verify.Schemes(), ","), strings.Join(names, ","); got != want {
 		t.Fatalf("Schemes() = %s\ntests cover %s", got, want)
@@ -577,6 +584,25 @@ func TestOfficialVectors(t *testing.T) {
 		{"square", verify.Options{Scheme: verify.SchemeSquare, Secrets: []string{"Ibxx_5AKakO-3qeNVR61Dw"}, URL: "https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9"},
 			http.Header{"x-square-hmacsha256-signature": {"GF4YkrJgGBDZ9NIYbNXBnMzqb2HoL4RW/S6vkZ9/2N4="}},
 			squareBody},
+		// sendgrid-go, helpers/eventwebhook/eventwebhook_test.go: its
+		// testPublicKey, timestamp and signature over the JSON its
+		// generateTestPayload marshals (keys sorted).
+		{"sendgrid", verify.Options{Scheme: verify.SchemeSendGrid, Now: at(1588788367),
+			PublicKey: "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="},
+			http.Header{
+				"X-Twilio-Email-Event-Webhook-Timestamp": {"1588788367"},
+				"X-Twilio-Email-Event-Webhook-Signature": {"MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH2j/0="},
+			},
+			`{"category":"example_payload","event":"test_event","message_id":"message_id"}`},
+		// The Standard Webhooks vector under the svix-* names Clerk and
+		// Resend send: the signed content does not depend on them.
+		{"standard-webhooks under svix-* headers", verify.Options{Scheme: verify.SchemeStandardWebhooks, Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Now: at(1614265330)},
+			http.Header{
+				"svix-id":        {"msg_p5jXN8AQM9LWM0D4loKWxJek"},
+				"svix-timestamp": {"1614265330"},
+				"svix-signature": {"v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="},
+			},
+			`{"test": 2432232314}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -720,7 +746,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative tolerance", verify.Options{Scheme: verify.SchemeStripe, Secrets: []string{"x"}, Tolerance: -time.Second}, "tolerance: must not be negative"},
 		{"square without url", verify.Options{Scheme: verify.SchemeSquare, Secrets: []string{"x"}}, "url: required"},
 		{"square relative url", verify.Options{Scheme: verify.SchemeSquare, Secrets: []string{"x"}, URL: "/webhooks/square"}, "url: want an absolute"},
-		{"url on stripe", verify.Options{Scheme: verify.SchemeStripe, Secrets: []string{"x"}, URL: "https://example.com"}, "url: only used by scheme square"},
+		{"url on stripe", verify.Options{Scheme: verify.SchemeStripe, Secrets: []string{"x"}, URL: "https://example.com"}, "url: only used by schemes square, hmac"},
 		{"public key on github", verify.Options{Scheme: verify.SchemeGitHub, Secrets: []string{"x"}, PublicKey: "k"}, "public_key: not used"},
 		{"secrets on alipay", verify.Options{Scheme: verify.SchemeAlipay, Secrets: []string{"x"}}, "secrets: not used"},
 		{"alipay without key", verify.Options{Scheme: verify.SchemeAlipay}, "public_key: required"},

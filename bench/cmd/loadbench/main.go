@@ -36,7 +36,7 @@ func main() {
 }
 
 func run() int {
-	quick := flag.Bool("quick", false, "short windows and a small prefill (under 3 minutes)")
+	quick := flag.Bool("quick", false, "short windows and a small prefill (about 4 minutes)")
 	out := flag.String("out", "bench/results", "directory for latest.json and latest.svg")
 	pg := flag.String("pg", env("HOOKSTAMP_TEST_PG", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (a schema per system is made and dropped)")
 	rds := flag.String("redis", env("HOOKSTAMP_TEST_REDIS", "127.0.0.1:6379"), "Redis server (keys under a run prefix, deleted after)")

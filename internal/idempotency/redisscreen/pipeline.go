@@ -17,9 +17,12 @@ type pipeliner struct {
 	jobs    chan *scriptCall
 	max     int
 	timeout time.Duration // bounds a batch (the screen's OpTimeout)
-	stop    chan struct{}
-	stopped sync.Once
-	wg      sync.WaitGroup
+	// bundling runs a batch's calls of one script as one bundle: on a
+	// single node, not on a Cluster, whose keys lie in many slots.
+	bundling bool
+	stop     chan struct{}
+	stopped  sync.Once
+	wg       sync.WaitGroup
 }
 
 type scriptCall struct {
@@ -45,7 +48,8 @@ const (
 var errScreenClosed = errors.New("screen closed")
 
 func newPipeliner(c redis.UniversalClient, workers, max int, timeout time.Duration) *pipeliner {
-	p := &pipeliner{client: c, jobs: make(chan *scriptCall, workers*max), max: max, timeout: timeout, stop: make(chan struct{})}
+	_, cluster := c.(*redis.ClusterClient)
+	p := &pipeliner{client: c, jobs: make(chan *scriptCall, workers*max), max: max, timeout: timeout, stop: make(chan struct{}), bundling: !cluster}
 	for range workers {
 		p.wg.Add(1)
 		go p.work()
@@ -118,7 +122,8 @@ func (p *pipeliner) join(batch []*scriptCall, c *scriptCall) []*scriptCall {
 
 // send runs one batch with the first caller's values but not its
 // cancellation (one caller leaving must not fail the others' scripts),
-// within the screen's operation timeout.
+// within the screen's operation timeout: the calls of one script in one
+// bundle when the client allows it (bundle.go), each on its own otherwise.
 func (p *pipeliner) send(batch []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), p.timeout)
 	defer cancel()
@@ -128,19 +133,98 @@ func (p *pipeliner) send(batch []*scriptCall) {
 		c.done <- scriptResult{v, err}
 		return
 	}
+	units := p.units(batch)
 	pipe := p.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, c := range batch {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	cmds := make([]*redis.Cmd, len(units))
+	for i, u := range units {
+		cmds[i] = u.evalSha(ctx, pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, c := range batch {
+	for i, u := range units {
 		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// Redis lost its script cache (restart, SCRIPT FLUSH): send the
 			// script itself, once, as Script.Run does.
-			v, err = c.script.Eval(ctx, p.client, c.keys, c.args...).Result()
+			v, err = u.eval(ctx, p.client)
 		}
+		u.finish(ctx, p.client, v, err)
+	}
+}
+
+// unit is one script run of a batch: one call, or a bundle of calls.
+type unit struct {
+	calls  []*scriptCall
+	bundle *bundle // nil: calls[0] alone
+}
+
+// units groups batch by script, in the order each script first appears;
+// without bundling every call is a unit.
+func (p *pipeliner) units(batch []*scriptCall) []*unit {
+	units := make([]*unit, 0, len(batch))
+	var open map[*redis.Script]*unit
+	for _, c := range batch {
+		b := bundles[c.script]
+		if !p.bundling || b == nil || len(c.keys) != 1 || len(c.args) != b.nargs {
+			units = append(units, &unit{calls: []*scriptCall{c}})
+			continue
+		}
+		if u := open[c.script]; u != nil {
+			u.calls = append(u.calls, c)
+			continue
+		}
+		u := &unit{calls: []*scriptCall{c}, bundle: b}
+		if open == nil {
+			open = map[*redis.Script]*unit{}
+		}
+		open[c.script] = u
+		units = append(units, u)
+	}
+	return units
+}
+
+func (u *unit) evalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+	if u.bundle == nil || len(u.calls) == 1 {
+		c := u.calls[0]
+		return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	keys, args := u.bundle.args(u.calls)
+	return u.bundle.script.EvalSha(ctx, pipe, keys, args...)
+}
+
+func (u *unit) eval(ctx context.Context, client redis.UniversalClient) (any, error) {
+	if u.bundle == nil || len(u.calls) == 1 {
+		c := u.calls[0]
+		return c.script.Eval(ctx, client, c.keys, c.args...).Result()
+	}
+	keys, args := u.bundle.args(u.calls)
+	return u.bundle.script.Eval(ctx, client, keys, args...).Result()
+}
+
+// finish answers the unit's callers. A bundle Redis refused as a whole (a
+// key of the wrong type makes its script raise) is run again call by call,
+// so that one key's fault is not every caller's: safe, as a claim run again
+// by its owner is granted again and a done entry stays done. A bundle that
+// got no answer fails each caller, as a lone script would.
+func (u *unit) finish(ctx context.Context, client redis.UniversalClient, v any, err error) {
+	if u.bundle == nil || len(u.calls) == 1 {
+		u.calls[0].done <- scriptResult{v, err}
+		return
+	}
+	if err == nil {
+		err = u.bundle.split(u.calls, v)
+		if err == nil {
+			return
+		}
+	}
+	var refused redis.Error
+	if !errors.As(err, &refused) && !errors.Is(err, errCorrupt) {
+		for _, c := range u.calls {
+			c.done <- scriptResult{err: err}
+		}
+		return
+	}
+	for _, c := range u.calls {
+		v, err := c.script.Run(ctx, client, c.keys, c.args...).Result()
 		c.done <- scriptResult{v, err}
 	}
 }

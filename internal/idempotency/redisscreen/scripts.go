@@ -31,7 +31,9 @@ import "github.com/redis/go-redis/v9"
 // Returns {1} acquired, {2} taken over, {3, owner, fingerprint, ms left}
 // in flight, {4, fingerprint, entry} done, {5} refused: owner's claim was
 // released before it landed (its caller gave up on it long ago).
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(claimSrc)
+
+const claimSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 'o', 'u', 'f', 'e')
 local status = 1
 if v[1] == 'd' then
@@ -61,14 +63,16 @@ end
 redis.call('HSET', KEYS[1], 's', 'f', 'o', ARGV[2], 'u', string.format('%.0f', now + lease), 'f', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * lease)
 return {status}
-`)
+`
 
 // completeScript: ARGV = channel, ttl ms, fingerprint, entry, refill
 // owner ("" for a record the caller wrote). Returns 1 when written, 0 when
 // a done entry was kept, the key was forgotten (s = "x", see
 // forgetScript), or a refill found the key in flight for another owner (a
 // record read before an operator's delete must not end a new claim).
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(completeSrc)
+
+const completeSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 'w', 'o')
 if v[1] == 'd' or v[1] == 'x' then
   return 0
@@ -83,7 +87,7 @@ if v[2] then
   redis.pcall('PUBLISH', ARGV[1], KEYS[1])
 end
 return 1
-`)
+`
 
 // releaseScript: ARGV = channel, owner, tombstone ms. Returns 1 when
 // released, 0 when the key is not in flight for owner.

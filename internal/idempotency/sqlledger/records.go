@@ -20,17 +20,15 @@ import (
 // body_omitted is a column of its own because a NULL body would be
 // ambiguous (empty response, or too large to record). The partial index
 // idx_hookstamp_records_held covers only held rows, which are rare: listing
-// and counting them per route stays cheap without taxing every write; so
-// does idx_hookstamp_records_queue for the queued and dead rows the queue
-// metrics count (done rows, the bulk, are left out).
+// and counting them per route stays cheap without taxing every write.
 // idx_hookstamp_records_log pages the event log newest first (List);
 // idx_hookstamp_records_unsettled does it for one of the states an
 // operator looks for, which are few beside the done rows, and leaves out
 // the pending rows that every ledger claim writes and its commit settles.
 type recordRow struct {
-	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held';index:idx_hookstamp_records_queue,priority:1,where:state <> 'done';index:idx_hookstamp_records_log,priority:1;index:idx_hookstamp_records_unsettled,priority:1,where:state <> 'done' AND state <> 'pending'"`
+	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held';index:idx_hookstamp_records_log,priority:1;index:idx_hookstamp_records_unsettled,priority:1,where:state <> 'done' AND state <> 'pending'"`
 	Key         string     `gorm:"column:key;type:text;primaryKey;index:idx_hookstamp_records_log,priority:3;index:idx_hookstamp_records_unsettled,priority:4"`
-	State       string     `gorm:"column:state;type:text;not null;index:idx_hookstamp_records_queue,priority:2;index:idx_hookstamp_records_unsettled,priority:2"`
+	State       string     `gorm:"column:state;type:text;not null;index:idx_hookstamp_records_unsettled,priority:2"`
 	Owner       *string    `gorm:"column:owner;type:text"`
 	LeaseUntil  *time.Time `gorm:"column:lease_until"`
 	Fingerprint []byte     `gorm:"column:fingerprint"`

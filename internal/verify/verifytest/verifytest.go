@@ -226,21 +226,22 @@ func GenerateRSAKey() (*rsa.PrivateKey, error) {
 	return rsa.GenerateKey(rand.Reader, 2048)
 }
 
-// PublicKeyPEM returns pub as a PEM "PUBLIC KEY" (PKIX) block.
-func PublicKeyPEM(pub *rsa.PublicKey) (string, error) {
+// PublicKeyPEM returns pub (RSA, ECDSA or Ed25519) as a PEM "PUBLIC KEY"
+// (PKIX) block.
+func PublicKeyPEM(pub crypto.PublicKey) (string, error) {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return "", fmt.Errorf("marshal RSA public key: %w", err)
+		return "", fmt.Errorf("marshal public key: %w", err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), nil
 }
 
 // PublicKeyBase64 returns pub as bare base64 PKIX DER, the form Alipay's
-// console hands out ("支付宝公钥").
-func PublicKeyBase64(pub *rsa.PublicKey) (string, error) {
+// console hands out ("支付宝公钥") and SendGrid's its verification key.
+func PublicKeyBase64(pub crypto.PublicKey) (string, error) {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return "", fmt.Errorf("marshal RSA public key: %w", err)
+		return "", fmt.Errorf("marshal public key: %w", err)
 	}
 	return base64.StdEncoding.EncodeToString(der), nil
 }

@@ -1,0 +1,62 @@
+package loadbench
+
+import (
+	"context"
+	"fmt"
+)
+
+// peers are the systems hookstamp's users would otherwise run, measured
+// beside it: N0, nginx's proxy hop (nginx.go), and F1, Fiber's own
+// idempotency middleware on Redis storage (bench/peers/fiberidem).
+type peers struct {
+	nginx *Child // nil when nginx could not be found or installed
+	fiber *Child
+}
+
+func (r *run) peers(ctx context.Context) (*peers, error) {
+	p := &peers{}
+	if bin := nginxBinary(r.logf); bin != "" {
+		c, err := StartNginx(ctx, bin, r.dir, "n0-nginx", r.up.URL)
+		if err != nil {
+			return nil, err
+		}
+		r.logf("%s: pid %d on %s (%s)", c.Name, c.PID(), c.Addr, bin)
+		r.kids = append(r.kids, c)
+		p.nginx = c
+	} else {
+		r.logf("N0: no nginx and it cannot be installed here (not root, or no apt-get): N0 is left out")
+	}
+	var err error
+	if p.fiber, err = r.start(ctx, "f1-fiber-idempotency", "fiberidem", r.up.URL, r.o.RedisAddr, r.prefix("f1")); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// systems are the peers' cells; F1's repeats are the working set recorded
+// on F1 first, as B2's are on hookstamp.
+func (p *peers) systems(ctx context.Context, r *run, working []string) ([]*system, error) {
+	var out []*system
+	if p.nginx != nil {
+		out = append(out, &system{name: "N0", desc: "nginx proxy_pass hop, keep-alive upstream",
+			doer: NewHTTPTarget(p.nginx.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: p.nginx})
+	}
+	ft := NewHTTPTarget(p.fiber.Addr, nil)
+	r.logf("recording the working set on F1")
+	if failed := Prerecord(ctx, ft, working, 64); failed > 0 {
+		return nil, fmt.Errorf("F1 working set: %d of %d deliveries failed", failed, len(working))
+	}
+	return append(out,
+		&system{name: "F1u", desc: "Fiber middleware/idempotency + Redis storage, 100% unique",
+			doer: ft.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: p.fiber},
+		&system{name: "F1r", desc: "Fiber middleware/idempotency + Redis storage, 100% repeats",
+			doer: ft.WithMix(&Mix{Working: working}), child: p.fiber},
+	), nil
+}
+
+func (p *peers) children() []*Child {
+	if p.nginx == nil {
+		return []*Child{p.fiber}
+	}
+	return []*Child{p.nginx, p.fiber}
+}

@@ -1,0 +1,162 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// asyncRoute is the store-and-forward route (Options.Async): its
+// deliveries are acknowledged once stored and delivered by the gateways'
+// queues, so the provider never reads the upstream's answer.
+const asyncRoute = "relay"
+
+// Checks of the async route.
+const (
+	CheckAsyncStored    = "async-stored"    // nothing acknowledged that is not in the ledger
+	CheckAsyncDelivered = "async-delivered" // every acknowledged event reached the upstream with a final answer
+	CheckAsyncOnce      = "async-once"      // none twice, except a rescue after a crash or a retried ambiguous attempt
+)
+
+// splitAsync takes the async route's events, upstream requests and ledger
+// rows out of in (the synchronous checks do not apply to them) and
+// returns them as an input of their own.
+func splitAsync(in *AuditInput) (sync, async *AuditInput) {
+	s, a := *in, *in
+	a.Events, s.Events = partition(in.Events, func(ev *Event) bool { return ev.Route == asyncRoute })
+	a.Upstream, s.Upstream = partition(in.Upstream, func(r *UpRecord) bool { return r.Route == asyncRoute })
+	s.Ledger, a.Ledger = map[string]*LedgerRow{}, map[string]*LedgerRow{}
+	for k, row := range in.Ledger {
+		if row.Route == asyncRoute {
+			a.Ledger[k] = row
+		} else {
+			s.Ledger[k] = row
+		}
+	}
+	return &s, &a
+}
+
+// partition splits xs into those that match and the others.
+func partition[T any](xs []T, match func(T) bool) (yes, no []T) {
+	for _, x := range xs {
+		if match(x) {
+			yes = append(yes, x)
+		} else {
+			no = append(no, x)
+		}
+	}
+	return yes, no
+}
+
+// checkAsync audits the async route: every acknowledged event is in the
+// ledger and reached the upstream with a final answer, and none twice but
+// for the documented second copies, each with the same key.
+func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string, args ...any)) {
+	applied := map[string][]*UpRecord{}
+	for _, r := range in.Upstream {
+		if r.Applied {
+			applied[r.Key] = append(applied[r.Key], r)
+		}
+	}
+	for _, row := range in.Ledger {
+		a.LedgerByState[row.State]++
+	}
+	for _, r := range in.Upstream {
+		a.UpstreamReceived++
+		a.UpstreamByAction[r.Action]++
+		if r.Applied {
+			a.Applied++
+		}
+	}
+	for _, ev := range in.Events {
+		a.Events++
+		for _, s := range ev.Sends {
+			a.Sends++
+			a.SendsByKind[s.Kind]++
+			if s.Answered {
+				a.Outcomes[s.Outcome]++
+			}
+		}
+		if !ev.Acked() {
+			continue
+		}
+		a.Acked++
+		row := in.Ledger[refKey(ev.Route, ev.Key)]
+		if row == nil {
+			violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
+			continue
+		}
+		recs := applied[ev.Key]
+		if len(recs) == 0 {
+			violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
+			continue
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+		for i := 1; i < len(recs); i++ {
+			cause, ok := asyncSecondCopy(in, recs[i-1], recs[i])
+			d := Duplicate{Event: ev.ID, Key: ev.Key, Earlier: recs[i-1], Later: recs[i], Cause: cause, Allowed: ok}
+			a.Duplicates = append(a.Duplicates, d)
+			a.DuplicatesByCause[cause]++
+			if !ok {
+				violate(CheckAsyncOnce, ev.ID, "applied twice under key %q: delivery %d, then %d %v later, with no crash or ambiguous attempt between",
+					ev.Key, recs[i-1].Seq, recs[i].Seq, recs[i].Time.Sub(recs[i-1].Time).Round(time.Millisecond))
+			}
+		}
+	}
+}
+
+// asyncSecondCopy explains a second application of an async delivery: a
+// gateway was killed between the two (its job was rescued), or the
+// upstream was failing to answer when the first was sent (the attempt
+// got no answer and was retried: record.ambiguous release).
+func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
+	for _, l := range in.Lives {
+		if l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
+			return CauseCrashTakeover, true
+		}
+	}
+	for _, f := range in.Faults {
+		switch f.Kind {
+		case FaultUpSlow, FaultUpHang, FaultUpReset, FaultUpLost:
+			if !earlier.Time.Before(f.Start) && !earlier.Time.After(f.End.Add(in.Timeout)) {
+				return CauseAmbiguous, true
+			}
+		}
+	}
+	for _, s := range in.Stalls {
+		if !earlier.Time.After(s.End) && s.End.Sub(s.Start) > in.Timeout/2 {
+			return CauseStallTakeover, true
+		}
+	}
+	return CauseUnexplained, false
+}
+
+// asyncBody is an async event's body.
+func asyncBody(key, id, effect string, amount int) []byte {
+	return fmt.Appendf(nil, `{"relay_id":%q,"chaos_event":%q,"chaos_effect":%q,"amount":%d}`, key, id, effect, amount)
+}
+
+// drainQueue waits, after the load, until the async route has no queued
+// deliveries left (or a minute passed): the audit then expects every
+// acknowledged event at the upstream.
+func (r *runner) drainQueue(ctx context.Context) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		rows, err := r.db.Ledger(ctx)
+		queued := 0
+		for _, row := range rows {
+			if row.Route == asyncRoute && row.State == "queued" {
+				queued++
+			}
+		}
+		if err == nil && queued == 0 {
+			return
+		}
+		r.logf("waiting for %d queued async deliveries", queued)
+		if !sleepCtx(ctx, time.Second) {
+			return
+		}
+	}
+	r.logf("async deliveries still queued after a minute")
+}

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// The keys of schemes hmac and token are reported at their own path, and
+// `gateway check` prints none of their secrets.
+func TestVerifyBuildingBlockProblems(t *testing.T) {
+	const route = `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+    verify: `
+	for _, tc := range []struct{ name, verify, path, want string }{
+		{"template without a scheme", `{template: "{body}"}`, "routes[0].verify.scheme", "template set but no scheme"},
+		{"bad template", `{scheme: hmac, secrets: [s], header: X-S, template: "{nope}"}`, "routes[0].verify.template", "unknown placeholder"},
+		{"url without {url}", `{scheme: hmac, secrets: [s], header: X-S, url: "https://a.example/"}`, "routes[0].verify.url", "no {url}"},
+		{"{url} without url", `{scheme: hmac, secrets: [s], header: X-S, template: "{url}{body}"}`, "routes[0].verify.url", "required"},
+		{"bad unit", `{scheme: hmac, secrets: [s], header: X-S, timestamp: {header: X-T, unit: us}}`, "routes[0].verify.timestamp.unit", `unknown value "us"`},
+		{"bad secret encoding", `{scheme: hmac, secrets: [s], header: X-S, secret_encoding: rot13}`, "routes[0].verify.secret_encoding", "unknown value"},
+		{"secret not hex", `{scheme: hmac, secrets: [zz], header: X-S, secret_encoding: hex}`, "routes[0].verify.secrets[0]", "not hex"},
+		{"json not plain", `{scheme: hmac, secrets: [s], json: "a.#.b"}`, "routes[0].verify.json", "plain path"},
+		{"token without header or json", `{scheme: token, secrets: [s]}`, "routes[0].verify.header", "required with scheme token"},
+		{"unknown challenge", `{scheme: hmac, secrets: [s], header: X-S, challenge: discord}`, "routes[0].verify.challenge", "unknown value"},
+		{"lark challenge on hmac", `{scheme: hmac, secrets: [s], header: X-S, challenge: lark}`, "routes[0].verify.challenge", "needs scheme token"},
+		{"meta without its token", `{scheme: github, secrets: [s], challenge: meta}`, "routes[0].verify.challenge_token", "required"},
+		{"template on stripe", `{scheme: stripe, secrets: [s], template: "{body}"}`, "routes[0].verify.template", "only used by schemes hmac, ed25519 and ecdsa"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assertProblem(t, mustFail(t, route+tc.verify+"\n"), tc.path, tc.want)
+		})
+	}
+}
+
+// verify.challenge_token is a secret: trimmed like verify.secrets (a file
+// read through ${NAME} ends in a newline) and never printed.
+func TestChallengeTokenIsASecret(t *testing.T) {
+	c := mustLoad(t, `
+routes:
+  - name: m
+    path: /m
+    preset: meta
+    upstream: {url: "http://127.0.0.1:9000/m"}
+    verify: {secrets: [app-secret-value], challenge_token: "${META_VERIFY_TOKEN}"}
+`, "META_VERIFY_TOKEN=verify-token-value\n")
+	out, err := c.Redacted().YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "verify-token-value") || strings.Contains(string(out), "app-secret-value") {
+		t.Fatalf("the redacted configuration shows a secret:\n%s", out)
+	}
+	if c.Routes[0].Verify.ChallengeToken != "verify-token-value" {
+		t.Fatalf("Redacted changed the configuration itself")
+	}
+}
