@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -303,4 +304,32 @@ var scopeLabel = regexp.MustCompile(`,?otel_scope_[a-z_]+="[^"]*"`)
 
 func stripScope(metrics string) string {
 	return strings.ReplaceAll(scopeLabel.ReplaceAllString(metrics, ""), "{,", "{")
+}
+
+func TestAsyncDetailShowsTheNextAttempt(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "max: 50ms", "max: 1h", 1), "")
+	cfg.Routes[0].Async.Backoff.Initial = time.Hour // the next attempt stays scheduled while the test reads it
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_next"}`), http.StatusAccepted, "accepted")
+	testenv.Eventually(t, 10*time.Second, "the first attempt", func() bool { return up.count("evt_next") == 1 })
+	var detail struct {
+		State         string     `json:"state"`
+		NextAttemptAt *time.Time `json:"next_attempt_at"`
+	}
+	testenv.Eventually(t, 10*time.Second, "next_attempt_at in the detail", func() bool {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+g.AdminAddr()+"/admin/routes/hooks/records/evt_next", nil)
+		req.Header.Set("Authorization", "Bearer "+asyncAdminToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&detail) == nil && detail.NextAttemptAt != nil
+	})
+	if detail.State != "queued" || detail.NextAttemptAt.Before(time.Now()) || detail.NextAttemptAt.After(time.Now().Add(time.Hour+time.Minute)) {
+		t.Fatalf("detail: %s, next attempt %v; want queued, within the hour's backoff", detail.State, detail.NextAttemptAt)
+	}
 }

@@ -281,14 +281,15 @@ func QueueName(route string) string {
 // nextAttemptSQL finds when a record's pending delivery job runs next, by
 // driver (River keeps a job's args as JSON).
 var nextAttemptSQL = map[string]string{
-	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable') ` +
 		`AND args->>'route' = $2 AND args->>'key' = $3`,
-	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running') ` +
+	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable') ` +
 		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
 }
 
 // NextAttempt returns when ref's delivery is next attempted, and false
-// when no job of it is pending (the admin API's next_attempt_at).
+// when no job of it is waiting: none, or its attempt is running (the admin
+// API's next_attempt_at).
 func (q *Queue) NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time, bool, error) {
 	db, err := q.o.Ledger.DB()
 	if err != nil {
