@@ -26,6 +26,8 @@ type GatewayConfig struct {
 	Extra string
 	// Server is YAML appended to the server section (server.tls).
 	Server string
+	// Route is YAML appended to the route (delivery: async).
+	Route string
 }
 
 // YAML renders the configuration.
@@ -70,7 +72,7 @@ routes:
     key:
       sources:
         - header: X-Event-Id
-`, c.Server, c.Store, c.DSN, sweep, screen, c.Extra, c.UpstreamURL)
+%s`, c.Server, c.Store, c.DSN, sweep, screen, c.Extra, c.UpstreamURL, c.Route)
 }
 
 // Write saves the configuration as dir/name.yaml.

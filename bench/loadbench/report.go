@@ -70,6 +70,9 @@ type Result struct {
 	Rate        float64 `json:"rate,omitempty"`
 	Summary
 	Outcomes map[string]uint64 `json:"outcomes,omitempty"`
+	// Drain is how fast the queue left by the cell reached the upstream
+	// (A1 only).
+	Drain *DrainResult `json:"drain,omitempty"`
 }
 
 // Summary is what an agg reduces to.
@@ -200,7 +203,7 @@ func (r *Report) addSystem(s *system) {
 	slices.Sort(concs)
 	for _, c := range concs {
 		a := s.closed[c]
-		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "closed", Concurrency: c, Summary: summarize(a), Outcomes: a.cell.Outcomes})
+		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "closed", Concurrency: c, Summary: summarize(a), Outcomes: a.cell.Outcomes, Drain: a.drain.result()})
 	}
 	if s.open != nil {
 		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "open", Rate: r.Settings.OpenRate, Summary: summarize(s.open), Outcomes: s.open.cell.Outcomes})
@@ -360,6 +363,7 @@ func (r *Report) PrintTable(w io.Writer) {
 			x.WritesPerReq, x.LedgerWritesPerReq, x.ScreenWritesPerReq, x.RedisScriptsPerReq, x.Errors)
 	}
 	_ = tw.Flush()
+	r.printDrains(w)
 	fmt.Fprintln(w)
 	for _, x := range r.Results {
 		if x.Loop == "closed" && x.Concurrency == Headline {
@@ -399,6 +403,16 @@ func (r *Report) PrintTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%s\n", g.Name, g.Target, g.Actual, met, g.Note)
 	}
 	_ = tw.Flush()
+}
+
+// printDrains prints a row per drained cell under the table.
+func (r *Report) printDrains(w io.Writer) {
+	for _, x := range r.Results {
+		if d := x.Drain; d != nil {
+			fmt.Fprintf(w, "%s drain after c=%d: %.0f deliveries/s to the upstream (%d in %.1f s, %d queued left)\n",
+				x.System, x.Concurrency, d.PerSecond, d.Delivered, d.Seconds, d.Left)
+		}
+	}
 }
 
 func describeMachine(ctx context.Context, pg *Postgres, redisAddr string) Machine {

@@ -2,7 +2,10 @@ package loadbench
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,5 +74,40 @@ func TestRatiosOfPeers(t *testing.T) {
 	}
 	if !met["unique_p99_vs_ledger_only"] || met["unique_vs_ledger_only"] || !met["repeats_vs_upstream_alone"] {
 		t.Errorf("goals met: %v", met)
+	}
+}
+
+// A1's acknowledged rate is divided by L1's for the async goal, and the
+// drain measured after its cell shows in the JSON and under the table.
+func TestAsyncIntakeRatioAndDrain(t *testing.T) {
+	a1 := &system{name: asyncSystem, closed: map[int]*agg{Headline: {
+		cell:  Cell{Requests: 8000, Elapsed: time.Second},
+		drain: &drainAgg{delivered: 3000, elapsed: 2 * time.Second},
+	}}}
+	l1 := &system{name: "L1", closed: map[int]*agg{Headline: {cell: Cell{Requests: 5000, Elapsed: time.Second}}}}
+	r := &Report{Settings: Settings{Concurrency: []int{Headline}}}
+	r.addSystem(a1)
+	r.addSystem(l1)
+	r.finish()
+	if got := r.Ratios["async_intake_vs_pg_insert"]; got != 1.6 {
+		t.Errorf("async_intake_vs_pg_insert = %v, want 1.6", got)
+	}
+	if len(r.Goals) != 1 || r.Goals[0].Name != "async_intake_vs_pg_insert" || !r.Goals[0].Met {
+		t.Errorf("goals %+v, want async_intake_vs_pg_insert met", r.Goals)
+	}
+	b, err := json.Marshal(r.find(asyncSystem, "closed", Headline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"drain":{"delivered":3000,"seconds":2,"drain_per_s":1500,"queued_left":0}`; !strings.Contains(string(b), want) {
+		t.Errorf("A1 result %s, want %s", b, want)
+	}
+	if b, _ := json.Marshal(r.find("L1", "closed", Headline)); strings.Contains(string(b), "drain") {
+		t.Errorf("L1 result %s has a drain", b)
+	}
+	var out strings.Builder
+	r.PrintTable(&out)
+	if want := "A1 drain after c=64: 1500 deliveries/s to the upstream (3000 in 2.0 s, 0 queued left)"; !strings.Contains(out.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, out.String())
 	}
 }

@@ -1,6 +1,7 @@
 package loadbench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -38,6 +39,10 @@ type Options struct {
 
 	RSSDur time.Duration // the long run of one gateway under 256 connections
 
+	// DrainMax bounds the wait for A1's queue to empty after each of its
+	// closed-loop cells.
+	DrainMax time.Duration
+
 	// ScreenOnUnavailable overrides screen.on_unavailable of the Redis
 	// gateways ("" = hookstamp's default, store).
 	ScreenOnUnavailable string
@@ -68,7 +73,7 @@ func Quick() Options {
 		Mode: "quick", Concurrency: []int{16, 64, 256}, Rounds: 2, Warmup: 300 * time.Millisecond, Cell: time.Second,
 		OpenRate: 1000, OpenDur: 2 * time.Second, OpenWorkers: 512,
 		Prefill: 200_000, Expired: 40_000, ScaleRounds: 2, ScaleCell: 1500 * time.Millisecond, SweepWindows: 2,
-		RSSDur: 15 * time.Second, L1Conns: 16,
+		RSSDur: 15 * time.Second, L1Conns: 16, DrainMax: 20 * time.Second,
 	}
 }
 
@@ -79,7 +84,7 @@ func Full() Options {
 		Mode: "full", Concurrency: []int{16, 64, 256}, Rounds: 4, Warmup: time.Second, Cell: 4 * time.Second,
 		OpenRate: 1000, OpenDur: 10 * time.Second, OpenWorkers: 512,
 		Prefill: 5_000_000, Expired: 1_000_000, ScaleRounds: 4, ScaleCell: 5 * time.Second, SweepWindows: 20,
-		RSSDur: 10 * time.Minute, L1Conns: 16,
+		RSSDur: 10 * time.Minute, L1Conns: 16, DrainMax: time.Minute,
 	}
 }
 
@@ -94,6 +99,7 @@ type system struct {
 	schema     string // its ledger's PostgreSQL schema, for its writes; "" for none
 	closed     map[int]*agg
 	open       *agg
+	drain      *asyncDrain // A1's only
 }
 
 // agg accumulates a system's cells at one concurrency over the rounds.
@@ -104,6 +110,7 @@ type agg struct {
 	writes uint64
 	stores StoreDelta
 	rounds []float64 // throughput of each round
+	drain  *drainAgg
 }
 
 func (a *agg) add(c *Cell, w *window) {
@@ -167,6 +174,7 @@ type run struct {
 	pg     *Postgres
 	stats  *storeStats
 	up     *Upstream
+	ups    []*Upstream // the systems' own upstreams
 	kids   []*Child
 	report *Report
 }
@@ -209,8 +217,10 @@ func (r *run) cleanup() {
 	for _, k := range r.kids {
 		k.Stop()
 	}
-	if r.up != nil {
-		_ = r.up.Close()
+	for _, u := range append(r.ups, r.up) {
+		if u != nil {
+			_ = u.Close()
+		}
 	}
 	if r.stats != nil {
 		r.stats.close()
@@ -264,7 +274,7 @@ func (r *run) gateway(ctx context.Context, name string, gc GatewayConfig) (*Chil
 }
 
 func (r *run) gatewayExe(ctx context.Context, exe, name string, gc GatewayConfig) (*Child, error) {
-	gc.UpstreamURL = r.up.URL
+	gc.UpstreamURL = cmp.Or(gc.UpstreamURL, r.up.URL)
 	gc.RedisAddr = r.o.RedisAddr
 	path, err := gc.Write(r.dir, name)
 	if err != nil {
@@ -315,6 +325,10 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 
+	async, err := r.asyncSystemUnder(ctx)
+	if err != nil {
+		return err
+	}
 	peers, err := r.peers(ctx)
 	if err != nil {
 		return err
@@ -364,6 +378,7 @@ func (r *run) main(ctx context.Context) error {
 		{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: tlsNewT.WithMix(&Mix{Working: working}), child: gwTLS, schema: r.id + "_tls"},
 		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1, schema: r.id + "_l1"},
 		{name: "L2", desc: "Redis SET NX, unpipelined", doer: l2},
+		async,
 	}
 	systems = append(systems, peerSystems...)
 	var baseChildren []*Child
@@ -447,6 +462,11 @@ func (r *run) main(ctx context.Context) error {
 					s.closed[c] = a
 				}
 				a.add(cell, w)
+				if s.drain != nil {
+					if err := r.drainAfter(ctx, s, a); err != nil {
+						return err
+					}
+				}
 				r.logf("  %-4s c=%-3d %8.0f/s  p50 %-8v p99 %-8v err %d %v", s.name, c, cell.Throughput(),
 					cell.Hist.Quantile(0.5).Round(time.Microsecond), cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Errors, fmtOutcomes(cell.Outcomes))
 			}
@@ -482,7 +502,7 @@ func (r *run) main(ctx context.Context) error {
 	for _, s := range systems {
 		r.report.addSystem(s)
 	}
-	for _, c := range append(append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS}, peers.children()...), baseChildren...) {
+	for _, c := range append(append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS, async.child}, peers.children()...), baseChildren...) {
 		if s, err := c.Sample(); err == nil {
 			r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
 		}

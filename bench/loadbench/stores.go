@@ -111,6 +111,13 @@ func (p *Postgres) CountExpired(ctx context.Context, schema string) (int64, erro
 	return n, err
 }
 
+// CountQueued counts rows of schema waiting for delivery (delivery: async).
+func (p *Postgres) CountQueued(ctx context.Context, schema string) (int64, error) {
+	var n int64
+	err := p.admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".hookstamp_records WHERE state = 'queued'").Scan(&n)
+	return n, err
+}
+
 // Count counts rows of schema.
 func (p *Postgres) Count(ctx context.Context, schema string) (int64, error) {
 	var n int64

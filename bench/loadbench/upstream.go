@@ -2,6 +2,7 @@ package loadbench
 
 import (
 	"net"
+	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -9,15 +10,18 @@ import (
 // Upstream is the application behind every system under test: a Fiber app
 // answering each delivery 200 with a small JSON receipt.
 type Upstream struct {
-	app *fiber.App
-	URL string
+	app      *fiber.App
+	URL      string
+	received atomic.Uint64
 }
 
 // StartUpstream serves on a free loopback port.
 func StartUpstream() (*Upstream, error) {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	u := &Upstream{app: app}
 	receipt := []byte(`{"received":true,"status":"processed"}`)
 	app.All("/*", func(c *fiber.Ctx) error {
+		u.received.Add(1)
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		return c.Send(receipt)
 	})
@@ -26,8 +30,12 @@ func StartUpstream() (*Upstream, error) {
 		return nil, err
 	}
 	go func() { _ = app.Listener(ln) }()
-	return &Upstream{app: app, URL: "http://" + ln.Addr().String()}, nil
+	u.URL = "http://" + ln.Addr().String()
+	return u, nil
 }
+
+// Received is how many requests it has answered.
+func (u *Upstream) Received() uint64 { return u.received.Load() }
 
 // Close stops it.
 func (u *Upstream) Close() error { return u.app.Shutdown() }

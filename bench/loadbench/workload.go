@@ -156,7 +156,7 @@ func outcomeLabel(b []byte) string {
 	return "other"
 }
 
-var outcomeNames = []string{"replayed", "forwarded", "conflict", "released", "passthrough", "unavailable", "mismatch", "held"}
+var outcomeNames = []string{"replayed", "forwarded", "conflict", "released", "passthrough", "unavailable", "mismatch", "held", "accepted"}
 
 // Prerecord sends every key once (conc at a time) so that later deliveries
 // of them are repeats of recorded deliveries.
