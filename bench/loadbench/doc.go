@@ -1,7 +1,8 @@
 // Package loadbench measures hookstamp against its physical limits in one
 // run (make bench, make bench-quick; docs/performance.md): on loopback, an
 // upstream, a bare Fiber v2 proxy hop (B0), hookstamp in each
-// configuration (B1–B5), the peers its users would otherwise run (N0:
+// configuration (B1–B5) and with store-and-forward (A1, whose queue's
+// drain to the upstream is timed after each cell), the peers its users would otherwise run (N0:
 // nginx's proxy hop; F1: Fiber's idempotency middleware on Redis), and the
 // raw rates of PostgreSQL (L1: single-row INSERT transactions) and Redis
 // (L2: SET NX), all driven by one load generator, interleaved round by
