@@ -7,7 +7,7 @@ import (
 )
 
 // asyncRoute is the route YAML of A1: store-and-forward with hookstamp's
-// default async settings (concurrency 8 per replica among them).
+// default async settings, as every system keeps the defaults.
 const asyncRoute = "    delivery: async\n"
 
 // asyncDrain follows A1's queue after a closed-loop cell: the deliveries

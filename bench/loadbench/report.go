@@ -234,8 +234,7 @@ var ratioDefs = []struct {
 	{name: "unique_vs_ledger_only", num: "B1", den: "B4u"},
 	{name: "unique_vs_fiber_idempotency", num: "B1", den: "F1u"},
 	{name: "unique_p99_vs_ledger_only", num: "B1", den: "B4u", p99: true},
-	// Store-and-forward's intake: its system, once it exists, is named
-	// asyncSystem; until then the ratio is left out.
+	// Store-and-forward's intake, left out of runs without asyncSystem.
 	{name: "async_intake_vs_pg_insert", num: asyncSystem, den: "L1"},
 	// Not goals any more (the first performance issue's), kept to compare
 	// runs: the hop, PostgreSQL's insert rate, the ledger-only mixes.

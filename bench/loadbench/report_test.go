@@ -47,8 +47,7 @@ func TestStoreStatsSeesAScriptsWrites(t *testing.T) {
 }
 
 // The p99 ratio divides percentiles, the others throughputs; a ratio
-// whose system did not run (the async intake before it exists) is left
-// out, not zero.
+// whose system did not run (A1 left out of a run) is left out, not zero.
 func TestRatiosOfPeers(t *testing.T) {
 	r := &Report{Settings: Settings{Concurrency: []int{Headline}}}
 	for _, x := range []struct {
