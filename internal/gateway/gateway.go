@@ -249,9 +249,7 @@ func (g *Gateway) Start() error {
 	if err := g.startTLS(ctx); err != nil {
 		return err
 	}
-	if err := g.startQueue(); err != nil {
-		return err
-	}
+	g.startQueue(ctx)
 	if g.cfg.Store.SweepInterval > 0 {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.sweep(ctx) }()

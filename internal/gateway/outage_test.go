@@ -408,3 +408,33 @@ func holdFirstCopy(tb testing.TB, key string) (up *upstream, release func()) {
 	})
 	return up, release
 }
+
+// A replica that starts while PostgreSQL is unreachable serves anyway
+// (intake answers 503) and starts its delivery queue once the database is
+// back: a replica that stopped instead would take its share of traffic
+// down with it.
+func TestAsyncReplicaStartsWhilePostgresIsDown(t *testing.T) {
+	t.Parallel()
+	dsn, proxy := postgresBehindProxy(t)
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, "unused", asyncRoute, "")
+	cfg.Store.Driver, cfg.Store.DSN = config.StorePostgres, dsn
+	migrated := startGatewayWith(t, cfg, asyncOptions(t))
+	if err := migrated.Shutdown(t0ctx); err != nil {
+		t.Fatalf("shut the migrating replica down: %v", err)
+	}
+
+	proxy.Cut()
+	cfg.Store.AutoMigrate = false
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	wantUnavailable(t, send(t, g, "/hooks", `{"id":"evt_down"}`))
+
+	proxy.Restore()
+	testenv.Eventually(t, 20*time.Second, "an acknowledgement once PostgreSQL is back", func() bool {
+		return send(t, g, "/hooks", `{"id":"evt_down"}`).status == http.StatusAccepted
+	})
+	waitState(t, g, "evt_down", idempotency.StateDone)
+	if n := up.count("evt_down"); n != 1 {
+		t.Fatalf("upstream received evt_down %d times, want 1", n)
+	}
+}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -13,9 +14,12 @@ import (
 // queueParts deliver the stored requests of async routes, and of any route
 // storing requests redelivered by an operator.
 type queueParts struct {
-	q       *queue.Queue // nil when no route stores requests
+	q     *queue.Queue    // nil when no route stores requests
+	async map[string]bool // the async routes
+
+	mu      sync.Mutex // started and stopped change under it, with Start and Stop
 	started bool
-	async   map[string]bool // the async routes
+	stopped bool
 }
 
 // hasAsync reports whether any route is async.
@@ -83,9 +87,38 @@ func (g *Gateway) queueCounts(ctx context.Context) (map[string]telemetry.QueueCo
 	return out, nil
 }
 
-// startQueue starts working jobs.
-func (g *Gateway) startQueue() error {
+// startQueue starts working jobs. A database that cannot be reached now
+// does not stop the gateway: intake answers 503 until it is back, and the
+// queue keeps trying to start in the background until ctx ends.
+func (g *Gateway) startQueue(ctx context.Context) {
 	if g.queue.q == nil {
+		return
+	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		wait := 100 * time.Millisecond
+		for {
+			err := g.tryStartQueue()
+			if err == nil {
+				return
+			}
+			g.log.Warn("delivery queue not started; trying again", "err", err, "in", wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+	}()
+}
+
+// tryStartQueue starts the queue unless it is started or being stopped.
+func (g *Gateway) tryStartQueue() error {
+	g.queue.mu.Lock()
+	defer g.queue.mu.Unlock()
+	if g.queue.started || g.queue.stopped {
 		return nil
 	}
 	if err := g.queue.q.Start(context.Background()); err != nil {
@@ -98,6 +131,9 @@ func (g *Gateway) startQueue() error {
 // stopQueue stops fetching jobs and lets the attempts in flight finish
 // until ctx is done (SIGTERM, SPEC §10); the rest stay queued.
 func (g *Gateway) stopQueue(ctx context.Context) {
+	g.queue.mu.Lock()
+	defer g.queue.mu.Unlock()
+	g.queue.stopped = true
 	if !g.queue.started {
 		return
 	}
