@@ -140,11 +140,14 @@ func New(o Options) (*Queue, error) {
 		longest = max(longest, r.Timeout)
 	}
 	cfg := &river.Config{
-		ID:                   o.Replica,
-		Queues:               queues,
-		Workers:              workers,
-		FetchPollInterval:    o.PollInterval,
-		FetchCooldown:        min(o.PollInterval, river.FetchCooldownDefault),
+		ID:                o.Replica,
+		Queues:            queues,
+		Workers:           workers,
+		FetchPollInterval: o.PollInterval,
+		// River fetches at most a queue's free slots per cooldown: its
+		// default (100ms) caps a route at ten times its concurrency per
+		// second, far below what the upstream can take.
+		FetchCooldown:        min(o.PollInterval, fetchCooldown),
 		JobTimeout:           longest + o.RescueMargin/2,
 		RescueStuckJobsAfter: longest + o.RescueMargin,
 		Logger:               o.Logger.With("component", "river"),
@@ -219,6 +222,9 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	}
 	return nil
 }
+
+// fetchCooldown is the shortest pause between two fetches of one queue.
+const fetchCooldown = 5 * time.Millisecond
 
 // Start begins fetching and working jobs.
 func (q *Queue) Start(ctx context.Context) error {
