@@ -3,7 +3,6 @@ package memscreen_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,27 +29,9 @@ func TestConformance(t *testing.T) {
 	idempotencytest.RunScreen(t, open)
 }
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newFake(t *testing.T, sweep time.Duration) (*memscreen.Screen, *fakeClock) {
+func newFake(t *testing.T, sweep time.Duration) (*memscreen.Screen, *testenv.Clock) {
 	t.Helper()
-	clk := &fakeClock{now: time.Date(2026, 6, 12, 0, 0, 0, 0, time.UTC)}
+	clk := testenv.NewClock(time.Date(2026, 6, 12, 0, 0, 0, 0, time.UTC))
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64, Now: clk.Now, SweepInterval: sweep})
 	t.Cleanup(s.Close)
 	return s, clk
@@ -83,7 +64,7 @@ func TestLeaseWithInjectedClock(t *testing.T) {
 			if got := claim(t, s, "k", "a", 30*time.Second); got != idempotency.Acquired {
 				t.Fatalf("first claim = %v", got)
 			}
-			clk.Add(c.advance)
+			clk.Advance(c.advance)
 			if got := claim(t, s, "k", "b", 30*time.Second); got != c.want {
 				t.Fatalf("claim after %v = %v, want %v", c.advance, got, c.want)
 			}
@@ -98,11 +79,11 @@ func TestDoneExpiresWithTTL(t *testing.T) {
 	if err := s.Complete(context.Background(), ref, "a", e, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(time.Minute - time.Nanosecond)
+	clk.Advance(time.Minute - time.Nanosecond)
 	if got := claim(t, s, "k", "b", time.Second); got != idempotency.Done {
 		t.Fatalf("claim before ttl = %v, want done", got)
 	}
-	clk.Add(time.Nanosecond)
+	clk.Advance(time.Nanosecond)
 	if got := claim(t, s, "k", "b", time.Second); got != idempotency.Acquired {
 		t.Fatalf("claim after ttl = %v, want acquired", got)
 	}
@@ -122,9 +103,9 @@ func TestJanitorReclaimsExpiredEntries(t *testing.T) {
 	}
 	// In-flight entries outlive their lease by one lease (takeover
 	// window); done entries live for their ttl.
-	clk.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	waitLen(t, s, 100)
-	clk.Add(time.Minute)
+	clk.Advance(time.Minute)
 	waitLen(t, s, 0)
 }
 
