@@ -214,13 +214,17 @@ type Screen interface {
 	// Wait blocks until owner's in-flight entry may have changed or ctx is
 	// done; it may return early: callers claim again.
 	Wait(ctx context.Context, ref Ref, owner string) error
+	// Peek reports what holds ref without claiming it: a Done entry or an
+	// InFlight claim, and false when nothing does.
+	Peek(ctx context.Context, ref Ref) (Claim, bool, error)
 }
 
 // Queue stores async deliveries (SPEC §10).
 type Queue interface {
 	// Enqueue writes rec (state queued, with its Request) and its delivery
 	// job in one transaction, where there is no row or a pending one owned
-	// by owner or expired before now; otherwise ErrNotOwner.
+	// by owner or expired before now; otherwise ErrNotOwner. Owner "" owns
+	// no row: the insert is the claim.
 	Enqueue(ctx context.Context, rec *Record, owner string, now time.Time) error
 }
 

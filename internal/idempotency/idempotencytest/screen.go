@@ -85,6 +85,7 @@ func RunScreen(t *testing.T, open func(t *testing.T) idempotency.Screen) {
 		{"wait ignores other keys", screenWaitOtherKeys},
 		{"wait wakes every waiter", screenWaitMany},
 		{"concurrent claims: exactly one acquires", screenConcurrentClaims},
+		{"peek reports what holds a key and claims nothing", screenPeek},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -718,4 +719,32 @@ func screenConcurrentClaims(t *testing.T, s idempotency.Screen) {
 			t.Fatalf("claim %d = %v owner %q, want in flight held by %q", i, results[i].Status, results[i].Owner, want)
 		}
 	}
+}
+
+func screenPeek(t *testing.T, s idempotency.Screen) {
+	peek := func(want idempotency.ClaimStatus, wantFound bool) idempotency.Claim {
+		t.Helper()
+		c, found, err := s.Peek(context.Background(), screenRef)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		if found != wantFound || (found && c.Status != want) {
+			t.Fatalf("Peek = %v found=%v, want %v found=%v", c.Status, found, want, wantFound)
+		}
+		return c
+	}
+	peek(0, false)
+	fp := screenFingerprint("body")
+	screenWantStatus(t, screenClaim(t, s, screenRef, "a", fp, screenLease), idempotency.Acquired)
+	if c := peek(idempotency.InFlight, true); c.Owner != "a" || !bytes.Equal(c.Fingerprint, fp) {
+		t.Fatalf("Peek of a claim = owner %q fingerprint %x, want a %x", c.Owner, c.Fingerprint, fp)
+	}
+	screenComplete(t, s, screenRef, "a", screenEntry())
+	c := peek(idempotency.Done, true)
+	screenWantEntry(t, c.Entry, screenEntry())
+	if err := s.Forget(context.Background(), screenRef); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	peek(0, false)
+	screenWantStatus(t, screenClaim(t, s, screenRef, "b", nil, screenLease), idempotency.Acquired)
 }

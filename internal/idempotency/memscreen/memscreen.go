@@ -188,6 +188,24 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 	return idempotency.Claim{Status: status}, nil
 }
 
+// Peek reports the live claim or done entry holding ref, without claiming
+// it (idempotency.Screen).
+func (s *Screen) Peek(_ context.Context, ref idempotency.Ref) (idempotency.Claim, bool, error) {
+	now := s.now()
+	sh := s.shard(ref)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[ref]
+	switch {
+	case e == nil:
+	case e.done && now.Before(e.dropAt):
+		return idempotency.Claim{Status: idempotency.Done, Fingerprint: slices.Clone(e.val.Fingerprint), Entry: cloneEntry(e.val)}, true, nil
+	case !e.done && now.Before(e.leaseUntil):
+		return idempotency.Claim{Status: idempotency.InFlight, Owner: e.owner, Fingerprint: slices.Clone(e.fingerprint)}, true, nil
+	}
+	return idempotency.Claim{}, false, nil
+}
+
 // Complete records a copy of e as done for ttl (idempotency.Screen).
 func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, owner string, e *idempotency.Entry, ttl time.Duration) error {
 	if e == nil {

@@ -44,6 +44,7 @@ return out
 var bundles = map[*redis.Script]*bundle{
 	claimScript:    bundleOf(claimSrc, 4),
 	completeScript: bundleOf(completeSrc, 5),
+	peekScript:     bundleOf(peekSrc, 0),
 }
 
 // args flattens the calls' arguments behind the count.

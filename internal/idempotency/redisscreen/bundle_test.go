@@ -109,3 +109,51 @@ func TestClusterBatchesAreNotBundled(t *testing.T) {
 		t.Fatal("a single node's pipeliner does not bundle")
 	}
 }
+
+// Peeks batched with each other run as one bundle, and each caller gets
+// its own key's answer: nothing, a claim, or a record.
+func TestBatchedPeeksRunAsOneBundle(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	s := newTB(t, Options{Addrs: []string{srv.Addr}, Prefix: "bundle:"})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+	if _, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: ref("claimed"), Owner: "o1", Fingerprint: []byte("fp"), Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, ref("done"), "o2", &idempotency.Entry{Response: idempotency.Response{Status: 201}, BodyCached: true, Fingerprint: []byte("fd")}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	peek := func(k string) *scriptCall {
+		return &scriptCall{ctx: ctx, script: peekScript, keys: []string{s.key(ref(k))}, done: make(chan scriptResult, 1)}
+	}
+	s.pipe.send([]*scriptCall{peek("w1"), peek("w2")}) // Redis caches the bundle's script
+	batch := []*scriptCall{peek("absent"), peek("claimed"), peek("done")}
+	before := scriptRuns(t, c)
+	s.pipe.send(batch)
+	if runs := scriptRuns(t, c) - before; runs != 1 {
+		t.Fatalf("3 batched peeks ran %d scripts, want 1 bundle", runs)
+	}
+	got := make([]string, len(batch))
+	for i, call := range batch {
+		r := <-call.done
+		res, _ := r.val.([]any)
+		if r.err != nil {
+			t.Fatalf("peek %d: %v", i, r.err)
+		}
+		if len(res) == 0 {
+			got[i] = "none"
+			continue
+		}
+		cl, err := parseClaim(res)
+		if err != nil {
+			t.Fatalf("peek %d: %v", i, err)
+		}
+		got[i] = fmt.Sprintf("%v %s %s", cl.Status, cl.Owner, cl.Fingerprint)
+	}
+	want := []string{"none", fmt.Sprintf("%v o1 fp", idempotency.InFlight), fmt.Sprintf("%v  fd", idempotency.Done)}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("peeks = %q, want %q", got, want)
+	}
+}

@@ -245,6 +245,29 @@ func (s *Screen) Claim(ctx context.Context, req idempotency.ClaimRequest) (idemp
 	return c, nil
 }
 
+// Peek reports what holds ref, without claiming it (idempotency.Screen),
+// in one script run pipelined with concurrent calls.
+func (s *Screen) Peek(ctx context.Context, ref idempotency.Ref) (idempotency.Claim, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	v, err := s.pipe.run(ctx, peekScript, []string{s.key(ref)})
+	if err != nil {
+		return idempotency.Claim{}, false, fail("peek", ref, err)
+	}
+	res, ok := v.([]any)
+	if !ok {
+		return idempotency.Claim{}, false, fail("peek", ref, fmt.Errorf("%w: peek reply %T", errCorrupt, v))
+	}
+	if len(res) == 0 {
+		return idempotency.Claim{}, false, nil
+	}
+	c, err := parseClaim(res)
+	if err != nil {
+		return idempotency.Claim{}, false, fail("peek", ref, err)
+	}
+	return c, true, nil
+}
+
 // errReleasedClaim answers a claim that reached Redis after its owner had
 // released it (see releaseScript); its caller has long given up on it.
 var errReleasedClaim = errors.New("the claim was released before it reached Redis")

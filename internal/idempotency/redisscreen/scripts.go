@@ -65,6 +65,24 @@ redis.call('PEXPIRE', KEYS[1], 2 * lease)
 return {status}
 `
 
+// peekScript: no ARGV. Returns {} when the key holds no claim or record,
+// else what claimScript would report of it, without the lease's ms left:
+// {3, owner, fingerprint, 0} in flight, {4, fingerprint, entry} done. It
+// writes nothing; it is a script so that concurrent peeks share one run
+// (bundle.go).
+var peekScript = redis.NewScript(peekSrc)
+
+const peekSrc = `
+local v = redis.call('HMGET', KEYS[1], 's', 'o', 'f', 'e')
+if v[1] == 'd' then
+  return {4, v[3], v[4]}
+end
+if v[1] == 'f' then
+  return {3, v[2], v[3], 0}
+end
+return {}
+`
+
 // completeScript: ARGV = channel, ttl ms, fingerprint, entry, refill
 // owner ("" for a record the caller wrote). Returns 1 when written, 0 when
 // a done entry was kept, the key was forgotten (s = "x", see
