@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -18,15 +19,22 @@ func (c cluster) asyncReplicas(tb testing.TB, n int, upstreamURL string) []*Gate
 	tb.Helper()
 	gws := make([]*Gateway, n)
 	for i := range gws {
-		cfg := c.replicaConfig(tb, upstreamURL, "store")
-		cfg.Routes[0].Delivery = "async"
-		cfg.Routes[0].Async.MaxAttempts = 1000
-		cfg.Routes[0].Async.Backoff.Initial = 5 * time.Millisecond
-		cfg.Routes[0].Async.Backoff.Max = 100 * time.Millisecond
-		cfg.Routes[0].Async.Concurrency = 16
-		gws[i] = startGatewayWith(tb, cfg, asyncOptions(tb))
+		gws[i] = startGatewayWith(tb, c.asyncConfig(tb, upstreamURL, "store"), asyncOptions(tb))
 	}
 	return gws
+}
+
+// asyncConfig is replicaConfig with the route "hooks" async, retrying
+// quickly.
+func (c cluster) asyncConfig(tb testing.TB, upstreamURL, onScreenDown string) *config.Config {
+	tb.Helper()
+	cfg := c.replicaConfig(tb, upstreamURL, onScreenDown)
+	cfg.Routes[0].Delivery = "async"
+	cfg.Routes[0].Async.MaxAttempts = 1000
+	cfg.Routes[0].Async.Backoff.Initial = 5 * time.Millisecond
+	cfg.Routes[0].Async.Backoff.Max = 100 * time.Millisecond
+	cfg.Routes[0].Async.Concurrency = 16
+	return cfg
 }
 
 func TestAsyncReplicasDeliverEachEventOnceThroughAnOutage(t *testing.T) {

@@ -9,6 +9,102 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// intake stores a first delivery of an async route without a claim before
+// it: the insert of its queued row is the claim, atomic across replicas by
+// the ledger's key (docs/decisions.md, "Async intake claims by storing").
+// A key the screen or the ledger already holds is answered as its record.
+// It reports false, having stored nothing, when the screen cannot be read
+// (screen.on_unavailable applies) or the key is in flight on the claim
+// path (the route was synchronous, or a replica runs an older hookstamp):
+// Handle's claim loop then takes the delivery.
+func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
+	if e.o.Queue == nil || d.Request == nil {
+		return Result{}, false
+	}
+	c, found, err := e.peek(ctx, d.Ref)
+	switch {
+	case err != nil:
+		return Result{}, false
+	case found && c.Status == Done:
+		return e.replayFound(ctx, p, d, fwd, c.Entry)
+	case found:
+		return Result{}, false
+	}
+	// Stored even if the provider has gone away.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	defer cancel()
+	for range intakeAttempts {
+		held, err := e.store(ctx, sctx, p, d)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // the row holding the key was deleted since: store afresh
+		case err != nil:
+			e.depError("ledger", "enqueue", err)
+			return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
+		case held == nil:
+			return Result{Outcome: Accepted, Ack: p.ackCopy()}, true
+		case held.State == StatePending:
+			return Result{}, false
+		}
+		ent := ackEntry(p, held)
+		// A refill of nobody's claim: it never ends one.
+		e.tidyScreen(sctx, d.Ref, newOwner(), asRefill(ent))
+		return e.replayFound(ctx, p, d, fwd, ent)
+	}
+	return e.unavailable(fmt.Errorf("enqueue %q: the record keeps vanishing", d.Key)), true
+}
+
+// store writes d's queued row, request and job unless its key has a row:
+// nil when stored, else the row that holds the key (ErrNotFound: deleted
+// before it could be read).
+func (e *Engine) store(ctx, sctx context.Context, p *Policy, d Delivery) (*Record, error) {
+	now := e.o.Now()
+	rec := &Record{Ref: d.Ref, State: StateQueued, Fingerprint: d.Fingerprint, Source: d.Source,
+		CreatedAt: now, ExpiresAt: now.Add(p.Retention), Request: d.Request}
+	traceOf(ctx, rec)
+	qctx, span := e.o.Tracer.Start(sctx, "hookstamp.enqueue", trace.WithAttributes(attribute.String("hookstamp.state", string(StateQueued))))
+	err := e.o.Queue.Enqueue(qctx, rec, "", now)
+	endSpan(span, err)
+	if err == nil {
+		ent := ackEntry(p, rec)
+		e.tidyScreen(sctx, d.Ref, "", ent)
+		if cache := e.o.Cache; cache != nil {
+			cache.Put(d.Ref, ent, d.ticket)
+		}
+		return nil, nil
+	}
+	if !errors.Is(err, ErrNotOwner) {
+		return nil, err
+	}
+	return e.o.Ledger.Lookup(sctx, d.Ref)
+}
+
+// intakeAttempts bounds intake's store-or-read rounds for a key whose
+// record is deleted between them.
+const intakeAttempts = 3
+
+// peek reads what the screen holds for ref, unless the breaker skips the
+// screen (an error).
+func (e *Engine) peek(ctx context.Context, ref Ref) (Claim, bool, error) {
+	if e.o.Screen == nil {
+		return Claim{}, false, nil
+	}
+	ok, probe := e.breaker.allow()
+	if !ok {
+		return Claim{}, false, errBreakerOpen
+	}
+	c, found, err := e.o.Screen.Peek(ctx, ref)
+	if err != nil {
+		e.depError("screen", "peek", err)
+	}
+	if err != nil && ctx.Err() != nil {
+		e.breaker.abandon(probe)
+	} else {
+		e.breaker.done(probe, err != nil)
+	}
+	return c, found, err
+}
+
 // enqueue stores a claimed delivery of an async route — its queued row,
 // request and job in one transaction — and only then acknowledges it
 // (SPEC §10). A queue that cannot store it gets the claim released and
@@ -37,8 +133,7 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
 		}
-		ack := *p.Ack
-		return Result{Outcome: Accepted, Ack: &ack, TakenOver: c.Status == TakenOver}
+		return Result{Outcome: Accepted, Ack: p.ackCopy(), TakenOver: c.Status == TakenOver}
 	case errors.Is(err, ErrNotOwner):
 		// The claim expired and another delivery of the key stored it:
 		// it is stored, so this one gets the acknowledgement too.
@@ -59,10 +154,15 @@ func ackEntry(p *Policy, rec *Record) *Entry {
 // ackReplay answers a repeat on an async route with the route's
 // acknowledgement, byte for byte the first delivery's.
 func (e *Engine) ackReplay(p *Policy, ent *Entry) Result {
-	ack := *p.Ack
-	r := Result{Outcome: Replayed, Replay: &ack}
+	r := Result{Outcome: Replayed, Replay: p.ackCopy()}
 	if ent != nil {
 		r.OriginalTraceID, r.OriginalSpanID = ent.TraceID, ent.SpanID
 	}
 	return r
+}
+
+// ackCopy is the route's acknowledgement, the caller's to keep.
+func (p *Policy) ackCopy() *Response {
+	ack := *p.Ack
+	return &ack
 }

@@ -197,6 +197,11 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		if r, ok := e.cached(ctx, p, d, fwd); ok {
 			return r
 		}
+		if attempt == 0 && p.Ack != nil {
+			if r, ok := e.intake(ctx, p, d, fwd); ok {
+				return r
+			}
+		}
 		claimedAt := time.Now()
 		// A new owner for each attempt: a screen claim of an earlier one
 		// whose answer was lost may still be being released in the
