@@ -72,7 +72,7 @@ func (r *run) asyncSystemUnder(ctx context.Context) (*system, error) {
 		return nil, err
 	}
 	return &system{name: asyncSystem, desc: "Redis+PG, delivery: async, 100% unique (acknowledged/s)",
-		doer: NewHTTPTarget(gw.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: gw, schema: r.id + schema,
+		doer: NewHTTPTarget(gw.Addr, unique(1)), child: gw, schema: r.id + schema,
 		drain: &asyncDrain{up: up, pg: r.pg, schema: r.id + schema, max: r.o.DrainMax}}, nil
 }
 

@@ -38,6 +38,28 @@ func (c *Cell) Throughput() float64 {
 	return float64(c.Requests) / c.Elapsed.Seconds()
 }
 
+// record counts one operation that finished in the window.
+func (c *Cell) record(outcome string, ok bool, latency time.Duration) {
+	if !ok {
+		c.Errors++
+		return
+	}
+	c.Hist.Record(latency)
+	c.Requests++
+	if outcome != "" {
+		c.Outcomes[outcome]++
+	}
+}
+
+// sum is the workers' cells merged, over elapsed.
+func sum(cells []*Cell, elapsed time.Duration) *Cell {
+	total := &Cell{Elapsed: elapsed, Outcomes: map[string]uint64{}}
+	for _, c := range cells {
+		total.merge(c)
+	}
+	return total
+}
+
 func (c *Cell) merge(o *Cell) {
 	c.Requests += o.Requests
 	c.Errors += o.Errors
@@ -86,17 +108,8 @@ func ClosedLoop(ctx context.Context, d Doer, conc int, warmup, dur time.Duration
 				// started: leaving out the conc operations in flight
 				// when it opens would understate throughput (and
 				// overstate CPU per request) by latency/window.
-				if phase.Load() != phaseMeasure {
-					continue
-				}
-				if !ok {
-					c.Errors++
-					continue
-				}
-				c.Hist.Record(time.Since(start))
-				c.Requests++
-				if outcome != "" {
-					c.Outcomes[outcome]++
+				if phase.Load() == phaseMeasure {
+					c.record(outcome, ok, time.Since(start))
 				}
 			}
 		}(cells[i])
@@ -110,11 +123,7 @@ func ClosedLoop(ctx context.Context, d Doer, conc int, warmup, dur time.Duration
 	elapsed := time.Since(t0)
 	win.End()
 	wg.Wait()
-	total := &Cell{Elapsed: elapsed, Outcomes: map[string]uint64{}}
-	for _, c := range cells {
-		total.merge(c)
-	}
-	return total
+	return sum(cells, elapsed)
 }
 
 // OpenLoop sends at a fixed rate whatever the answers do, and measures
@@ -142,17 +151,8 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 			for j := range jobs {
 				clock.sleepUntil(j.due)
 				outcome, ok := w.Do(ctx)
-				if !j.measure {
-					continue
-				}
-				if !ok {
-					c.Errors++
-					continue
-				}
-				c.Hist.Record(time.Since(j.due))
-				c.Requests++
-				if outcome != "" {
-					c.Outcomes[outcome]++
+				if j.measure {
+					c.record(outcome, ok, time.Since(j.due))
 				}
 			}
 		}(cells[i])
@@ -183,11 +183,7 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 		win.Begin()
 	}
 	win.End()
-	total := &Cell{Elapsed: dur, Outcomes: map[string]uint64{}}
-	for _, c := range cells {
-		total.merge(c)
-	}
-	return total
+	return sum(cells, dur)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

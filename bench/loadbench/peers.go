@@ -2,7 +2,6 @@ package loadbench
 
 import (
 	"context"
-	"fmt"
 )
 
 // peers are the systems hookstamp's users would otherwise run, measured
@@ -39,16 +38,15 @@ func (p *peers) systems(ctx context.Context, r *run, working []string) ([]*syste
 	var out []*system
 	if p.nginx != nil {
 		out = append(out, &system{name: "N0", desc: "nginx proxy_pass hop, keep-alive upstream",
-			doer: NewHTTPTarget(p.nginx.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: p.nginx})
+			doer: NewHTTPTarget(p.nginx.Addr, unique(1)), child: p.nginx})
 	}
 	ft := NewHTTPTarget(p.fiber.Addr, nil)
-	r.logf("recording the working set on F1")
-	if failed := Prerecord(ctx, ft, working, 64); failed > 0 {
-		return nil, fmt.Errorf("F1 working set: %d of %d deliveries failed", failed, len(working))
+	if err := r.prerecord(ctx, ft, working, "F1", "the working set on F1"); err != nil {
+		return nil, err
 	}
 	return append(out,
 		&system{name: "F1u", desc: "Fiber middleware/idempotency + Redis storage, 100% unique",
-			doer: ft.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: p.fiber},
+			doer: ft.WithMix(unique(1)), child: p.fiber},
 		&system{name: "F1r", desc: "Fiber middleware/idempotency + Redis storage, 100% repeats",
 			doer: ft.WithMix(&Mix{Working: working}), child: p.fiber},
 	), nil

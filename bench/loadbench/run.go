@@ -283,211 +283,384 @@ func (r *run) gatewayExe(ctx context.Context, exe, name string, gc GatewayConfig
 	return r.startExe(ctx, exe, name, "gateway", path)
 }
 
+// main measures every system in interleaved rounds, then the ledger at
+// scale and one gateway's memory, into r.report.
 func (r *run) main(ctx context.Context) error {
-	o := r.o
+	if err := r.setUp(ctx); err != nil {
+		return err
+	}
+	f, err := r.startFleet(ctx)
+	if err != nil {
+		return err
+	}
+	defer f.raw.close()
+	systems := r.systems(f)
+	seed := seeds(1)
+	if err := r.closedRounds(ctx, systems, &seed); err != nil {
+		return err
+	}
+	if err := r.openRounds(ctx, systems, &seed); err != nil {
+		return err
+	}
+	r.endRounds(systems, f.doneAfterRounds())
+	if !r.o.SkipScale {
+		if err := r.scale(ctx); err != nil {
+			return err
+		}
+	}
+	if !r.o.SkipRSS {
+		if err := r.memory(ctx, f.trio.main, f.trio.mainT); err != nil {
+			return err
+		}
+	}
+	r.notePeakRSS(f.trio.main)
+	r.report.LoadAfter = LoadAvg()
+	return nil
+}
+
+// setUp starts the shared upstream and opens PostgreSQL and the stores'
+// counters.
+func (r *run) setUp(ctx context.Context) error {
 	var err error
 	if r.up, err = StartUpstream(); err != nil {
 		return err
 	}
-	if r.pg, err = OpenPostgres(ctx, o.PostgresDSN); err != nil {
+	if r.pg, err = OpenPostgres(ctx, r.o.PostgresDSN); err != nil {
 		return err
 	}
-	r.report.Machine = describeMachine(ctx, r.pg, o.RedisAddr)
-	r.stats = newStoreStats(r.pg, o.RedisAddr)
+	r.report.Machine = describeMachine(ctx, r.pg, r.o.RedisAddr)
+	r.stats = newStoreStats(r.pg, r.o.RedisAddr)
+	return nil
+}
 
-	mainDSN, err := r.pg.Schema(ctx, r.id+"_main")
-	if err != nil {
-		return err
-	}
-	ledgerDSN, err := r.pg.Schema(ctx, r.id+"_ledger")
-	if err != nil {
-		return err
-	}
-	l1DSN, err := r.pg.Schema(ctx, r.id+"_l1")
-	if err != nil {
-		return err
-	}
+// fleet is every process and client the interleaved rounds measure.
+type fleet struct {
+	working     []string // B2's keys, recorded on every system that repeats them
+	proxy       *Child   // B0
+	trio        *trio    // B1–B5
+	tls         *Child   // B1t, B2t, B2tn
+	tlsT        *HTTPTarget
+	tlsNewT     *HTTPTarget // a handshake per request
+	async       *system     // A1
+	peers       *peers
+	peerSystems []*system
+	base        *trio // B1@base … B5@base; nil without Options.Baseline
+	raw         *raw  // L1, L2
+}
 
-	proxy, err := r.start(ctx, "b0-proxy", "proxy", r.up.URL)
-	if err != nil {
-		return err
+// startFleet starts every system's process and records the working set
+// on those that repeat it.
+func (r *run) startFleet(ctx context.Context) (*fleet, error) {
+	f := &fleet{working: workingSet()}
+	var err error
+	if f.proxy, err = r.start(ctx, "b0-proxy", "proxy", r.up.URL); err != nil {
+		return nil, err
 	}
-	gwMain, err := r.gateway(ctx, "gw-redis-pg", GatewayConfig{Store: "postgres", DSN: mainDSN, Screen: "redis", Prefix: r.prefix("main"), OnUnavailable: o.ScreenOnUnavailable})
-	if err != nil {
-		return err
+	if f.trio, err = r.startTrio(ctx, ""); err != nil {
+		return nil, err
 	}
-	gwLedger, err := r.gateway(ctx, "gw-ledger-only", GatewayConfig{Store: "postgres", DSN: ledgerDSN, Screen: "none", LocalCache: "0"})
-	if err != nil {
-		return err
+	if f.async, err = r.asyncSystemUnder(ctx); err != nil {
+		return nil, err
 	}
-	gwEmbedded, err := r.gateway(ctx, "gw-embedded", GatewayConfig{Store: "sqlite", DSN: filepath.Join(r.dir, "b5.db"), Screen: "memory"})
-	if err != nil {
-		return err
+	if f.peers, err = r.peers(ctx); err != nil {
+		return nil, err
 	}
+	if err := r.prerecord(ctx, f.trio.mainT, f.working, "B2", "the 10 000 keys of B2's working set"); err != nil {
+		return nil, err
+	}
+	if f.tls, f.tlsT, f.tlsNewT, err = r.tlsGateway(ctx, f.working); err != nil {
+		return nil, err
+	}
+	if f.peerSystems, err = f.peers.systems(ctx, r, f.working); err != nil {
+		return nil, err
+	}
+	if r.o.Baseline != "" {
+		if f.base, err = r.startTrio(ctx, r.o.Baseline); err != nil {
+			return nil, err
+		}
+		if err := r.prerecord(ctx, f.base.mainT, f.working, "baseline B2", "B2's working set on the baseline"); err != nil {
+			return nil, err
+		}
+	}
+	if f.raw, err = r.openRaw(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
-	async, err := r.asyncSystemUnder(ctx)
-	if err != nil {
-		return err
-	}
-	peers, err := r.peers(ctx)
-	if err != nil {
-		return err
-	}
-	mainT := NewHTTPTarget(gwMain.Addr, nil)
-	ledgerT := NewHTTPTarget(gwLedger.Addr, nil)
+// workingSet is B2's 10 000 keys, the same in every run.
+func workingSet() []string {
 	working := make([]string, 10_000)
 	wr := newRand(42)
 	for i := range working {
 		working[i] = UniqueKey(wr, "evt_")
 	}
-	r.logf("recording the 10 000 keys of B2's working set")
-	if failed := Prerecord(ctx, mainT.WithMix(nil), working, 64); failed > 0 {
-		return fmt.Errorf("B2 working set: %d of %d deliveries failed", failed, len(working))
-	}
-	gwTLS, tlsT, tlsNewT, err := r.tlsGateway(ctx, working)
-	if err != nil {
-		return err
-	}
-	peerSystems, err := peers.systems(ctx, r, working)
-	if err != nil {
-		return err
-	}
+	return working
+}
 
-	maxConc := slices.Max(o.Concurrency)
-	l1, err := NewPGInsert(ctx, l1DSN, min(o.L1Conns, maxConc))
-	if err != nil {
-		return err
+// prerecord delivers the working set once through t, so that its keys
+// are repeats when measured; name is the system in the error.
+func (r *run) prerecord(ctx context.Context, t *HTTPTarget, working []string, name, what string) error {
+	r.logf("recording %s", what)
+	if failed := Prerecord(ctx, t, working, 64); failed > 0 {
+		return fmt.Errorf("%s working set: %d of %d deliveries failed", name, failed, len(working))
 	}
-	defer l1.Close()
-	l2 := NewRedisSetNX(o.RedisAddr, r.prefix(""), maxConc)
-	defer l2.Close()
+	return nil
+}
 
+// systems are the fleet's cells (those Options.Systems names, when it
+// names any), in the order the rounds start from.
+func (r *run) systems(f *fleet) []*system {
+	tlsSchema := r.id + "_tls"
 	systems := []*system{
-		{name: "U0", desc: "the upstream alone, no hop (ceiling of any HTTP hop here)", doer: NewHTTPTarget(strings.TrimPrefix(r.up.URL, "http://"), &Mix{Unique: 1, Prefix: "evt_"})},
-		{name: "B0", desc: "bare Fiber v2 proxy hop", doer: NewHTTPTarget(proxy.Addr, &Mix{Unique: 1, Prefix: "evt_"}), child: proxy},
-		{name: "B1", desc: "Redis+PG, 100% unique", doer: mainT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
-		{name: "B2", desc: "Redis+PG, 100% repeats (10k recorded keys)", doer: mainT.WithMix(&Mix{Working: working}), child: gwMain, schema: r.id + "_main"},
-		{name: "B3", desc: "Redis+PG, 70% unique / 30% repeats", doer: mainT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
-		{name: "B3s", desc: "Redis+PG, retry storm 10/90", doer: mainT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwMain, schema: r.id + "_main"},
-		{name: "B4u", desc: "ledger only (screen.driver: none), 100% unique", doer: ledgerT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
-		{name: "B4", desc: "ledger only (seed design), 70/30", doer: ledgerT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
-		{name: "B4s", desc: "ledger only (seed design), 10/90", doer: ledgerT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: gwLedger, schema: r.id + "_ledger"},
-		{name: "B5", desc: "embedded SQLite+memory, 70/30", doer: NewHTTPTarget(gwEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: gwEmbedded},
-		{name: "B1t", desc: "Redis+PG over TLS (kept connections), 100% unique", doer: tlsT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: gwTLS, schema: r.id + "_tls"},
-		{name: "B2t", desc: "Redis+PG over TLS (kept connections), 100% repeats", doer: tlsT.WithMix(&Mix{Working: working}), child: gwTLS, schema: r.id + "_tls"},
-		{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: tlsNewT.WithMix(&Mix{Working: working}), child: gwTLS, schema: r.id + "_tls"},
-		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", min(o.L1Conns, maxConc)), doer: l1, schema: r.id + "_l1"},
-		{name: "L2", desc: "Redis SET NX, unpipelined", doer: l2},
-		async,
+		{name: "U0", desc: "the upstream alone, no hop (ceiling of any HTTP hop here)", doer: NewHTTPTarget(strings.TrimPrefix(r.up.URL, "http://"), unique(1))},
+		{name: "B0", desc: "bare Fiber v2 proxy hop", doer: NewHTTPTarget(f.proxy.Addr, unique(1)), child: f.proxy},
 	}
-	systems = append(systems, peerSystems...)
-	var baseChildren []*Child
-	if o.Baseline != "" {
-		bmDSN, err := r.pg.Schema(ctx, r.id+"_bmain")
-		if err != nil {
-			return err
-		}
-		blDSN, err := r.pg.Schema(ctx, r.id+"_bledger")
-		if err != nil {
-			return err
-		}
-		bMain, err := r.gatewayExe(ctx, o.Baseline, "base-redis-pg", GatewayConfig{Store: "postgres", DSN: bmDSN, Screen: "redis", Prefix: r.prefix("bmain"), OnUnavailable: o.ScreenOnUnavailable})
-		if err != nil {
-			return err
-		}
-		bLedger, err := r.gatewayExe(ctx, o.Baseline, "base-ledger-only", GatewayConfig{Store: "postgres", DSN: blDSN, Screen: "none", LocalCache: "0"})
-		if err != nil {
-			return err
-		}
-		bEmbedded, err := r.gatewayExe(ctx, o.Baseline, "base-embedded", GatewayConfig{Store: "sqlite", DSN: filepath.Join(r.dir, "b5-base.db"), Screen: "memory"})
-		if err != nil {
-			return err
-		}
-		baseChildren = []*Child{bMain, bLedger, bEmbedded}
-		bmT, blT := NewHTTPTarget(bMain.Addr, nil), NewHTTPTarget(bLedger.Addr, nil)
-		r.logf("recording B2's working set on the baseline")
-		if failed := Prerecord(ctx, bmT, working, 64); failed > 0 {
-			return fmt.Errorf("baseline B2 working set: %d of %d deliveries failed", failed, len(working))
-		}
-		systems = append(systems,
-			&system{name: "B1@base", desc: "baseline: Redis+PG, 100% unique", doer: bmT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
-			&system{name: "B2@base", desc: "baseline: Redis+PG, 100% repeats", doer: bmT.WithMix(&Mix{Working: working}), child: bMain, schema: r.id + "_bmain"},
-			&system{name: "B3@base", desc: "baseline: Redis+PG, 70/30", doer: bmT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
-			&system{name: "B3s@base", desc: "baseline: Redis+PG, 10/90", doer: bmT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bMain, schema: r.id + "_bmain"},
-			&system{name: "B4u@base", desc: "baseline: ledger only, 100% unique", doer: blT.WithMix(&Mix{Unique: 1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
-			&system{name: "B4@base", desc: "baseline: ledger only, 70/30", doer: blT.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
-			&system{name: "B4s@base", desc: "baseline: ledger only, 10/90", doer: blT.WithMix(&Mix{Unique: 0.1, Prefix: "evt_"}), child: bLedger, schema: r.id + "_bledger"},
-			&system{name: "B5@base", desc: "baseline: embedded SQLite+memory, 70/30", doer: NewHTTPTarget(bEmbedded.Addr, &Mix{Unique: 0.7, Prefix: "evt_"}), child: bEmbedded},
-		)
+	systems = append(systems, f.trio.systems(f.working)...)
+	systems = append(systems,
+		&system{name: "B1t", desc: "Redis+PG over TLS (kept connections), 100% unique", doer: f.tlsT.WithMix(unique(1)), child: f.tls, schema: tlsSchema},
+		&system{name: "B2t", desc: "Redis+PG over TLS (kept connections), 100% repeats", doer: f.tlsT.WithMix(&Mix{Working: f.working}), child: f.tls, schema: tlsSchema},
+		&system{name: "B2tn", desc: "Redis+PG over TLS, a handshake per request, 100% repeats", doer: f.tlsNewT.WithMix(&Mix{Working: f.working}), child: f.tls, schema: tlsSchema},
+	)
+	systems = append(systems, f.raw.systems(r.id)...)
+	systems = append(systems, f.async)
+	systems = append(systems, f.peerSystems...)
+	if f.base != nil {
+		systems = append(systems, f.base.systems(f.working)...)
 	}
-	if len(o.Systems) > 0 {
-		systems = slices.DeleteFunc(systems, func(s *system) bool { return !slices.Contains(o.Systems, s.name) })
+	if len(r.o.Systems) > 0 {
+		systems = slices.DeleteFunc(systems, func(s *system) bool { return !slices.Contains(r.o.Systems, s.name) })
 	}
 	for _, s := range systems {
 		s.closed = map[int]*agg{}
 	}
+	return systems
+}
 
-	// Closed loop, interleaved: every round visits every concurrency and
-	// every system, in an order rotated each round, so that drift (other
-	// load, a growing ledger, checkpoints) hits all of them alike.
-	seed := uint64(1)
-	for round := range o.Rounds {
-		r.logf("round %d/%d (load %.2f)", round+1, o.Rounds, LoadAvg())
-		for ci, c := range o.Concurrency {
+// doneAfterRounds are the processes the scale and memory runs do not use.
+func (f *fleet) doneAfterRounds() []*Child {
+	done := append([]*Child{f.proxy, f.trio.ledger, f.trio.embedded, f.tls, f.async.child}, f.peers.children()...)
+	if f.base != nil {
+		done = append(done, f.base.main, f.base.ledger, f.base.embedded)
+	}
+	return done
+}
+
+// unique is a mix of share new keys, the rest repeats of earlier ones.
+func unique(share float64) *Mix { return &Mix{Unique: share, Prefix: "evt_"} }
+
+// trio is one build's three gateways: Redis+PostgreSQL, ledger only, and
+// embedded SQLite+memory.
+type trio struct {
+	base                     bool // Options.Baseline's, not this program's
+	main, ledger, embedded   *Child
+	mainT, ledgerT           *HTTPTarget
+	mainSchema, ledgerSchema string
+}
+
+// startTrio starts the gateways of exe: this program's when exe is "",
+// else the baseline's, with schemas, prefix and file of their own.
+func (r *run) startTrio(ctx context.Context, exe string) (*trio, error) {
+	t := &trio{base: exe != ""}
+	process, tag, sqlite := "gw", "", "b5.db"
+	if t.base {
+		process, tag, sqlite = "base", "b", "b5-base.db"
+	}
+	t.mainSchema, t.ledgerSchema = r.id+"_"+tag+"main", r.id+"_"+tag+"ledger"
+	mainDSN, err := r.pg.Schema(ctx, t.mainSchema)
+	if err != nil {
+		return nil, err
+	}
+	ledgerDSN, err := r.pg.Schema(ctx, t.ledgerSchema)
+	if err != nil {
+		return nil, err
+	}
+	if t.main, err = r.gatewayExe(ctx, exe, process+"-redis-pg", GatewayConfig{Store: "postgres", DSN: mainDSN, Screen: "redis",
+		Prefix: r.prefix(tag + "main"), OnUnavailable: r.o.ScreenOnUnavailable}); err != nil {
+		return nil, err
+	}
+	if t.ledger, err = r.gatewayExe(ctx, exe, process+"-ledger-only", GatewayConfig{Store: "postgres", DSN: ledgerDSN, Screen: "none", LocalCache: "0"}); err != nil {
+		return nil, err
+	}
+	if t.embedded, err = r.gatewayExe(ctx, exe, process+"-embedded", GatewayConfig{Store: "sqlite", DSN: filepath.Join(r.dir, sqlite), Screen: "memory"}); err != nil {
+		return nil, err
+	}
+	t.mainT, t.ledgerT = NewHTTPTarget(t.main.Addr, nil), NewHTTPTarget(t.ledger.Addr, nil)
+	return t, nil
+}
+
+// trioGateway picks one of a trio's gateways.
+type trioGateway int
+
+const (
+	onMain trioGateway = iota
+	onLedger
+	onEmbedded
+)
+
+// trioCells are B1–B5; a baseline's are named name@base and described
+// "baseline: " + baseDesc.
+var trioCells = []struct {
+	name, desc, baseDesc string
+	on                   trioGateway
+	unique               float64 // 0: B2's working set
+}{
+	{"B1", "Redis+PG, 100% unique", "Redis+PG, 100% unique", onMain, 1},
+	{"B2", "Redis+PG, 100% repeats (10k recorded keys)", "Redis+PG, 100% repeats", onMain, 0},
+	{"B3", "Redis+PG, 70% unique / 30% repeats", "Redis+PG, 70/30", onMain, 0.7},
+	{"B3s", "Redis+PG, retry storm 10/90", "Redis+PG, 10/90", onMain, 0.1},
+	{"B4u", "ledger only (screen.driver: none), 100% unique", "ledger only, 100% unique", onLedger, 1},
+	{"B4", "ledger only (seed design), 70/30", "ledger only, 70/30", onLedger, 0.7},
+	{"B4s", "ledger only (seed design), 10/90", "ledger only, 10/90", onLedger, 0.1},
+	{"B5", "embedded SQLite+memory, 70/30", "embedded SQLite+memory, 70/30", onEmbedded, 0.7},
+}
+
+// systems are the trio's B1–B5 cells.
+func (t *trio) systems(working []string) []*system {
+	out := make([]*system, 0, len(trioCells))
+	for _, c := range trioCells {
+		s := &system{name: c.name, desc: c.desc}
+		if t.base {
+			s.name, s.desc = c.name+"@base", "baseline: "+c.baseDesc
+		}
+		mix := &Mix{Working: working}
+		if c.unique > 0 {
+			mix = unique(c.unique)
+		}
+		switch c.on {
+		case onMain:
+			s.doer, s.child, s.schema = t.mainT.WithMix(mix), t.main, t.mainSchema
+		case onLedger:
+			s.doer, s.child, s.schema = t.ledgerT.WithMix(mix), t.ledger, t.ledgerSchema
+		case onEmbedded:
+			s.doer, s.child = NewHTTPTarget(t.embedded.Addr, mix), t.embedded
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// raw is L1 and L2: PostgreSQL's and Redis's own rates, no gateway in
+// front.
+type raw struct {
+	l1      *PGInsert
+	l1Conns int
+	l2      *RedisSetNX
+}
+
+func (r *run) openRaw(ctx context.Context) (*raw, error) {
+	dsn, err := r.pg.Schema(ctx, r.id+"_l1")
+	if err != nil {
+		return nil, err
+	}
+	maxConc := slices.Max(r.o.Concurrency)
+	x := &raw{l1Conns: min(r.o.L1Conns, maxConc)}
+	if x.l1, err = NewPGInsert(ctx, dsn, x.l1Conns); err != nil {
+		return nil, err
+	}
+	x.l2 = NewRedisSetNX(r.o.RedisAddr, r.prefix(""), maxConc)
+	return x, nil
+}
+
+func (x *raw) systems(id string) []*system {
+	return []*system{
+		{name: "L1", desc: fmt.Sprintf("PostgreSQL single-row INSERT tx (≤%d conns)", x.l1Conns), doer: x.l1, schema: id + "_l1"},
+		{name: "L2", desc: "Redis SET NX, unpipelined", doer: x.l2},
+	}
+}
+
+func (x *raw) close() {
+	_ = x.l2.Close()
+	x.l1.Close()
+}
+
+// seeds numbers the cells, so that each draws keys of its own.
+type seeds uint64
+
+func (s *seeds) next() uint64 {
+	*s++
+	return uint64(*s)
+}
+
+// closedRounds runs the closed loop, interleaved: every round visits every
+// concurrency and every system, in an order rotated each round, so that
+// drift (other load, a growing ledger, checkpoints) hits all of them alike.
+func (r *run) closedRounds(ctx context.Context, systems []*system, seed *seeds) error {
+	for round := range r.o.Rounds {
+		r.logf("round %d/%d (load %.2f)", round+1, r.o.Rounds, LoadAvg())
+		for ci, c := range r.o.Concurrency {
 			for k := range systems {
 				s := systems[(k+round+ci)%len(systems)]
-				w := r.window(s)
-				seed++
-				profile := o.ProfileDir != "" && round == o.Rounds-1 && c == Headline && s.child != nil && s.child.Debug != ""
-				var prof chan error
-				if profile {
-					prof = make(chan error, 1)
-					go func() {
-						sleepCtx(ctx, o.Warmup)
-						prof <- s.child.Profile(ctx, o.Cell, filepath.Join(o.ProfileDir, s.name+".pprof"))
-					}()
+				profile := r.o.ProfileDir != "" && round == r.o.Rounds-1 && c == Headline && s.child != nil && s.child.Debug != ""
+				if err := r.closedCell(ctx, s, c, seed.next(), profile); err != nil {
+					return err
 				}
-				cell := ClosedLoop(ctx, s.doer, c, o.Warmup, o.Cell, seed, w)
-				if prof != nil {
-					if err := <-prof; err != nil {
-						r.logf("profile %s: %v", s.name, err)
-					}
-				}
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				a := s.closed[c]
-				if a == nil {
-					a = &agg{}
-					s.closed[c] = a
-				}
-				a.add(cell, w)
-				if s.drain != nil {
-					if err := r.drainAfter(ctx, s, a); err != nil {
-						return err
-					}
-				}
-				r.logf("  %-4s c=%-3d %8.0f/s  p50 %-8v p99 %-8v err %d %v", s.name, c, cell.Throughput(),
-					cell.Hist.Quantile(0.5).Round(time.Microsecond), cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Errors, fmtOutcomes(cell.Outcomes))
 			}
 		}
 	}
+	return nil
+}
 
-	// Open loop at a fixed rate, for latency without coordinated omission.
-	// Interleaved like the closed loop: OpenDur is split over the rounds,
-	// each round visits every system in a rotated order, and a system's
-	// percentiles come from all its slices together. One slice per system
-	// in a fixed order let whatever the machine did at one moment (a
-	// checkpoint after the ledger systems' inserts, autovacuum) land on
-	// one system's whole tail.
+// closedCell measures s at c connections into s.closed[c], profiling its
+// child meanwhile if profile is set, and times A1's drain after it.
+func (r *run) closedCell(ctx context.Context, s *system, c int, seed uint64, profile bool) error {
+	w := r.window(s)
+	var prof <-chan error
+	if profile {
+		prof = r.profile(ctx, s)
+	}
+	cell := ClosedLoop(ctx, s.doer, c, r.o.Warmup, r.o.Cell, seed, w)
+	if prof != nil {
+		if err := <-prof; err != nil {
+			r.logf("profile %s: %v", s.name, err)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	a := s.closed[c]
+	if a == nil {
+		a = &agg{}
+		s.closed[c] = a
+	}
+	a.add(cell, w)
+	if s.drain != nil {
+		if err := r.drainAfter(ctx, s, a); err != nil {
+			return err
+		}
+	}
+	r.logf("  %-4s c=%-3d %8.0f/s  p50 %-8v p99 %-8v err %d %v", s.name, c, cell.Throughput(),
+		cell.Hist.Quantile(0.5).Round(time.Microsecond), cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Errors, fmtOutcomes(cell.Outcomes))
+	return nil
+}
+
+// profile takes a CPU profile of s's child over the measured part of the
+// cell starting now, into Options.ProfileDir; the channel gives its error.
+func (r *run) profile(ctx context.Context, s *system) <-chan error {
+	prof := make(chan error, 1)
+	go func() {
+		sleepCtx(ctx, r.o.Warmup)
+		prof <- s.child.Profile(ctx, r.o.Cell, filepath.Join(r.o.ProfileDir, s.name+".pprof"))
+	}()
+	return prof
+}
+
+// openRounds runs the open loop at a fixed rate, for latency without
+// coordinated omission. Interleaved like the closed loop: OpenDur is split
+// over the rounds, each round visits every system in a rotated order, and
+// a system's percentiles come from all its slices together. One slice per
+// system in a fixed order let whatever the machine did at one moment (a
+// checkpoint after the ledger systems' inserts, autovacuum) land on one
+// system's whole tail.
+func (r *run) openRounds(ctx context.Context, systems []*system, seed *seeds) error {
+	o := r.o
 	r.logf("open loop at %.0f req/s, %d rounds", o.OpenRate, o.Rounds)
 	slice := o.OpenDur / time.Duration(max(1, o.Rounds))
 	for round := range max(1, o.Rounds) {
 		for k := range systems {
 			s := systems[(k+round)%len(systems)]
 			w := r.window(s)
-			seed++
-			cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, slice, seed, w)
+			cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, slice, seed.next(), w)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -499,31 +672,25 @@ func (r *run) main(ctx context.Context) error {
 				cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Hist.Quantile(0.999).Round(time.Microsecond), cell.Errors)
 		}
 	}
+	return nil
+}
+
+// endRounds reports the systems' results and stops done, noting each
+// process's peak RSS.
+func (r *run) endRounds(systems []*system, done []*Child) {
 	for _, s := range systems {
 		r.report.addSystem(s)
 	}
-	for _, c := range append(append([]*Child{proxy, gwLedger, gwEmbedded, gwTLS, async.child}, peers.children()...), baseChildren...) {
-		if s, err := c.Sample(); err == nil {
-			r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
-		}
+	for _, c := range done {
+		r.notePeakRSS(c)
 		r.stop(c)
 	}
+}
 
-	if !o.SkipScale {
-		if err := r.scale(ctx); err != nil {
-			return err
-		}
+func (r *run) notePeakRSS(c *Child) {
+	if s, err := c.Sample(); err == nil {
+		r.report.PeakRSS[c.Name] = mib(s.PeakRSS)
 	}
-	if !o.SkipRSS {
-		if err := r.memory(ctx, gwMain, mainT); err != nil {
-			return err
-		}
-	}
-	if s, err := gwMain.Sample(); err == nil {
-		r.report.PeakRSS[gwMain.Name] = mib(s.PeakRSS)
-	}
-	r.report.LoadAfter = LoadAvg()
-	return nil
 }
 
 // tlsGateway starts the Redis+PG gateway again with server.tls (its own
@@ -545,9 +712,8 @@ func (r *run) tlsGateway(ctx context.Context, working []string) (*Child, *HTTPTa
 		return nil, nil, nil, err
 	}
 	t := NewHTTPSTarget(gw.Addr, nil, cert.pool, false)
-	r.logf("recording B2's working set on the TLS gateway")
-	if failed := Prerecord(ctx, t, working, 64); failed > 0 {
-		return nil, nil, nil, fmt.Errorf("B2t working set: %d of %d deliveries failed", failed, len(working))
+	if err := r.prerecord(ctx, t, working, "B2t", "B2's working set on the TLS gateway"); err != nil {
+		return nil, nil, nil, err
 	}
 	return gw, t, NewHTTPSTarget(gw.Addr, nil, cert.pool, true), nil
 }
@@ -584,17 +750,33 @@ func (r *run) scale(ctx context.Context) error {
 	defer r.stop(gwPre)
 
 	sc := &ScaleResult{Rows: o.Prefill, Expired: o.Expired, Concurrency: Headline}
-	empty := &system{name: "B1-empty", child: gwEmpty, doer: NewHTTPTarget(gwEmpty.Addr, &Mix{Unique: 1, Prefix: "evt_"})}
-	pre := &system{name: "B1-prefilled", child: gwPre, doer: NewHTTPTarget(gwPre.Addr, &Mix{Unique: 1, Prefix: "evt_"})}
+	if err := r.emptyVsPrefilled(ctx, sc, gwEmpty, gwPre); err != nil {
+		return err
+	}
+	if err := r.sweeperWindows(ctx, sc, gwPre, preDSN); err != nil {
+		return err
+	}
+	if left, err := r.pg.CountExpired(ctx, r.id+"_prefilled"); err == nil {
+		sc.ExpiredLeft = left
+	}
+	r.report.Scale = sc
+	return nil
+}
+
+// emptyVsPrefilled measures B1 on the empty and the prefilled ledger,
+// alternating which goes first, into sc.
+func (r *run) emptyVsPrefilled(ctx context.Context, sc *ScaleResult, gwEmpty, gwPre *Child) error {
+	empty := &system{name: "B1-empty", child: gwEmpty, doer: NewHTTPTarget(gwEmpty.Addr, unique(1))}
+	pre := &system{name: "B1-prefilled", child: gwPre, doer: NewHTTPTarget(gwPre.Addr, unique(1))}
 	ea, pa := &agg{}, &agg{}
-	for round := range o.ScaleRounds {
+	for round := range r.o.ScaleRounds {
 		order := []*system{empty, pre}
 		if round%2 == 1 {
 			order = []*system{pre, empty}
 		}
 		for _, s := range order {
 			w := &window{child: s.child}
-			cell := ClosedLoop(ctx, s.doer, Headline, o.Warmup, o.ScaleCell, uint64(900+round), w)
+			cell := ClosedLoop(ctx, s.doer, Headline, r.o.Warmup, r.o.ScaleCell, uint64(900+round), w)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -607,14 +789,19 @@ func (r *run) scale(ctx context.Context) error {
 		}
 	}
 	sc.Empty, sc.Prefilled = summarize(ea), summarize(pa)
+	return nil
+}
 
-	// The sweeper: a second gateway replica on the same ledger, with no
-	// traffic and sweep_interval 200ms, started for the "on" windows and
-	// stopped for the "off" ones: exactly the gateway's own sweeper
-	// (SweepAll in batches of 1000 with SKIP LOCKED), deleting the expired
-	// rows while B3's mix runs on the first replica.
+// sweeperWindows measures B3 on the prefilled ledger with the sweeper off
+// and on, into sc. The sweeper is a second gateway replica on the same
+// ledger, with no traffic and sweep_interval 200ms, started for the "on"
+// windows and stopped for the "off" ones: exactly the gateway's own
+// sweeper (SweepAll in batches of 1000 with SKIP LOCKED), deleting the
+// expired rows while B3's mix runs on the first replica.
+func (r *run) sweeperWindows(ctx context.Context, sc *ScaleResult, gwPre *Child, preDSN string) error {
+	o := r.o
 	sweepCfg := GatewayConfig{Store: "postgres", DSN: preDSN, Screen: "none", LocalCache: "0", Sweep: "200ms"}
-	b3 := &system{name: "B3-prefilled", child: gwPre, doer: NewHTTPTarget(gwPre.Addr, &Mix{Unique: 0.7, Prefix: "evt_"})}
+	b3 := NewHTTPTarget(gwPre.Addr, unique(0.7))
 	off, on := &agg{}, &agg{}
 	for i := range o.SweepWindows {
 		left, err := r.pg.CountExpired(ctx, r.id+"_prefilled")
@@ -625,7 +812,7 @@ func (r *run) scale(ctx context.Context) error {
 			break
 		}
 		w := &window{child: gwPre}
-		cell := ClosedLoop(ctx, b3.doer, Headline, o.Warmup, o.ScaleCell, uint64(950+i), w)
+		cell := ClosedLoop(ctx, b3, Headline, o.Warmup, o.ScaleCell, uint64(950+i), w)
 		off.add(cell, w)
 		r.logf("  B3 sweeper off %8.0f/s  p99 %v", cell.Throughput(), cell.Hist.Quantile(0.99).Round(time.Microsecond))
 
@@ -634,7 +821,7 @@ func (r *run) scale(ctx context.Context) error {
 			return err
 		}
 		w = &window{child: gwPre}
-		cell = ClosedLoop(ctx, b3.doer, Headline, o.Warmup, o.ScaleCell, uint64(970+i), w)
+		cell = ClosedLoop(ctx, b3, Headline, o.Warmup, o.ScaleCell, uint64(970+i), w)
 		r.stop(sw)
 		after, err := r.pg.CountExpired(ctx, r.id+"_prefilled")
 		if err != nil {
@@ -650,10 +837,6 @@ func (r *run) scale(ctx context.Context) error {
 		}
 	}
 	sc.SweepOff, sc.SweepOn = summarize(off), summarize(on)
-	if left, err := r.pg.CountExpired(ctx, r.id+"_prefilled"); err == nil {
-		sc.ExpiredLeft = left
-	}
-	r.report.Scale = sc
 	return nil
 }
 
@@ -680,7 +863,7 @@ func (r *run) memory(ctx context.Context, gw *Child, t *HTTPTarget) error {
 		}
 	}()
 	w := &window{child: gw}
-	cell := ClosedLoop(ctx, t.WithMix(&Mix{Unique: 0.7, Prefix: "evt_"}), 256, 0, r.o.RSSDur, 777, w)
+	cell := ClosedLoop(ctx, t.WithMix(unique(0.7)), 256, 0, r.o.RSSDur, 777, w)
 	close(stop)
 	<-done
 	m.Throughput = cell.Throughput()

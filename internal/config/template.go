@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Placeholder kinds of a key template. Header, json, form and query take an
@@ -84,7 +86,7 @@ func parsePlaceholder(in string) (TemplatePart, error) {
 		if strings.TrimSpace(arg) == "" {
 			return TemplatePart{}, fmt.Errorf("{%s} needs an argument, e.g. {%s:%s}", in, kind, exampleArg(kind))
 		}
-		if kind == PlaceholderHeader && !isToken(arg) {
+		if kind == PlaceholderHeader && !httpguts.ValidHeaderFieldName(arg) {
 			return TemplatePart{}, fmt.Errorf("{%s}: %q is not a valid header name", in, arg)
 		}
 		return TemplatePart{Kind: kind, Arg: arg}, nil
@@ -102,21 +104,4 @@ func exampleArg(kind string) string {
 	default:
 		return "event_id"
 	}
-}
-
-// isToken reports whether s is an RFC 9110 token (header names, methods).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

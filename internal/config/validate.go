@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
@@ -258,7 +260,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 	seen := map[string]bool{}
 	for i, m := range r.Methods {
 		switch {
-		case !isToken(m):
+		case !httpguts.ValidHeaderFieldName(m): // a method is a token, as a header name is
 			errs.add(index(join(p, "methods"), i), "%q is not a valid HTTP method", m)
 		case strings.ToUpper(m) != m:
 			errs.add(index(join(p, "methods"), i), "%q must be upper case (methods are case-sensitive; a %q request would never match)", m, strings.ToUpper(m))
@@ -292,7 +294,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 	}
 	if r.Source != "ip" {
 		name, ok := strings.CutPrefix(r.Source, "header:")
-		if !ok || !isToken(name) {
+		if !ok || !httpguts.ValidHeaderFieldName(name) {
 			errs.add(join(p, "source"), "bad source %q (want \"ip\" or \"header:NAME\")", r.Source)
 		}
 	}
@@ -346,7 +348,7 @@ func (c *Config) validateUpstream(errs *Errors, p string, u Upstream) {
 	case c.Screen.Lease > 0 && u.Timeout >= c.Screen.Lease:
 		errs.add(join(p, "timeout"), "%s is not shorter than screen.lease (%s): a claim would expire while its delivery is still being forwarded, letting a retry through", u.Timeout, c.Screen.Lease)
 	}
-	if u.KeyHeader != "" && !isToken(u.KeyHeader) {
+	if u.KeyHeader != "" && !httpguts.ValidHeaderFieldName(u.KeyHeader) {
 		errs.add(join(p, "key_header"), "%q is not a valid header name (\"\" sends none)", u.KeyHeader)
 	}
 }
@@ -382,7 +384,7 @@ func validateKey(errs *Errors, p, route string, k Key) {
 		sp := index(join(p, "sources"), i)
 		switch s.Kind {
 		case SourceHeader:
-			if !isToken(s.Arg) {
+			if !httpguts.ValidHeaderFieldName(s.Arg) {
 				errs.add(sp, "header %q is not a valid header name", s.Arg)
 			}
 		case SourceJSON, SourceForm, SourceQuery:
@@ -440,7 +442,7 @@ func validateFingerprint(errs *Errors, p string, f Fingerprint) {
 		switch kind {
 		case "json", "form", "query":
 		case "header":
-			ok = ok && isToken(arg)
+			ok = ok && httpguts.ValidHeaderFieldName(arg)
 		default:
 			ok = false
 		}
@@ -522,7 +524,7 @@ func validateVerify(errs *Errors, p string, v Verify) {
 				what = "token"
 			}
 			errs.add(join(p, "header"), "required with scheme %s (the header carrying the %s), unless json names where it is in the body", v.Scheme, what)
-		case v.Header != "" && !isToken(v.Header):
+		case v.Header != "" && !httpguts.ValidHeaderFieldName(v.Header):
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
 		}
 	}
@@ -562,7 +564,7 @@ func validateRecord(errs *Errors, p string, r Record) {
 	}
 	for i, h := range r.Headers {
 		switch {
-		case !isToken(h):
+		case !httpguts.ValidHeaderFieldName(h):
 			errs.add(index(join(p, "headers"), i), "%q is not a valid header name", h)
 		case strings.EqualFold(h, "Set-Cookie"):
 			errs.add(index(join(p, "headers"), i), "%s must not be recorded: a replay would hand one client's cookies to whoever repeats the key", h)

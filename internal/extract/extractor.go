@@ -62,16 +62,7 @@ func NewExtractor(route string, sources []Source, maxLen int) (*Extractor, error
 }
 
 func compileSource(s Source) (compiledSource, error) {
-	var k kind
 	switch s.Kind {
-	case KindHeader:
-		k = kindHeader
-	case KindJSON:
-		k = kindJSON
-	case KindForm:
-		k = kindForm
-	case KindQuery:
-		k = kindQuery
 	case KindTemplate:
 		t, err := ParseTemplate(s.Arg)
 		if err != nil {
@@ -83,7 +74,9 @@ func compileSource(s Source) (compiledSource, error) {
 			return compiledSource{}, fmt.Errorf("body_hash: unsupported algorithm %q (want sha256)", s.Arg)
 		}
 		return compiledSource{ref: ref{kind: kindBodyHash}}, nil
-	default:
+	}
+	k := namedKind(s.Kind)
+	if k == kindLiteral {
 		return compiledSource{}, fmt.Errorf("unknown source %q (want header, json, form, query, template or body_hash)", s.Kind)
 	}
 	if err := checkName(k, s.Arg); err != nil {

@@ -86,17 +86,7 @@ func NewFingerprinter(mode string, fields []string) (*Fingerprinter, error) {
 
 func parseField(spec string) (field, error) {
 	name, arg, ok := strings.Cut(spec, ":")
-	var k kind
-	switch name {
-	case KindJSON:
-		k = kindJSON
-	case KindForm:
-		k = kindForm
-	case KindHeader:
-		k = kindHeader
-	case KindQuery:
-		k = kindQuery
-	}
+	k := namedKind(name)
 	if !ok || k == kindLiteral {
 		return field{}, fmt.Errorf("%q: want KIND:NAME with KIND json, form, header or query", spec)
 	}

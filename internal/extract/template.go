@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Template builds a key from several request values, e.g.
@@ -114,7 +116,6 @@ func parseTemplate(s string) (*Template, error) {
 // parsePlaceholder parses the text between braces.
 func parsePlaceholder(body string) (ref, error) {
 	name, arg, hasArg := strings.Cut(body, ":")
-	var k kind
 	switch name {
 	case "route", "method":
 		if hasArg {
@@ -124,20 +125,13 @@ func parsePlaceholder(body string) (ref, error) {
 			return ref{kind: kindRoute}, nil
 		}
 		return ref{kind: kindMethod}, nil
-	case KindHeader:
-		k = kindHeader
-	case KindJSON:
-		k = kindJSON
-	case KindForm:
-		k = kindForm
-	case KindQuery:
-		k = kindQuery
 	case "":
 		if !hasArg {
 			return ref{}, errors.New("empty placeholder {}")
 		}
-		fallthrough
-	default:
+	}
+	k := namedKind(name)
+	if k == kindLiteral {
 		return ref{}, fmt.Errorf("unknown placeholder {%s} (want header, json, form, query, route or method)", body)
 	}
 	if !hasArg {
@@ -157,7 +151,7 @@ func checkName(k kind, name string) error {
 		return errors.New("empty name")
 	case strings.TrimSpace(name) != name:
 		return errors.New("name has surrounding spaces")
-	case k == kindHeader && !isToken(name):
+	case k == kindHeader && !httpguts.ValidHeaderFieldName(name):
 		return fmt.Errorf("invalid header name %q", name)
 	}
 	return nil

@@ -49,6 +49,22 @@ var kindNames = [...]string{
 
 func (k kind) String() string { return kindNames[k] }
 
+// namedKind is the kind of a reference to one named request value
+// (header, json, form or query) spelled name; kindLiteral for any other.
+func namedKind(name string) kind {
+	switch name {
+	case KindHeader:
+		return kindHeader
+	case KindJSON:
+		return kindJSON
+	case KindForm:
+		return kindForm
+	case KindQuery:
+		return kindQuery
+	}
+	return kindLiteral
+}
+
 // ref is one compiled value reference: a kind and its argument (header
 // name, GJSON path, form or query name; the text of a literal).
 type ref struct {
@@ -441,22 +457,4 @@ func unhex(c byte) byte {
 	default:
 		return c - 'A' + 10
 	}
-}
-
-// isToken reports whether s is an RFC 9110 token, the syntax of a header
-// name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-			continue
-		}
-		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
-			return false
-		}
-	}
-	return true
 }

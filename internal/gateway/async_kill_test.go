@@ -24,28 +24,8 @@ func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
 		mu.Unlock()
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	proc := startProcess(t, bin, addr, fmt.Sprintf(`
-server:
-  listen: %q
-admin:
-  listen: ""
-store:
-  driver: postgres
-  dsn: %q
-telemetry:
-  log: {level: warn, format: text}
-routes:
-  - name: hooks
-    path: /hooks
-    delivery: async
-    async: {backoff: {initial: 10ms, max: 100ms}}
-    upstream:
-      url: %s/up
-      timeout: 3s
-    key:
-      sources:
-        - json: id
-`, addr, c.dsn, up.URL))
+	proc := startProcess(t, bin, addr, c.processYAML(processConfig{addr: addr, upstream: up.URL, timeout: 3 * time.Second,
+		route: "    delivery: async\n    async: {backoff: {initial: 10ms, max: 100ms}}\n"}))
 	resp, err := client.Post("http://"+addr+"/hooks", "application/json", strings.NewReader(`{"id":"evt_kill"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -101,34 +101,67 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
+	if err := g.openLedger(ctx); err != nil {
+		return nil, err
+	}
+	if err := g.openScreen(); err != nil {
+		return nil, err
+	}
+	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
+	g.closers = append(g.closers, func() error { g.fwd.Close(); return nil })
+	cache := idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), g.localCacheMaxAge())
+	if g.engine, err = idempotency.New(g.engineOptions(cache)); err != nil {
+		return nil, err
+	}
 
+	routes, err := buildRoutes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.initMetrics()
+	if err := g.openQueue(routes, o); err != nil {
+		return nil, err
+	}
+	if err := g.initAdmin(cache); err != nil {
+		return nil, err
+	}
+	if err := g.initServer(ctx, routes, o); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// openLedger opens the store and, with store.auto_migrate, brings its
+// tables and the queue's up to date.
+func (g *Gateway) openLedger(ctx context.Context) error {
+	var err error
 	g.ledger, err = sqlledger.Open(ctx, sqlledger.Options{
-		Driver:       cfg.Store.Driver,
-		DSN:          cfg.Store.DSN,
-		MaxOpenConns: cfg.Store.MaxOpenConns,
+		Driver:       g.cfg.Store.Driver,
+		DSN:          g.cfg.Store.DSN,
+		MaxOpenConns: g.cfg.Store.MaxOpenConns,
 		Logger:       g.log,
 		Plugins:      g.tel.GormPlugins(),
 		Now:          g.now, // the engine's clock: the ledger maps it onto the database's
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open ledger: %w", err)
+		return fmt.Errorf("open ledger: %w", err)
 	}
-	if cfg.Store.AutoMigrate {
-		if err := g.ledger.Migrate(ctx); err != nil {
-			return nil, fmt.Errorf("migrate ledger: %w", err)
-		}
-		if err := queue.Migrate(ctx, g.ledger); err != nil {
-			return nil, fmt.Errorf("migrate ledger: %w", err)
-		}
+	if !g.cfg.Store.AutoMigrate {
+		return nil
 	}
-
-	if err := g.openScreen(); err != nil {
-		return nil, err
+	if err := g.ledger.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate ledger: %w", err)
 	}
+	if err := queue.Migrate(ctx, g.ledger); err != nil {
+		return fmt.Errorf("migrate ledger: %w", err)
+	}
+	return nil
+}
 
-	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
-	g.closers = append(g.closers, func() error { g.fwd.Close(); return nil })
-
+// engineOptions are the state machine's: the screen and ledger opened
+// before it, the fail modes and lifetimes of the configuration.
+func (g *Gateway) engineOptions(cache *idempotency.Cache) idempotency.Options {
+	cfg := g.cfg
 	eo := idempotency.Options{
 		Screen:            g.screen,
 		Ledger:            g.ledger,
@@ -147,7 +180,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},
-		Cache:  idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), g.localCacheMaxAge()),
+		Cache:  cache,
 		Now:    g.now,
 		Logger: g.log,
 		Tracer: g.tel.Tracer(),
@@ -162,33 +195,24 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if hasAsync(cfg) {
 		eo.Queue = g.ledger
 	}
-	g.engine, err = idempotency.New(eo)
-	if err != nil {
-		return nil, err
-	}
+	return eo
+}
 
-	routes, err := buildRoutes(cfg)
-	if err != nil {
-		return nil, err
-	}
-	g.initMetrics()
-	if err := g.openQueue(routes, o); err != nil {
-		return nil, err
-	}
-	if err := g.initAdmin(eo.Cache); err != nil {
-		return nil, err
-	}
+// initServer builds the webhook server: its routes, trusted proxies and
+// TLS.
+func (g *Gateway) initServer(ctx context.Context, routes []*ingress.Route, o Options) error {
+	cfg := g.cfg
 	var trusted []netip.Prefix
 	for _, c := range cfg.Server.TrustedProxies {
 		p, err := config.ParseTrustedProxy(c)
 		if err != nil {
-			return nil, fmt.Errorf("server.trusted_proxies: %w", err)
+			return fmt.Errorf("server.trusted_proxies: %w", err)
 		}
 		trusted = append(trusted, p)
 	}
 	tlsConfig, err := g.initTLS(ctx, o)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	g.server = ingress.New(ingress.Options{
 		Routes:         routes,
@@ -202,7 +226,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		Logger:         g.log,
 		TLS:            tlsConfig,
 	})
-	return g, nil
+	return nil
 }
 
 // initMetrics creates the metric series of every route at zero and makes

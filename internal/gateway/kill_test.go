@@ -102,6 +102,52 @@ func startProcess(tb testing.TB, bin, addr, yaml string) *gatewayProcess {
 	return p
 }
 
+// processConfig is what differs between the configuration files of the
+// gateway processes these tests kill.
+type processConfig struct {
+	addr     string // server.listen
+	upstream string // the route forwards to upstream/up
+	timeout  time.Duration
+	lease    time.Duration // > 0: the cluster's Redis screen, no local cache
+	route    string        // YAML the route adds, indented as its keys
+}
+
+// processYAML is a gateway process's configuration file on the cluster's
+// ledger: one route, hooks at /hooks, keyed by the body's id.
+func (c cluster) processYAML(p processConfig) string {
+	screen := ""
+	if p.lease > 0 {
+		screen = fmt.Sprintf(`screen:
+  driver: redis
+  redis:
+    addrs: [%q]
+  prefix: %q
+  lease: %s
+  local_cache: 0
+`, c.addrs[0], c.prefix, p.lease)
+	}
+	return fmt.Sprintf(`
+server:
+  listen: %q
+admin:
+  listen: ""
+store:
+  driver: postgres
+  dsn: %q
+%stelemetry:
+  log: {level: warn, format: text}
+routes:
+  - name: hooks
+    path: /hooks
+%s    upstream:
+      url: %s/up
+      timeout: %s
+    key:
+      sources:
+        - json: id
+`, p.addr, c.dsn, screen, p.route, p.upstream, p.timeout)
+}
+
 // A replica process killed with SIGKILL while its upstream call is in
 // flight: nothing of the delivery is recorded, its claim expires with its
 // lease, and the provider's retry (to another replica) is forwarded once
@@ -127,35 +173,7 @@ func TestReplicaKilledMidForward(t *testing.T) {
 
 	const lease = 2 * time.Second
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	proc := startProcess(t, bin, addr, fmt.Sprintf(`
-server:
-  listen: %q
-admin:
-  listen: ""
-store:
-  driver: postgres
-  dsn: %q
-screen:
-  driver: redis
-  redis:
-    addrs: [%q]
-  prefix: %q
-  lease: %s
-  local_cache: 0
-telemetry:
-  log:
-    level: warn
-    format: text
-routes:
-  - name: hooks
-    path: /hooks
-    upstream:
-      url: %s/up
-      timeout: 1500ms
-    key:
-      sources:
-        - json: id
-`, addr, c.dsn, c.addrs[0], c.prefix, lease, up.URL))
+	proc := startProcess(t, bin, addr, c.processYAML(processConfig{addr: addr, upstream: up.URL, timeout: 1500 * time.Millisecond, lease: lease}))
 
 	// The provider's first delivery, to the process.
 	delivered := make(chan error, 1)

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"os"
@@ -13,10 +14,7 @@ import (
 // MySQLAdminDSN is the MySQL/MariaDB server the tests use (a go-sql-driver
 // DSN); HOOKSTAMP_TEST_MYSQL overrides it.
 func MySQLAdminDSN() string {
-	if v := os.Getenv("HOOKSTAMP_TEST_MYSQL"); v != "" {
-		return v
-	}
-	return "root@tcp(127.0.0.1:3306)/test"
+	return cmp.Or(os.Getenv("HOOKSTAMP_TEST_MYSQL"), "root@tcp(127.0.0.1:3306)/test")
 }
 
 // MySQL creates a database of its own for the test on the MySQL/MariaDB

@@ -8,6 +8,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,18 +31,12 @@ import (
 
 // PostgresAdminDSN is the server the tests use; HOOKSTAMP_TEST_PG overrides it.
 func PostgresAdminDSN() string {
-	if v := os.Getenv("HOOKSTAMP_TEST_PG"); v != "" {
-		return v
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return cmp.Or(os.Getenv("HOOKSTAMP_TEST_PG"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }
 
 // RedisAddr is the shared Redis the tests use; HOOKSTAMP_TEST_REDIS overrides it.
 func RedisAddr() string {
-	if v := os.Getenv("HOOKSTAMP_TEST_REDIS"); v != "" {
-		return v
-	}
-	return "127.0.0.1:6379"
+	return cmp.Or(os.Getenv("HOOKSTAMP_TEST_REDIS"), "127.0.0.1:6379")
 }
 
 // Name returns a short random identifier usable in SQL and Redis names.

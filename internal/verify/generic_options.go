@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The options of scheme hmac, checked once when the verifier is built.
@@ -68,7 +70,7 @@ func checkTimestamp(ts TimestampSource) error {
 	switch {
 	case ts.Header != "" && ts.JSON != "":
 		return fmt.Errorf("timestamp: header and json exclude each other")
-	case ts.Header != "" && !isToken(ts.Header):
+	case ts.Header != "" && !httpguts.ValidHeaderFieldName(ts.Header):
 		return fmt.Errorf("timestamp.header: %q is not a valid header name", ts.Header)
 	case ts.JSON != "" && !PlainPath(ts.JSON):
 		return fmt.Errorf("timestamp.json: %q is not a plain path", ts.JSON)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/net/http/httpguts"
 )
 
 // sigSource is where the signature is read: a header or a member of the
@@ -25,7 +26,7 @@ func newSigSource(header, json string) (sigSource, error) {
 	case header == "":
 		header = "X-Signature"
 	}
-	if !isToken(header) {
+	if !httpguts.ValidHeaderFieldName(header) {
 		return sigSource{}, fmt.Errorf("header: %q is not a valid header name", header)
 	}
 	return sigSource{header: header}, nil

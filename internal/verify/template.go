@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Placeholders of a signed-content template.
@@ -110,7 +111,7 @@ func parsePart(in string) (part, error) {
 		}
 		return part{kind: kind}, nil
 	case PartHeader:
-		if !isToken(arg) {
+		if !httpguts.ValidHeaderFieldName(arg) {
 			return part{}, fmt.Errorf("{header:%s}: not a valid header name", arg)
 		}
 	case PartJSON:
