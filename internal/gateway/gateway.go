@@ -22,7 +22,6 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
-	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -114,11 +113,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	if cfg.Store.AutoMigrate {
-		if err := g.ledger.Migrate(ctx); err != nil {
-			return nil, fmt.Errorf("migrate ledger: %w", err)
-		}
-		if err := queue.Migrate(ctx, g.ledger); err != nil {
-			return nil, fmt.Errorf("migrate ledger: %w", err)
+		if err := MigrateStore(ctx, g.ledger); err != nil {
+			return nil, err
 		}
 	}
 
