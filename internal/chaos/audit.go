@@ -35,6 +35,11 @@ const (
 	// CauseOperatorRelease: the operator released a held key while its
 	// first copy was still at the upstream, unapplied.
 	CauseOperatorRelease DuplicateCause = "held key released by the operator"
+	// CauseRescued: an async delivery's run ended without recording its
+	// attempt (its replica was killed or lost the ledger) and the gateway
+	// that sent the later copy logged delivering it again (SPEC §10: the
+	// one documented second copy, same Idempotency-Key).
+	CauseRescued DuplicateCause = "async attempt lost, delivered again"
 	// CausePassMode: the later copy was forwarded without deduplication
 	// because a dependency was down and the policy says pass.
 	CausePassMode DuplicateCause = "dependency outage, pass mode"
@@ -60,7 +65,7 @@ const (
 // given configuration.
 func (c DuplicateCause) Allowed(storePass bool) bool {
 	switch c {
-	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease:
+	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued:
 		return true
 	case CausePassMode:
 		return storePass
