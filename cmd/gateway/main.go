@@ -28,7 +28,6 @@ import (
 	"github.com/hookstamp/hookstamp/internal/demo"
 	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
-	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -197,10 +196,7 @@ func migrate(cfg *config.Config) error {
 		return err
 	}
 	defer l.Close()
-	if err := l.Migrate(ctx); err != nil {
-		return err
-	}
-	if err := queue.Migrate(ctx, l); err != nil {
+	if err := gateway.MigrateStore(ctx, l); err != nil {
 		return err
 	}
 	return gateway.MigrateTLS(ctx, cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -116,6 +117,9 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 			return CauseCrashTakeover, true
 		}
 	}
+	if loggedRedelivery(in.Logs[later.Gateway], later.Key, earlier.Time, later.Time) {
+		return CauseRescued, true
+	}
 	for _, f := range in.Faults {
 		switch f.Kind {
 		case FaultUpSlow, FaultUpHang, FaultUpReset, FaultUpLost:
@@ -130,6 +134,22 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 		}
 	}
 	return CauseUnexplained, false
+}
+
+// redeliveryMsg starts what a gateway logs before delivering again an
+// async delivery whose previous attempt went unrecorded (internal/queue).
+const redeliveryMsg = "delivering again a delivery whose previous attempt was not recorded"
+
+// loggedRedelivery reports whether a gateway said, between the two copies,
+// that it was delivering key again after its attempt was lost.
+func loggedRedelivery(lines []LogLine, key string, from, to time.Time) bool {
+	for _, l := range lines {
+		if l.Route == asyncRoute && l.Key == key && strings.HasPrefix(l.Msg, redeliveryMsg) &&
+			l.Time.After(from) && !l.Time.After(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // asyncBody is an async event's body.

@@ -35,6 +35,11 @@ const (
 	// CauseOperatorRelease: the operator released a held key while its
 	// first copy was still at the upstream, unapplied.
 	CauseOperatorRelease DuplicateCause = "held key released by the operator"
+	// CauseRescued: an async delivery's run ended without recording its
+	// attempt (its replica was killed or lost the ledger) and the gateway
+	// that sent the later copy logged delivering it again (SPEC §10: the
+	// one documented second copy, same Idempotency-Key).
+	CauseRescued DuplicateCause = "async attempt lost, delivered again"
 	// CausePassMode: the later copy was forwarded without deduplication
 	// because a dependency was down and the policy says pass.
 	CausePassMode DuplicateCause = "dependency outage, pass mode"
@@ -60,7 +65,7 @@ const (
 // given configuration.
 func (c DuplicateCause) Allowed(storePass bool) bool {
 	switch c {
-	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease:
+	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued:
 		return true
 	case CausePassMode:
 		return storePass
@@ -235,245 +240,338 @@ func deliveryOf(body []byte) int64 {
 
 // RunAudit checks every guarantee against the evidence.
 func RunAudit(in *AuditInput) *Audit {
-	a := &Audit{GaveUpReasons: map[string]int{}, SendsByKind: map[SendKind]int{}, Outcomes: map[string]int{},
-		UpstreamByAction: map[string]int{}, DuplicatesByCause: map[DuplicateCause]int{}, LedgerByState: map[string]int{},
-		Resolved: map[string]int{}}
-	violate := func(check, ev, format string, args ...any) {
-		a.Violations = append(a.Violations, Violation{Check: check, Event: ev, Detail: fmt.Sprintf(format, args...)})
-	}
+	a := newAudit()
 	in, async := splitAsync(in)
-	checkAsync(async, a, violate)
-
-	events := map[string]*Event{}
-	for _, ev := range in.Events {
-		events[refKey(ev.Route, ev.Key)] = ev
-	}
-	lives := map[string]*Life{}
-	for _, l := range in.Lives {
-		lives[l.Name] = l
-	}
-	bySeq := map[int64]*UpRecord{}
-	applied := map[string][]*UpRecord{}
-	for _, r := range in.Upstream {
-		bySeq[r.Seq] = r
-		a.UpstreamReceived++
-		a.UpstreamByAction[r.Action]++
-		ref := refKey(r.Route, r.Key)
-		ev := events[ref]
-		switch {
-		case r.Key == "":
-			violate(CheckUpstreamID, "", "upstream request %d from %s on route %s carried no Idempotency-Key", r.Seq, r.Gateway, r.Route)
-			continue
-		case ev == nil:
-			violate(CheckUpstreamID, "", "upstream request %d carried key %q that no event has", r.Seq, r.Key)
-			continue
-		case !bytes.Equal(r.Body, ev.Body):
-			violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
-			continue // not a copy of the event
-		}
-		if r.Applied {
-			a.Applied++
-			applied[ref] = append(applied[ref], r)
-		}
-	}
+	checkAsync(async, a, a.violate)
+	au := newAuditor(in, a)
+	au.readUpstream()
 	for _, row := range in.Ledger {
 		a.LedgerByState[row.State]++
 	}
 	for _, p := range in.LogProblems {
-		violate(CheckHealth, "", "%s", p)
+		a.violate(CheckHealth, "", "%s", p)
 	}
+	for _, ev := range in.Events {
+		au.checkEvent(ev)
+	}
+	au.checkDuplicates()
+	if in.Inbox {
+		checkEffects(in, a, au.events, au.applied, func(ev *Event, earlier, later *UpRecord) DuplicateCause {
+			return au.classify(ev, earlier, later, au.answeredDirect).Cause
+		}, a.violate)
+	}
+	for _, vs := range au.unrecorded {
+		a.Violations = append(a.Violations, vs...)
+	}
+	au.checkLives()
+	au.checkCounters()
+	checkLiveness(in, au.lives, a.violate)
+	a.Holds = checkHolds(in, au.events, a.violate)
+	for _, r := range in.Resolutions {
+		a.Resolved[r.Action]++
+	}
+	sort.SliceStable(a.Violations, func(i, j int) bool { return a.Violations[i].Check < a.Violations[j].Check })
+	return a
+}
 
-	// What each incarnation logged about each key.
-	type logKey struct{ life, ref string }
-	logged := map[logKey][]LogLine{}
+// newAudit is an Audit with its counters ready.
+func newAudit() *Audit {
+	return &Audit{GaveUpReasons: map[string]int{}, SendsByKind: map[SendKind]int{}, Outcomes: map[string]int{},
+		UpstreamByAction: map[string]int{}, DuplicatesByCause: map[DuplicateCause]int{}, LedgerByState: map[string]int{},
+		Resolved: map[string]int{}}
+}
+
+// violate records a broken guarantee.
+func (a *Audit) violate(check, ev, format string, args ...any) {
+	a.Violations = append(a.Violations, Violation{Check: check, Event: ev, Detail: fmt.Sprintf(format, args...)})
+}
+
+// logKey names what one incarnation logged about one key.
+type logKey struct{ life, ref string }
+
+// auditor holds the synchronous routes' evidence, indexed, while RunAudit
+// goes through it.
+type auditor struct {
+	in     *AuditInput
+	a      *Audit
+	events map[string]*Event // by route and key
+	lives  map[string]*Life  // by incarnation
+	bySeq  map[int64]*UpRecord
+	// applied are each event's upstream deliveries that acted on it.
+	applied map[string][]*UpRecord
+	logged  map[logKey][]LogLine
+	// answeredSeq are the upstream deliveries whose answer reached a
+	// provider; answeredDirect the same, by the send that the delivery
+	// itself answered (-inbox: not the answer an inbox replayed to a
+	// later copy).
+	answeredSeq, answeredDirect map[int64]*Send
+	absorbedOf                  map[string][]*UpRecord
+	// unrecorded are first-hand answers that differ from the ledger's,
+	// by upstream delivery: legitimate only for a copy of an allowed
+	// duplicate (both copies answered, one recorded).
+	unrecorded     map[int64][]Violation
+	unrecordedSeen map[string]bool
+	// sendStart is the earliest start of a send answered by each delivery.
+	sendStart map[int64]time.Time
+}
+
+func newAuditor(in *AuditInput, a *Audit) *auditor {
+	au := &auditor{in: in, a: a, events: map[string]*Event{}, lives: map[string]*Life{}, bySeq: map[int64]*UpRecord{},
+		applied: map[string][]*UpRecord{}, logged: map[logKey][]LogLine{}, answeredSeq: map[int64]*Send{},
+		answeredDirect: map[int64]*Send{}, absorbedOf: map[string][]*UpRecord{}, unrecorded: map[int64][]Violation{},
+		unrecordedSeen: map[string]bool{}, sendStart: map[int64]time.Time{}}
+	for _, ev := range in.Events {
+		au.events[refKey(ev.Route, ev.Key)] = ev
+	}
+	for _, l := range in.Lives {
+		au.lives[l.Name] = l
+	}
 	for life, lines := range in.Logs {
 		for _, l := range lines {
 			if l.Key != "" {
 				k := logKey{life, refKey(l.Route, l.Key)}
-				logged[k] = append(logged[k], l)
+				au.logged[k] = append(au.logged[k], l)
 			}
 		}
 	}
-	loggedAny := func(life, ref string, match func(LogLine) bool) (LogLine, bool) {
-		for _, l := range logged[logKey{life, ref}] {
-			if match(l) {
-				return l, true
-			}
-		}
-		return LogLine{}, false
-	}
-
-	answeredSeq := map[int64]*Send{} // upstream deliveries whose answer reached a provider
-	// answeredDirect: the same, by the send that the delivery itself
-	// answered (-inbox: not the answer an inbox replayed to a later copy).
-	answeredDirect := map[int64]*Send{}
-	absorbedOf := map[string][]*UpRecord{}
 	for _, r := range in.Upstream {
 		if r.Action == ActAbsorbed {
-			absorbedOf[refKey(r.Route, r.Key)] = append(absorbedOf[refKey(r.Route, r.Key)], r)
+			au.absorbedOf[refKey(r.Route, r.Key)] = append(au.absorbedOf[refKey(r.Route, r.Key)], r)
 		}
 	}
-	// unrecorded are first-hand answers that differ from the ledger's,
-	// by upstream delivery: legitimate only for a copy of an allowed
-	// duplicate (both copies answered, one recorded).
-	unrecorded := map[int64][]Violation{}
-	unrecordedSeen := map[string]bool{}
-	sendStart := map[int64]time.Time{} // earliest start of a send answered by each delivery
-	for _, ev := range in.Events {
-		a.Events++
-		ref := refKey(ev.Route, ev.Key)
-		row := in.Ledger[ref]
+	return au
+}
+
+// loggedAny finds a line life logged about ref that matches.
+func (au *auditor) loggedAny(life, ref string, match func(LogLine) bool) (LogLine, bool) {
+	for _, l := range au.logged[logKey{life, ref}] {
+		if match(l) {
+			return l, true
+		}
+	}
+	return LogLine{}, false
+}
+
+// readUpstream counts what the upstream received and indexes what it
+// applied; a delivery must carry an event's key and body.
+func (au *auditor) readUpstream() {
+	a := au.a
+	for _, r := range au.in.Upstream {
+		au.bySeq[r.Seq] = r
+		a.UpstreamReceived++
+		a.UpstreamByAction[r.Action]++
+		ref := refKey(r.Route, r.Key)
+		ev := au.events[ref]
 		switch {
-		case ev.Acked():
-			a.Acked++
-		case ev.Final != nil:
-			a.Declined++
+		case r.Key == "":
+			a.violate(CheckUpstreamID, "", "upstream request %d from %s on route %s carried no Idempotency-Key", r.Seq, r.Gateway, r.Route)
+			continue
+		case ev == nil:
+			a.violate(CheckUpstreamID, "", "upstream request %d carried key %q that no event has", r.Seq, r.Key)
+			continue
+		case !bytes.Equal(r.Body, ev.Body):
+			a.violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
+			continue // not a copy of the event
 		}
-		if ev.GaveUp != "" {
-			a.GaveUp++
-			a.GaveUpReasons[ev.GaveUp]++
-		}
-		for _, s := range ev.Sends {
-			a.Sends++
-			a.SendsByKind[s.Kind]++
-			if !s.Answered {
-				a.Unanswered++
-				if s.Aborted || expectedSilence(s, lives) {
-					a.UnansweredExpected++
-				} else {
-					violate(CheckLost, ev.ID, "%s send (attempt %d) to %s got no answer while it was serving: %s", s.Kind, s.Attempt, s.Incarnation, s.Err)
-				}
-				continue
-			}
-			a.Outcomes[s.Outcome]++
-			if n := deliveryOf(s.Body); n > 0 && (s.Outcome == "forwarded" || s.Outcome == "passthrough") {
-				answeredSeq[n] = s
-				if up := bySeq[n]; up != nil && answeredBy(s, up, absorbedOf[ref]) {
-					answeredDirect[n] = s
-				}
-				if t := sendStart[n]; t.IsZero() || s.Start.Before(t) {
-					sendStart[n] = s.Start
-				}
-			}
-			checkOutcome(s, in.StorePass, violate)
-			if !s.Settled() {
-				continue
-			}
-			if s.Replayed {
-				a.Replays++
-			} else if s.Outcome == "replayed" {
-				violate(CheckReplay, ev.ID, "a %s copy got a %d replay without Idempotent-Replayed: true", s.Kind, s.Status)
-			}
-			// The answer must be the upstream's, and the record's.
-			n := deliveryOf(s.Body)
-			up := bySeq[n]
-			switch {
-			case up == nil || !up.Applied || refKey(up.Route, up.Key) != ref:
-				violate(CheckAcked, ev.ID, "answer %d (%s) names no delivery of this event the upstream applied: %q", s.Status, s.Outcome, s.Body)
-				continue
-			case up.Status != s.Status || !bytes.Equal(up.Response, s.Body) || up.ContentType != s.ContentType:
-				violate(CheckReplay, ev.ID, "answer %d (%s, replayed=%v) differs from what the upstream answered to delivery %d: got %q %q, upstream %d %q %q",
-					s.Status, s.Outcome, s.Replayed, n, s.ContentType, s.Body, up.Status, up.ContentType, up.Response)
-				continue
-			}
-			if s.Replayed {
-				a.ReplaysIdentical++ // the upstream's original answer, byte for byte
-			}
-			if s.Outcome == "passthrough" {
-				continue // not recorded, by definition
-			}
-			switch {
-			case row == nil || row.State != "done":
-				state := "no record"
-				if row != nil {
-					state = "a " + row.State + " row"
-				}
-				if _, ok := loggedAny(up.Gateway, ref, isCommitFailure); ok {
-					// SPEC §1: the upstream answered, the commit failed; the
-					// provider gets the answer, the failure is counted and
-					// logged with the key. Allowed, and listed.
-					if !unrecordedSeen[ev.ID] {
-						unrecordedSeen[ev.ID] = true
-						a.Unrecorded = append(a.Unrecorded, fmt.Sprintf("%s key %q: answered %d by delivery %d via %s, ledger has %s",
-							ev.ID, ev.Key, s.Status, n, up.Gateway, state))
-					}
-					continue
-				}
-				violate(CheckAcked, ev.ID, "provider got %d (%s) but the ledger has %s", s.Status, s.Outcome, state)
-			case row.Status != s.Status || !bytes.Equal(row.Body, s.Body) || row.Headers["Content-Type"] != s.ContentType:
-				v := Violation{Check: CheckAcked, Event: ev.ID, Detail: fmt.Sprintf("provider got %d %q (%s, replayed=%v), the ledger recorded %d %q",
-					s.Status, s.Body, s.Outcome, s.Replayed, row.Status, row.Body)}
-				if s.Replayed {
-					v.Check = CheckReplay
-					a.Violations = append(a.Violations, v)
-				} else {
-					// A second copy's own answer: judged with its duplicate below.
-					unrecorded[n] = append(unrecorded[n], v)
-				}
-			}
-		}
-		if ev.Final != nil && len(applied[ref]) == 0 {
-			violate(CheckAcked, ev.ID, "settled with %d but the upstream never applied it", ev.Final.Status)
-		}
-		if row != nil && row.State == "done" {
-			n := deliveryOf(row.Body)
-			if up := bySeq[n]; up == nil || !up.Applied || refKey(up.Route, up.Key) != ref || !bytes.Equal(up.Response, row.Body) {
-				violate(CheckAcked, ev.ID, "the ledger records %d %q, which is no answer the upstream gave to this event", row.Status, row.Body)
-			}
+		if r.Applied {
+			a.Applied++
+			au.applied[ref] = append(au.applied[ref], r)
 		}
 	}
+}
 
-	// A copy was claimed at the latest when the send that got its answer
-	// started; a copy whose answer nobody got, within a lease of arriving.
-	claimStart := func(r *UpRecord) time.Time {
-		t := r.Time.Add(-in.Lease)
-		if s := sendStart[r.Seq]; !s.IsZero() && s.After(t) {
-			t = s
-		}
-		return t
+// checkEvent counts ev, checks each of its sends, and its record.
+func (au *auditor) checkEvent(ev *Event) {
+	a := au.a
+	a.Events++
+	ref := refKey(ev.Route, ev.Key)
+	row := au.in.Ledger[ref]
+	switch {
+	case ev.Acked():
+		a.Acked++
+	case ev.Final != nil:
+		a.Declined++
 	}
+	if ev.GaveUp != "" {
+		a.GaveUp++
+		a.GaveUpReasons[ev.GaveUp]++
+	}
+	for _, s := range ev.Sends {
+		au.checkSend(ev, ref, row, s)
+	}
+	if ev.Final != nil && len(au.applied[ref]) == 0 {
+		a.violate(CheckAcked, ev.ID, "settled with %d but the upstream never applied it", ev.Final.Status)
+	}
+	if row != nil && row.State == "done" {
+		n := deliveryOf(row.Body)
+		if up := au.bySeq[n]; up == nil || !up.Applied || refKey(up.Route, up.Key) != ref || !bytes.Equal(up.Response, row.Body) {
+			a.violate(CheckAcked, ev.ID, "the ledger records %d %q, which is no answer the upstream gave to this event", row.Status, row.Body)
+		}
+	}
+}
 
-	// Duplicates, in arrival order per event.
-	for ref, recs := range applied {
+// checkSend checks one send of ev: an answer when its gateway was
+// serving, an outcome that fits, and a settling answer that is the
+// upstream's and the record's.
+func (au *auditor) checkSend(ev *Event, ref string, row *LedgerRow, s *Send) {
+	a := au.a
+	a.Sends++
+	a.SendsByKind[s.Kind]++
+	if !s.Answered {
+		a.Unanswered++
+		if s.Aborted || expectedSilence(s, au.lives) {
+			a.UnansweredExpected++
+		} else {
+			a.violate(CheckLost, ev.ID, "%s send (attempt %d) to %s got no answer while it was serving: %s", s.Kind, s.Attempt, s.Incarnation, s.Err)
+		}
+		return
+	}
+	a.Outcomes[s.Outcome]++
+	au.noteAnswered(ref, s)
+	checkOutcome(s, au.in.StorePass, a.violate)
+	if !s.Settled() {
+		return
+	}
+	if s.Replayed {
+		a.Replays++
+	} else if s.Outcome == "replayed" {
+		a.violate(CheckReplay, ev.ID, "a %s copy got a %d replay without Idempotent-Replayed: true", s.Kind, s.Status)
+	}
+	au.checkSettledAnswer(ev, ref, row, s)
+}
+
+// noteAnswered notes which upstream delivery answered s, if it was
+// forwarded.
+func (au *auditor) noteAnswered(ref string, s *Send) {
+	n := deliveryOf(s.Body)
+	if n <= 0 || (s.Outcome != "forwarded" && s.Outcome != "passthrough") {
+		return
+	}
+	au.answeredSeq[n] = s
+	if up := au.bySeq[n]; up != nil && answeredBy(s, up, au.absorbedOf[ref]) {
+		au.answeredDirect[n] = s
+	}
+	if t := au.sendStart[n]; t.IsZero() || s.Start.Before(t) {
+		au.sendStart[n] = s.Start
+	}
+}
+
+// checkSettledAnswer checks that a settling answer is the upstream's, and
+// the record's.
+func (au *auditor) checkSettledAnswer(ev *Event, ref string, row *LedgerRow, s *Send) {
+	a := au.a
+	n := deliveryOf(s.Body)
+	up := au.bySeq[n]
+	switch {
+	case up == nil || !up.Applied || refKey(up.Route, up.Key) != ref:
+		a.violate(CheckAcked, ev.ID, "answer %d (%s) names no delivery of this event the upstream applied: %q", s.Status, s.Outcome, s.Body)
+		return
+	case up.Status != s.Status || !bytes.Equal(up.Response, s.Body) || up.ContentType != s.ContentType:
+		a.violate(CheckReplay, ev.ID, "answer %d (%s, replayed=%v) differs from what the upstream answered to delivery %d: got %q %q, upstream %d %q %q",
+			s.Status, s.Outcome, s.Replayed, n, s.ContentType, s.Body, up.Status, up.ContentType, up.Response)
+		return
+	}
+	if s.Replayed {
+		a.ReplaysIdentical++ // the upstream's original answer, byte for byte
+	}
+	if s.Outcome == "passthrough" {
+		return // not recorded, by definition
+	}
+	au.checkRecorded(ev, ref, row, s, up)
+}
+
+// checkRecorded checks that the ledger recorded the answer s got from
+// delivery up.
+func (au *auditor) checkRecorded(ev *Event, ref string, row *LedgerRow, s *Send, up *UpRecord) {
+	a := au.a
+	switch {
+	case row == nil || row.State != "done":
+		state := "no record"
+		if row != nil {
+			state = "a " + row.State + " row"
+		}
+		if _, ok := au.loggedAny(up.Gateway, ref, isCommitFailure); ok {
+			// SPEC §1: the upstream answered, the commit failed; the
+			// provider gets the answer, the failure is counted and
+			// logged with the key. Allowed, and listed.
+			if !au.unrecordedSeen[ev.ID] {
+				au.unrecordedSeen[ev.ID] = true
+				a.Unrecorded = append(a.Unrecorded, fmt.Sprintf("%s key %q: answered %d by delivery %d via %s, ledger has %s",
+					ev.ID, ev.Key, s.Status, up.Seq, up.Gateway, state))
+			}
+			return
+		}
+		a.violate(CheckAcked, ev.ID, "provider got %d (%s) but the ledger has %s", s.Status, s.Outcome, state)
+	case row.Status != s.Status || !bytes.Equal(row.Body, s.Body) || row.Headers["Content-Type"] != s.ContentType:
+		v := Violation{Check: CheckAcked, Event: ev.ID, Detail: fmt.Sprintf("provider got %d %q (%s, replayed=%v), the ledger recorded %d %q",
+			s.Status, s.Body, s.Outcome, s.Replayed, row.Status, row.Body)}
+		if s.Replayed {
+			v.Check = CheckReplay
+			a.Violations = append(a.Violations, v)
+		} else {
+			// A second copy's own answer: judged with its duplicate.
+			au.unrecorded[up.Seq] = append(au.unrecorded[up.Seq], v)
+		}
+	}
+}
+
+// claimStart is when copy r was claimed at the latest: when the send that
+// got its answer started; a copy whose answer nobody got, within a lease
+// of arriving.
+func (au *auditor) claimStart(r *UpRecord) time.Time {
+	t := r.Time.Add(-au.in.Lease)
+	if s := au.sendStart[r.Seq]; !s.IsZero() && s.After(t) {
+		t = s
+	}
+	return t
+}
+
+// checkDuplicates classifies every second application of an event, in
+// arrival order per event; one no cause allows is a violation.
+func (au *auditor) checkDuplicates() {
+	a := au.a
+	for ref, recs := range au.applied {
 		if len(recs) < 2 {
 			continue
 		}
 		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
-		ev := events[ref]
+		ev := au.events[ref]
 		for i := 1; i < len(recs); i++ {
-			d := classify(in, ev, recs[i-1], recs[i], lives, answeredSeq, claimStart, loggedAny)
+			d := au.classify(ev, recs[i-1], recs[i], au.answeredSeq)
 			// With the inbox, a second application is the inbox failing,
 			// whatever caused the second copy.
-			d.Allowed = d.Cause.Allowed(in.StorePass) && !in.Inbox
+			d.Allowed = d.Cause.Allowed(au.in.StorePass) && !au.in.Inbox
 			if d.Allowed {
-				for _, seq := range []int64{d.Earlier.Seq, d.Later.Seq} {
-					if len(unrecorded[seq]) > 0 {
-						d.Evidence += fmt.Sprintf("; a provider got delivery %d's own answer, the ledger kept the other copy's", seq)
-						delete(unrecorded, seq)
-					}
-				}
+				au.excuseUnrecorded(&d)
 			}
 			a.Duplicates = append(a.Duplicates, d)
 			a.DuplicatesByCause[d.Cause]++
 			if !d.Allowed {
-				violate(CheckDuplicate, ev.ID, "applied twice under key %q: delivery %d via %s, then %d via %s %v later — %s (%s)",
+				a.violate(CheckDuplicate, ev.ID, "applied twice under key %q: delivery %d via %s, then %d via %s %v later — %s (%s)",
 					d.Key, d.Earlier.Seq, d.Earlier.Gateway, d.Later.Seq, d.Later.Gateway,
 					d.Later.Time.Sub(d.Earlier.Time).Round(time.Millisecond), d.Cause, d.Evidence)
 			}
 		}
 	}
 	sort.Slice(a.Duplicates, func(i, j int) bool { return a.Duplicates[i].Later.Seq < a.Duplicates[j].Later.Seq })
-	if in.Inbox {
-		checkEffects(in, a, events, applied, func(ev *Event, earlier, later *UpRecord) DuplicateCause {
-			return classify(in, ev, earlier, later, lives, answeredDirect, claimStart, loggedAny).Cause
-		}, violate)
-	}
-	for _, vs := range unrecorded {
-		a.Violations = append(a.Violations, vs...)
-	}
+}
 
-	// hookstamp_takeovers_total, summed over every incarnation's last scrape.
-	for _, l := range in.Lives {
+// excuseUnrecorded forgives the copies of an allowed duplicate their
+// answers that the ledger did not keep: it kept the other copy's.
+func (au *auditor) excuseUnrecorded(d *Duplicate) {
+	for _, seq := range []int64{d.Earlier.Seq, d.Later.Seq} {
+		if len(au.unrecorded[seq]) > 0 {
+			d.Evidence += fmt.Sprintf("; a provider got delivery %d's own answer, the ledger kept the other copy's", seq)
+			delete(au.unrecorded, seq)
+		}
+	}
+}
+
+// checkLives sums the counters of every incarnation's last scrape and
+// checks how each ended.
+func (au *auditor) checkLives() {
+	a := au.a
+	for _, l := range au.in.Lives {
 		if m := l.Metrics; m != nil && m.Present {
 			a.MetricsScraped = true
 			if m.HasTakeovers {
@@ -486,16 +584,22 @@ func RunAudit(in *AuditInput) *Audit {
 			}
 		}
 		if l.How == "terminated" && l.ExitCode != 0 {
-			violate(CheckShutdown, "", "%s exited with %d after SIGTERM (want a drained, clean exit)", l.Name, l.ExitCode)
+			a.violate(CheckShutdown, "", "%s exited with %d after SIGTERM (want a drained, clean exit)", l.Name, l.ExitCode)
 		}
 		if l.How == "exited" {
 			// Nobody stopped it: the gateway died by itself (its sends
 			// then look like those to a replica that is down).
-			violate(CheckHealth, "", "%s exited on its own with %d at %s, unsignalled", l.Name, l.ExitCode, l.End.Format("15:04:05.000"))
+			a.violate(CheckHealth, "", "%s exited on its own with %d at %s, unsignalled", l.Name, l.ExitCode, l.End.Format("15:04:05.000"))
 		}
 	}
+}
+
+// checkCounters holds hookstamp_commit_failures_total and
+// hookstamp_takeovers_total to what the audit saw.
+func (au *auditor) checkCounters() {
+	a := au.a
 	if a.HasCommitFailures && float64(len(a.Unrecorded)) > a.CommitFailures {
-		violate(CheckAcked, "", "%d acknowledged events are unrecorded after a commit failure but hookstamp_commit_failures_total counted %.0f",
+		a.violate(CheckAcked, "", "%d acknowledged events are unrecorded after a commit failure but hookstamp_commit_failures_total counted %.0f",
 			len(a.Unrecorded), a.CommitFailures)
 	}
 	if a.HasTakeovers {
@@ -504,16 +608,9 @@ func RunAudit(in *AuditInput) *Audit {
 		n := a.DuplicatesByCause[CauseCrashTakeover] + a.DuplicatesByCause[CauseStallTakeover] +
 			a.AbsorbedByCause[CauseCrashTakeover] + a.AbsorbedByCause[CauseStallTakeover]
 		if float64(n) > a.Takeovers {
-			violate(CheckTakeovers, "", "%d second copies came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
+			a.violate(CheckTakeovers, "", "%d second copies came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
 		}
 	}
-	checkLiveness(in, lives, violate)
-	a.Holds = checkHolds(in, events, violate)
-	for _, r := range in.Resolutions {
-		a.Resolved[r.Action]++
-	}
-	sort.SliceStable(a.Violations, func(i, j int) bool { return a.Violations[i].Check < a.Violations[j].Check })
-	return a
 }
 
 // checkLiveness holds the gateways to the two promises that keep a key
@@ -826,121 +923,193 @@ func holdFailed(life, ref string, when func(LogLine) bool, loggedAny func(life, 
 // out).
 const releaseLogLag = 250 * time.Millisecond
 
-// classify finds why the upstream applied later after earlier.
-func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[string]*Life,
-	answered map[int64]*Send, claimStart func(*UpRecord) time.Time,
-	loggedAny func(life, ref string, match func(LogLine) bool) (LogLine, bool)) Duplicate {
+// classify finds why the upstream applied later after earlier; answered
+// are the deliveries whose answer a provider got.
+func (au *auditor) classify(ev *Event, earlier, later *UpRecord, answered map[int64]*Send) Duplicate {
+	p := &copyPair{au: au, ev: ev, earlier: earlier, later: later, ref: refKey(earlier.Route, earlier.Key), answered: answered}
+	_, p.earlierAnswered = answered[earlier.Seq]
 	d := Duplicate{Event: ev.ID, Route: ev.Route, Key: later.Key, Earlier: earlier, Later: later}
-	ref := refKey(earlier.Route, earlier.Key)
-	life := lives[earlier.Gateway]
-	_, earlierAnswered := answered[earlier.Seq]
-	// A takeover after a crash: the earlier copy's gateway was SIGKILLed
-	// while that copy was in flight (within the upstream timeout of its
-	// arrival), and the later copy came no sooner than a lease after the
-	// earliest unanswered send to that gateway (its claim cannot be older).
-	sentAt, sent := time.Time{}, false
-	for _, s := range ev.Sends {
-		if s.Incarnation == earlier.Gateway && !s.Answered && !s.Start.After(earlier.Time) && (!sent || s.Start.Before(sentAt)) {
-			sentAt, sent = s.Start, true
-		}
-	}
-	switch {
-	case life != nil && life.Crashed() && !earlierAnswered &&
-		!life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) && life.Stopping.Before(later.Time) &&
-		life.Stopping.Before(earlier.Time.Add(in.Timeout+500*time.Millisecond)) &&
-		sent && !later.Time.Before(sentAt.Add(in.Lease-200*time.Millisecond)):
-		d.Cause = CauseCrashTakeover
-		d.Evidence = fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
-			life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq)
-		return d
-	}
-	// An ambiguous result released: the earlier copy went unanswered, and
-	// its gateway logged the release of an ambiguous forward while that
-	// copy was in flight (not some other copy's, at another time), before
-	// the later copy reached the upstream: the release is what freed the
-	// key, so a copy forwarded well before it was forwarded beside a live
-	// claim. On holdRoute only when the hold itself could not be written.
-	inFlight := func(l LogLine) bool {
-		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
-	}
-	if l, ok := loggedAny(earlier.Gateway, ref, func(l LogLine) bool {
-		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l) &&
-			l.Time.Before(later.Time.Add(releaseLogLag))
-	}); ok && !earlierAnswered && (ev.Route != holdRoute || holdFailed(earlier.Gateway, ref, inFlight, loggedAny)) {
-		d.Cause, d.Evidence = CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err)
-		return d
-	}
-	// A held key the operator released while the earlier copy was at the
-	// upstream unapplied (with -inbox it can wait there in the
-	// application's transaction): the release freed the key, and the later
-	// copy is what releasing a held key means.
-	if !earlierAnswered && ev.Route == holdRoute {
-		for _, r := range in.Resolutions {
-			if r.Route == ev.Route && r.Key == later.Key && r.Action == "release" &&
-				r.End.After(earlier.Time) && r.Start.Before(later.Time) {
-				d.Cause, d.Evidence = CauseOperatorRelease, fmt.Sprintf("the operator released the held key through %s", r.Life)
-				return d
-			}
-		}
-	}
-	if s := answered[later.Seq]; s != nil && s.Outcome == "passthrough" {
-		d.Cause, d.Evidence = CausePassMode, "the later copy was answered with outcome passthrough"
-		return d
-	}
-	if _, ok := loggedAny(earlier.Gateway, ref, isCommitFailure); ok {
-		d.Cause, d.Evidence = CauseCommitFailure, earlier.Gateway+" logged a commit failure for the key"
-		return d
-	}
-	// The copies were claimed between their provider's send and their
-	// arrival upstream: did the screen lose or miss a claim meanwhile?
-	from := claimStart(earlier)
-	if t := claimStart(later); t.Before(from) {
-		from = t
-	}
-	for _, f := range in.Faults {
-		var lost time.Time
-		switch f.Kind {
-		case FaultRedisFlush, FaultRedisRestart:
-			lost = f.Start
-		default:
-			continue
-		}
-		if !lost.Before(from) && lost.Before(later.Time) {
-			d.Cause, d.Evidence = CauseScreenLoss, fmt.Sprintf("%s at %s, while the earlier copy was in flight", f.Kind, lost.Format("15:04:05.000"))
+	for _, explain := range explanations {
+		if cause, evidence, ok := explain(p); ok {
+			d.Cause, d.Evidence = cause, evidence
 			return d
 		}
 	}
-	for _, f := range in.Faults {
+	d.Cause = CauseUnexplained
+	d.Evidence = fmt.Sprintf("%v apart", later.Time.Sub(earlier.Time).Round(time.Millisecond))
+	return d
+}
+
+// copyPair is two applications of one event, being explained.
+type copyPair struct {
+	au             *auditor
+	ev             *Event
+	earlier, later *UpRecord
+	ref            string
+	answered       map[int64]*Send
+	// earlierAnswered: a provider got the earlier copy's answer.
+	earlierAnswered bool
+}
+
+// explanations are tried in order; the first that fits is the cause.
+var explanations = []func(p *copyPair) (DuplicateCause, string, bool){
+	(*copyPair).crashTakeover,
+	(*copyPair).ambiguousRelease,
+	(*copyPair).operatorRelease,
+	(*copyPair).passMode,
+	(*copyPair).commitFailure,
+	(*copyPair).screenLoss,
+	(*copyPair).screenOutage,
+	(*copyPair).stallTakeover,
+	(*copyPair).liveLease,
+}
+
+// firstSendTo is the start of the earliest send of the event to gw that
+// began by at and matches.
+func (p *copyPair) firstSendTo(gw string, at time.Time, match func(*Send) bool) (time.Time, bool) {
+	first, found := time.Time{}, false
+	for _, s := range p.ev.Sends {
+		if s.Incarnation == gw && !s.Start.After(at) && match(s) && (!found || s.Start.Before(first)) {
+			first, found = s.Start, true
+		}
+	}
+	return first, found
+}
+
+// crashTakeover: the earlier copy's gateway was SIGKILLed while that copy
+// was in flight (within the upstream timeout of its arrival), and the
+// later copy came no sooner than a lease after the earliest unanswered
+// send to that gateway (its claim cannot be older).
+func (p *copyPair) crashTakeover() (DuplicateCause, string, bool) {
+	in, earlier, later := p.au.in, p.earlier, p.later
+	life := p.au.lives[earlier.Gateway]
+	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(s *Send) bool { return !s.Answered })
+	if life == nil || !life.Crashed() || p.earlierAnswered || !sent ||
+		life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) || !life.Stopping.Before(later.Time) ||
+		!life.Stopping.Before(earlier.Time.Add(in.Timeout+500*time.Millisecond)) ||
+		later.Time.Before(sentAt.Add(in.Lease-200*time.Millisecond)) {
+		return "", "", false
+	}
+	return CauseCrashTakeover, fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
+		life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq), true
+}
+
+// ambiguousRelease: the earlier copy went unanswered, and its gateway
+// logged the release of an ambiguous forward while that copy was in
+// flight (not some other copy's, at another time), before the later copy
+// reached the upstream: the release is what freed the key, so a copy
+// forwarded well before it was forwarded beside a live claim. On
+// holdRoute only when the hold itself could not be written.
+func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
+	in, earlier, later := p.au.in, p.earlier, p.later
+	if p.earlierAnswered {
+		return "", "", false
+	}
+	inFlight := func(l LogLine) bool {
+		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
+	}
+	l, ok := p.au.loggedAny(earlier.Gateway, p.ref, func(l LogLine) bool {
+		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l) &&
+			l.Time.Before(later.Time.Add(releaseLogLag))
+	})
+	if !ok || (p.ev.Route == holdRoute && !holdFailed(earlier.Gateway, p.ref, inFlight, p.au.loggedAny)) {
+		return "", "", false
+	}
+	return CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err), true
+}
+
+// operatorRelease: the operator released a held key while the earlier
+// copy was at the upstream unapplied (with -inbox it can wait there in
+// the application's transaction): the release freed the key, and the
+// later copy is what releasing a held key means.
+func (p *copyPair) operatorRelease() (DuplicateCause, string, bool) {
+	if p.earlierAnswered || p.ev.Route != holdRoute {
+		return "", "", false
+	}
+	for _, r := range p.au.in.Resolutions {
+		if r.Route == p.ev.Route && r.Key == p.later.Key && r.Action == "release" &&
+			r.End.After(p.earlier.Time) && r.Start.Before(p.later.Time) {
+			return CauseOperatorRelease, fmt.Sprintf("the operator released the held key through %s", r.Life), true
+		}
+	}
+	return "", "", false
+}
+
+// passMode: the later copy was answered without deduplication.
+func (p *copyPair) passMode() (DuplicateCause, string, bool) {
+	if s := p.answered[p.later.Seq]; s != nil && s.Outcome == "passthrough" {
+		return CausePassMode, "the later copy was answered with outcome passthrough", true
+	}
+	return "", "", false
+}
+
+// commitFailure: the earlier copy's gateway logged a failed commit of
+// the key.
+func (p *copyPair) commitFailure() (DuplicateCause, string, bool) {
+	if _, ok := p.au.loggedAny(p.earlier.Gateway, p.ref, isCommitFailure); ok {
+		return CauseCommitFailure, p.earlier.Gateway + " logged a commit failure for the key", true
+	}
+	return "", "", false
+}
+
+// claimedFrom is the earliest either copy can have been claimed: between
+// their provider's send and their arrival upstream.
+func (p *copyPair) claimedFrom() time.Time {
+	from := p.au.claimStart(p.earlier)
+	if t := p.au.claimStart(p.later); t.Before(from) {
+		from = t
+	}
+	return from
+}
+
+// screenLoss: Redis forgot its entries (flushed or restarted) while the
+// copies were being claimed.
+func (p *copyPair) screenLoss() (DuplicateCause, string, bool) {
+	from := p.claimedFrom()
+	for _, f := range p.au.in.Faults {
+		if f.Kind != FaultRedisFlush && f.Kind != FaultRedisRestart {
+			continue
+		}
+		if lost := f.Start; !lost.Before(from) && lost.Before(p.later.Time) {
+			return CauseScreenLoss, fmt.Sprintf("%s at %s, while the earlier copy was in flight", f.Kind, lost.Format("15:04:05.000")), true
+		}
+	}
+	return "", "", false
+}
+
+// screenOutage: Redis could not be reached while the copies were being
+// claimed.
+func (p *copyPair) screenOutage() (DuplicateCause, string, bool) {
+	from := p.claimedFrom()
+	for _, f := range p.au.in.Faults {
 		switch f.Kind {
 		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisRestart, FaultRedisPartition:
 		default:
 			continue
 		}
 		// Clients notice a recovery a little late.
-		if f.Start.Before(later.Time) && f.End.Add(time.Second).After(from) {
-			d.Cause, d.Evidence = CauseScreenOutage, fmt.Sprintf("%s from %s to %s; the copies were claimed from %s",
-				f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), from.Format("15:04:05.000"))
-			return d
+		if f.Start.Before(p.later.Time) && f.End.Add(time.Second).After(from) {
+			return CauseScreenOutage, fmt.Sprintf("%s from %s to %s; the copies were claimed from %s",
+				f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), from.Format("15:04:05.000")), true
 		}
 	}
-	// A takeover after a host stall: the earlier copy went unanswered and
-	// the host stalled while it was in flight (between its arrival and the
-	// upstream timeout), long enough to let its lease run out, and the
-	// later copy came no sooner than a lease after the earliest send to
-	// that gateway (the earlier claim cannot be older; a stall does not
-	// make a lease expire sooner).
-	claimedAt, claimed := time.Time{}, false
-	for _, s := range ev.Sends {
-		if s.Incarnation == earlier.Gateway && !s.Start.After(earlier.Time) && (!claimed || s.Start.Before(claimedAt)) {
-			claimedAt, claimed = s.Start, true
-		}
+	return "", "", false
+}
+
+// stallTakeover: the earlier copy went unanswered and the host stalled
+// while it was in flight (between its arrival and the upstream timeout),
+// long enough to let its lease run out, and the later copy came no sooner
+// than a lease after the earliest send to that gateway (the earlier claim
+// cannot be older; a stall does not make a lease expire sooner).
+func (p *copyPair) stallTakeover() (DuplicateCause, string, bool) {
+	in, earlier, later := p.au.in, p.earlier, p.later
+	if p.earlierAnswered {
+		return "", "", false
 	}
+	claimedAt, claimed := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
 	var stalled time.Duration
 	var first Stall
 	for _, st := range in.Stalls {
-		if earlierAnswered {
-			break
-		}
 		if st.Start.Before(later.Time) && st.Start.Before(earlier.Time.Add(in.Timeout)) && st.End.After(earlier.Time) {
 			if stalled == 0 {
 				first = st
@@ -948,16 +1117,19 @@ func classify(in *AuditInput, ev *Event, earlier, later *UpRecord, lives map[str
 			stalled += st.End.Sub(st.Start)
 		}
 	}
-	if stalled > 0 && stalled >= (in.Lease-in.Timeout)/2 && claimed && !later.Time.Before(claimedAt.Add(in.Lease-200*time.Millisecond)) {
-		d.Cause, d.Evidence = CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
-			stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq)
-		return d
+	if stalled == 0 || stalled < (in.Lease-in.Timeout)/2 || !claimed || later.Time.Before(claimedAt.Add(in.Lease-200*time.Millisecond)) {
+		return "", "", false
 	}
-	if gap := later.Time.Sub(earlier.Time); gap >= in.Lease-200*time.Millisecond {
-		d.Cause, d.Evidence = CauseLiveLease, fmt.Sprintf("%v apart, lease %v; %s was alive", gap.Round(time.Millisecond), in.Lease, earlier.Gateway)
-		return d
+	return CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
+		stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq), true
+}
+
+// liveLease: the copies came a lease apart or more, the earlier gateway
+// alive: its lease ran out before it recorded the answer.
+func (p *copyPair) liveLease() (DuplicateCause, string, bool) {
+	lease := p.au.in.Lease
+	if gap := p.later.Time.Sub(p.earlier.Time); gap >= lease-200*time.Millisecond {
+		return CauseLiveLease, fmt.Sprintf("%v apart, lease %v; %s was alive", gap.Round(time.Millisecond), lease, p.earlier.Gateway), true
 	}
-	d.Cause = CauseUnexplained
-	d.Evidence = fmt.Sprintf("%v apart", later.Time.Sub(earlier.Time).Round(time.Millisecond))
-	return d
+	return "", "", false
 }

@@ -154,7 +154,9 @@ type Providers struct {
 	mu     sync.Mutex
 	events []*Event
 	sends  atomic.Int64
-	extras sync.WaitGroup // duplicates, late copies and tampers in flight
+	// asyncInFlight are the sends on the async route awaiting an answer.
+	asyncInFlight atomic.Int64
+	extras        sync.WaitGroup // duplicates, late copies and tampers in flight
 }
 
 // NewProviders prepares o.Senders senders delivering to targets.
@@ -172,6 +174,10 @@ func (p *Providers) Events() []*Event {
 
 // Sends is the number of requests made so far.
 func (p *Providers) Sends() int64 { return p.sends.Load() }
+
+// AsyncInFlight is the number of sends on the async route awaiting their
+// answer: intakes under way.
+func (p *Providers) AsyncInFlight() int64 { return p.asyncInFlight.Load() }
 
 // Run makes every sender deliver events until gen is done, each finishing
 // the event it is on; sends still running when hard is done are aborted.
@@ -436,6 +442,10 @@ func (s *sender) send(ctx context.Context, ev *Event, kind SendKind, attempt, gw
 	}
 
 	s.p.sends.Add(1)
+	if ev.Route == asyncRoute {
+		s.p.asyncInFlight.Add(1)
+		defer s.p.asyncInFlight.Add(-1)
+	}
 	snd.Start = time.Now()
 	resp, err := s.client.Do(req)
 	if err == nil {

@@ -164,7 +164,9 @@ type runner struct {
 	up       *Upstream
 	effects  *Effects // Inbox only
 	gws      []*GatewayProc
-	metrics  *http.Client
+	// providers send the load (set once it starts).
+	providers *Providers
+	metrics   *http.Client
 
 	mu       sync.Mutex
 	injected []FaultRecord
@@ -212,6 +214,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		PDuplicate: 0.3, PLate: 0.1, PTamper: 0.04, PForged: 0.05, PDecline: 0.05,
 	}, r.targets())
 
+	r.providers = providers
 	r.start = time.Now()
 	// The load lasts Duration, and longer if injecting the faults took
 	// longer than planned: every planned fault happens under load, and a
@@ -553,6 +556,10 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		r.pproxy.Cut()
 		hold()
 		r.pproxy.Restore()
+	case FaultPGCutIntake:
+		return r.cutDuringIntake(ctx, f.Hold), nil
+	case FaultPGCutCompletion:
+		return r.cutDuringCompletion(ctx, f.Hold), nil
 	case FaultPGBlackhole:
 		r.pproxy.Blackhole()
 		hold()
@@ -619,6 +626,64 @@ func (r *runner) killMidForward(ctx context.Context, g *GatewayProc, down time.D
 	}
 	sleepCtx(ctx, down)
 	return note, r.startGateway(g)
+}
+
+// cutDuringIntake slows PostgreSQL so that the async route's intake
+// transactions stay open, waits until intakes are in flight, and cuts the
+// connections under them for hold.
+func (r *runner) cutDuringIntake(ctx context.Context, hold time.Duration) string {
+	r.pproxy.Slow(intakeSlow)
+	var inFlight int64
+	caught := poll(3*time.Second, 2*time.Millisecond, func() error {
+		if inFlight = r.providers.AsyncInFlight(); inFlight == 0 {
+			return errors.New("no intake in flight")
+		}
+		return nil
+	}) == nil
+	// Past a round trip or two, the intakes are inside the database.
+	sleepCtx(ctx, 2*intakeSlow)
+	r.pproxy.Cut()
+	sleepCtx(ctx, hold)
+	r.pproxy.Restore()
+	if !caught {
+		return "cut PostgreSQL (no async intake in flight within 3s)"
+	}
+	return fmt.Sprintf("cut PostgreSQL with %d async intake(s) in flight", inFlight)
+}
+
+// intakeSlow is the latency added to PostgreSQL before an intake cut.
+const intakeSlow = 20 * time.Millisecond
+
+// cutDuringCompletion makes the upstream apply and hold the answers to
+// every gateway's requests, cuts PostgreSQL once async attempts are held,
+// and lets the answers go (each after the upstream's hold, 800ms, within
+// the cut): those attempts record their outcome and complete their jobs
+// against a cut ledger.
+func (r *runner) cutDuringCompletion(ctx context.Context, hold time.Duration) string {
+	var names []string
+	for _, g := range r.gws {
+		if l := g.Current(); l != nil {
+			names = append(names, l.Name)
+			r.up.HoldFrom(l.Name, true)
+		}
+	}
+	caught := poll(3*time.Second, 2*time.Millisecond, func() error {
+		if r.up.HoldingOn(asyncRoute) == 0 {
+			return errors.New("no async attempt held")
+		}
+		return nil
+	}) == nil
+	held := r.up.HoldingOn(asyncRoute)
+	r.pproxy.Cut()
+	for _, n := range names {
+		r.up.HoldFrom(n, false)
+	}
+	sleepCtx(ctx, hold)
+	r.pproxy.Restore()
+	if !caught {
+		return "cut PostgreSQL (no async attempt at the upstream within 3s)"
+	}
+	return fmt.Sprintf("cut PostgreSQL with %d async attempt(s) applied upstream and their answers held", held)
 }
 
 // startGateway starts a new incarnation, retrying a failed start (a

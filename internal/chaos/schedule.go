@@ -29,9 +29,16 @@ const (
 	// gateway claims in the ledger meanwhile.
 	FaultRedisPartition FaultKind = "redis_partition"
 
-	FaultPGCut       FaultKind = "postgres_cut"
-	FaultPGBlackhole FaultKind = "postgres_blackhole"
-	FaultPGSlow      FaultKind = "postgres_slow"
+	FaultPGCut FaultKind = "postgres_cut"
+	// FaultPGCutIntake: PostgreSQL slowed until async intakes are in
+	// flight (their rows, requests and jobs being written), then cut.
+	FaultPGCutIntake FaultKind = "postgres_cut_intake"
+	// FaultPGCutCompletion: the upstream holds its answers to the async
+	// route's attempts; once some are held PostgreSQL is cut and the
+	// answers go out, so the attempts settle against a cut ledger.
+	FaultPGCutCompletion FaultKind = "postgres_cut_completion"
+	FaultPGBlackhole     FaultKind = "postgres_blackhole"
+	FaultPGSlow          FaultKind = "postgres_slow"
 
 	FaultUpSlow    FaultKind = "upstream_slow"    // answers within the timeout, slowly
 	FaultUpFailing FaultKind = "upstream_failing" // a share of 5xx, nothing applied
@@ -46,7 +53,7 @@ const (
 var AllFaults = []FaultKind{
 	FaultKill, FaultRolling,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
-	FaultPGCut, FaultPGBlackhole, FaultPGSlow,
+	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 

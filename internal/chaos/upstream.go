@@ -102,6 +102,7 @@ type Upstream struct {
 	mode     UpstreamMode
 	holdFrom map[string]bool      // gateway incarnations whose requests are held
 	holding  map[string]int       // requests currently held, per incarnation
+	heldOn   map[string]int       // requests currently held, per route
 	applied  map[string]*UpRecord // the first applied request of each route and key
 	wake     chan struct{}        // closed when the mode changes (hung requests re-check)
 	effects  *Effects             // nil: effects are the log's alone; else applied through an inbox
@@ -119,7 +120,7 @@ func StartUpstream(path string) (*Upstream, error) {
 		return nil, fmt.Errorf("upstream: listen: %w", err)
 	}
 	u := &Upstream{ln: ln, log: lg, hold: 800 * time.Millisecond,
-		holdFrom: map[string]bool{}, holding: map[string]int{},
+		holdFrom: map[string]bool{}, holding: map[string]int{}, heldOn: map[string]int{},
 		applied: map[string]*UpRecord{}, wake: make(chan struct{})}
 	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 5 * time.Second, ErrorLog: discardLogger()}
 	go func() { _ = u.srv.Serve(ln) }()
@@ -167,6 +168,13 @@ func (u *Upstream) Holding(gw string) int {
 	return u.holding[gw]
 }
 
+// HoldingOn is the number of requests on route held right now.
+func (u *Upstream) HoldingOn(route string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.heldOn[route]
+}
+
 // Close stops the server (cutting requests still held) and closes the log.
 func (u *Upstream) Close() error {
 	err := u.srv.Close()
@@ -195,12 +203,14 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mode, held, wake, effects := u.mode, u.holdFrom[rec.Gateway], u.wake, u.effects
 	if held {
 		u.holding[rec.Gateway]++
+		u.heldOn[rec.Route]++
 	}
 	u.mu.Unlock()
 	if held {
 		defer func() {
 			u.mu.Lock()
 			u.holding[rec.Gateway]--
+			u.heldOn[rec.Route]--
 			u.mu.Unlock()
 		}()
 	}

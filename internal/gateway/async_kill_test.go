@@ -17,10 +17,11 @@ func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
 	bin := buildGateway(t)
 	c := sharedCluster(t)
 	var mu sync.Mutex
-	var keys []string
+	var keys, sent []string
 	up := firstCopyHangs(t, func(r *http.Request) {
 		mu.Lock()
 		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		sent = append(sent, r.Header.Get("Hookstamp-Attempt"))
 		mu.Unlock()
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -58,5 +59,30 @@ func TestAsyncKilledMidAttemptIsDeliveredAgainWithTheSameKey(t *testing.T) {
 	defer mu.Unlock()
 	if len(keys) != 2 || keys[0] != "evt_kill" || keys[1] != "evt_kill" {
 		t.Fatalf("upstream got %q, want the same key twice (the lost attempt and the rescue)", keys)
+	}
+	assertLostThenDelivered(t, replica, idempotency.Ref{Route: "hooks", Key: "evt_kill"}, sent)
+}
+
+// assertLostThenDelivered checks ref's timeline: the killed replica's
+// attempt as interrupted, then the rescue's answer, numbered as the
+// upstream saw them in Hookstamp-Attempt.
+func assertLostThenDelivered(t *testing.T, g *Gateway, ref idempotency.Ref, sent []string) {
+	t.Helper()
+	atts, err := g.Ledger().Attempts(t0ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 2 {
+		t.Fatalf("ledger holds %d attempts (%+v), want the lost one and the rescue", len(atts), atts)
+	}
+	lost, rescue := atts[0], atts[1]
+	if lost.Attempt != 1 || lost.Status != 0 || !strings.HasPrefix(lost.Error, "interrupted: ") || lost.Replica == "" {
+		t.Errorf("first attempt %+v, want number 1, no status, an interrupted error and the killed replica", lost)
+	}
+	if rescue.Attempt != 2 || rescue.Status != http.StatusOK || rescue.Error != "" || rescue.StartedAt.Before(lost.StartedAt) {
+		t.Errorf("second attempt %+v, want number 2 answered 200 after the lost one", rescue)
+	}
+	if strings.Join(sent, ",") != "1,2" {
+		t.Errorf("upstream saw Hookstamp-Attempt %q, want 1 then 2", sent)
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
-	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
 
@@ -149,13 +148,7 @@ func (g *Gateway) openLedger(ctx context.Context) error {
 	if !g.cfg.Store.AutoMigrate {
 		return nil
 	}
-	if err := g.ledger.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate ledger: %w", err)
-	}
-	if err := queue.Migrate(ctx, g.ledger); err != nil {
-		return fmt.Errorf("migrate ledger: %w", err)
-	}
-	return nil
+	return MigrateStore(ctx, g.ledger)
 }
 
 // engineOptions are the state machine's: the screen and ledger opened

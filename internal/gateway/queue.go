@@ -2,14 +2,34 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
 )
+
+// MigrateStore creates or upgrades the ledger's tables and the queue's
+// beside them. Processes migrating one SQLite file take turns for the
+// whole of it; on PostgreSQL each migration has its own advisory lock.
+func MigrateStore(ctx context.Context, l *sqlledger.Ledger) error {
+	unlock, err := l.LockMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate ledger: %w", err)
+	}
+	defer unlock()
+	if err := l.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate ledger: %w", err)
+	}
+	if err := queue.Migrate(ctx, l); err != nil {
+		return fmt.Errorf("migrate ledger: %w", err)
+	}
+	return nil
+}
 
 // queueParts deliver the stored requests of async routes, and of any route
 // storing requests redelivered by an operator.

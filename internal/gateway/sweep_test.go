@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,32 +29,20 @@ func TestSweeperUnderTraffic(t *testing.T) {
 	db := rawPostgres(t, c.dsn)
 
 	// Traffic: new events and their repeats, until told to stop.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	delivered := make([]int, 2)
-	for w := range delivered {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				body := fmt.Sprintf(`{"id":"evt_live_%d_%d"}`, w, i)
-				if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "forwarded" {
-					t.Errorf("%s: %d %q during sweeps, want 200 forwarded", body, r.status, r.outcome())
-					return
-				}
-				if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "replayed" {
-					t.Errorf("repeat of %s: %d %q during sweeps, want 200 replayed", body, r.status, r.outcome())
-					return
-				}
-				delivered[w] = i + 1
-			}
-		}()
-	}
+	stop := keepSending(len(delivered), func(w, i int) bool {
+		body := fmt.Sprintf(`{"id":"evt_live_%d_%d"}`, w, i)
+		if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "forwarded" {
+			t.Errorf("%s: %d %q during sweeps, want 200 forwarded", body, r.status, r.outcome())
+			return false
+		}
+		if r := send(t, g, "/hooks", body); r.status != 200 || r.outcome() != "replayed" {
+			t.Errorf("repeat of %s: %d %q during sweeps, want 200 replayed", body, r.status, r.outcome())
+			return false
+		}
+		delivered[w] = i + 1
+		return true
+	})
 
 	// Expired rows (more than one sweep batch) and live ones, seeded
 	// through the ledger while the traffic runs.
@@ -77,8 +64,7 @@ func TestSweeperUnderTraffic(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the sweeper to delete every expired row", func() bool {
 		return countRows(t, db, "expires_at < ?", time.Now()) == 0
 	})
-	close(stop)
-	wg.Wait()
+	stop()
 
 	if n := countRows(t, db, "key LIKE ?", "kept_%"); n != live {
 		t.Fatalf("%d live seeded rows left, want %d", n, live)

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -75,19 +77,16 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return nil // deleted by an operator or swept: nothing to deliver
 	case err != nil:
-		return fmt.Errorf("read delivery %q: %w", ref.Key, err)
+		return unsent{fmt.Errorf("read delivery %q: %w", ref.Key, err)}
 	case st.Request == nil || (st.State != idempotency.StateQueued && st.State != idempotency.StateDone):
 		return nil // resolved or already settled by an operator
 	}
 	run := job.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
-	if n := len(job.Errors); n > 0 && job.Errors[n-1].Attempt == job.Attempt-1 {
-		// The previous run ended without recording its outcome: killed
-		// mid-attempt (rescued) or cut from the ledger.
-		q.hook(q.o.Hooks.Takeover, ref.Route)
-		q.o.Logger.WarnContext(ctx, "delivering again a delivery whose previous attempt was not recorded; the upstream may get it twice, with the same key",
-			"route", ref.Route, "key", ref.Key)
+	recorded, err := q.recordLost(ctx, job, ref)
+	if err != nil {
+		return unsent{err}
 	}
-	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
+	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + recorded + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
 	up, ferr := q.send(ctx, r, st, &a)
 	a.Duration = q.o.Now().Sub(a.StartedAt)
 	// Settled even when shutdown cut the attempt.
@@ -136,6 +135,70 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		wait = retryAfter(up.Header, q.o.Now())
 	}
 	return river.JobSnooze(r.Backoff.next(run, wait))
+}
+
+// unsent is a run's error from before its attempt was sent: no attempt
+// of that run is lost.
+type unsent struct{ err error }
+
+// unsentPrefix starts the text River keeps of an unsent error.
+const unsentPrefix = "not sent: "
+
+func (e unsent) Error() string { return unsentPrefix + e.err.Error() }
+func (e unsent) Unwrap() error { return e.err }
+
+// interrupted starts the error of an attempt whose run ended without
+// recording it (SPEC §11 has no other field for an outcome).
+const interrupted = "interrupted: "
+
+// recordLost records the attempt of the job's last run when that run sent
+// it and ended without recording it — its replica killed mid-attempt (the
+// job rescued) or the ledger cut before the outcome was stored — so the
+// timeline shows the copy the upstream may have got. It reports how many
+// attempts it recorded (0 or 1).
+func (q *Queue) recordLost(ctx context.Context, job *river.Job[Args], ref idempotency.Ref) (int, error) {
+	lost, ok := lastSentError(job.Errors)
+	if !ok {
+		return 0, nil
+	}
+	// River's note of the loss is the lost attempt's only trace: its
+	// start died with the run.
+	at := lost.At.Truncate(time.Millisecond)
+	attempts, err := q.o.Ledger.Attempts(ctx, ref)
+	if err != nil {
+		return 0, fmt.Errorf("read attempts of %q: %w", ref.Key, err)
+	}
+	if n := len(attempts); n > 0 && !attempts[n-1].StartedAt.Before(at) {
+		return 0, nil // recorded since, by this job or another
+	}
+	q.hook(q.o.Hooks.Takeover, ref.Route)
+	q.o.Logger.WarnContext(ctx, "delivering again a delivery whose previous attempt was not recorded; the upstream may get it twice, with the same key",
+		"route", ref.Route, "key", ref.Key, "lost", lost.Error)
+	a := idempotency.Attempt{Ref: ref, StartedAt: at, Error: interrupted + lost.Error, Replica: previousReplica(job.AttemptedBy)}
+	if err := q.o.Ledger.AddAttempt(ctx, a); err != nil {
+		return 0, fmt.Errorf("record the lost attempt of %q: %w", ref.Key, err)
+	}
+	return 1, nil
+}
+
+// lastSentError is River's note of the last run that failed or was
+// rescued after it may have sent its attempt.
+func lastSentError(errs []rivertype.AttemptError) (rivertype.AttemptError, bool) {
+	for i := len(errs) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(errs[i].Error, unsentPrefix) {
+			return errs[i], true
+		}
+	}
+	return rivertype.AttemptError{}, false
+}
+
+// previousReplica is the replica that ran the job before this run (River
+// appends each run's client ID).
+func previousReplica(by []string) string {
+	if len(by) < 2 {
+		return ""
+	}
+	return by[len(by)-2]
 }
 
 // settleFor is how long an attempt's outcome is retried against a ledger

@@ -76,10 +76,13 @@ func (l *Ledger) Enqueue(ctx context.Context, rec *idempotency.Record, owner str
 	if l.intakes == nil {
 		return l.runIntake(ctx, []*intakeJob{j})
 	}
+	// Read before the batch can run: once it has answered, it clears
+	// j.done.
+	done := j.done
 	if err := l.intakes.enqueue(ctx, j); err != nil {
 		return l.queueFailed(fmt.Sprintf("enqueue %s", ref(rec.Ref)), err)
 	}
-	return wait(ctx, l, "enqueue", &rec.Ref, j.done, func(err error) error { return err })
+	return wait(ctx, l, "enqueue", &rec.Ref, done, func(err error) error { return err })
 }
 
 func (l *Ledger) newIntaker(workers, max int) *batcher[*intakeJob] {

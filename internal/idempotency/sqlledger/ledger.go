@@ -121,6 +121,9 @@ type Ledger struct {
 	jobs Jobs
 	// clock maps Options.Now onto the database's clock; nil on SQLite.
 	clock *dbClock
+	// lockFile serialises migrations of a SQLite file; "" on PostgreSQL
+	// and in memory.
+	lockFile string
 	// commitStmt is commitSQL prepared on the SQLite writer at first use.
 	commitStmtMu sync.Mutex
 	commitStmt   *sql.Stmt
@@ -206,6 +209,9 @@ func (l *Ledger) openPools(o Options) error {
 	case DriverSQLite:
 		l.d = sqliteDialect
 		l.w, l.r, err = sqlitePools(o, cfg)
+		if _, file, _, memory := splitSQLiteDSN(o.DSN); !memory {
+			l.lockFile = file + ".migrate.lock"
+		}
 	case DriverPostgres:
 		l.d = postgresDialect
 		l.w, err = postgresPool(o, cfg)

@@ -1,0 +1,46 @@
+package chaos
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// asyncEvent is an acknowledged event of the async route, stored.
+func (f *fixture) asyncEvent(id string) *Event {
+	ev := &Event{ID: id, Route: asyncRoute, Key: "relay-" + id, Sender: "s01", Body: asyncBody("relay-"+id, id, "book", 1)}
+	ev.Final = &Send{Event: ev, EventID: id, Kind: KindGenuine, Answered: true, Status: 202, Outcome: "accepted", Start: f.at(0), End: f.at(0)}
+	ev.Sends = append(ev.Sends, ev.Final)
+	f.in.Events = append(f.in.Events, ev)
+	f.in.Ledger[refKey(ev.Route, ev.Key)] = &LedgerRow{Route: ev.Route, Key: ev.Key, State: "done"}
+	return ev
+}
+
+// A second copy of an async delivery after a ledger cut is allowed when
+// the gateway that sent it logged delivering a lost attempt again, and a
+// violation when nothing explains it.
+func TestAsyncSecondCopyNeedsALoggedRedelivery(t *testing.T) {
+	for _, logged := range []bool{true, false} {
+		t.Run(fmt.Sprint("logged=", logged), func(t *testing.T) {
+			f := newFixture()
+			ev := f.asyncEvent("e1")
+			f.apply(ev, "g1.1", time.Second)
+			f.in.Faults = append(f.in.Faults, FaultRecord{Fault: Fault{Kind: FaultPGCutCompletion}, Start: f.at(900 * time.Millisecond), End: f.at(3 * time.Second)})
+			if logged {
+				f.in.Logs["g2.1"] = []LogLine{{Time: f.at(14 * time.Second), Level: "WARN", Route: asyncRoute, Key: ev.Key,
+					Msg: redeliveryMsg + "; the upstream may get it twice, with the same key"}}
+			}
+			f.apply(ev, "g2.1", 14*time.Second+5*time.Millisecond)
+			a := RunAudit(f.in)
+			if len(a.Duplicates) != 1 {
+				t.Fatalf("duplicates %+v, want one", a.Duplicates)
+			}
+			if d := a.Duplicates[0]; d.Allowed != logged || (logged && d.Cause != CauseRescued) {
+				t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, logged)
+			}
+			if got := len(a.Violations) > 0; got == logged {
+				t.Errorf("violations %v", a.Violations)
+			}
+		})
+	}
+}

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/faultproxy"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// proxiedCluster is sharedCluster with PostgreSQL reached through a fault
+// proxy, which the test cuts.
+func proxiedCluster(tb testing.TB) (cluster, *faultproxy.Proxy) {
+	tb.Helper()
+	c := sharedCluster(tb)
+	u, err := url.Parse(c.dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := faultproxy.New("postgres", u.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	c.dsn = u.String()
+	return c, p
+}
+
+// asyncOnProxy starts a gateway with the async route "hooks" on c. Its
+// lease is short: a claim whose release the cut prevented soon expires.
+func asyncOnProxy(tb testing.TB, c cluster, upstreamURL string) *Gateway {
+	tb.Helper()
+	cfg := c.replicaConfig(tb, upstreamURL, "store")
+	cfg.Screen.Lease = 3 * time.Second
+	cfg.Routes[0].Delivery = "async"
+	cfg.Routes[0].Async.MaxAttempts = 1000
+	cfg.Routes[0].Async.Backoff.Initial = 5 * time.Millisecond
+	cfg.Routes[0].Async.Backoff.Max = 100 * time.Millisecond
+	return startGatewayWith(tb, cfg, asyncOptions(tb))
+}
+
+// keepSending calls send(w, i) for i = 0, 1, … on each of workers
+// goroutines until send returns false or stop is called; stop waits for
+// them.
+func keepSending(workers int, send func(w, i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !send(w, i) {
+					return
+				}
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// postEvent sends one event and returns its status, 0 when nothing came back.
+func postEvent(g *Gateway, key string) int {
+	resp, err := client.Post(g.URL()+"/hooks", "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q}`, key)))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Cut under intake transactions: an intake that could not store its
+// delivery answers 503, and every delivery acknowledged is in the ledger
+// and reaches the upstream. The provider's retries of the refused ones
+// are then stored and delivered too.
+func TestAsyncPostgresCutDuringIntake(t *testing.T) {
+	c, pg := proxiedCluster(t)
+	up := newUpstream(t)
+	g := asyncOnProxy(t, c, up.URL)
+	// Slowed, each intake's transaction stays open a while: the cut lands
+	// inside some.
+	pg.Slow(10 * time.Millisecond)
+	var mu sync.Mutex
+	status := map[string]int{}
+	stop := keepSending(8, func(w, i int) bool {
+		key := fmt.Sprintf("evt_%d_%d", w, i)
+		code := postEvent(g, key)
+		mu.Lock()
+		status[key] = code
+		mu.Unlock()
+		return true
+	})
+	time.Sleep(300 * time.Millisecond)
+	pg.Cut()
+	time.Sleep(time.Second)
+	pg.Restore()
+	time.Sleep(300 * time.Millisecond)
+	stop()
+
+	var acked, refused []string
+	for key, code := range status {
+		switch code {
+		case http.StatusAccepted:
+			acked = append(acked, key)
+		case http.StatusServiceUnavailable:
+			refused = append(refused, key)
+		default:
+			t.Errorf("%s answered %d, want 202 (stored) or 503 (not stored)", key, code)
+		}
+	}
+	if len(refused) == 0 || len(acked) == 0 {
+		t.Fatalf("%d acknowledged, %d refused: the cut did not fall among intakes", len(acked), len(refused))
+	}
+	// A refused intake whose claim the cut kept from being released is
+	// refused (409) until its lease runs out; a provider retries.
+	for _, key := range refused {
+		testenv.Eventually(t, 15*time.Second, "the provider's retry of "+key+" acknowledged", func() bool {
+			return postEvent(g, key) == http.StatusAccepted
+		})
+	}
+	for _, key := range append(acked, refused...) {
+		waitState(t, g, key, idempotency.StateDone)
+		if n := up.count(key); n != 1 {
+			t.Errorf("upstream got %s %d times, want once", key, n)
+		}
+	}
+	t.Logf("%d acknowledged, %d refused during the cut", len(acked), len(refused))
+}
+
+// Cut while attempts settle: the upstream has answered, the ledger is
+// gone. Each record still ends done; a delivery sent again carries the
+// same key, and none reaches the upstream more than twice.
+func TestAsyncPostgresCutDuringCompletion(t *testing.T) {
+	c, pg := proxiedCluster(t)
+	up, release := heldUpstream(t)
+	g := asyncOnProxy(t, c, up.URL)
+	keys := []string{"evt_a", "evt_b", "evt_c", "evt_d"}
+	for _, key := range keys {
+		if code := postEvent(g, key); code != http.StatusAccepted {
+			t.Fatalf("%s answered %d, want 202", key, code)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "every attempt at the upstream", func() bool {
+		for _, key := range keys {
+			if up.count(key) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	pg.Cut()
+	close(release) // the answers come back to a gateway without its ledger
+	time.Sleep(2 * time.Second)
+	pg.Restore()
+	for _, key := range keys {
+		rec := waitState(t, g, key, idempotency.StateDone)
+		if n := up.count(key); n < 1 || n > 2 {
+			t.Errorf("upstream got %s %d times, want once or twice", key, n)
+		}
+		if rec.Status != http.StatusOK {
+			t.Errorf("%s recorded %d, want the upstream's 200", key, rec.Status)
+		}
+	}
+}
