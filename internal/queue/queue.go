@@ -260,7 +260,9 @@ func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, refs []idempotency.Ref
 		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key},
 			InsertOpts: &river.InsertOpts{Queue: QueueName(r.Route), MaxAttempts: riverMaxAttempts}}
 	}
-	if _, err := q.client.InsertManyTx(ctx, tx, params); err != nil {
+	// The fast insert returns no rows to decode: nothing here reads them,
+	// and delivery jobs are never unique jobs (the ledger's key is).
+	if _, err := q.client.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("insert delivery jobs: %w", err)
 	}
 	return nil
