@@ -36,8 +36,14 @@ func startAsync(tb testing.TB, up *upstream, route string) (*Gateway, *config.Co
 // waitState waits until the record of key is in state.
 func waitState(tb testing.TB, g *Gateway, key string, state idempotency.State) *idempotency.Record {
 	tb.Helper()
+	return waitStateWithin(tb, g, key, state, 20*time.Second)
+}
+
+// waitStateWithin is waitState for at most d.
+func waitStateWithin(tb testing.TB, g *Gateway, key string, state idempotency.State, d time.Duration) *idempotency.Record {
+	tb.Helper()
 	var rec *idempotency.Record
-	testenv.Eventually(tb, 20*time.Second, "record "+key+" "+string(state), func() bool {
+	testenv.Eventually(tb, d, "record "+key+" "+string(state), func() bool {
 		r, err := g.Ledger().Lookup(t0ctx, idempotency.Ref{Route: "hooks", Key: key})
 		rec = r
 		return err == nil && r.State == state
