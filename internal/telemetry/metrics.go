@@ -57,8 +57,8 @@ var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 // (idempotency.Hooks.DependencyError), per dependency. Init creates their
 // series at zero.
 var DependencyOps = map[string][]string{
-	"screen": {"claim", "complete", "release"},
-	"ledger": {"lookup", "claim", "commit", "release"},
+	"screen": {"claim", "peek", "complete", "release"},
+	"ledger": {"lookup", "claim", "enqueue", "commit", "attempt", "release"},
 }
 
 type metrics struct {

@@ -344,8 +344,8 @@ func TestHooksCountIntoTheirOwnSeries(t *testing.T) {
 	tel := setup(t, config.Default().Telemetry)
 	tel.Init([]string{"r", "s"}, "ledger", "screen")
 	ops := map[string][]string{
-		"screen": {"claim", "complete", "release"},
-		"ledger": {"lookup", "claim", "commit", "release"},
+		"screen": {"claim", "peek", "complete", "release"},
+		"ledger": {"lookup", "claim", "enqueue", "commit", "attempt", "release"},
 	}
 	fams := scrape(t, tel.MetricsHandler())
 	for dep, list := range ops {
