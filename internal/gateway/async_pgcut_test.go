@@ -37,12 +37,8 @@ func proxiedCluster(tb testing.TB) (cluster, *faultproxy.Proxy) {
 // lease is short: a claim whose release the cut prevented soon expires.
 func asyncOnProxy(tb testing.TB, c cluster, upstreamURL string) *Gateway {
 	tb.Helper()
-	cfg := c.replicaConfig(tb, upstreamURL, "store")
+	cfg := c.asyncConfig(tb, upstreamURL, "store")
 	cfg.Screen.Lease = 3 * time.Second
-	cfg.Routes[0].Delivery = "async"
-	cfg.Routes[0].Async.MaxAttempts = 1000
-	cfg.Routes[0].Async.Backoff.Initial = 5 * time.Millisecond
-	cfg.Routes[0].Async.Backoff.Max = 100 * time.Millisecond
 	return startGatewayWith(tb, cfg, asyncOptions(tb))
 }
 
