@@ -550,43 +550,22 @@ func (r *runner) runSchedule(gen context.Context, schedule []Fault) error {
 }
 
 func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
-	hold := func() { sleepCtx(ctx, f.Hold) }
 	switch f.Kind {
 	case FaultKill:
 		return r.killMidForward(ctx, r.gws[f.Gateway], f.Hold)
 	case FaultRolling:
-		var notes []string
-		for _, g := range r.gws {
-			r.scrape(ctx, g)
-			life := g.Current()
-			code := g.Terminate(r.shutdownTimeout() + 5*time.Second)
-			if life != nil {
-				notes = append(notes, fmt.Sprintf("%s exit %d", life.Name, code))
-			}
-			if err := r.startGateway(g); err != nil {
-				return strings.Join(notes, ", "), err
-			}
-		}
-		return strings.Join(notes, ", "), nil
+		return r.rollingRestart(ctx)
 	case FaultRedisCut:
-		r.redisNet((*faultproxy.Proxy).Cut)
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies...)
 	case FaultRedisBlackhole:
-		r.redisNet((*faultproxy.Proxy).Blackhole)
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.rproxies...)
 	case FaultRedisSlow:
-		r.redisNet(func(p *faultproxy.Proxy) { p.Slow(f.Latency) })
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, func(p *faultproxy.Proxy) { p.Slow(f.Latency) }, r.rproxies...)
 	case FaultRedisPartition:
 		// With the application slow, deliveries stay in flight long
 		// enough for the two sides of the partition to meet.
 		r.up.SetMode(UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
-		r.rproxies[f.Gateway].Cut()
-		hold()
-		r.rproxies[f.Gateway].Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies[f.Gateway])
 		r.up.SetMode(UpstreamMode{})
 	case FaultRedisFlush:
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -594,48 +573,69 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		return "", r.redis.FlushAll(fctx)
 	case FaultRedisRestart:
 		r.redis.Kill()
-		hold()
+		sleepCtx(ctx, f.Hold)
 		return "", r.redis.Start()
 	case FaultPGCut:
-		r.pproxy.Cut()
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.pproxy)
 	case FaultPGCutIntake:
 		return r.cutDuringIntake(ctx, f.Hold), nil
 	case FaultPGCutCompletion:
 		return r.cutDuringCompletion(ctx, f.Hold), nil
 	case FaultPGBlackhole:
-		r.pproxy.Blackhole()
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.pproxy)
 	case FaultPGSlow:
-		r.pproxy.Slow(f.Latency)
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, func(p *faultproxy.Proxy) { p.Slow(f.Latency) }, r.pproxy)
 	case FaultUpSlow:
-		r.up.SetMode(UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
 	case FaultUpFailing:
-		r.up.SetMode(UpstreamMode{FailRatio: f.Ratio})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{FailRatio: f.Ratio})
 	case FaultUpHang:
-		r.up.SetMode(UpstreamMode{Hang: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{Hang: true})
 	case FaultUpReset:
-		r.up.SetMode(UpstreamMode{Reset: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{Reset: true})
 	case FaultUpLost:
-		r.up.SetMode(UpstreamMode{LoseAnswers: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{LoseAnswers: true})
 	default:
 		return "", fmt.Errorf("unknown fault %q", f.Kind)
 	}
 	return "", nil
+}
+
+// holdNetFault applies fault to the network through each of proxies for
+// hold, then restores it.
+func holdNetFault(ctx context.Context, hold time.Duration, fault func(*faultproxy.Proxy), proxies ...*faultproxy.Proxy) {
+	for _, p := range proxies {
+		fault(p)
+	}
+	sleepCtx(ctx, hold)
+	for _, p := range proxies {
+		p.Restore()
+	}
+}
+
+// holdUpstreamMode puts the upstream in mode for hold, then back to normal.
+func (r *runner) holdUpstreamMode(ctx context.Context, hold time.Duration, mode UpstreamMode) {
+	r.up.SetMode(mode)
+	sleepCtx(ctx, hold)
+	r.up.SetMode(UpstreamMode{})
+}
+
+// rollingRestart stops each gateway with SIGTERM and starts it again, one
+// after the other.
+func (r *runner) rollingRestart(ctx context.Context) (string, error) {
+	var notes []string
+	for _, g := range r.gws {
+		r.scrape(ctx, g)
+		life := g.Current()
+		code := g.Terminate(r.shutdownTimeout() + 5*time.Second)
+		if life != nil {
+			notes = append(notes, fmt.Sprintf("%s exit %d", life.Name, code))
+		}
+		if err := r.startGateway(g); err != nil {
+			return strings.Join(notes, ", "), err
+		}
+	}
+	return strings.Join(notes, ", "), nil
 }
 
 // redisNet applies f to the network between every gateway and Redis.
