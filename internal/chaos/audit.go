@@ -616,111 +616,33 @@ func (au *auditor) checkCounters() {
 // checkLiveness holds the gateways to the two promises that keep a key
 // from being stuck (SPEC §6): a claim dies with its lease, and SIGTERM
 // finishes the deliveries it had accepted.
-//
-// Claims: a 409 (outcome conflict) says another copy of the event holds
-// the key. Some other send of the event must then have been able to claim
-// it no more than a lease before the 409 was decided — a claim is made
-// between its send's start and its answer (or, unanswered, until its
-// gateway process exited), and a Redis or PostgreSQL command stuck in a
-// hung or slowed network can land until that fault ends. A 409 later than
-// that, plus a second and the host's stalls, is a key wedged beyond its
-// lease: the provider's retries are refused for nothing.
-//
-// Drain: a send that reached a gateway well before its SIGTERM must be
-// answered, unless the drain ran out of server.shutdown_timeout (the
-// abandoned deliveries' claims are released, and their connections cut).
 func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, ev, format string, args ...any)) {
-	const slack = time.Second
-	// drainMargin: how long before SIGTERM a request must have been sent to
-	// count as accepted (the gateway has read it off the connection).
-	const drainMargin = 250 * time.Millisecond
-	stalled := func(from, to time.Time) time.Duration {
-		var d time.Duration
-		for _, st := range in.Stalls {
-			if st.Start.Before(to) && st.End.After(from) {
-				d += st.End.Sub(st.Start)
-			}
-		}
-		return d
-	}
-	depFault := func(f FaultRecord) bool {
-		switch f.Kind {
-		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart,
-			FaultPGCut, FaultPGBlackhole, FaultPGSlow:
-			return true
-		}
-		return false
-	}
-	// heldNothing: an answer that says its delivery took no claim of its
-	// own (it found the key held or done, or was refused) leaves none
-	// behind, unless a Redis or PostgreSQL fault around it could have
-	// failed the release of a screen claim it made before the ledger
-	// answered. Without this a provider's own chain of 409s would vouch
-	// for itself, and a wedged key would never be caught.
-	heldNothing := func(o *Send) bool {
-		switch o.Outcome {
-		case "conflict", "replayed", "mismatch", "unverified":
-		default:
-			return false
-		}
-		for _, f := range in.Faults {
-			if depFault(f) && f.Start.Before(o.End.Add(slack)) && f.End.Add(slack).After(o.Start) {
-				return false
-			}
-		}
-		return true
-	}
-	// claimBy is the latest a claim made for o can have landed.
-	claimBy := func(o *Send) (time.Time, bool) {
-		by := o.End
-		if !o.Answered {
-			switch l := lives[o.Incarnation]; {
-			case l == nil:
-				return by, true // nothing was listening
-			case l.End.IsZero():
-				return time.Time{}, false // still running at the end: any time
-			case l.End.After(by):
-				by = l.End
-			}
-		}
-		for _, f := range in.Faults {
-			switch f.Kind {
-			case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow:
-			default:
-				continue
-			}
-			if f.Start.Before(by) && f.End.After(o.Start) && f.End.Add(f.Latency).After(by) {
-				by = f.End.Add(f.Latency)
-			}
-		}
-		return by, true
-	}
+	checkClaimsExpire(in, lives, violate)
+	checkDrain(in, lives, violate)
+}
+
+const livenessSlack = time.Second
+
+// checkClaimsExpire: a 409 (outcome conflict) says another copy of the
+// event holds the key. Some other send of the event must then have been
+// able to claim it no more than a lease before the 409 was decided — a
+// claim is made between its send's start and its answer (or, unanswered,
+// until its gateway process exited), and a Redis or PostgreSQL command
+// stuck in a hung or slowed network can land until that fault ends. A 409
+// later than that, plus a second and the host's stalls, is a key wedged
+// beyond its lease: the provider's retries are refused for nothing.
+func checkClaimsExpire(in *AuditInput, lives map[string]*Life, violate func(check, ev, format string, args ...any)) {
 	for _, ev := range in.Events {
 		for _, s := range ev.Sends {
 			if !s.Answered || s.Outcome != "conflict" {
 				continue
 			}
-			var latest time.Time
-			var holder *Send
-			unbounded := false
-			for _, o := range ev.Sends {
-				if o == s || o.Kind == KindForged || o.Start.After(s.End) || o.Answered && heldNothing(o) {
-					continue
-				}
-				by, ok := claimBy(o)
-				if !ok {
-					unbounded = true
-					break
-				}
-				if by.After(latest) {
-					latest, holder = by, o
-				}
-			}
-			if unbounded {
+			latest, holder, bounded := lastClaim(ev, s, in.Faults, lives)
+			if !bounded {
 				continue
 			}
-			deadline := latest.Add(in.Lease + slack)
-			if holder == nil || s.Start.After(deadline.Add(stalled(latest, s.Start))) {
+			deadline := latest.Add(in.Lease + livenessSlack)
+			if holder == nil || s.Start.After(deadline.Add(stalledWithin(in.Stalls, latest, s.Start))) {
 				what := "no other copy of the event was in flight"
 				if holder != nil {
 					what = fmt.Sprintf("the last claim could have been made by %s's %s send (attempt %d) by %s, lease %v",
@@ -731,6 +653,102 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 			}
 		}
 	}
+}
+
+// lastClaim is the latest a claim made by another send of ev than the
+// conflict s can have landed, and that send (nil: no other send can have
+// claimed the key). bounded is false when such a claim can have landed at
+// any time.
+func lastClaim(ev *Event, s *Send, faults []FaultRecord, lives map[string]*Life) (latest time.Time, holder *Send, bounded bool) {
+	for _, o := range ev.Sends {
+		if o == s || o.Kind == KindForged || o.Start.After(s.End) || o.Answered && heldNothing(o, faults) {
+			continue
+		}
+		by, ok := claimBy(o, faults, lives)
+		if !ok {
+			return time.Time{}, nil, false
+		}
+		if by.After(latest) {
+			latest, holder = by, o
+		}
+	}
+	return latest, holder, true
+}
+
+// heldNothing: an answer that says its delivery took no claim of its
+// own (it found the key held or done, or was refused) leaves none
+// behind, unless a Redis or PostgreSQL fault around it could have
+// failed the release of a screen claim it made before the ledger
+// answered. Without this a provider's own chain of 409s would vouch
+// for itself, and a wedged key would never be caught.
+func heldNothing(o *Send, faults []FaultRecord) bool {
+	switch o.Outcome {
+	case "conflict", "replayed", "mismatch", "unverified":
+	default:
+		return false
+	}
+	for _, f := range faults {
+		if isDependencyFault(f.Kind) && f.Start.Before(o.End.Add(livenessSlack)) && f.End.Add(livenessSlack).After(o.Start) {
+			return false
+		}
+	}
+	return true
+}
+
+// isDependencyFault reports whether k is a fault of Redis or PostgreSQL.
+func isDependencyFault(k FaultKind) bool {
+	switch k {
+	case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart,
+		FaultPGCut, FaultPGBlackhole, FaultPGSlow:
+		return true
+	}
+	return false
+}
+
+// claimBy is the latest a claim made for o can have landed.
+func claimBy(o *Send, faults []FaultRecord, lives map[string]*Life) (time.Time, bool) {
+	by := o.End
+	if !o.Answered {
+		switch l := lives[o.Incarnation]; {
+		case l == nil:
+			return by, true // nothing was listening
+		case l.End.IsZero():
+			return time.Time{}, false // still running at the end: any time
+		case l.End.After(by):
+			by = l.End
+		}
+	}
+	for _, f := range faults {
+		switch f.Kind {
+		case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow:
+		default:
+			continue
+		}
+		if f.Start.Before(by) && f.End.After(o.Start) && f.End.Add(f.Latency).After(by) {
+			by = f.End.Add(f.Latency)
+		}
+	}
+	return by, true
+}
+
+// stalledWithin is how long the host stalled between from and to.
+func stalledWithin(stalls []Stall, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, st := range stalls {
+		if st.Start.Before(to) && st.End.After(from) {
+			d += st.End.Sub(st.Start)
+		}
+	}
+	return d
+}
+
+// checkDrain: a send that reached a gateway well before its SIGTERM must
+// be answered, unless the drain ran out of server.shutdown_timeout (the
+// abandoned deliveries' claims are released, and their connections cut).
+func checkDrain(in *AuditInput, lives map[string]*Life, violate func(check, ev, format string, args ...any)) {
+	// drainMargin: how long before SIGTERM a request must have been sent to
+	// count as accepted (the gateway has read it off the connection).
+	const drainMargin = 250 * time.Millisecond
 	for _, ev := range in.Events {
 		for _, s := range ev.Sends {
 			l := lives[s.Incarnation]
@@ -738,7 +756,7 @@ func checkLiveness(in *AuditInput, lives map[string]*Life, violate func(check, e
 				s.End.Before(l.Stopping.Add(-50*time.Millisecond)) { // failed while serving: CheckLost's
 				continue
 			}
-			if !s.Start.Before(l.Stopping.Add(-drainMargin - stalled(s.Start, l.Stopping))) {
+			if !s.Start.Before(l.Stopping.Add(-drainMargin - stalledWithin(in.Stalls, s.Start, l.Stopping))) {
 				continue // may have reached the gateway after it stopped listening
 			}
 			if !l.End.IsZero() && l.End.Sub(l.Stopping) >= in.ShutdownTimeout {

@@ -16,12 +16,30 @@ import (
 // duplicate delivery, every violation and, for a soak, the resources over
 // time.
 func (r *Report) Write(w io.Writer) {
-	a := r.Audit
 	row := func(name string, n any, detail string) {
 		fmt.Fprintf(w, "%-28s %-8v %s\n", name, n, detail)
 	}
 	fmt.Fprintln(w, "hookstamp chaos report")
 	fmt.Fprintln(w, "======================")
+	r.writeRunRows(row)
+	if r.Audit == nil {
+		fmt.Fprintln(w, "no audit: the run did not complete")
+		return
+	}
+	r.writeDeliveryRows(row)
+	r.writeStateRows(row)
+	r.writeFaults(w)
+	r.writeFindings(w)
+	if r.Options.Soak {
+		r.writeResources(w)
+	}
+	if r.WorkDir != "" {
+		fmt.Fprintf(w, "\nartifacts: %s (gateway logs, configurations, upstream.log, sends.jsonl)\n", r.WorkDir)
+	}
+}
+
+// writeRunRows: the seed, the load, the faults and the gateway processes.
+func (r *Report) writeRunRows(row func(name string, n any, detail string)) {
 	row("seed", r.Seed, "replay: "+r.ReplayCommand())
 	row("load", r.Load.Round(time.Second), fmt.Sprintf("%v in all (planned %v of load); 3 gateways, %d senders, lease %v, upstream timeout %v",
 		r.Elapsed.Round(time.Second), r.Duration, r.Options.Senders, r.Options.Lease, r.Options.Timeout))
@@ -35,10 +53,12 @@ func (r *Report) Write(w io.Writer) {
 		how[orRunning(l.How)]++
 	}
 	row("gateway processes", len(r.Lives), joinCounts(how))
-	if a == nil {
-		fmt.Fprintln(w, "no audit: the run did not complete")
-		return
-	}
+}
+
+// writeDeliveryRows: the sends and their answers, the events, what reached
+// the upstream, and what reached it twice.
+func (r *Report) writeDeliveryRows(row func(name string, n any, detail string)) {
+	a := r.Audit
 	sk := map[string]int{}
 	for k, n := range a.SendsByKind {
 		sk[string(k)] = n
@@ -64,6 +84,12 @@ func (r *Report) Write(w io.Writer) {
 	if len(a.Unrecorded) > 0 {
 		row("acknowledged, unrecorded", len(a.Unrecorded), "commit failed after the upstream answered (SPEC §1: answered, counted, logged; repeats caught only while the screen remembers)")
 	}
+}
+
+// writeStateRows: the held keys, the replays, the gateways' counters, the
+// ledger, the host's stalls and the verdict.
+func (r *Report) writeStateRows(row func(name string, n any, detail string)) {
+	a := r.Audit
 	row("keys held ("+holdRoute+")", a.Holds, fmt.Sprintf("resolved by the operator: %s; admin calls failed: %d",
 		joinCounts(a.Resolved), r.OperatorFailures))
 	row("replays", a.Replays, fmt.Sprintf("byte-identical to the original answer: %d", a.ReplaysIdentical))
@@ -92,7 +118,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	row("host stalls", len(r.Stalls), fmt.Sprintf("harness clock jumps over %v: %v in all, longest %v", stallThreshold, stalled.Round(time.Millisecond), longest.Round(time.Millisecond)))
 	row("violations", len(a.Violations)+len(r.SoakProblems), verdict(r.OK()))
+}
 
+func (r *Report) writeFaults(w io.Writer) {
 	fmt.Fprintln(w, "\nfaults")
 	for _, f := range r.Injected {
 		note := ""
@@ -101,6 +129,12 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %s%s\n", f.Fault, note)
 	}
+}
+
+// writeFindings lists the duplicate deliveries, the unrecorded
+// acknowledgements, the events given up and the violations.
+func (r *Report) writeFindings(w io.Writer) {
+	a := r.Audit
 	if len(a.Duplicates) > 0 {
 		fmt.Fprintln(w, "\nduplicate deliveries (each carried the same Idempotency-Key both times)")
 		for _, d := range a.Duplicates {
@@ -130,12 +164,6 @@ func (r *Report) Write(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  %s\n", v)
 		}
-	}
-	if r.Options.Soak {
-		r.writeResources(w)
-	}
-	if r.WorkDir != "" {
-		fmt.Fprintf(w, "\nartifacts: %s (gateway logs, configurations, upstream.log, sends.jsonl)\n", r.WorkDir)
 	}
 }
 

@@ -182,13 +182,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o.defaults()
 	r := &runner{o: o, progress: &lockedWriter{w: o.Progress}, metrics: &http.Client{Timeout: 2 * time.Second}}
 	rep = &Report{Seed: o.Seed, Duration: o.Duration, Options: o}
-
-	r.work = o.WorkDir
-	if r.work == "" {
-		if r.work, err = os.MkdirTemp("", "hookstamp-chaos-"); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(r.work, 0o755); err != nil {
+	if r.work, err = workDir(o.WorkDir); err != nil {
 		return nil, err
 	}
 	rep.WorkDir = r.work
@@ -203,22 +197,54 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := r.setup(ctx); err != nil {
 		return rep, err
 	}
-	rep.Schedule = NewSchedule(o.Seed, o.Duration, o.Faults, o.FaultSpacing, o.MaxHold)
-	r.logf("seed %d: %d faults over %v, %d senders, work dir %s", o.Seed, len(rep.Schedule), o.Duration, o.Senders, r.work)
-	for _, f := range rep.Schedule {
+	rep.Schedule = r.planFaults()
+	op, err := r.runLoad(ctx, rep)
+	if err != nil {
+		return rep, err
+	}
+	in, err := r.auditInput(op, rep)
+	if err != nil {
+		return rep, err
+	}
+	rep.Injected, rep.Lives, rep.Stalls = in.Faults, in.Lives, in.Stalls
+	rep.Audit = RunAudit(in)
+	if o.Soak {
+		rep.SoakProblems = flatness(rep.Samples)
+	}
+	writeSends(filepath.Join(r.work, "sends.jsonl"), in.Events)
+	return rep, nil
+}
+
+// workDir is dir, made if missing, or a new temporary directory if dir is
+// empty.
+func workDir(dir string) (string, error) {
+	if dir == "" {
+		return os.MkdirTemp("", "hookstamp-chaos-")
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// planFaults draws the run's fault schedule and prints it.
+func (r *runner) planFaults() []Fault {
+	o := r.o
+	schedule := NewSchedule(o.Seed, o.Duration, o.Faults, o.FaultSpacing, o.MaxHold)
+	r.logf("seed %d: %d faults over %v, %d senders, work dir %s", o.Seed, len(schedule), o.Duration, o.Senders, r.work)
+	for _, f := range schedule {
 		r.logf("  planned %s", f)
 	}
+	return schedule
+}
 
-	providers := NewProviders(ProviderOptions{
+// runLoad drives the providers' load through rep.Schedule, lets them
+// settle their events and stops the gateways. It returns the operator
+// for its results.
+func (r *runner) runLoad(ctx context.Context, rep *Report) (*operator, error) {
+	o := r.o
+	r.providers = NewProviders(ProviderOptions{
 		Seed: o.Seed, Senders: o.Senders, Think: o.Think, StripeSecret: stripeSecret(o.Seed), Async: o.Async,
 		PDuplicate: 0.3, PLate: 0.1, PTamper: 0.04, PForged: 0.05, PDecline: 0.05,
 	}, r.targets())
-
-	r.providers = providers
 	r.start = time.Now()
-	// The load lasts Duration, and longer if injecting the faults took
-	// longer than planned: every planned fault happens under load, and a
-	// quiet stretch follows the last one.
 	genCtx, stopGen := context.WithCancel(ctx)
 	defer stopGen()
 	hardCtx, stopHard := context.WithCancel(ctx)
@@ -228,9 +254,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	bg.Add(3)
 	go func() { defer bg.Done(); r.sample(sampleCtx) }()
 	go func() { defer bg.Done(); r.watchStalls(sampleCtx) }()
-	go func() { defer bg.Done(); r.status(sampleCtx, providers) }()
+	go func() { defer bg.Done(); r.status(sampleCtx, r.providers) }()
 	loadDone := make(chan struct{})
-	go func() { providers.Run(genCtx, hardCtx); close(loadDone) }()
+	go func() { r.providers.Run(genCtx, hardCtx); close(loadDone) }()
 	// The operator resolves keys held on holdRoute while providers retry
 	// them, as on-call would.
 	op := newOperator(r.gws, r.up, 2500*time.Millisecond)
@@ -241,8 +267,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 	faultErr := r.runSchedule(ctx, rep.Schedule)
 	if faultErr == nil {
-		quiet := max(4*time.Second, o.Duration/10)
-		sleepCtx(ctx, max(time.Until(r.start.Add(o.Duration)), quiet-time.Since(r.lastFaultEnd())))
+		r.awaitLoadEnd(ctx)
 	}
 	stopGen()
 	drain := time.AfterFunc(o.Drain, stopHard)
@@ -252,6 +277,27 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.logf("load stopped after %v; waiting for providers to settle their events", rep.Load.Round(time.Second))
 	<-loadDone
 	stopOp()
+	r.closeOut(ctx, op)
+	stopSampling()
+	bg.Wait()
+	rep.Elapsed = time.Since(r.start)
+	if faultErr != nil && ctx.Err() == nil {
+		return op, faultErr
+	}
+	return op, ctx.Err()
+}
+
+// awaitLoadEnd lets the load last Duration, and longer if injecting the
+// faults took longer than planned: every planned fault happens under load,
+// and a quiet stretch follows the last one.
+func (r *runner) awaitLoadEnd(ctx context.Context) {
+	quiet := max(4*time.Second, r.o.Duration/10)
+	sleepCtx(ctx, max(time.Until(r.start.Add(r.o.Duration)), quiet-time.Since(r.lastFaultEnd())))
+}
+
+// closeOut gives the operator a last pass over the held keys, lets the
+// async queue drain and stops the gateways.
+func (r *runner) closeOut(ctx context.Context, op *operator) {
 	if !op.pass(ctx) {
 		r.logf("the operator's last pass over the held keys did not complete")
 	}
@@ -263,42 +309,51 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		r.scrape(ctx, g)
 		g.Terminate(r.shutdownTimeout() + 5*time.Second)
 	}
-	stopSampling()
-	bg.Wait()
-	rep.Elapsed = time.Since(r.start)
-	if faultErr != nil && ctx.Err() == nil {
-		return rep, faultErr
-	}
-	if err := ctx.Err(); err != nil {
-		return rep, err
-	}
+}
 
+// auditInput closes the upstream and gathers what the audit reads.
+func (r *runner) auditInput(op *operator, rep *Report) (in *AuditInput, err error) {
 	if err := r.up.Close(); err != nil {
-		return rep, fmt.Errorf("close upstream: %w", err)
+		return nil, fmt.Errorf("close upstream: %w", err)
 	}
-	in := &AuditInput{Events: providers.Events(), Lease: o.Lease, Timeout: o.Timeout, ShutdownTimeout: r.shutdownTimeout(),
+	o := r.o
+	in = &AuditInput{Events: r.providers.Events(), Lease: o.Lease, Timeout: o.Timeout, ShutdownTimeout: r.shutdownTimeout(),
 		StorePass: o.StorePass, Inbox: o.Inbox}
 	in.Resolutions, in.HoldCutoff, rep.OperatorFailures = op.results()
 	if in.Upstream, err = ReadUpstreamLog(filepath.Join(r.work, "upstream.log")); err != nil {
-		return rep, err
+		return nil, err
 	}
 	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if in.Ledger, err = r.db.Ledger(actx); err != nil {
-		return rep, err
+		return nil, err
 	}
 	if r.effects != nil {
 		if in.Effects, err = r.effects.Read(actx); err != nil {
-			return rep, err
+			return nil, err
 		}
 	}
+	if err := r.readGatewayLogs(in); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	in.Faults = append([]FaultRecord(nil), r.injected...)
+	in.Stalls = append([]Stall(nil), r.stalls...)
+	rep.Samples = r.samples
+	r.mu.Unlock()
+	return in, nil
+}
+
+// readGatewayLogs adds every gateway incarnation, its log and the log's
+// problems to in.
+func (r *runner) readGatewayLogs(in *AuditInput) error {
 	in.Logs = map[string][]LogLine{}
 	for _, g := range r.gws {
 		for _, l := range g.Lives() {
 			in.Lives = append(in.Lives, l)
 			lines, problems, err := ReadGatewayLog(l.LogPath)
 			if err != nil {
-				return rep, fmt.Errorf("read %s log: %w", l.Name, err)
+				return fmt.Errorf("read %s log: %w", l.Name, err)
 			}
 			in.Logs[l.Name] = lines
 			for _, p := range problems {
@@ -306,18 +361,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			}
 		}
 	}
-	r.mu.Lock()
-	in.Faults = append([]FaultRecord(nil), r.injected...)
-	in.Stalls = append([]Stall(nil), r.stalls...)
-	rep.Samples = r.samples
-	r.mu.Unlock()
-	rep.Injected, rep.Lives, rep.Stalls = in.Faults, in.Lives, in.Stalls
-	rep.Audit = RunAudit(in)
-	if o.Soak {
-		rep.SoakProblems = flatness(rep.Samples)
-	}
-	writeSends(filepath.Join(r.work, "sends.jsonl"), in.Events)
-	return rep, nil
+	return nil
 }
 
 func stripeSecret(seed uint64) string { return fmt.Sprintf("whsec_chaos_%d", seed) }
@@ -506,43 +550,22 @@ func (r *runner) runSchedule(gen context.Context, schedule []Fault) error {
 }
 
 func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
-	hold := func() { sleepCtx(ctx, f.Hold) }
 	switch f.Kind {
 	case FaultKill:
 		return r.killMidForward(ctx, r.gws[f.Gateway], f.Hold)
 	case FaultRolling:
-		var notes []string
-		for _, g := range r.gws {
-			r.scrape(ctx, g)
-			life := g.Current()
-			code := g.Terminate(r.shutdownTimeout() + 5*time.Second)
-			if life != nil {
-				notes = append(notes, fmt.Sprintf("%s exit %d", life.Name, code))
-			}
-			if err := r.startGateway(g); err != nil {
-				return strings.Join(notes, ", "), err
-			}
-		}
-		return strings.Join(notes, ", "), nil
+		return r.rollingRestart(ctx)
 	case FaultRedisCut:
-		r.redisNet((*faultproxy.Proxy).Cut)
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies...)
 	case FaultRedisBlackhole:
-		r.redisNet((*faultproxy.Proxy).Blackhole)
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.rproxies...)
 	case FaultRedisSlow:
-		r.redisNet(func(p *faultproxy.Proxy) { p.Slow(f.Latency) })
-		hold()
-		r.redisNet((*faultproxy.Proxy).Restore)
+		holdNetFault(ctx, f.Hold, func(p *faultproxy.Proxy) { p.Slow(f.Latency) }, r.rproxies...)
 	case FaultRedisPartition:
 		// With the application slow, deliveries stay in flight long
 		// enough for the two sides of the partition to meet.
 		r.up.SetMode(UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
-		r.rproxies[f.Gateway].Cut()
-		hold()
-		r.rproxies[f.Gateway].Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies[f.Gateway])
 		r.up.SetMode(UpstreamMode{})
 	case FaultRedisFlush:
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -550,48 +573,69 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		return "", r.redis.FlushAll(fctx)
 	case FaultRedisRestart:
 		r.redis.Kill()
-		hold()
+		sleepCtx(ctx, f.Hold)
 		return "", r.redis.Start()
 	case FaultPGCut:
-		r.pproxy.Cut()
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.pproxy)
 	case FaultPGCutIntake:
 		return r.cutDuringIntake(ctx, f.Hold), nil
 	case FaultPGCutCompletion:
 		return r.cutDuringCompletion(ctx, f.Hold), nil
 	case FaultPGBlackhole:
-		r.pproxy.Blackhole()
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.pproxy)
 	case FaultPGSlow:
-		r.pproxy.Slow(f.Latency)
-		hold()
-		r.pproxy.Restore()
+		holdNetFault(ctx, f.Hold, func(p *faultproxy.Proxy) { p.Slow(f.Latency) }, r.pproxy)
 	case FaultUpSlow:
-		r.up.SetMode(UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{SlowMin: r.o.Timeout / 10, SlowMax: r.o.Timeout * 45 / 100})
 	case FaultUpFailing:
-		r.up.SetMode(UpstreamMode{FailRatio: f.Ratio})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{FailRatio: f.Ratio})
 	case FaultUpHang:
-		r.up.SetMode(UpstreamMode{Hang: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{Hang: true})
 	case FaultUpReset:
-		r.up.SetMode(UpstreamMode{Reset: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{Reset: true})
 	case FaultUpLost:
-		r.up.SetMode(UpstreamMode{LoseAnswers: true})
-		hold()
-		r.up.SetMode(UpstreamMode{})
+		r.holdUpstreamMode(ctx, f.Hold, UpstreamMode{LoseAnswers: true})
 	default:
 		return "", fmt.Errorf("unknown fault %q", f.Kind)
 	}
 	return "", nil
+}
+
+// holdNetFault applies fault to the network through each of proxies for
+// hold, then restores it.
+func holdNetFault(ctx context.Context, hold time.Duration, fault func(*faultproxy.Proxy), proxies ...*faultproxy.Proxy) {
+	for _, p := range proxies {
+		fault(p)
+	}
+	sleepCtx(ctx, hold)
+	for _, p := range proxies {
+		p.Restore()
+	}
+}
+
+// holdUpstreamMode puts the upstream in mode for hold, then back to normal.
+func (r *runner) holdUpstreamMode(ctx context.Context, hold time.Duration, mode UpstreamMode) {
+	r.up.SetMode(mode)
+	sleepCtx(ctx, hold)
+	r.up.SetMode(UpstreamMode{})
+}
+
+// rollingRestart stops each gateway with SIGTERM and starts it again, one
+// after the other.
+func (r *runner) rollingRestart(ctx context.Context) (string, error) {
+	var notes []string
+	for _, g := range r.gws {
+		r.scrape(ctx, g)
+		life := g.Current()
+		code := g.Terminate(r.shutdownTimeout() + 5*time.Second)
+		if life != nil {
+			notes = append(notes, fmt.Sprintf("%s exit %d", life.Name, code))
+		}
+		if err := r.startGateway(g); err != nil {
+			return strings.Join(notes, ", "), err
+		}
+	}
+	return strings.Join(notes, ", "), nil
 }
 
 // redisNet applies f to the network between every gateway and Redis.

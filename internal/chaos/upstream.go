@@ -187,18 +187,10 @@ func (u *Upstream) Close() error {
 // ServeHTTP applies, refuses or drops one delivery as the mode says, and
 // logs it durably before answering.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 4)
-	if len(parts) < 3 || parts[0] != "g" {
-		http.NotFound(w, r)
+	rec, ok := u.receive(w, r)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return // the gateway went away while sending: nothing was received
-	}
-	rec := &UpRecord{Seq: u.seq.Add(1), Time: time.Now(), Gateway: parts[1], Route: parts[2],
-		Key: r.Header.Get("Idempotency-Key"), Body: body}
-
 	u.mu.Lock()
 	mode, held, wake, effects := u.mode, u.holdFrom[rec.Gateway], u.wake, u.effects
 	if held {
@@ -215,6 +207,47 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 
+	if u.refuse(w, r, rec, mode, held, wake) {
+		return
+	}
+	applyDelivery(r, rec, effects)
+	if rec.Action == ActFail {
+		u.logAndWrite(w, rec)
+		return
+	}
+	lose := !held && mode.LoseAnswers
+	if lose && rec.Applied {
+		rec.Action = ActLost
+	}
+	if err := u.log.append(rec); err != nil {
+		panic(http.ErrAbortHandler) // not logged: not applied
+	}
+	u.noteFirstApplied(rec)
+	if lose {
+		hang(r, wake)
+	}
+	writeAfter(w, r, rec, u.answerDelay(mode, held))
+}
+
+// receive reads a delivery into a new record; false when r is not one, or
+// when nothing was received.
+func (u *Upstream) receive(w http.ResponseWriter, r *http.Request) (*UpRecord, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 4)
+	if len(parts) < 3 || parts[0] != "g" {
+		http.NotFound(w, r)
+		return nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, false // the gateway went away while sending: nothing was received
+	}
+	return &UpRecord{Seq: u.seq.Add(1), Time: time.Now(), Gateway: parts[1], Route: parts[2],
+		Key: r.Header.Get("Idempotency-Key"), Body: body}, true
+}
+
+// refuse hangs, resets or fails the delivery without applying it when the
+// mode says so, and reports whether it answered.
+func (u *Upstream) refuse(w http.ResponseWriter, r *http.Request, rec *UpRecord, mode UpstreamMode, held bool, wake <-chan struct{}) bool {
 	switch {
 	case held:
 		// Apply first, then hold the answer: the gateway is about to die.
@@ -235,15 +268,17 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.ContentType = "application/json"
 		rec.Response = fmt.Appendf(nil, `{"error":"upstream failing","delivery":%d}`, rec.Seq)
-		if u.log.append(rec) != nil {
-			panic(http.ErrAbortHandler)
-		}
-		write(w, rec)
-		return
+		u.logAndWrite(w, rec)
+		return true
 	}
+	return false
+}
 
+// applyDelivery books the delivery, or records its refusal when the event
+// asks to be declined; through the inbox when effects is set.
+func applyDelivery(r *http.Request, rec *UpRecord, effects *Effects) {
 	rec.Applied, rec.Status, rec.Action, rec.ContentType = true, http.StatusOK, ActApply, "application/json"
-	if bytes.Contains(body, []byte(`"chaos_effect":"decline"`)) {
+	if bytes.Contains(rec.Body, []byte(`"chaos_effect":"decline"`)) {
 		rec.Status, rec.Action = http.StatusPaymentRequired, ActDecline
 		rec.Response = fmt.Appendf(nil, `{"declined":%s,"delivery":%d,"gw":%q}`, strconv.Quote(rec.Key), rec.Seq, rec.Gateway)
 	} else {
@@ -252,39 +287,44 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if effects != nil {
 		effects.apply(r, rec)
 	}
-	if rec.Action == ActFail {
-		if u.log.append(rec) != nil {
-			panic(http.ErrAbortHandler)
-		}
-		write(w, rec)
-		return
+}
+
+// logAndWrite answers with rec once it is logged; unlogged, it drops the
+// connection.
+func (u *Upstream) logAndWrite(w http.ResponseWriter, rec *UpRecord) {
+	if u.log.append(rec) != nil {
+		panic(http.ErrAbortHandler)
 	}
-	lose := !held && mode.LoseAnswers
-	if lose && rec.Applied {
-		rec.Action = ActLost
-	}
-	if err := u.log.append(rec); err != nil {
-		panic(http.ErrAbortHandler) // not logged: not applied
-	}
+	write(w, rec)
+}
+
+// noteFirstApplied keeps rec for FirstApplied if it is the first applied
+// request of its route and key.
+func (u *Upstream) noteFirstApplied(rec *UpRecord) {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	if _, ok := u.applied[refKey(rec.Route, rec.Key)]; !ok && rec.Applied {
 		u.applied[refKey(rec.Route, rec.Key)] = rec
 	}
-	u.mu.Unlock()
-	if lose {
-		hang(r, wake)
-	}
-	var delay time.Duration
+}
+
+// answerDelay is how long an applied delivery waits for its answer.
+func (u *Upstream) answerDelay(mode UpstreamMode, held bool) time.Duration {
 	switch {
 	case held:
-		delay = u.hold
+		return u.hold
 	case mode.SlowMax > 0:
-		delay = mode.SlowMin + rand.N(mode.SlowMax-mode.SlowMin+1)
+		return mode.SlowMin + rand.N(mode.SlowMax-mode.SlowMin+1)
 	default:
 		// A real application takes a while: the longer a forward is in
 		// flight, the more a race between replicas can show.
-		delay = baseLatency/10 + rand.N(baseLatency)
+		return baseLatency/10 + rand.N(baseLatency)
 	}
+}
+
+// writeAfter answers with rec after delay, or as soon as the gateway gives
+// up.
+func writeAfter(w http.ResponseWriter, r *http.Request, rec *UpRecord, delay time.Duration) {
 	t := time.NewTimer(delay)
 	select {
 	case <-t.C:

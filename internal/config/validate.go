@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -462,16 +463,27 @@ func validateFingerprint(errs *Errors, p string, f Fingerprint) {
 
 func validateVerify(errs *Errors, p string, v Verify) {
 	before := len(*errs)
-	nonEmpty := 0
-	for _, s := range v.Secrets {
-		if s != "" {
-			nonEmpty++
+	validateScheme(errs, p, v)
+	validateSchemeNeeds(errs, p, v)
+	validateVerifyValues(errs, p, v)
+	if len(*errs) == before && v.Scheme != "" {
+		// What passed the checks above must also build: the verifier has
+		// the last word (key formats, sizes), so `gateway check` rejects
+		// everything `gateway serve` would. Its errors start with the key.
+		if _, err := v.verifier(); err != nil {
+			addBuildError(errs, p, "scheme", err)
 		}
 	}
+}
+
+// validateScheme checks that the scheme is known and has the keys it
+// verifies with, or, when there is no scheme, that nothing else is set.
+func validateScheme(errs *Errors, p string, v Verify) {
+	hasSecret := slices.ContainsFunc(v.Secrets, func(s string) bool { return s != "" })
 	switch {
 	case v.Scheme == "":
 		var set []string
-		if nonEmpty > 0 {
+		if hasSecret {
 			set = append(set, "secrets")
 		}
 		for _, f := range []struct{ name, v string }{{"public_key", v.PublicKey}, {"url", v.URL}, {"header", v.Header}, {"prefix", v.Prefix},
@@ -492,14 +504,19 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "public_key"), "required with scheme %s (the provider's public key)", v.Scheme)
 		}
 	case v.Scheme == SchemeStandardWebhooks:
-		if nonEmpty == 0 && strings.TrimSpace(v.PublicKey) == "" {
+		if !hasSecret && strings.TrimSpace(v.PublicKey) == "" {
 			errs.add(join(p, "secrets"), "scheme %s needs secrets (whsec_…), public_key (whpk_…) or both", v.Scheme)
 		}
 	default:
-		if nonEmpty == 0 {
+		if !hasSecret {
 			errs.add(join(p, "secrets"), "scheme %s needs at least one non-empty secret", v.Scheme)
 		}
 	}
+}
+
+// validateSchemeNeeds checks what some schemes need beyond their keys: the
+// secrets' format, the signed URL, the header carrying the signature.
+func validateSchemeNeeds(errs *Errors, p string, v Verify) {
 	if v.Scheme == SchemeStandardWebhooks {
 		for i, s := range v.Secrets {
 			if s == "" {
@@ -528,6 +545,11 @@ func validateVerify(errs *Errors, p string, v Verify) {
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
 		}
 	}
+}
+
+// validateVerifyValues checks the keys that take one of a few values, and
+// the tolerance.
+func validateVerifyValues(errs *Errors, p string, v Verify) {
 	for _, f := range []struct {
 		path, v string
 		allowed []string
@@ -543,14 +565,6 @@ func validateVerify(errs *Errors, p string, v Verify) {
 	oneOf(errs, join(p, "algorithm"), v.Algorithm, "sha1", "sha256", "sha512")
 	oneOf(errs, join(p, "encoding"), v.Encoding, "hex", "base64")
 	positive(errs, join(p, "tolerance"), v.Tolerance)
-	if len(*errs) == before && v.Scheme != "" {
-		// What passed the checks above must also build: the verifier has
-		// the last word (key formats, sizes), so `gateway check` rejects
-		// everything `gateway serve` would. Its errors start with the key.
-		if _, err := v.verifier(); err != nil {
-			addBuildError(errs, p, "scheme", err)
-		}
-	}
 }
 
 func validateRecord(errs *Errors, p string, r Record) {
