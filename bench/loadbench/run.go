@@ -767,8 +767,7 @@ func (r *run) scale(ctx context.Context) error {
 // alternating which goes first, into sc. Each first gets a cell of load
 // that is not measured: the bulk load and its index builds leave the
 // prefilled ledger's key index out of PostgreSQL's buffers, which a ledger
-// in service has in them (unwarmed, the first prefilled cell ran 10–25%
-// below the others in each of three runs).
+// in service has in them.
 func (r *run) emptyVsPrefilled(ctx context.Context, sc *ScaleResult, gwEmpty, gwPre *Child) error {
 	empty := &system{name: "B1-empty", child: gwEmpty, doer: NewHTTPTarget(gwEmpty.Addr, unique(1))}
 	pre := &system{name: "B1-prefilled", child: gwPre, doer: NewHTTPTarget(gwPre.Addr, unique(1))}
