@@ -3,11 +3,13 @@ package idempotency
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Cache keeps done entries in-process (screen.local_cache). A done record
@@ -18,9 +20,10 @@ import (
 // It is a sharded, byte-bounded segmented LRU: entries enter on probation
 // and move to the protected segment (at most protectedShare of the budget)
 // when a repeat reads them, so a flood of first deliveries churns
-// probation alone and a retry storm's records stay. Entries hold few
-// pointers (one object each, maps keyed by hash, expiry as a duration,
-// shared header maps) because the collector marks them all every cycle.
+// probation alone and a retry storm's records stay. The collector marks
+// every pointer the cache holds on every cycle, so an entry holds two (its
+// bytes and its header map, shared by equal ones): entries are slots of an
+// array linked by index, found through a map that holds no pointers.
 type Cache struct {
 	seed    maphash.Seed
 	maxBody int
@@ -57,24 +60,98 @@ const DefaultCacheMaxAge = 5 * time.Minute
 type cacheShard struct {
 	mu    sync.Mutex
 	max   int
-	used  int                   // both segments
-	items map[uint64]*cacheItem // by the ref's hash; a collision is a miss
-	// Sentinels of circular lists; next is the most recent.
-	probation, protected cacheItem
-	protectedMax         int
-	protectedUsed        int
-	deleted              map[Ref]time.Time // Delete's tombstones: until when
-
+	used  int              // both segments
+	items map[uint64]int32 // the ref's hash → its slot; a collision is a miss
+	// slots hold the entries; slots 0 and 1 are the sentinels of the
+	// probation and protected lists (circular, by index; next is the most
+	// recent). The collector scans two pointers a slot, and nothing of
+	// the map.
+	slots         []cacheSlot
+	free          []int32 // slots of removed entries
+	protectedMax  int
+	protectedUsed int
+	deleted       map[Ref]time.Time // Delete's tombstones: until when
 }
 
-type cacheItem struct {
-	prev, next *cacheItem
-	hash       uint64
-	size       int
-	protected  bool
-	expires    time.Duration // since Cache.epoch
-	ref        Ref
-	ent        Entry
+const probationList, protectedList int32 = 0, 1
+
+// cacheSlot is one entry. Its bytes — route, key, body, fingerprint, trace
+// and span ids, in that order — are one allocation that is never written
+// after Put, so an entry handed out stays valid after its slot is reused.
+type cacheSlot struct {
+	prev, next int32
+	// Lengths of data's parts.
+	route, key, body, fingerprint uint32
+	trace, span                   uint8
+	flags                         slotFlags
+	protected                     bool
+	size                          int
+	hash                          uint64
+	expires                       time.Duration // since Cache.epoch
+	data                          []byte
+	headers                       map[string]string // shared with equal entries, or its own
+	status                        int
+}
+
+type slotFlags uint8
+
+const (
+	bodyNil        slotFlags = 1 << iota // Body was nil, not empty
+	fingerprintNil                       // no fingerprint: matches any body
+	bodyCached
+	bodyOmitted
+	unrecorded
+)
+
+// is reports whether the slot holds ref's entry.
+func (sl *cacheSlot) is(ref Ref) bool {
+	return string(sl.data[:sl.route]) == ref.Route &&
+		string(sl.data[sl.route:sl.route+sl.key]) == ref.Key
+}
+
+// entry fills e with the slot's entry, sharing its bytes.
+func (sl *cacheSlot) entry(e *Entry) {
+	d := sl.data[sl.route+sl.key:]
+	body, d := d[:sl.body:sl.body], d[sl.body:]
+	fp, d := d[:sl.fingerprint:sl.fingerprint], d[sl.fingerprint:]
+	trace, span := d[:sl.trace], d[sl.trace:sl.trace+sl.span]
+	if sl.flags&bodyNil != 0 {
+		body = nil
+	}
+	if sl.flags&fingerprintNil != 0 {
+		fp = nil
+	}
+	*e = Entry{
+		Response:   Response{Status: sl.status, Headers: sl.headers, Body: body, BodyOmitted: sl.flags&bodyOmitted != 0},
+		BodyCached: sl.flags&bodyCached != 0, Unrecorded: sl.flags&unrecorded != 0,
+		Fingerprint: fp,
+		// The bytes are never written again (cacheSlot).
+		TraceID: unsafe.String(unsafe.SliceData(trace), len(trace)),
+		SpanID:  unsafe.String(unsafe.SliceData(span), len(span)),
+	}
+}
+
+// newSlot is ref's entry e as a slot (unlinked), with its bytes copied.
+func newSlot(ref Ref, e *Entry, headers map[string]string) cacheSlot {
+	n := len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
+	data := make([]byte, 0, n)
+	data = append(append(data, ref.Route...), ref.Key...)
+	data = append(append(data, e.Body...), e.Fingerprint...)
+	data = append(append(data, e.TraceID...), e.SpanID...)
+	sl := cacheSlot{data: data, headers: headers, status: e.Status,
+		route: uint32(len(ref.Route)), key: uint32(len(ref.Key)), body: uint32(len(e.Body)),
+		fingerprint: uint32(len(e.Fingerprint)), trace: uint8(len(e.TraceID)), span: uint8(len(e.SpanID))}
+	flag := func(on bool, f slotFlags) {
+		if on {
+			sl.flags |= f
+		}
+	}
+	flag(e.Body == nil, bodyNil)
+	flag(e.Fingerprint == nil, fingerprintNil)
+	flag(e.BodyCached, bodyCached)
+	flag(e.BodyOmitted, bodyOmitted)
+	flag(e.Unrecorded, unrecorded)
+	return sl
 }
 
 // NewCache returns a cache whose entries cost the process about maxBytes,
@@ -94,7 +171,7 @@ func NewCache(maxBytes, maxBody int, maxAge time.Duration) *Cache {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.max, s.protectedMax = per, per*protectedShare/100
-		s.items = make(map[uint64]*cacheItem)
+		s.items = make(map[uint64]int32)
 		s.reset()
 	}
 	return c
@@ -127,42 +204,50 @@ func (c *Cache) hash(ref Ref) uint64 {
 
 func (c *Cache) shard(h uint64) *cacheShard { return &c.shards[h%cacheShards] }
 
-// Get returns the cached entry for ref. The entry is shared: callers must
-// not change it.
+// Get returns the cached entry for ref. The entry shares the cache's
+// bytes: callers must not change it.
 func (c *Cache) Get(ref Ref) (*Entry, bool) {
+	e := new(Entry)
+	return e, c.Load(ref, e)
+}
+
+// Load fills e with the cached entry for ref, as Get, without allocating.
+func (c *Cache) Load(ref Ref, e *Entry) bool {
 	if c.suspended.Load() {
-		return nil, false
+		return false
 	}
 	h := c.hash(ref)
 	s := c.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it, ok := s.items[h]
-	if !ok || it.ref != ref {
-		return nil, false
+	i, ok := s.items[h]
+	if !ok || !s.slots[i].is(ref) {
+		return false
 	}
-	if c.since() > it.expires {
-		s.remove(it)
-		return nil, false
+	if c.since() > s.slots[i].expires {
+		s.remove(i)
+		return false
 	}
-	s.promote(it)
-	return &it.ent, true
+	s.promote(i)
+	s.slots[i].entry(e)
+	return true
 }
 
 // Put caches a complete entry read under ticket t, keeping a copy of *ent
-// that shares its headers and body. It refuses entries larger than a
-// shard's budget, entries read before the last Clear, and, for
-// ForgetTombstone, entries of a deleted ref: a delivery that read the
-// record before the delete must not put it back.
+// (its headers shared). It refuses entries larger than a shard's budget,
+// entries read before the last Clear, and, for ForgetTombstone, entries of
+// a deleted ref: a delivery that read the record before the delete must
+// not put it back.
 func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
-	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody {
+	if !ent.BodyCached && !ent.BodyOmitted || len(ent.Body) > c.maxBody ||
+		len(ent.TraceID) > math.MaxUint8 || len(ent.SpanID) > math.MaxUint8 {
 		return
 	}
 	hdr, shared := c.headers.share(ent.Headers)
 	size := entrySize(ref, ent, !shared)
 	h := c.hash(ref)
 	s := c.shard(h)
-	if size > s.max {
+	if size > s.max || uint64(size) > math.MaxUint32 {
 		return
 	}
 	s.mu.Lock()
@@ -179,28 +264,29 @@ func (c *Cache) Put(ref Ref, ent *Entry, t Ticket) {
 			delete(s.deleted, ref)
 		}
 	}
-	if it, ok := s.items[h]; ok {
-		if it.ref == ref {
-			s.touch(it)
+	if i, ok := s.items[h]; ok {
+		if s.slots[i].is(ref) {
+			s.touch(i)
 			return
 		}
-		s.remove(it) // a collision: the newer ref wins
+		s.remove(i) // a collision: the newer ref wins
 	}
 	now := c.since()
-	it := &cacheItem{hash: h, size: size, expires: now + c.maxAge, ref: ref, ent: *ent}
-	it.ent.Headers = hdr
-	s.items[h] = it
-	pushFront(&s.probation, it)
+	sl := newSlot(ref, ent, hdr)
+	sl.hash, sl.size, sl.expires = h, size, now+c.maxAge
+	i := s.add(sl)
+	s.items[h] = i
+	s.pushFront(probationList, i)
 	s.used += size
 	for s.used > s.max {
-		victim := s.probation.prev
-		if old := s.protected.prev; old != &s.protected && now > old.expires {
+		victim := s.slots[probationList].prev
+		if old := s.slots[protectedList].prev; old != protectedList && now > s.slots[old].expires {
 			// Expired: it goes before anything live.
 			victim = old
-		} else if victim == it {
+		} else if victim == i {
 			// Make the new entry's room in the protected segment
 			// rather than drop what was just put.
-			victim = s.protected.prev
+			victim = s.slots[protectedList].prev
 		}
 		s.remove(victim)
 	}
@@ -265,57 +351,75 @@ func (hs *headerSets) share(h map[string]string) (map[string]string, bool) {
 }
 
 func (s *cacheShard) reset() {
-	s.probation.next, s.probation.prev = &s.probation, &s.probation
-	s.protected.next, s.protected.prev = &s.protected, &s.protected
+	s.slots = []cacheSlot{{next: probationList, prev: probationList}, {next: protectedList, prev: protectedList}}
+	s.free = nil
 	s.used, s.protectedUsed = 0, 0
 }
 
-// pushFront makes it the most recent entry of head's list.
-func pushFront(head, it *cacheItem) {
-	it.prev, it.next = head, head.next
-	head.next.prev = it
-	head.next = it
+// add stores sl in a free slot and returns its index.
+func (s *cacheShard) add(sl cacheSlot) int32 {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.slots[i] = sl
+		return i
+	}
+	s.slots = append(s.slots, sl)
+	return int32(len(s.slots) - 1)
 }
 
-func unlink(it *cacheItem) {
-	it.prev.next, it.next.prev = it.next, it.prev
-	it.prev, it.next = nil, nil
+// pushFront makes slot i the most recent entry of list head.
+func (s *cacheShard) pushFront(head, i int32) {
+	first := s.slots[head].next
+	s.slots[i].prev, s.slots[i].next = head, first
+	s.slots[first].prev = i
+	s.slots[head].next = i
+}
+
+func (s *cacheShard) unlink(i int32) {
+	sl := &s.slots[i]
+	s.slots[sl.prev].next, s.slots[sl.next].prev = sl.next, sl.prev
+	sl.prev, sl.next = -1, -1
 }
 
 // promote moves an entry a repeat read to the protected segment, and the
 // least recent ones past its share back to probation.
-func (s *cacheShard) promote(it *cacheItem) {
-	unlink(it)
-	if !it.protected {
-		it.protected = true
-		s.protectedUsed += it.size
+func (s *cacheShard) promote(i int32) {
+	s.unlink(i)
+	if sl := &s.slots[i]; !sl.protected {
+		sl.protected = true
+		s.protectedUsed += sl.size
 	}
-	pushFront(&s.protected, it)
+	s.pushFront(protectedList, i)
 	for s.protectedUsed > s.protectedMax {
-		old := s.protected.prev
-		unlink(old)
-		old.protected = false
-		s.protectedUsed -= old.size
-		pushFront(&s.probation, old)
+		old := s.slots[protectedList].prev
+		s.unlink(old)
+		s.slots[old].protected = false
+		s.protectedUsed -= s.slots[old].size
+		s.pushFront(probationList, old)
 	}
 }
 
-func (s *cacheShard) touch(it *cacheItem) {
-	unlink(it)
-	if it.protected {
-		pushFront(&s.protected, it)
+func (s *cacheShard) touch(i int32) {
+	s.unlink(i)
+	if s.slots[i].protected {
+		s.pushFront(protectedList, i)
 	} else {
-		pushFront(&s.probation, it)
+		s.pushFront(probationList, i)
 	}
 }
 
-func (s *cacheShard) remove(it *cacheItem) {
-	unlink(it)
-	delete(s.items, it.hash)
-	s.used -= it.size
-	if it.protected {
-		s.protectedUsed -= it.size
+// remove drops slot i's entry; its bytes stay valid for whoever holds them.
+func (s *cacheShard) remove(i int32) {
+	s.unlink(i)
+	sl := &s.slots[i]
+	delete(s.items, sl.hash)
+	s.used -= sl.size
+	if sl.protected {
+		s.protectedUsed -= sl.size
 	}
+	*sl = cacheSlot{prev: -1, next: -1}
+	s.free = append(s.free, i)
 }
 
 // Delete drops ref from the cache and keeps it out for ForgetTombstone.
@@ -325,8 +429,8 @@ func (c *Cache) Delete(ref Ref) {
 	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it, ok := s.items[h]; ok && it.ref == ref {
-		s.remove(it)
+	if i, ok := s.items[h]; ok && s.slots[i].is(ref) {
+		s.remove(i)
 	}
 	if s.deleted == nil {
 		s.deleted = make(map[Ref]time.Time)

@@ -18,29 +18,38 @@ func checkCacheShard(t *testing.T, c *Cache, i int, op string) {
 	s := &c.shards[i]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := make(map[*cacheItem]bool, len(s.items))
+	seen := make(map[int32]bool, len(s.items))
 	sums := [2]int{}
-	for seg, head := range []*cacheItem{&s.probation, &s.protected} {
+	for seg, head := range []int32{probationList, protectedList} {
 		n := 0
-		for it := head.next; it != head; it = it.next {
+		for j := s.slots[head].next; j != head; j = s.slots[j].next {
 			if n++; n > len(s.items)+1 {
 				t.Fatalf("after %s: shard %d segment %d: a cycle or more items than the map holds", op, i, seg)
 			}
-			if it.next.prev != it || it.prev.next != it {
+			sl := &s.slots[j]
+			if s.slots[sl.next].prev != j || s.slots[sl.prev].next != j {
 				t.Fatalf("after %s: shard %d segment %d: broken links", op, i, seg)
 			}
-			if seen[it] {
-				t.Fatalf("after %s: shard %d: item %v in the lists twice", op, i, it.ref)
+			if seen[j] {
+				t.Fatalf("after %s: shard %d: slot %d in the lists twice", op, i, j)
 			}
-			seen[it] = true
-			if it.protected != (seg == 1) {
-				t.Fatalf("after %s: shard %d: item %v flagged protected=%v in segment %d", op, i, it.ref, it.protected, seg)
+			seen[j] = true
+			if sl.protected != (seg == 1) {
+				t.Fatalf("after %s: shard %d: slot %d flagged protected=%v in segment %d", op, i, j, sl.protected, seg)
 			}
-			if s.items[it.hash] != it {
-				t.Fatalf("after %s: shard %d: listed item %v is not the map's", op, i, it.ref)
+			if k, ok := s.items[sl.hash]; !ok || k != j {
+				t.Fatalf("after %s: shard %d: listed slot %d is not the map's", op, i, j)
 			}
-			sums[seg] += it.size
+			sums[seg] += sl.size
 		}
+	}
+	for _, j := range s.free {
+		if seen[j] || s.slots[j].data != nil {
+			t.Fatalf("after %s: shard %d: free slot %d is listed or holds an entry", op, i, j)
+		}
+	}
+	if len(s.items)+len(s.free)+2 != len(s.slots) {
+		t.Fatalf("after %s: shard %d: %d entries and %d free slots in %d slots", op, i, len(s.items), len(s.free), len(s.slots))
 	}
 	if len(seen) != len(s.items) {
 		t.Fatalf("after %s: shard %d: lists hold %d items, map %d", op, i, len(seen), len(s.items))
@@ -113,12 +122,12 @@ func TestCacheAccountingUnderRandomOperations(t *testing.T) {
 				}
 				s := c.shard(ha)
 				s.mu.Lock()
-				ita, oka := s.items[ha]
+				ia, oka := s.items[ha]
 				_, okb := s.items[hb]
 				if oka && !okb {
 					delete(s.items, ha)
-					ita.hash = hb
-					s.items[hb] = ita
+					s.slots[ia].hash = hb
+					s.items[hb] = ia
 				}
 				s.mu.Unlock()
 				c.Put(b, &Entry{Response: Response{Status: 200, Body: []byte(b.Key + "c")}, BodyCached: true}, c.Ticket())

@@ -356,7 +356,9 @@ func TestCacheHashCollision(t *testing.T) {
 	c.Put(a, &Entry{Response: Response{Status: 200, Body: []byte("a")}, BodyCached: true}, c.Ticket())
 	// Make the slot of a's hash hold b, as a collision would.
 	h := c.hash(a)
-	c.shard(h).items[h].ref = b
+	s := c.shard(h)
+	s.slots[s.items[h]] = newSlot(b, &Entry{Response: Response{Status: 200, Body: []byte("b")}, BodyCached: true}, nil)
+	s.slots[s.items[h]].hash = h
 	if _, ok := c.Get(a); ok {
 		t.Fatal("a ref served another ref's entry from a shared hash slot")
 	}
@@ -400,4 +402,61 @@ func TestCacheBudgetHoldsWithLargeUniqueHeaders(t *testing.T) {
 	}
 	t.Logf("%d entries cached; %d bytes of heap, cost %.2f× the budget", c.Len(), held, cost/budget)
 	runtime.KeepAlive(c)
+}
+
+// An entry handed out shares the cache's bytes, and stays what it was when
+// its slot is emptied and given to another ref: a replay under way keeps
+// answering its own record.
+func TestCacheEntryOutlivesItsSlot(t *testing.T) {
+	c := NewCache(1<<20, 1024, 0)
+	refs := refsInShard(c, "k", 2)
+	a, b := refs[0], refs[1]
+	c.Put(a, &Entry{Response: Response{Status: 201, Body: []byte("body of a")}, BodyCached: true,
+		Fingerprint: []byte("fingerprint a"), TraceID: "trace-a", SpanID: "span-a"}, c.Ticket())
+	got, ok := c.Get(a)
+	if !ok {
+		t.Fatal("a not cached")
+	}
+	s := &c.shards[0]
+	slot := s.items[c.hash(a)]
+	c.Delete(a)
+	c.Put(b, &Entry{Response: Response{Status: 202, Body: []byte("body of b")}, BodyCached: true,
+		Fingerprint: []byte("fingerprint b"), TraceID: "trace-b", SpanID: "span-b"}, c.Ticket())
+	if s.items[c.hash(b)] != slot {
+		t.Fatal("b did not get a's slot: the test proves nothing")
+	}
+	if got.Status != 201 || string(got.Body) != "body of a" || string(got.Fingerprint) != "fingerprint a" ||
+		got.TraceID != "trace-a" || got.SpanID != "span-a" {
+		t.Fatalf("a's entry changed after its slot went to b: %+v", got)
+	}
+	if e, ok := c.Get(b); !ok || string(e.Body) != "body of b" || e.TraceID != "trace-b" {
+		t.Fatalf("b: %+v, %v", e, ok)
+	}
+}
+
+// A cached entry reads back as it was put, nil and empty kept apart: a
+// record without a fingerprint matches any body, one with an empty body
+// replays an empty body.
+func TestCacheEntryRoundTrip(t *testing.T) {
+	c := NewCache(1<<20, 1024, 0)
+	hdr := map[string]string{"Content-Type": "text/plain"}
+	cases := map[string]Entry{
+		"full": {Response: Response{Status: 200, Headers: hdr, Body: []byte("ok")}, BodyCached: true,
+			Fingerprint: []byte{1, 2, 3}, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"},
+		"nil body and fingerprint":   {Response: Response{Status: 204}, BodyCached: true},
+		"empty body and fingerprint": {Response: Response{Status: 200, Body: []byte{}}, BodyCached: true, Fingerprint: []byte{}},
+		"body omitted":               {Response: Response{Status: 200, BodyOmitted: true}, Fingerprint: []byte{9}},
+		"unrecorded":                 {Response: Response{Status: 200, Body: []byte("x")}, BodyCached: true, Unrecorded: true},
+	}
+	for name, want := range cases {
+		ref := Ref{Route: "r", Key: name}
+		c.Put(ref, &want, c.Ticket())
+		var got Entry
+		if !c.Load(ref, &got) {
+			t.Fatalf("%s: not cached", name)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, want %+v", name, got, want)
+		}
+	}
 }

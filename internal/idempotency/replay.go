@@ -8,10 +8,9 @@ import (
 
 // cached answers d from the in-process cache when it holds d's record.
 func (e *Engine) cached(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
-	if c := e.o.Cache; c != nil {
-		if ent, ok := c.Get(d.Ref); ok {
-			return e.replay(ctx, p, d, fwd, ent)
-		}
+	var ent Entry
+	if c := e.o.Cache; c != nil && c.Load(d.Ref, &ent) {
+		return e.replay(ctx, p, d, fwd, &ent)
 	}
 	return Result{}, false
 }
