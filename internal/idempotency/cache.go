@@ -114,7 +114,7 @@ func (sl *cacheSlot) entry(e *Entry) {
 	d := sl.data[sl.route+sl.key:]
 	body, d := d[:sl.body:sl.body], d[sl.body:]
 	fp, d := d[:sl.fingerprint:sl.fingerprint], d[sl.fingerprint:]
-	trace, span := d[:sl.trace], d[sl.trace:sl.trace+sl.span]
+	trace, span := d[:sl.trace], d[sl.trace:int(sl.trace)+int(sl.span)]
 	if sl.flags&bodyNil != 0 {
 		body = nil
 	}
