@@ -64,8 +64,7 @@ type cacheShard struct {
 	items map[uint64]int32 // the ref's hash → its slot; a collision is a miss
 	// slots hold the entries; slots 0 and 1 are the sentinels of the
 	// probation and protected lists (circular, by index; next is the most
-	// recent). The collector scans two pointers a slot, and nothing of
-	// the map.
+	// recent).
 	slots         []cacheSlot
 	free          []int32 // slots of removed entries
 	protectedMax  int
