@@ -489,7 +489,7 @@ func (c *Cache) Len() int {
 // fixed costs included.
 func entrySize(ref Ref, e *Entry, ownHeaders bool) int {
 	const fixed, perHeader, headersMap = 165, 48, 200
-	n := fixed + len(ref.Route) + len(ref.Key) + cap(e.Body) + cap(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
+	n := fixed + len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
 	if !ownHeaders {
 		return n
 	}
