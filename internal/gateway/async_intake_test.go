@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -109,4 +110,44 @@ func TestAsyncIntakeWithTheScreenDown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An async intake that stores over a claim whose owner died has taken it
+// over, as a claim that does so has: the dead owner may have forwarded,
+// so it is counted. A key stored afresh is not.
+func TestAsyncIntakeOverAnExpiredClaimCountsATakeover(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		cfg := s.config(t, up.URL, asyncRoute, "")
+		cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+		g := startGatewayWith(t, cfg, asyncOptions(t))
+		takeovers := func() string {
+			t.Helper()
+			m := regexp.MustCompile(`(?m)^hookstamp_takeovers_total\{route="hooks"\} (\S+)$`).FindStringSubmatch(scrape(t, g))
+			if m == nil {
+				return "absent"
+			}
+			return m[1]
+		}
+
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_new"}`), http.StatusAccepted, "accepted")
+		if n := takeovers(); n != "0" {
+			t.Fatalf("takeovers after a key stored afresh = %s, want 0", n)
+		}
+		got, err := g.Ledger().Claim(t0ctx, idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "hooks", Key: "evt_dead"},
+			Owner: "a-dead-replica", Lease: 50 * time.Millisecond, Retention: time.Hour}, time.Now())
+		if err != nil || got.Status != idempotency.Acquired {
+			t.Fatalf("the dead replica's claim: %v %v", got.Status, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_dead"}`), http.StatusAccepted, "accepted")
+		if n := takeovers(); n != "1" {
+			t.Fatalf("takeovers after storing over the expired claim = %s, want 1", n)
+		}
+		waitState(t, g, "evt_dead", idempotency.StateDone)
+		if n := up.count("evt_dead"); n != 1 {
+			t.Fatalf("the taken-over key reached the upstream %d times, want 1", n)
+		}
+	})
 }

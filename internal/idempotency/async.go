@@ -34,7 +34,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
 	for range intakeAttempts {
-		held, err := e.store(ctx, sctx, p, d)
+		held, takenOver, err := e.store(ctx, sctx, p, d)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			continue // the row holding the key was deleted since: store afresh
@@ -42,7 +42,10 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			e.depError("ledger", "enqueue", err)
 			return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
 		case held == nil:
-			return Result{Outcome: Accepted, Ack: p.ackCopy()}, true
+			if takenOver {
+				e.hook(e.o.Hooks.Takeover, d.Route)
+			}
+			return Result{Outcome: Accepted, Ack: p.ackCopy(), TakenOver: takenOver}, true
 		case held.State == StatePending:
 			return Result{}, false
 		}
@@ -55,15 +58,16 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 }
 
 // store writes d's queued row, request and job unless its key has a row:
-// nil when stored, else the row that holds the key (ErrNotFound: deleted
-// before it could be read).
-func (e *Engine) store(ctx, sctx context.Context, p *Policy, d Delivery) (*Record, error) {
+// held is nil when stored (takenOver: over a claim whose lease expired),
+// else the row that holds the key (ErrNotFound: deleted before it could
+// be read).
+func (e *Engine) store(ctx, sctx context.Context, p *Policy, d Delivery) (held *Record, takenOver bool, err error) {
 	now := e.o.Now()
 	rec := &Record{Ref: d.Ref, State: StateQueued, Fingerprint: d.Fingerprint, Source: d.Source,
 		CreatedAt: now, ExpiresAt: now.Add(p.Retention), Request: d.Request}
 	traceOf(ctx, rec)
 	qctx, span := e.o.Tracer.Start(sctx, "hookstamp.enqueue", trace.WithAttributes(attribute.String("hookstamp.state", string(StateQueued))))
-	err := e.o.Queue.Enqueue(qctx, rec, "", now)
+	takenOver, err = e.o.Queue.Enqueue(qctx, rec, "", now)
 	endSpan(span, err)
 	if err == nil {
 		ent := ackEntry(p, rec)
@@ -71,12 +75,13 @@ func (e *Engine) store(ctx, sctx context.Context, p *Policy, d Delivery) (*Recor
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
 		}
-		return nil, nil
+		return nil, takenOver, nil
 	}
 	if !errors.Is(err, ErrNotOwner) {
-		return nil, err
+		return nil, false, err
 	}
-	return e.o.Ledger.Lookup(sctx, d.Ref)
+	held, err = e.o.Ledger.Lookup(sctx, d.Ref)
+	return held, false, err
 }
 
 // intakeAttempts bounds intake's store-or-read rounds for a key whose
@@ -124,7 +129,8 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 	defer cancel()
 	qctx, span := e.o.Tracer.Start(sctx, "hookstamp.enqueue", trace.WithAttributes(attribute.String("hookstamp.state", string(StateQueued))))
-	err := e.o.Queue.Enqueue(qctx, rec, c.owner, now)
+	// Its own pending row, replaced: the claim counted any takeover.
+	_, err := e.o.Queue.Enqueue(qctx, rec, c.owner, now)
 	endSpan(span, err)
 	ent := ackEntry(p, rec)
 	switch {

@@ -224,8 +224,9 @@ type Queue interface {
 	// Enqueue writes rec (state queued, with its Request) and its delivery
 	// job in one transaction, where there is no row or a pending one owned
 	// by owner or expired before now; otherwise ErrNotOwner. Owner "" owns
-	// no row: the insert is the claim.
-	Enqueue(ctx context.Context, rec *Record, owner string, now time.Time) error
+	// no row: the insert is the claim, and replacedPending reports a row
+	// written over another's expired claim (a takeover).
+	Enqueue(ctx context.Context, rec *Record, owner string, now time.Time) (replacedPending bool, err error)
 }
 
 // ForgetTombstone is how long a deleted key refuses refills: a repeat that

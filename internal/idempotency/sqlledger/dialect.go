@@ -40,6 +40,11 @@ type dialect struct {
 	// arguments made by prefixArgs.
 	prefixSQL  string
 	prefixArgs func(prefix string) []any
+	// insertedSQL follows RETURNING in the intake's upsert: true for a new
+	// row, false for one written over a pending row. Its arguments, if
+	// any, are the row's created_at.
+	insertedSQL  string
+	insertedArgs int
 }
 
 var sqliteDialect = dialect{
@@ -55,6 +60,10 @@ var sqliteDialect = dialect{
 	// SQLite's LIKE ignores case.
 	prefixSQL:  ` AND substr("key", 1, ?) = ?`,
 	prefixArgs: substrPrefix,
+	// The upsert's update keeps created_at, which for a pending row
+	// precedes its expired lease and so the intake's own.
+	insertedSQL:  `created_at = ?`,
+	insertedArgs: 1,
 }
 
 var postgresDialect = dialect{
@@ -77,6 +86,9 @@ var postgresDialect = dialect{
 	// found by a scan instead of walking the route's whole history.
 	prefixSQL:  ` AND "key" LIKE ? ESCAPE '\'`,
 	prefixArgs: func(p string) []any { return []any{likePrefix(p)} },
+	// A row's xmax stays 0 until an update or a lock: the upsert's update
+	// sets it.
+	insertedSQL: `xmax = 0`,
 }
 
 // sqlitePools opens SQLite as one writer connection (writes never meet

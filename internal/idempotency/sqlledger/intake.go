@@ -3,6 +3,7 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -46,43 +47,67 @@ type intakeJob struct {
 	ref  idempotency.Ref
 	args []any
 	done chan error
+	// wrote is set once its transaction commits, before done is answered.
+	wrote intakeWrite
 }
+
+// intakeWrite is what an intake's upsert did with its key's row.
+type intakeWrite uint8
+
+const (
+	notWritten intakeWrite = iota // the key is settled or held: ErrNotOwner
+	inserted                      // a new row
+	replaced                      // written over a pending row
+)
 
 // Enqueue stores an async delivery (idempotency.Queue): its queued row,
 // request and job in one transaction, shared with concurrent Enqueues as
 // commits share theirs (batch.go).
-func (l *Ledger) Enqueue(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+func (l *Ledger) Enqueue(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) (replacedPending bool, err error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
-		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
+		return false, fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
 	}
 	if l.jobs == nil || rec.Request == nil {
-		return fmt.Errorf("enqueue %s: no job queue or no request", ref(rec.Ref))
+		return false, fmt.Errorf("enqueue %s: no job queue or no request", ref(rec.Ref))
 	}
 	shift, err := l.clock.shift(ctx)
 	if err != nil {
-		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), l.fail("clock", err))
+		return false, fmt.Errorf("enqueue %s: %w", ref(rec.Ref), l.fail("clock", err))
 	}
-	hdr, err := EncodeRequestHeaders(rec.Request.Headers)
+	j, err := newIntakeJob(ctx, rec, owner, now, shift)
 	if err != nil {
-		return fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
+		return false, fmt.Errorf("enqueue %s: %w", ref(rec.Ref), err)
 	}
-	now = toDB(now, shift)
-	j := &intakeJob{ctx: ctx, ref: rec.Ref, done: make(chan error, 1), args: []any{
-		rec.Route, rec.Key, nullBytes(rec.Fingerprint), rec.TraceID, rec.SpanID, rec.Source, now, toDB(rec.ExpiresAt, shift),
-		rec.Request.Method, rec.Request.Path, hdr, rec.Request.Body, owner, now,
-	}}
 	if l.intakes == nil {
-		return l.runIntake(ctx, []*intakeJob{j})
+		err := l.runIntake(ctx, []*intakeJob{j})
+		return err == nil && j.wrote == replaced, err
 	}
 	// Read before the batch can run: once it has answered, it clears
 	// j.done.
 	done := j.done
 	if err := l.intakes.enqueue(ctx, j); err != nil {
-		return l.queueFailed(fmt.Sprintf("enqueue %s", ref(rec.Ref)), err)
+		return false, l.queueFailed(fmt.Sprintf("enqueue %s", ref(rec.Ref)), err)
 	}
-	return wait(ctx, l, "enqueue", &rec.Ref, done, func(err error) error { return err })
+	// j.wrote is read only after done answered nil: a wait cut short by
+	// ctx leaves the batch still running.
+	err = wait(ctx, l, "enqueue", &rec.Ref, done, func(err error) error { return err })
+	return err == nil && j.wrote == replaced, err
+}
+
+// newIntakeJob is rec's intake, its times moved to the database's clock
+// by shift.
+func newIntakeJob(ctx context.Context, rec *idempotency.Record, owner string, now time.Time, shift time.Duration) (*intakeJob, error) {
+	hdr, err := EncodeRequestHeaders(rec.Request.Headers)
+	if err != nil {
+		return nil, err
+	}
+	now = toDB(now, shift)
+	return &intakeJob{ctx: ctx, ref: rec.Ref, done: make(chan error, 1), args: []any{
+		rec.Route, rec.Key, nullBytes(rec.Fingerprint), rec.TraceID, rec.SpanID, rec.Source, now, toDB(rec.ExpiresAt, shift),
+		rec.Request.Method, rec.Request.Path, hdr, rec.Request.Body, owner, now,
+	}}, nil
 }
 
 func (l *Ledger) newIntaker(workers, max int) *batcher[*intakeJob] {
@@ -120,14 +145,15 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 	// theirs: overlapping transactions wait instead of deadlocking.
 	slices.SortStableFunc(batch, func(a, b *intakeJob) int { return byRef(a.ref, b.ref) })
 	results := make([]error, len(batch))
+	var writes []intakeWrite
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		written, err := l.writeIntakes(ctx, tx, batch)
-		if err != nil {
+		var err error
+		if writes, err = l.writeIntakes(ctx, tx, batch); err != nil {
 			return err
 		}
 		var refs []idempotency.Ref
 		for i, j := range batch {
-			if !written[i] {
+			if writes[i] == notWritten {
 				results[i] = fmt.Errorf("enqueue %s: %w", ref(j.ref), idempotency.ErrNotOwner)
 				continue
 			}
@@ -141,6 +167,9 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 	if err != nil {
 		return l.fail("enqueue", err)
 	}
+	for i, j := range batch {
+		j.wrote = writes[i]
+	}
 	if len(batch) == 1 {
 		return results[0]
 	}
@@ -151,27 +180,37 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 	return nil
 }
 
-// writeIntakes writes batch's rows in tx and reports which were written:
-// one statement on PostgreSQL when the keys are distinct, a statement
-// each otherwise.
-func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]bool, error) {
-	written := make([]bool, len(batch))
+// writeIntakes writes batch's rows in tx and reports what each did: one
+// statement on PostgreSQL when the keys are distinct, a statement each
+// otherwise.
+func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]intakeWrite, error) {
+	writes := make([]intakeWrite, len(batch))
 	if l.d.name == DriverPostgres && len(batch) > 1 && distinct(batch) {
-		return written, l.writeIntakeArrays(ctx, tx, batch, written)
+		return writes, l.writeIntakeArrays(ctx, tx, batch, writes)
 	}
+	q := l.d.rebind(enqueueSQL + ` RETURNING ` + l.d.insertedSQL)
 	for i, j := range batch {
-		res, err := tx.ExecContext(ctx, l.d.rebind(enqueueSQL), j.args...)
-		if err != nil {
-			return nil, err
+		args := j.args
+		if l.d.insertedArgs > 0 {
+			args = append(args[:len(args):len(args)], j.args[enqueueCreatedAt])
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
+		var isNew bool
+		switch err := tx.QueryRowContext(ctx, q, args...).Scan(&isNew); {
+		case errors.Is(err, sql.ErrNoRows):
+			writes[i] = notWritten
+		case err != nil:
 			return nil, err
+		case isNew:
+			writes[i] = inserted
+		default:
+			writes[i] = replaced
 		}
-		written[i] = n == 1
 	}
-	return written, nil
+	return writes, nil
 }
+
+// enqueueCreatedAt is the index of created_at in an intakeJob's args.
+const enqueueCreatedAt = 6
 
 func distinct(batch []*intakeJob) bool {
 	for i := 1; i < len(batch); i++ {
@@ -199,10 +238,10 @@ const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[],
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
 	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
 	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
-	`RETURNING r.route, r."key"`
+	`RETURNING r.route, r."key", r.xmax = 0`
 
 // writeIntakeArrays writes batch (distinct keys) in one statement.
-func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, written []bool) error {
+func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, writes []intakeWrite) error {
 	n := len(batch)
 	cols := make([][]any, 14)
 	for c := range cols {
@@ -220,16 +259,21 @@ func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*int
 		return err
 	}
 	defer rows.Close()
-	got := make(map[idempotency.Ref]bool, n)
+	got := make(map[idempotency.Ref]intakeWrite, n)
 	for rows.Next() {
 		var r idempotency.Ref
-		if err := rows.Scan(&r.Route, &r.Key); err != nil {
+		var isNew bool
+		if err := rows.Scan(&r.Route, &r.Key, &isNew); err != nil {
 			return err
 		}
-		got[r] = true
+		w := replaced
+		if isNew {
+			w = inserted
+		}
+		got[r] = w
 	}
 	for i, j := range batch {
-		written[i] = got[j.ref]
+		writes[i] = got[j.ref]
 	}
 	return rows.Err()
 }

@@ -1,0 +1,111 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+)
+
+// insertedJobs keeps the refs whose delivery jobs the ledger inserted.
+type insertedJobs struct {
+	mu   sync.Mutex
+	refs []string
+}
+
+func (j *insertedJobs) InsertTx(_ context.Context, _ *sql.Tx, refs []idempotency.Ref) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, r := range refs {
+		j.refs = append(j.refs, r.Key)
+	}
+	return nil
+}
+
+// One intake batch (PostgreSQL's multi-row statement, SQLite's statement
+// a row) tells a new row from one written over an expired claim, which
+// the engine counts as a takeover, and writes over neither a live claim
+// nor a settled record.
+func TestIntakeTellsTakeoversFromNewRows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) *Ledger
+	}{
+		{"postgres", func(t *testing.T) *Ledger { return openPGWith(t, Options{CommitBatch: 1, LookupBatch: 1}) }},
+		{"sqlite", func(t *testing.T) *Ledger {
+			return openMigrated(t, Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db", CommitBatch: 1})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := tc.open(t)
+			jobs := &insertedJobs{}
+			l.UseJobs(jobs)
+			ctx := context.Background()
+			now := time.Now()
+			ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+			rec := func(k string) *idempotency.Record {
+				return &idempotency.Record{Ref: ref(k), State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+					Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(k)}}
+			}
+			// Claimed a minute ago: an expired claim's row is older than its lease.
+			claim := func(k string, lease time.Duration) {
+				t.Helper()
+				c, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: ref(k), Owner: "o-" + k, Lease: lease, Retention: time.Hour}, now.Add(-time.Minute))
+				if err != nil || c.Status != idempotency.Acquired {
+					t.Fatalf("claim %s: %v %v", k, c.Status, err)
+				}
+			}
+			claim("expired", time.Second)
+			claim("live", time.Hour)
+			claim("expired-alone", time.Second)
+			if err := l.Commit(ctx, &idempotency.Record{Ref: ref("done"), State: idempotency.StateDone, Response: idempotency.Response{Status: 201},
+				ExpiresAt: now.Add(time.Hour)}, "o-first", now); err != nil {
+				t.Fatal(err)
+			}
+
+			want := map[string]intakeWrite{"fresh": inserted, "expired": replaced, "live": notWritten, "done": notWritten, "fresh-2": inserted}
+			var batch []*intakeJob
+			done := map[string]chan error{} // runIntake clears each job's
+			for _, k := range []string{"fresh", "expired", "live", "done", "fresh-2"} {
+				j, err := newIntakeJob(ctx, rec(k), "", now, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, j)
+				done[k] = j.done
+			}
+			if err := l.runIntake(ctx, batch); err != nil {
+				t.Fatalf("the batch's transaction: %v", err)
+			}
+			for _, j := range batch {
+				err := <-done[j.ref.Key]
+				if j.wrote != want[j.ref.Key] {
+					t.Errorf("%s: wrote %d, want %d", j.ref.Key, j.wrote, want[j.ref.Key])
+				}
+				if stored := want[j.ref.Key] != notWritten; stored != (err == nil) || (!stored && !errors.Is(err, idempotency.ErrNotOwner)) {
+					t.Errorf("%s: %v", j.ref.Key, err)
+				}
+			}
+
+			for k, wantReplaced := range map[string]bool{"expired-alone": true, "fresh-alone": false} {
+				got, err := l.Enqueue(ctx, rec(k), "", now)
+				if err != nil || got != wantReplaced {
+					t.Errorf("Enqueue(%s) = %v, %v, want replaced %v", k, got, err, wantReplaced)
+				}
+			}
+			slices.Sort(jobs.refs)
+			if want := []string{"expired", "expired-alone", "fresh", "fresh-2", "fresh-alone"}; !slices.Equal(jobs.refs, want) {
+				t.Errorf("jobs inserted for %v, want %v", jobs.refs, want)
+			}
+			if r, err := l.Lookup(ctx, ref("live")); err != nil || r.State != idempotency.StatePending || r.Owner != "o-live" {
+				t.Errorf("live: %+v %v, want still pending for o-live", r, err)
+			}
+		})
+	}
+}
