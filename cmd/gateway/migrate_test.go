@@ -33,7 +33,8 @@ const runAsGateway = "HOOKSTAMP_TEST_RUN_GATEWAY"
 // the file lock the second process re-applies one the first has just
 // committed. Twenty files, since the race is a matter of timing: without
 // the lock, about one pair in four failed (table river_migration already
-// exists, or a version's row inserted twice).
+// exists, or a version's row inserted twice). Both switch the file to WAL
+// on opening it, before the lock.
 func TestMigrateTogetherOnOneSQLiteFile(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -97,5 +98,11 @@ func checkSchema(t *testing.T, path string) {
 	res, err := m.Validate(ctx, nil)
 	if err != nil || !res.OK {
 		t.Errorf("%s: River's schema: %v %v", path, err, res)
+	}
+	// Switched by whichever process opened the file first, outside the
+	// migration lock: SQLite serialises the switch itself.
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("%s: journal_mode %q %v, want wal", path, mode, err)
 	}
 }
