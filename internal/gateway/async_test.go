@@ -105,6 +105,14 @@ func TestAsyncRetriesUntilTheUpstreamTakesIt(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("attempts recorded %v, want %v", got, want)
 	}
+	// Each retry's run noted its number on the job with its attempt, and
+	// River's snoozes kept the note: the last is the third run's.
+	db, _ := g.Ledger().DB()
+	var noted, snoozes int
+	if err := db.QueryRow(`SELECT json_extract(metadata, '$.output.recorded_run'), json_extract(metadata, '$.snoozes') FROM river_job`).
+		Scan(&noted, &snoozes); err != nil || noted != 3 || snoozes != 3 {
+		t.Fatalf("the job's note: run %d after %d snoozes (%v), want run 3 after 3", noted, snoozes, err)
+	}
 }
 
 func TestAsyncDeadAfterMaxAttemptsThenRedrive(t *testing.T) {

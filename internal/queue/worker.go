@@ -126,7 +126,14 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
 		return nil
 	}
-	if err := q.settle(sctx, s, nil); err != nil {
+	// The run's number is noted on the job with its attempt, for a next
+	// run to tell this one from a run that lost its attempt should the
+	// snooze not be stored (recordLost).
+	noted := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := q.client.JobUpdateTx(ctx, tx, job.ID, &river.JobUpdateParams{Output: recordedRun{Run: run}})
+		return err
+	}
+	if err := q.settle(sctx, s, noted); err != nil {
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.hookResult(ref.Route, "retried")
@@ -151,6 +158,24 @@ func (e unsent) Unwrap() error { return e.err }
 // recording it (SPEC §11 has no other field for an outcome).
 const interrupted = "interrupted: "
 
+// recordedRun is a job's output once a run has recorded a retry's
+// attempt: the run's number, River's attempt plus the job's snoozes,
+// which grows by one with every run.
+type recordedRun struct {
+	Run int `json:"recorded_run"`
+}
+
+// wasRecorded reports whether the run River noted as lost recorded its
+// attempt before its end was lost: its snooze was not stored (the
+// database cut) and the rescuer took the job back. The job's snooze
+// count is the lost run's own: only a stored snooze adds to it, and the
+// runs after a lost one up to this one failed before sending.
+func wasRecorded(job *river.Job[Args], lost rivertype.AttemptError) bool {
+	run := lost.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
+	noted := gjson.GetBytes(job.Metadata, rivertype.MetadataKeyOutput+".recorded_run")
+	return noted.Exists() && noted.Int() == int64(run)
+}
+
 // recordLost records the attempt of the job's last run when that run sent
 // it and ended without recording it — its replica killed mid-attempt (the
 // job rescued) or the ledger cut before the outcome was stored — so the
@@ -158,7 +183,7 @@ const interrupted = "interrupted: "
 // attempts it recorded (0 or 1).
 func (q *Queue) recordLost(ctx context.Context, job *river.Job[Args], ref idempotency.Ref) (int, error) {
 	lost, ok := lastSentError(job.Errors)
-	if !ok {
+	if !ok || wasRecorded(job, lost) {
 		return 0, nil
 	}
 	// River's note of the loss is the lost attempt's only trace: its

@@ -84,8 +84,8 @@ var settleSQL = map[idempotency.State]string{
 }
 
 // Settle records an attempt and what it ended in, and runs complete (the
-// job's completion) in the same transaction, so that a record is settled
-// exactly when its job is. A record changed meanwhile (deleted, or
+// job's completion, or its note of a retry's attempt) in the same
+// transaction, so that a record is settled exactly when its job is. A record changed meanwhile (deleted, or
 // resolved by an operator) gets no attempt; complete runs all the same.
 func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, complete func(context.Context, *sql.Tx) error) error {
 	ctx, cancel := l.op(ctx)
