@@ -41,10 +41,10 @@ type dialect struct {
 	prefixSQL  string
 	prefixArgs func(prefix string) []any
 	// insertedSQL follows RETURNING in the intake's upsert: true for a new
-	// row, false for one written over a pending row. Its arguments, if
-	// any, are the row's created_at.
-	insertedSQL  string
-	insertedArgs int
+	// row, false for one written over a pending row. insertedArg: it takes
+	// the new row's created_at as its argument.
+	insertedSQL string
+	insertedArg bool
 }
 
 var sqliteDialect = dialect{
@@ -62,8 +62,8 @@ var sqliteDialect = dialect{
 	prefixArgs: substrPrefix,
 	// The upsert's update keeps created_at, which for a pending row
 	// precedes its expired lease and so the intake's own.
-	insertedSQL:  `created_at = ?`,
-	insertedArgs: 1,
+	insertedSQL: `created_at = ?`,
+	insertedArg: true,
 }
 
 var postgresDialect = dialect{

@@ -55,7 +55,7 @@ type intakeJob struct {
 type intakeWrite uint8
 
 const (
-	notWritten intakeWrite = iota // the key is settled or held: ErrNotOwner
+	notWritten intakeWrite = iota // the key is settled, or another's live claim: ErrNotOwner
 	inserted                      // a new row
 	replaced                      // written over a pending row
 )
@@ -191,7 +191,7 @@ func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJo
 	q := l.d.rebind(enqueueSQL + ` RETURNING ` + l.d.insertedSQL)
 	for i, j := range batch {
 		args := j.args
-		if l.d.insertedArgs > 0 {
+		if l.d.insertedArg {
 			args = append(args[:len(args):len(args)], j.args[enqueueCreatedAt])
 		}
 		var isNew bool
