@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"sync"
@@ -176,3 +177,60 @@ func attemptStatuses(tb testing.TB, g *Gateway, key string) []int {
 }
 
 var t0ctx = context.Background()
+
+// On PostgreSQL the record becomes done and its job completed in one
+// transaction (SPEC §10): triggers note the transaction of each, and the
+// executor's own completion after the run finds the job done already.
+func TestAsyncRecordAndJobCompleteInOneTransaction(t *testing.T) {
+	t.Parallel()
+	s := backend{name: "postgres+memory", ledger: "postgres", screen: "memory"}.open(t)
+	up := newUpstream(t)
+	g := startGatewayWith(t, s.config(t, up.URL, asyncRoute, ""), asyncOptions(t))
+	db, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, stmt := range []string{
+		`CREATE TABLE settled_in (what text, tx bigint)`,
+		`CREATE FUNCTION note_done() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			IF TG_TABLE_NAME = 'river_job' AND NEW.state::text = 'completed' AND OLD.state::text <> 'completed' THEN
+				INSERT INTO settled_in VALUES ('job', txid_current());
+			ELSIF TG_TABLE_NAME = 'hookstamp_records' AND NEW.state::text = 'done' AND OLD.state::text <> 'done' THEN
+				INSERT INTO settled_in VALUES ('record', txid_current());
+			END IF;
+			RETURN NEW;
+		END $$`,
+		`CREATE TRIGGER note_done AFTER UPDATE ON river_job FOR EACH ROW EXECUTE FUNCTION note_done()`,
+		`CREATE TRIGGER note_done AFTER UPDATE ON hookstamp_records FOR EACH ROW EXECUTE FUNCTION note_done()`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_tx"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_tx", idempotency.StateDone)
+	tx := map[string]int64{}
+	testenv.Eventually(t, 5*time.Second, "the job completed", func() bool {
+		rows, err := db.Query(`SELECT what, tx FROM settled_in`)
+		if err != nil {
+			return false
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var what string
+			var id int64
+			if rows.Scan(&what, &id) == nil {
+				tx[what] = id
+			}
+		}
+		return len(tx) == 2
+	})
+	if tx["job"] != tx["record"] {
+		t.Fatalf("the job completed in transaction %d, the record done in %d: want one transaction", tx["job"], tx["record"])
+	}
+	var state string
+	if err := db.QueryRow(`SELECT state FROM river_job`).Scan(&state); err != nil || state != "completed" {
+		t.Fatalf("job state %q (%v), want completed", state, err)
+	}
+}

@@ -181,12 +181,20 @@ func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(conte
 		}, nil
 	case DriverPostgres:
 		return riverdatabasesql.New(db), func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
-			_, err := river.JobCompleteTx[*riverdatabasesql.Driver](ctx, tx, job)
+			_, err := tx.ExecContext(ctx, completeSQL, job.ID)
 			return err
 		}, nil
 	}
 	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
 }
+
+// completeSQL is what JobCompleteTx writes for a running job, without its
+// array parameters: River's database/sql driver hands them to pgx as
+// text, which pgx parses to encode them again, a fifth of the delivery
+// path's CPU. A job no longer running (rescued meanwhile) is left alone,
+// as JobCompleteTx leaves it. River's executor still completes the job
+// after the run, which then changes nothing.
+const completeSQL = `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1 AND state = 'running'`
 
 // Migrate creates or upgrades River's tables beside the ledger's. River
 // runs each migration in a transaction of its own (one adds an enum value
