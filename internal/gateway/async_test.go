@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivertype"
+
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/testenv"
@@ -232,5 +236,29 @@ func TestAsyncRecordAndJobCompleteInOneTransaction(t *testing.T) {
 	var state string
 	if err := db.QueryRow(`SELECT state FROM river_job`).Scan(&state); err != nil || state != "completed" {
 		t.Fatalf("job state %q (%v), want completed", state, err)
+	}
+}
+
+// On SQLite too the job is completed in the transaction that records the
+// answer: once the record is done, River lists the job completed,
+// finalized at the delivery's time.
+func TestAsyncSQLiteJobCompletesWithItsRecord(t *testing.T) {
+	up := newUpstream(t)
+	g, _ := startAsync(t, up, "")
+	start := time.Now()
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_fin"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_fin", idempotency.StateDone)
+	db, _ := g.Ledger().DB()
+	client, err := river.NewClient(riversqlite.New(db), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.JobList(t0ctx, river.NewJobListParams().States(rivertype.JobStateCompleted))
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("River lists %d completed jobs (%v), want 1", len(res.Jobs), err)
+	}
+	fin := res.Jobs[0].FinalizedAt
+	if fin == nil || fin.Before(start.Add(-time.Second)) || fin.After(time.Now().Add(time.Second)) {
+		t.Fatalf("finalized at %v, want between %v and now", fin, start)
 	}
 }
