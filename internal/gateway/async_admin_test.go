@@ -281,8 +281,7 @@ func TestAsyncQueueMetrics(t *testing.T) {
 func waitMetrics(tb testing.TB, g *Gateway, wants ...string) {
 	tb.Helper()
 	var missing []string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Poll(5*time.Second, func() bool {
 		m := scrape(tb, g)
 		missing = missing[:0]
 		for _, want := range wants {
@@ -290,11 +289,8 @@ func waitMetrics(tb testing.TB, g *Gateway, wants ...string) {
 				missing = append(missing, want)
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(missing) == 0
+	})
 	for _, want := range missing {
 		tb.Errorf("/metrics lacks %s", want)
 	}
