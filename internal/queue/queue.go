@@ -1,7 +1,7 @@
 // Package queue delivers the stored deliveries of async routes (SPEC §10)
 // with River, the job queue kept in the ledger's own database: jobs are
 // inserted in the ledger's intake transactions (sqlledger.Jobs), and each
-// job run is one attempt, settled with the job's completion in one
+// job run is one attempt, settled with the end of its job in one
 // transaction.
 package queue
 
@@ -87,10 +87,10 @@ type Hooks struct {
 // Queue is the River client delivering async routes' jobs. It is safe for
 // concurrent use.
 type Queue struct {
-	o        Options
-	client   *river.Client[*sql.Tx]
-	routes   map[string]*Route
-	complete func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error
+	o      Options
+	client *river.Client[*sql.Tx]
+	routes map[string]*Route
+	finish func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error
 }
 
 var _ sqlledger.Jobs = (*Queue)(nil)
@@ -122,11 +122,11 @@ func New(o Options) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	driver, complete, err := driverFor(o.Driver, db)
+	driver, finish, err := driverFor(o.Driver, db)
 	if err != nil {
 		return nil, err
 	}
-	q.complete = complete
+	q.finish = finish
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &worker{q: q}); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
@@ -170,31 +170,32 @@ func New(o Options) (*Queue, error) {
 	return q, nil
 }
 
-// driverFor is River's driver for the ledger's database, and the job
-// completion in a transaction of that driver.
+// driverFor is River's driver for the ledger's database, and the end of a
+// settled delivery's job in a transaction of that driver.
+//
+// The job is deleted, not marked completed: the record and its attempts
+// are the delivery's history, and on PostgreSQL a completion writes the
+// row anew into every index of river_job, its two GIN indexes included,
+// where a delete writes none. A job no longer running (rescued meanwhile)
+// is left alone, as JobCompleteTx leaves it. River's executor still
+// completes the job after the run; its drivers update no row for a job
+// deleted meanwhile, by design.
 func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(context.Context, *sql.Tx, *river.Job[Args]) error, error) {
+	var driver riverdriver.Driver[*sql.Tx]
+	var finish string
 	switch name {
 	case DriverSQLite:
-		return riversqlite.New(db), func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
-			_, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx, job)
-			return err
-		}, nil
+		driver, finish = riversqlite.New(db), `DELETE FROM river_job WHERE id = ? AND state = 'running'`
 	case DriverPostgres:
-		return riverdatabasesql.New(db), func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
-			_, err := tx.ExecContext(ctx, completeSQL, job.ID)
-			return err
-		}, nil
+		driver, finish = riverdatabasesql.New(db), `DELETE FROM river_job WHERE id = $1 AND state = 'running'`
+	default:
+		return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
 	}
-	return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
+	return driver, func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
+		_, err := tx.ExecContext(ctx, finish, job.ID)
+		return err
+	}, nil
 }
-
-// completeSQL is what JobCompleteTx writes for a running job, without its
-// array parameters: River's database/sql driver hands them to pgx as
-// text, which pgx parses to encode them again, a fifth of the delivery
-// path's CPU. A job no longer running (rescued meanwhile) is left alone,
-// as JobCompleteTx leaves it. River's executor still completes the job
-// after the run, which then changes nothing.
-const completeSQL = `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1 AND state = 'running'`
 
 // Migrate creates or upgrades River's tables beside the ledger's. River
 // runs each migration in a transaction of its own (one adds an enum value

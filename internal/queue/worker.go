@@ -62,7 +62,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 }
 
 // attempt makes one attempt of job's delivery and settles it: done,
-// dead or held with the job completed in the same transaction, or
+// dead or held with the job deleted in the same transaction, or
 // snoozed until the next attempt.
 func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	ref := idempotency.Ref{Route: job.Args.Route, Key: job.Args.Key}
@@ -93,11 +93,11 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	sctx := context.WithoutCancel(ctx)
 	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
 	s.Attempt.Attempt = 0 // numbered by the ledger: a concurrent redelivery may have taken a's
-	complete := func(ctx context.Context, tx *sql.Tx) error { return q.complete(ctx, tx, job) }
+	finish := func(ctx context.Context, tx *sql.Tx) error { return q.finish(ctx, tx, job) }
 	switch {
 	case up != nil && r.Policy.Settles(up):
 		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(up)
-		if err := q.settle(sctx, s, complete); err != nil {
+		if err := q.settle(sctx, s, finish); err != nil {
 			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
@@ -107,7 +107,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
 		s.State = idempotency.StateHeld
-		if err := q.settle(sctx, s, complete); err != nil {
+		if err := q.settle(sctx, s, finish); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
@@ -118,7 +118,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
 		s.State = idempotency.StateDead
-		if err := q.settle(sctx, s, complete); err != nil {
+		if err := q.settle(sctx, s, finish); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
@@ -232,10 +232,10 @@ func previousReplica(by []string) string {
 const settleFor = 30 * time.Second
 
 // settle records s, retrying while the ledger is unavailable.
-func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, complete func(context.Context, *sql.Tx) error) error {
+func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, then func(context.Context, *sql.Tx) error) error {
 	deadline := time.Now().Add(settleFor)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		err := q.o.Ledger.Settle(ctx, s, q.o.Now(), complete)
+		err := q.o.Ledger.Settle(ctx, s, q.o.Now(), then)
 		if err == nil || !errors.Is(err, idempotency.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
 			return err
 		}

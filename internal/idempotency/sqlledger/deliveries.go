@@ -83,11 +83,12 @@ var settleSQL = map[idempotency.State]string{
 	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
 }
 
-// Settle records an attempt and what it ended in, and runs complete (the
-// job's completion, or its note of a retry's attempt) in the same
-// transaction, so that a record is settled exactly when its job is. A record changed meanwhile (deleted, or
-// resolved by an operator) gets no attempt; complete runs all the same.
-func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, complete func(context.Context, *sql.Tx) error) error {
+// Settle records an attempt and what it ended in, and runs then (the end
+// of the job, or its note of a retry's attempt) in the same transaction,
+// so that a record is settled exactly when its job ends. A record changed
+// meanwhile (deleted, or resolved by an operator) gets no attempt; then
+// runs all the same.
+func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then func(context.Context, *sql.Tx) error) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
@@ -120,16 +121,13 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, compl
 				return err
 			}
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				return complete(ctx, tx) // nothing left to settle: end the job
+				return then(ctx, tx) // nothing left to settle: end the job
 			}
 		}
 		if err := l.AddAttemptTx(ctx, tx, s.Attempt); err != nil {
 			return err
 		}
-		if complete == nil {
-			return nil
-		}
-		return complete(ctx, tx)
+		return then(ctx, tx)
 	})
 	if err != nil {
 		return l.fail("settle "+ref(s.Ref), err)
