@@ -265,3 +265,61 @@ func TestAsyncSQLiteJobEndsWithItsRecord(t *testing.T) {
 		t.Fatalf("River lists %d jobs (%v), want none", len(res.Jobs), err)
 	}
 }
+
+// On PostgreSQL a final settlement is one statement that numbers its
+// attempt from its own snapshot. When another writer (a redelivery's
+// run, say) takes that number meanwhile, the statement fails whole and
+// runs again with the next number; the delivery is not sent again.
+func TestAsyncSettlementRenumbersAnAttemptTakenMeanwhile(t *testing.T) {
+	t.Parallel()
+	s := backend{name: "postgres+memory", ledger: "postgres", screen: "memory"}.open(t)
+	up, release := heldUpstream(t)
+	var once sync.Once
+	answer := func() { once.Do(func() { close(release) }) }
+	g := startGatewayWith(t, s.config(t, up.URL, asyncRoute, ""), asyncOptions(t))
+	t.Cleanup(answer)
+	db, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_n"}`), http.StatusAccepted, "accepted")
+	testenv.Eventually(t, 10*time.Second, "the attempt to reach the upstream", func() bool { return up.count("evt_n") == 1 })
+	other, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	var xid string
+	if err := other.QueryRow(`INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, error, replica) ` +
+		`VALUES ('hooks', 'evt_n', 1, now(), 0, '', 'other') RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	answer()
+	testenv.Eventually(t, 10*time.Second, "the settlement to wait for attempt 1", func() bool {
+		var waiting int
+		err := db.QueryRow(`SELECT COUNT(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1`, xid).Scan(&waiting)
+		return err == nil && waiting == 1
+	})
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, g, "evt_n", idempotency.StateDone)
+	if rec.Status != 200 {
+		t.Fatalf("recorded %d, want the upstream's 200", rec.Status)
+	}
+	attempts, err := g.Ledger().Attempts(t.Context(), idempotency.Ref{Route: "hooks", Key: "evt_n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 2 || attempts[0].Replica != "other" || attempts[1].Attempt != 2 || attempts[1].Status != 200 {
+		t.Fatalf("attempts %+v, want the other writer's 1 and the delivery's 2 (200)", attempts)
+	}
+	if n := up.count("evt_n"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+	var jobs int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("river_job holds %d jobs (%v), want none", jobs, err)
+	}
+}

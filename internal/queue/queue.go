@@ -90,7 +90,6 @@ type Queue struct {
 	o      Options
 	client *river.Client[*sql.Tx]
 	routes map[string]*Route
-	finish func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error
 }
 
 var _ sqlledger.Jobs = (*Queue)(nil)
@@ -122,11 +121,10 @@ func New(o Options) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	driver, finish, err := driverFor(o.Driver, db)
+	driver, err := driverFor(o.Driver, db)
 	if err != nil {
 		return nil, err
 	}
-	q.finish = finish
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &worker{q: q}); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
@@ -170,31 +168,15 @@ func New(o Options) (*Queue, error) {
 	return q, nil
 }
 
-// driverFor is River's driver for the ledger's database, and the end of a
-// settled delivery's job in a transaction of that driver.
-//
-// The job is deleted, not marked completed: the record and its attempts
-// are the delivery's history, and on PostgreSQL a completion writes the
-// row anew into every index of river_job, its two GIN indexes included,
-// where a delete writes none. A job no longer running (rescued meanwhile)
-// is left alone, as JobCompleteTx leaves it. River's executor still
-// completes the job after the run; its drivers update no row for a job
-// deleted meanwhile, by design.
-func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], func(context.Context, *sql.Tx, *river.Job[Args]) error, error) {
-	var driver riverdriver.Driver[*sql.Tx]
-	var finish string
+// driverFor is River's driver for the ledger's database.
+func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], error) {
 	switch name {
 	case DriverSQLite:
-		driver, finish = riversqlite.New(db), `DELETE FROM river_job WHERE id = ? AND state = 'running'`
+		return riversqlite.New(db), nil
 	case DriverPostgres:
-		driver, finish = riverdatabasesql.New(db), `DELETE FROM river_job WHERE id = $1 AND state = 'running'`
-	default:
-		return nil, nil, fmt.Errorf("queue: unknown driver %q", name)
+		return riverdatabasesql.New(db), nil
 	}
-	return driver, func(ctx context.Context, tx *sql.Tx, job *river.Job[Args]) error {
-		_, err := tx.ExecContext(ctx, finish, job.ID)
-		return err
-	}, nil
+	return nil, fmt.Errorf("queue: unknown driver %q", name)
 }
 
 // Migrate creates or upgrades River's tables beside the ledger's. River
@@ -206,7 +188,7 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	if err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
-	driver, _, err := driverFor(l.Driver(), db)
+	driver, err := driverFor(l.Driver(), db)
 	if err != nil {
 		return err
 	}

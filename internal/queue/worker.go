@@ -62,8 +62,9 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 }
 
 // attempt makes one attempt of job's delivery and settles it: done,
-// dead or held with the job deleted in the same transaction, or
-// snoozed until the next attempt.
+// dead or held with the job deleted in the same transaction (the record
+// and its attempts keep the delivery's history), or snoozed until the
+// next attempt.
 func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	ref := idempotency.Ref{Route: job.Args.Route, Key: job.Args.Key}
 	r := q.routes[ref.Route]
@@ -93,11 +94,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	sctx := context.WithoutCancel(ctx)
 	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
 	s.Attempt.Attempt = 0 // numbered by the ledger: a concurrent redelivery may have taken a's
-	finish := func(ctx context.Context, tx *sql.Tx) error { return q.finish(ctx, tx, job) }
 	switch {
 	case up != nil && r.Policy.Settles(up):
-		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(up)
-		if err := q.settle(sctx, s, finish); err != nil {
+		s.State, s.Response, s.Job = idempotency.StateDone, r.Policy.Recorded(up), job.ID
+		if err := q.settle(sctx, s, nil); err != nil {
 			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
@@ -106,8 +106,8 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		}
 		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
-		s.State = idempotency.StateHeld
-		if err := q.settle(sctx, s, finish); err != nil {
+		s.State, s.Job = idempotency.StateHeld, job.ID
+		if err := q.settle(sctx, s, nil); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
@@ -117,8 +117,8 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key, "err", ferr)
 		return nil
 	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
-		s.State = idempotency.StateDead
-		if err := q.settle(sctx, s, finish); err != nil {
+		s.State, s.Job = idempotency.StateDead, job.ID
+		if err := q.settle(sctx, s, nil); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
@@ -72,6 +74,10 @@ type Settlement struct {
 	State    idempotency.State
 	Response idempotency.Response
 	Attempt  idempotency.Attempt
+	// Job is the delivery job (River's id) the settlement ends, deleted
+	// in its transaction; 0 for none, as for a retry, whose job runs
+	// again.
+	Job int64
 }
 
 // settleSQL by Settlement.State: the final answer replaces a queued row's
@@ -83,11 +89,37 @@ var settleSQL = map[idempotency.State]string{
 	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
 }
 
-// Settle records an attempt and what it ended in, and runs then (the end
-// of the job, or its note of a retry's attempt) in the same transaction,
-// so that a record is settled exactly when its job ends. A record changed
-// meanwhile (deleted, or resolved by an operator) gets no attempt; then
-// runs all the same.
+// deleteJobSQL ends a settled delivery's River job: deleted, not marked
+// completed, as the record and its attempts keep the delivery's history
+// (docs/decisions.md, Store-and-forward). A job no longer running
+// (rescued meanwhile) is left alone. River's executor still completes the
+// job after the run; its drivers update no row for a job deleted
+// meanwhile, by design.
+const deleteJobSQL = `DELETE FROM river_job WHERE id = ? AND state = 'running'`
+
+// settleAtOnceSQL is settleSQL with its attempt and the job's deletion,
+// as one PostgreSQL statement (data-modifying CTEs): one round trip and
+// no BEGIN or COMMIT. The attempt is numbered from the statement's
+// snapshot, so a number taken by a writer that commits meanwhile fails
+// the whole statement on the primary key instead of being skipped.
+var settleAtOnceSQL = func() map[idempotency.State]string {
+	m := make(map[idempotency.State]string, len(settleSQL))
+	for st, q := range settleSQL {
+		m[st] = `WITH u AS (` + q + ` RETURNING route, "key"), ` +
+			`a AS (INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+			`SELECT u.route, u."key", COALESCE(CAST(? AS INTEGER), ` +
+			`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = u.route AND x."key" = u."key"), 1), ` +
+			`?, ?, ?, ?, ?, ? FROM u), ` +
+			`j AS (` + deleteJobSQL + `) SELECT 1`
+	}
+	return m
+}()
+
+// Settle records an attempt and what it ended in, deletes s.Job and runs
+// then (nil for none; a retry's note on its job) in the same
+// transaction, so that a record is settled exactly when its job ends. A
+// record changed meanwhile (deleted, or resolved by an operator) gets no
+// attempt; the job is deleted and then runs all the same.
 func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then func(context.Context, *sql.Tx) error) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -114,6 +146,20 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	case idempotency.StateDead, idempotency.StateHeld:
 		args = []any{now, s.Route, s.Key}
 	}
+	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
+		return l.settleAtOnce(ctx, s, args, shift)
+	}
+	end := func(tx *sql.Tx) error {
+		if s.Job != 0 {
+			if _, err := tx.ExecContext(ctx, l.d.rebind(deleteJobSQL), s.Job); err != nil {
+				return err
+			}
+		}
+		if then == nil {
+			return nil
+		}
+		return then(ctx, tx)
+	}
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
 		if args != nil {
 			res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
@@ -121,18 +167,51 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 				return err
 			}
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				return then(ctx, tx) // nothing left to settle: end the job
+				return end(tx) // nothing left to settle: end the job
 			}
 		}
 		if err := l.AddAttemptTx(ctx, tx, s.Attempt); err != nil {
 			return err
 		}
-		return then(ctx, tx)
+		return end(tx)
 	})
 	if err != nil {
 		return l.fail("settle "+ref(s.Ref), err)
 	}
 	return nil
+}
+
+// settleAtOnce is Settle's final settlement on PostgreSQL, in one
+// statement; one whose attempt number was taken meanwhile wrote nothing
+// and runs again, as AddAttemptTx numbers again.
+func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, shift time.Duration) error {
+	db, err := l.w.DB()
+	if err != nil {
+		return l.fail("settle "+ref(s.Ref), err)
+	}
+	a := attemptArgsOf(&s.Attempt, shift)
+	args = append(args, a.number, a.started, a.ms, a.status, a.err, a.replica, a.expires, s.Job)
+	q := l.d.rebind(settleAtOnceSQL[s.State])
+	for range maxClaimAttempts {
+		_, err := db.ExecContext(ctx, q, args...)
+		if !attemptTaken(err) {
+			if err != nil {
+				return l.fail("settle "+ref(s.Ref), err)
+			}
+			return nil
+		}
+		if a.number != nil {
+			return fmt.Errorf("settle %s: attempt %d is recorded already", ref(s.Ref), *a.number)
+		}
+	}
+	return fmt.Errorf("settle %s: numbering kept colliding after %d tries", ref(s.Ref), maxClaimAttempts)
+}
+
+// attemptTaken reports a PostgreSQL statement refused on
+// hookstamp_attempts' primary key.
+func attemptTaken(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "hookstamp_attempts"
 }
 
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
