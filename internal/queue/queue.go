@@ -1,7 +1,8 @@
 // Package queue delivers the stored deliveries of async routes (SPEC §10)
 // with River, the job queue kept in the ledger's own database: jobs are
 // inserted in the ledger's intake transactions (sqlledger.Jobs), and each
-// job run is one attempt, settled with the end of its job in one
+// job run is one attempt, recorded with the job's deletion when it ends
+// the delivery, or with a note on the job when it is retried, in one
 // transaction.
 package queue
 
