@@ -13,11 +13,13 @@ import (
 // one past the record's last. Two writers numbering the same record at
 // once meet on the primary key; the loser writes nothing (DO NOTHING keeps
 // a caller's transaction usable on PostgreSQL) and numbers again.
-const addAttemptSQL = `INSERT INTO hookstamp_attempts ` +
-	`(route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+const addAttemptSQL = insertAttemptSQL +
 	`VALUES (?, ?, COALESCE(CAST(? AS INTEGER), ` +
 	`(SELECT MAX(attempt) + 1 FROM hookstamp_attempts WHERE route = ? AND "key" = ?), 1), ?, ?, ?, ?, ?, ?) ` +
 	`ON CONFLICT (route, "key", attempt) DO NOTHING`
+
+// insertAttemptSQL starts every statement that records attempts.
+const insertAttemptSQL = `INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) `
 
 const attemptsSQL = `SELECT attempt, started_at, duration_ms, status, error, replica, expires_at ` +
 	`FROM hookstamp_attempts WHERE route = ? AND "key" = ? ORDER BY attempt`
@@ -86,25 +88,38 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 	if err != nil {
 		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), l.fail("clock", err))
 	}
-	args := attemptArgsOf(&a, shift).args(a.Ref)
+	aa := attemptArgsOf(&a, shift)
+	args := aa.args(a.Ref)
 	q := l.d.rebind(addAttemptSQL)
-	for range maxClaimAttempts {
+	what := fmt.Sprintf("add attempt %s", ref(a.Ref))
+	return numbered(what, aa.number, func() (bool, error) {
 		res, err := ex.ExecContext(ctx, q, args...)
 		if err != nil {
-			return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+			return false, l.fail(what, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+			return false, l.fail(what, err)
 		}
-		if n == 1 {
-			return nil
+		return n == 0, nil
+	})
+}
+
+// numbered runs write, which records an attempt, until it is recorded:
+// a write that found its number taken (by a concurrent writer) is run
+// again when the ledger numbers the attempt, and an error when the caller
+// did (number not nil).
+func numbered(what string, number *int64, write func() (taken bool, err error)) error {
+	for range maxClaimAttempts {
+		taken, err := write()
+		if err != nil || !taken {
+			return err
 		}
-		if a.Attempt > 0 {
-			return fmt.Errorf("add attempt %s: attempt %d is recorded already", ref(a.Ref), a.Attempt)
+		if number != nil {
+			return fmt.Errorf("%s: attempt %d is recorded already", what, *number)
 		}
 	}
-	return fmt.Errorf("add attempt %s: numbering kept colliding after %d tries", ref(a.Ref), maxClaimAttempts)
+	return fmt.Errorf("%s: numbering kept colliding after %d tries", what, maxClaimAttempts)
 }
 
 // Attempts returns ref's attempts in order; none is not an error.

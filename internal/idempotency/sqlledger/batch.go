@@ -199,7 +199,7 @@ const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?:
 	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
 	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
 	`RETURNING r.route, r."key"), ` +
-	`a AS (INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+	`a AS (` + insertAttemptSQL +
 	`SELECT t.route, t."key", COALESCE(t.att_number, ` +
 	`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = t.route AND x."key" = t."key"), 1), ` +
 	`t.att_started, t.att_ms, t.att_status, t.att_error, t.att_replica, t.att_expires ` +

@@ -106,7 +106,7 @@ var settleAtOnceSQL = func() map[idempotency.State]string {
 	m := make(map[idempotency.State]string, len(settleSQL))
 	for st, q := range settleSQL {
 		m[st] = `WITH u AS (` + q + ` RETURNING route, "key"), ` +
-			`a AS (INSERT INTO hookstamp_attempts (route, "key", attempt, started_at, duration_ms, status, error, replica, expires_at) ` +
+			`a AS (` + insertAttemptSQL +
 			`SELECT u.route, u."key", COALESCE(CAST(? AS INTEGER), ` +
 			`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = u.route AND x."key" = u."key"), 1), ` +
 			`?, ?, ?, ?, ?, ? FROM u), ` +
@@ -183,7 +183,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 
 // settleAtOnce is Settle's final settlement on PostgreSQL, in one
 // statement; one whose attempt number was taken meanwhile wrote nothing
-// and runs again, as AddAttemptTx numbers again.
+// and runs again.
 func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, shift time.Duration) error {
 	db, err := l.w.DB()
 	if err != nil {
@@ -192,19 +192,17 @@ func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, sh
 	a := attemptArgsOf(&s.Attempt, shift)
 	args = append(args, a.number, a.started, a.ms, a.status, a.err, a.replica, a.expires, s.Job)
 	q := l.d.rebind(settleAtOnceSQL[s.State])
-	for range maxClaimAttempts {
+	what := "settle " + ref(s.Ref)
+	return numbered(what, a.number, func() (bool, error) {
 		_, err := db.ExecContext(ctx, q, args...)
-		if !attemptTaken(err) {
-			if err != nil {
-				return l.fail("settle "+ref(s.Ref), err)
-			}
-			return nil
+		if attemptTaken(err) {
+			return true, nil
 		}
-		if a.number != nil {
-			return fmt.Errorf("settle %s: attempt %d is recorded already", ref(s.Ref), *a.number)
+		if err != nil {
+			return false, l.fail(what, err)
 		}
-	}
-	return fmt.Errorf("settle %s: numbering kept colliding after %d tries", ref(s.Ref), maxClaimAttempts)
+		return false, nil
+	})
 }
 
 // attemptTaken reports a PostgreSQL statement refused on
