@@ -488,7 +488,7 @@ func (c *Cache) Len() int {
 // entrySize approximates the memory an entry holds, unshared headers and
 // fixed costs included.
 func entrySize(ref Ref, e *Entry, ownHeaders bool) int {
-	const fixed, perHeader, headersMap = 165, 48, 200
+	const fixed, perHeader, headersMap = 185, 48, 200
 	n := fixed + len(ref.Route) + len(ref.Key) + len(e.Body) + len(e.Fingerprint) + len(e.TraceID) + len(e.SpanID)
 	if !ownHeaders {
 		return n

@@ -16,7 +16,8 @@ func fullCache(tb testing.TB, budget int, uniqueHeaders bool) (*Cache, []Ref) {
 	tb.Helper()
 	c := NewCache(budget, 64<<10, time.Hour)
 	var refs []Ref
-	for i := 0; ; i++ {
+	full := 0 // entries put when the first shard filled
+	for i := 0; full == 0 || len(refs) < 2*full; i++ {
 		ref := Ref{Route: "hooks", Key: "evt_" + strconv.FormatInt(int64(i)*7919, 16) + "a1b2c3d4e5f6"}
 		hdr := map[string]string{"Content-Type": "application/json"}
 		if uniqueHeaders {
@@ -29,8 +30,10 @@ func fullCache(tb testing.TB, budget int, uniqueHeaders bool) (*Cache, []Ref) {
 			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		}, c.Ticket())
 		refs = append(refs, ref)
-		if c.Len() < len(refs) {
-			break // the first eviction: the cache is full
+		if full == 0 && c.Len() < len(refs) {
+			// The first eviction. Keys fall on shards unevenly, so the
+			// others are not full yet: put as many again to fill them.
+			full = len(refs)
 		}
 	}
 	cached := refs[:0]
