@@ -6,11 +6,13 @@
 package faultproxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +31,12 @@ const (
 	// clients fail only by their own timeouts. Restore lets the held bytes
 	// flow again, like a network that recovers.
 	Blackhole
+	// Mute carries the clients' bytes to the dependency, which acts on
+	// them, and drops its replies: a reply lost on the way back, so a
+	// client cannot tell a statement that ran from one that did not. With
+	// a marker (MuteAfter) only the replies of connections that have sent
+	// it since are dropped.
+	Mute
 )
 
 func (m Mode) String() string {
@@ -39,6 +47,8 @@ func (m Mode) String() string {
 		return "cut"
 	case Blackhole:
 		return "blackhole"
+	case Mute:
+		return "mute"
 	}
 	return "unknown"
 }
@@ -56,6 +66,7 @@ type Proxy struct {
 	mode    Mode
 	latency time.Duration
 	changed chan struct{} // closed and replaced on every mode change
+	marker  []byte        // MuteAfter's; nil mutes every connection
 	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -67,6 +78,8 @@ type Proxy struct {
 // link is one proxied connection.
 type link struct {
 	client net.Conn
+	// marked: the client sent the proxy's mute marker.
+	marked atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // nil until connected
@@ -135,6 +148,22 @@ func (p *Proxy) Cut() { p.set(Cut, 0) }
 // Blackhole stops every byte until Restore.
 func (p *Proxy) Blackhole() { p.set(Blackhole, 0) }
 
+// Mute drops the dependency's replies until Restore (Mute).
+func (p *Proxy) Mute() { p.MuteAfter(nil) }
+
+// MuteAfter drops the replies on each connection from the moment its
+// client sends marker (all replies when nil) until Restore: a statement
+// whose parameters hold the marker runs, and its client never hears back.
+func (p *Proxy) MuteAfter(marker []byte) {
+	p.mu.Lock()
+	p.marker = marker
+	for l := range p.links {
+		l.marked.Store(false)
+	}
+	p.mu.Unlock()
+	p.set(Mute, 0)
+}
+
 // Slow delays every chunk of data, in both directions, by d.
 func (p *Proxy) Slow(d time.Duration) { p.set(Pass, d) }
 
@@ -155,6 +184,16 @@ func (p *Proxy) set(m Mode, latency time.Duration) {
 	p.mu.Unlock()
 	for _, l := range cut {
 		l.close()
+	}
+}
+
+// mark notes a link whose client sent the marker while muted.
+func (p *Proxy) mark(l *link, sent []byte) {
+	p.mu.Lock()
+	marker, muted := p.marker, p.mode == Mute
+	p.mu.Unlock()
+	if muted && marker != nil && bytes.Contains(sent, marker) {
+		l.marked.Store(true)
 	}
 }
 
@@ -193,18 +232,20 @@ func (p *Proxy) accept() {
 }
 
 // gate blocks while the proxy is blackholed; it reports false once the
-// link must end (cut or closed).
-func (p *Proxy) gate(l *link) (time.Duration, bool) {
+// link must end (cut or closed), and drop for a reply while muted.
+func (p *Proxy) gate(l *link, reply bool) (latency time.Duration, drop, ok bool) {
 	for {
 		p.mu.Lock()
-		mode, latency, changed, closed := p.mode, p.latency, p.changed, p.closed
+		mode, latency, changed, closed, marker := p.mode, p.latency, p.changed, p.closed, p.marker
 		_, alive := p.links[l]
 		p.mu.Unlock()
 		switch {
 		case closed || !alive || mode == Cut:
-			return 0, false
+			return 0, false, false
 		case mode == Pass:
-			return latency, true
+			return latency, false, true
+		case mode == Mute:
+			return 0, reply && (marker == nil || l.marked.Load()), true
 		}
 		<-changed
 	}
@@ -227,7 +268,7 @@ func (p *Proxy) serve(c net.Conn) {
 		l.close()
 	}()
 	// A blackholed proxy accepts but does not connect.
-	if _, ok := p.gate(l); !ok {
+	if _, _, ok := p.gate(l, false); !ok {
 		return
 	}
 	s, err := p.dial(p.target)
@@ -239,23 +280,30 @@ func (p *Proxy) serve(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(l, s, c); done <- struct{}{} }()
-	go func() { p.pipe(l, c, s); done <- struct{}{} }()
+	go func() { p.pipe(l, s, c, false); done <- struct{}{} }()
+	go func() { p.pipe(l, c, s, true); done <- struct{}{} }()
 	<-done
 	l.close()
 	<-done
 }
 
 // pipe copies src to dst chunk by chunk, holding each chunk while the
-// proxy is blackholed and delaying it while slowed.
-func (p *Proxy) pipe(l *link, dst io.Writer, src io.Reader) {
+// proxy is blackholed, delaying it while slowed and dropping it when it is
+// a reply (from the dependency) while muted.
+func (p *Proxy) pipe(l *link, dst io.Writer, src io.Reader, reply bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			latency, ok := p.gate(l)
+			latency, drop, ok := p.gate(l, reply)
 			if !ok {
 				return
+			}
+			if drop {
+				continue
+			}
+			if !reply {
+				p.mark(l, buf[:n])
 			}
 			if latency > 0 {
 				time.Sleep(latency)

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// echoServer answers every line with the same line.
-func echoServer(tb testing.TB) string {
+// echoServer answers every line with the same line, after sending it on
+// got (when not nil).
+func echoServer(tb testing.TB, got chan<- string) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,6 +29,9 @@ func echoServer(tb testing.TB) string {
 					line, err := r.ReadString('\n')
 					if err != nil {
 						return
+					}
+					if got != nil {
+						got <- line
 					}
 					if _, err := c.Write([]byte(line)); err != nil {
 						return
@@ -59,17 +63,24 @@ func dial(tb testing.TB, addr string) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
-func TestProxyCutsHangsSlowsAndRestores(t *testing.T) {
-	p, err := New("echo", echoServer(t))
+// echoProxy is a proxy in front of echoServer(got) and a connection
+// through it that has made one round trip.
+func echoProxy(tb testing.TB, got chan<- string) (*Proxy, net.Conn, *bufio.Reader) {
+	tb.Helper()
+	p, err := New("echo", echoServer(tb, got))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer p.Close()
-
-	c, r := dial(t, p.Addr())
+	tb.Cleanup(func() { p.Close() })
+	c, r := dial(tb, p.Addr())
 	if err := roundTrip(c, r, time.Second); err != nil {
-		t.Fatalf("through the proxy: %v", err)
+		tb.Fatalf("through the proxy: %v", err)
 	}
+	return p, c, r
+}
+
+func TestProxyCutsHangsSlowsAndRestores(t *testing.T) {
+	p, c, r := echoProxy(t, nil)
 
 	p.Cut()
 	if err := roundTrip(c, r, time.Second); err == nil {
@@ -189,4 +200,58 @@ func TestStopWhileDialling(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Muted, a request reaches the server, which acts on it, and its reply
+// never comes back; after Restore the link carries replies again, the
+// dropped one gone for good. Muted after a marker, only the connection
+// that sent it loses its replies.
+func TestMuteDropsRepliesOnly(t *testing.T) {
+	got := make(chan string, 16)
+	received := func(want string) {
+		t.Helper()
+		select {
+		case line := <-got:
+			if line != want {
+				t.Fatalf("the server received %q, want %q", line, want)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("%q did not reach the server", want)
+		}
+	}
+	p, c, r := echoProxy(t, got)
+	received("ping\n")
+
+	p.Mute()
+	if err := roundTrip(c, r, 300*time.Millisecond); err == nil {
+		t.Fatal("a reply came back while muted")
+	}
+	received("ping\n")
+	p.Restore()
+	if err := roundTrip(c, r, time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+	received("ping\n")
+	if r.Buffered() != 0 {
+		t.Fatalf("%d bytes more than the one reply after Restore: the muted reply was held, not dropped", r.Buffered())
+	}
+
+	other, otherR := dial(t, p.Addr())
+	p.MuteAfter([]byte("marked"))
+	if err := roundTrip(c, r, time.Second); err != nil {
+		t.Fatalf("muted after a marker, before sending it: %v", err)
+	}
+	received("ping\n")
+	_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c.Write([]byte("marked\n")); err != nil {
+		t.Fatal(err)
+	}
+	received("marked\n")
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("the reply %q to the marker came back", line)
+	}
+	if err := roundTrip(other, otherR, time.Second); err != nil {
+		t.Fatalf("a connection that did not send the marker: %v", err)
+	}
+	received("ping\n")
 }

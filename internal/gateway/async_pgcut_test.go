@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"database/sql"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,10 +16,11 @@ import (
 )
 
 // proxiedCluster is sharedCluster with PostgreSQL reached through a fault
-// proxy, which the test cuts.
-func proxiedCluster(tb testing.TB) (cluster, *faultproxy.Proxy) {
+// proxy, which the test cuts; direct is the schema's DSN without it.
+func proxiedCluster(tb testing.TB) (c cluster, pg *faultproxy.Proxy, direct string) {
 	tb.Helper()
-	c := sharedCluster(tb)
+	c = sharedCluster(tb)
+	direct = c.dsn
 	u, err := url.Parse(c.dsn)
 	if err != nil {
 		tb.Fatal(err)
@@ -30,7 +32,7 @@ func proxiedCluster(tb testing.TB) (cluster, *faultproxy.Proxy) {
 	tb.Cleanup(func() { p.Close() })
 	u.Host = p.Addr()
 	c.dsn = u.String()
-	return c, p
+	return c, p, direct
 }
 
 // asyncOnProxy starts a gateway with the async route "hooks" on c. Its
@@ -82,7 +84,7 @@ func postEvent(g *Gateway, key string) int {
 // and reaches the upstream. The provider's retries of the refused ones
 // are then stored and delivered too.
 func TestAsyncPostgresCutDuringIntake(t *testing.T) {
-	c, pg := proxiedCluster(t)
+	c, pg, _ := proxiedCluster(t)
 	up := newUpstream(t)
 	g := asyncOnProxy(t, c, up.URL)
 	// Slowed, each intake's transaction stays open a while: the cut lands
@@ -141,7 +143,7 @@ func TestAsyncPostgresCutDuringIntake(t *testing.T) {
 // gone. Each record still ends done; a delivery sent again carries the
 // same key, and none reaches the upstream more than twice.
 func TestAsyncPostgresCutDuringCompletion(t *testing.T) {
-	c, pg := proxiedCluster(t)
+	c, pg, _ := proxiedCluster(t)
 	up, release := heldUpstream(t)
 	g := asyncOnProxy(t, c, up.URL)
 	keys := []string{"evt_a", "evt_b", "evt_c", "evt_d"}
@@ -170,5 +172,56 @@ func TestAsyncPostgresCutDuringCompletion(t *testing.T) {
 		if rec.Status != http.StatusOK {
 			t.Errorf("%s recorded %d, want the upstream's 200", key, rec.Status)
 		}
+	}
+}
+
+// The reply to the settling statement is lost: PostgreSQL ran it (the
+// record done, the attempt stored, the job deleted) and the gateway never
+// heard. It tries again until it does, and the delivery keeps one attempt
+// and reached the upstream once.
+func TestAsyncSettlementWhoseReplyWasLostIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	c, pg, direct := proxiedCluster(t)
+	up, release := heldUpstream(t)
+	cfg := c.asyncConfig(t, up.URL, "store")
+	cfg.Admin.Listen = "127.0.0.1:0" // for /metrics
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	db, err := sql.Open("pgx", direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if code := postEvent(g, "evt_lost"); code != http.StatusAccepted {
+		t.Fatalf("answered %d, want 202", code)
+	}
+	testenv.Eventually(t, 10*time.Second, "the attempt at the upstream", func() bool { return up.count("evt_lost") == 1 })
+	// The settling statement is the first after the answer to carry the
+	// key (a bound parameter); the connection it runs on, and any that
+	// asks after it since, hears nothing back.
+	pg.MuteAfter([]byte("evt_lost"))
+	close(release)
+	testenv.Eventually(t, 10*time.Second, "the settlement to run unheard", func() bool {
+		var state string
+		err := db.QueryRow(`SELECT state FROM hookstamp_records WHERE route = 'hooks' AND "key" = 'evt_lost'`).Scan(&state)
+		return err == nil && state == string(idempotency.StateDone)
+	})
+	time.Sleep(6 * time.Second) // past the ledger's timeout: the gateway tries again, unheard too
+	pg.Restore()
+	testenv.Eventually(t, 30*time.Second, "the settlement to be heard", func() bool {
+		return strings.Contains(scrape(t, g), `hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 1`)
+	})
+	var jobs int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("river_job holds %d jobs (%v), want none", jobs, err)
+	}
+	attempts, err := g.Ledger().Attempts(t.Context(), idempotency.Ref{Route: "hooks", Key: "evt_lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 1 || attempts[0].Status != http.StatusOK {
+		t.Fatalf("attempts %+v, want the one delivery's (200)", attempts)
+	}
+	if n := up.count("evt_lost"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
 	}
 }

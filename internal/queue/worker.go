@@ -239,6 +239,7 @@ func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, then func(c
 		if err == nil || !errors.Is(err, idempotency.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
+		s.Again = true
 		time.Sleep(wait)
 	}
 }

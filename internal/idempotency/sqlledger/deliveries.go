@@ -78,7 +78,19 @@ type Settlement struct {
 	// in its transaction; 0 for none, as for a retry, whose job runs
 	// again.
 	Job int64
+	// Again: an earlier Settle of it failed with the ledger unavailable,
+	// which may have been after its commit, the reply lost. Settle then
+	// looks for its attempt first and, found, stores nothing twice.
+	Again bool
 }
+
+// settledSQL finds a settlement's attempt: the same record, replica and
+// error, started within sameStart of it (the clock's offset, measured
+// again between two tries, may move its time on the database's clock).
+const settledSQL = `SELECT COUNT(*) FROM hookstamp_attempts WHERE route = ? AND "key" = ? AND replica = ? AND error = ? ` +
+	`AND started_at BETWEEN ? AND ?`
+
+const sameStart = 50 * time.Millisecond
 
 // settleSQL by Settlement.State: the final answer replaces a queued row's
 // (or, redelivered, a done row's); dead and held end a queued row only.
@@ -130,6 +142,11 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	if err != nil {
 		return fmt.Errorf("settle %s: %w", ref(s.Ref), l.fail("clock", err))
 	}
+	if s.Again {
+		if found, err := l.settled(ctx, s, shift); err != nil || found {
+			return err
+		}
+	}
 	now = toDB(now, shift)
 	var args []any
 	switch s.State {
@@ -179,6 +196,21 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		return l.fail("settle "+ref(s.Ref), err)
 	}
 	return nil
+}
+
+// settled reports whether s's attempt is stored already.
+func (l *Ledger) settled(ctx context.Context, s *Settlement, shift time.Duration) (bool, error) {
+	db, err := l.w.DB()
+	if err != nil {
+		return false, l.fail("settle "+ref(s.Ref), err)
+	}
+	at := toDB(s.Attempt.StartedAt, shift)
+	var n int
+	if err := db.QueryRowContext(ctx, l.d.rebind(settledSQL), s.Route, s.Key, s.Attempt.Replica, s.Attempt.Error,
+		at.Add(-sameStart), at.Add(sameStart)).Scan(&n); err != nil {
+		return false, l.fail("settle "+ref(s.Ref), err)
+	}
+	return n > 0, nil
 }
 
 // settleAtOnce is Settle's final settlement on PostgreSQL, in one

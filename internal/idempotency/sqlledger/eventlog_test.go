@@ -321,3 +321,31 @@ func TestRecommitClaimedStoresAttempt(t *testing.T) {
 		}
 	})
 }
+
+// A settlement tried again after the ledger was unavailable (Again) may
+// have been stored the first time, its reply lost: its attempt is then
+// recorded once. The next attempt, tried again too, is recorded.
+func TestSettlementTriedAgainIsStoredOnce(t *testing.T) {
+	onEachDriver(t, func(t *testing.T, l *sqlledger.Ledger) {
+		r := ref("evt_again")
+		mustCommit(t, l, doneRecord(r, t0, t0.Add(time.Hour)), "o", t0)
+		settle := func(a idempotency.Attempt, again bool) {
+			t.Helper()
+			s := &sqlledger.Settlement{Ref: r, State: idempotency.StateDone, Attempt: a, Again: again,
+				Response: idempotency.Response{Status: 200, Body: []byte(`{"n":1}`)}}
+			if err := l.Settle(t.Context(), s, a.StartedAt.Add(a.Duration), nil); err != nil {
+				t.Fatalf("Settle: %v", err)
+			}
+		}
+		first := attempt(r, 0, 200, "")
+		settle(first, false)
+		settle(first, true)
+		next := first
+		next.StartedAt = first.StartedAt.Add(time.Minute)
+		settle(next, true)
+		got := mustAttempts(t, l, r)
+		if len(got) != 2 || !got[0].StartedAt.Equal(first.StartedAt) || !got[1].StartedAt.Equal(next.StartedAt) {
+			t.Fatalf("attempts = %+v, want the first and the next once each", got)
+		}
+	})
+}
