@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/faultproxy"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
@@ -205,7 +206,8 @@ func TestAsyncSettlementWhoseReplyWasLostIsStoredOnce(t *testing.T) {
 		err := db.QueryRow(`SELECT state FROM hookstamp_records WHERE route = 'hooks' AND "key" = 'evt_lost'`).Scan(&state)
 		return err == nil && state == string(idempotency.StateDone)
 	})
-	time.Sleep(6 * time.Second) // past the ledger's timeout: the gateway tries again, unheard too
+	// Past the ledger's timeout the gateway tries again, unheard too.
+	time.Sleep(sqlledger.DefaultOpTimeout + time.Second)
 	pg.Restore()
 	testenv.Eventually(t, 30*time.Second, "the settlement to be heard", func() bool {
 		return strings.Contains(scrape(t, g), `hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 1`)
