@@ -39,6 +39,10 @@ const (
 	FaultPGCutCompletion FaultKind = "postgres_cut_completion"
 	FaultPGBlackhole     FaultKind = "postgres_blackhole"
 	FaultPGSlow          FaultKind = "postgres_slow"
+	// FaultPGLostReplies: PostgreSQL runs every statement it is sent and
+	// its replies are lost: the gateways cannot tell a commit that landed
+	// from one that did not.
+	FaultPGLostReplies FaultKind = "postgres_lost_replies"
 
 	FaultUpSlow    FaultKind = "upstream_slow"    // answers within the timeout, slowly
 	FaultUpFailing FaultKind = "upstream_failing" // a share of 5xx, nothing applied
@@ -53,7 +57,7 @@ const (
 var AllFaults = []FaultKind{
 	FaultKill, FaultRolling,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
-	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow,
+	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 
@@ -162,7 +166,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 			f.Latency, f.Hold = between(20*time.Millisecond, 150*time.Millisecond), between(2*time.Second, 5*time.Second)
 		case FaultUpFailing:
 			f.Ratio, f.Hold = 0.3+rng.Float64()*0.5, between(2*time.Second, 5*time.Second)
-		case FaultRedisBlackhole, FaultPGBlackhole:
+		case FaultRedisBlackhole, FaultPGBlackhole, FaultPGLostReplies:
 			f.Hold = between(1500*time.Millisecond, 3500*time.Millisecond)
 		case FaultRedisRestart:
 			f.Hold = between(500*time.Millisecond, 3*time.Second)
@@ -193,7 +197,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 // over the whole run.
 var SoakFaults = []FaultKind{
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
-	FaultPGCut, FaultPGBlackhole, FaultPGSlow,
+	FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 

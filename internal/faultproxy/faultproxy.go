@@ -35,7 +35,9 @@ const (
 	// them, and drops its replies: a reply lost on the way back, so a
 	// client cannot tell a statement that ran from one that did not. With
 	// a marker (MuteAfter) only the replies of connections that have sent
-	// it since are dropped.
+	// it since are dropped. TCP never delivers a stream with a gap, so a
+	// connection that lost a reply is closed when the mute ends: it hangs
+	// meanwhile, like a connection whose network failed after the request.
 	Mute
 )
 
@@ -80,6 +82,8 @@ type link struct {
 	client net.Conn
 	// marked: the client sent the proxy's mute marker.
 	marked atomic.Bool
+	// dropped: a reply was dropped; the link ends with the mute.
+	dropped atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // nil until connected
@@ -176,8 +180,8 @@ func (p *Proxy) set(m Mode, latency time.Duration) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	var cut []*link
-	if m == Cut {
-		for l := range p.links {
+	for l := range p.links {
+		if m == Cut || (m != Mute && l.dropped.Load()) {
 			cut = append(cut, l)
 		}
 	}
@@ -300,6 +304,10 @@ func (p *Proxy) pipe(l *link, dst io.Writer, src io.Reader, reply bool) {
 				return
 			}
 			if drop {
+				l.dropped.Store(true)
+				if m, _ := p.Mode(); m != Mute {
+					return // the mute ended meanwhile, its closing missed this link
+				}
 				continue
 			}
 			if !reply {
