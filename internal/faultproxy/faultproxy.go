@@ -39,6 +39,11 @@ const (
 	// connection that lost a reply is closed when the mute ends: it hangs
 	// meanwhile, like a connection whose network failed after the request.
 	Mute
+	// Strand leaves every connection open and silent for good, those
+	// accepted meanwhile too (never connected), even after Restore, which
+	// passes new connections only: the database's host died with its
+	// connections' state, as no reset ever comes from a host that is gone.
+	Strand
 )
 
 func (m Mode) String() string {
@@ -51,6 +56,8 @@ func (m Mode) String() string {
 		return "blackhole"
 	case Mute:
 		return "mute"
+	case Strand:
+		return "strand"
 	}
 	return "unknown"
 }
@@ -84,6 +91,8 @@ type link struct {
 	marked atomic.Bool
 	// dropped: a reply was dropped; the link ends with the mute.
 	dropped atomic.Bool
+	// stranded: the link moves no byte until the proxy closes (Strand).
+	stranded atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // nil until connected
@@ -168,6 +177,16 @@ func (p *Proxy) MuteAfter(marker []byte) {
 	p.set(Mute, 0)
 }
 
+// Strand strands every connection, open and new, for good (Strand).
+func (p *Proxy) Strand() {
+	p.mu.Lock()
+	for l := range p.links {
+		l.stranded.Store(true)
+	}
+	p.mu.Unlock()
+	p.set(Strand, 0)
+}
+
 // Slow delays every chunk of data, in both directions, by d.
 func (p *Proxy) Slow(d time.Duration) { p.set(Pass, d) }
 
@@ -235,8 +254,9 @@ func (p *Proxy) accept() {
 	}
 }
 
-// gate blocks while the proxy is blackholed; it reports false once the
-// link must end (cut or closed), and drop for a reply while muted.
+// gate blocks while the proxy is blackholed or the link stranded; it
+// reports false once the link must end (cut or closed), and drop for a
+// reply while muted.
 func (p *Proxy) gate(l *link, reply bool) (latency time.Duration, drop, ok bool) {
 	for {
 		p.mu.Lock()
@@ -246,6 +266,7 @@ func (p *Proxy) gate(l *link, reply bool) (latency time.Duration, drop, ok bool)
 		switch {
 		case closed || !alive || mode == Cut:
 			return 0, false, false
+		case l.stranded.Load():
 		case mode == Pass:
 			return latency, false, true
 		case mode == Mute:
@@ -264,6 +285,7 @@ func (p *Proxy) serve(c net.Conn) {
 		return
 	}
 	p.links[l] = struct{}{}
+	l.stranded.Store(p.mode == Strand)
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()

@@ -258,3 +258,30 @@ func TestMuteDropsRepliesOnly(t *testing.T) {
 	}
 	received("ping\n")
 }
+
+// Stranded, open connections and those accepted meanwhile move no byte
+// and are not closed, even after Restore; connections made after Restore
+// pass.
+func TestStrandKeepsConnectionsSilentForGood(t *testing.T) {
+	p, c, r := echoProxy(t, nil)
+	p.Strand()
+	during, duringR := dial(t, p.Addr())
+	// The proxy accepts after the kernel does: wait for it to take the link.
+	if err := roundTrip(during, duringR, 300*time.Millisecond); !os.IsTimeout(err) {
+		t.Fatalf("a connection accepted while stranded: %v, want a timeout", err)
+	}
+	p.Restore()
+	for name, conn := range map[string]struct {
+		c net.Conn
+		r *bufio.Reader
+	}{"open before": {c, r}, "accepted while stranded": {during, duringR}} {
+		err := roundTrip(conn.c, conn.r, 300*time.Millisecond)
+		if !os.IsTimeout(err) {
+			t.Errorf("a connection %s, after Restore: %v, want a timeout (silent, not closed)", name, err)
+		}
+	}
+	after, afterR := dial(t, p.Addr())
+	if err := roundTrip(after, afterR, time.Second); err != nil {
+		t.Fatalf("a connection made after Restore: %v", err)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	gosqlite "modernc.org/sqlite"
+
+	"github.com/hookstamp/hookstamp/internal/pgdsn"
 )
 
 // What differs between SQLite and PostgreSQL. Times are bound in UTC at
@@ -182,7 +184,7 @@ func postgresPool(o Options, cfg func() *gorm.Config) (*gorm.DB, error) {
 	// Open must not need the database: the gateway starts, reports not
 	// ready, and answers 503 until PostgreSQL is back.
 	c.DisableAutomaticPing = true
-	db, err := gorm.Open(postgres.New(postgres.Config{DSN: o.DSN}), c)
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: pgdsn.WithConnectTimeout(o.DSN, o.OpTimeout)}), c)
 	if err != nil {
 		return nil, err
 	}

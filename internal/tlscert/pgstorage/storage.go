@@ -26,6 +26,8 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/hookstamp/hookstamp/internal/pgdsn"
 )
 
 var (
@@ -64,6 +66,10 @@ type Storage struct {
 	renew sync.WaitGroup
 }
 
+// connectTimeout bounds opening one connection, as the ledger's
+// (sqlledger.DefaultOpTimeout) does.
+const connectTimeout = 5 * time.Second
+
 // Open connects to the database; call Migrate to create the tables.
 func Open(o Options) (*Storage, error) {
 	if o.Lease <= 0 {
@@ -75,7 +81,7 @@ func Open(o Options) (*Storage, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	db, err := sql.Open("pgx", o.DSN)
+	db, err := sql.Open("pgx", pgdsn.WithConnectTimeout(o.DSN, connectTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("tls storage: %w", err)
 	}
