@@ -699,7 +699,7 @@ func heldNothing(o *Send, faults []FaultRecord) bool {
 func isDependencyFault(k FaultKind) bool {
 	switch k {
 	case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart,
-		FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies:
+		FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost:
 		return true
 	}
 	return false
@@ -720,7 +720,7 @@ func claimBy(o *Send, faults []FaultRecord, lives map[string]*Life) (time.Time, 
 	}
 	for _, f := range faults {
 		switch f.Kind {
-		case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies:
+		case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost:
 		default:
 			continue
 		}

@@ -585,6 +585,8 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.pproxy)
 	case FaultPGLostReplies:
 		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Mute, r.pproxy)
+	case FaultPGHostLost:
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Strand, r.pproxy)
 	case FaultPGSlow:
 		holdNetFault(ctx, f.Hold, func(p *faultproxy.Proxy) { p.Slow(f.Latency) }, r.pproxy)
 	case FaultUpSlow:

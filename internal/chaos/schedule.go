@@ -43,6 +43,10 @@ const (
 	// its replies are lost: the gateways cannot tell a commit that landed
 	// from one that did not.
 	FaultPGLostReplies FaultKind = "postgres_lost_replies"
+	// FaultPGHostLost: the database's host vanishes with its connections,
+	// which never answer nor reset, those opened meanwhile too; then the
+	// database answers again on new connections (a failover).
+	FaultPGHostLost FaultKind = "postgres_host_lost"
 
 	FaultUpSlow    FaultKind = "upstream_slow"    // answers within the timeout, slowly
 	FaultUpFailing FaultKind = "upstream_failing" // a share of 5xx, nothing applied
@@ -57,7 +61,7 @@ const (
 var AllFaults = []FaultKind{
 	FaultKill, FaultRolling,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
-	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies,
+	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 
@@ -166,7 +170,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 			f.Latency, f.Hold = between(20*time.Millisecond, 150*time.Millisecond), between(2*time.Second, 5*time.Second)
 		case FaultUpFailing:
 			f.Ratio, f.Hold = 0.3+rng.Float64()*0.5, between(2*time.Second, 5*time.Second)
-		case FaultRedisBlackhole, FaultPGBlackhole, FaultPGLostReplies:
+		case FaultRedisBlackhole, FaultPGBlackhole, FaultPGLostReplies, FaultPGHostLost:
 			f.Hold = between(1500*time.Millisecond, 3500*time.Millisecond)
 		case FaultRedisRestart:
 			f.Hold = between(500*time.Millisecond, 3*time.Second)
@@ -197,7 +201,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 // over the whole run.
 var SoakFaults = []FaultKind{
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
-	FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies,
+	FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
 
