@@ -698,7 +698,7 @@ func heldNothing(o *Send, faults []FaultRecord) bool {
 // isDependencyFault reports whether k is a fault of Redis or PostgreSQL.
 func isDependencyFault(k FaultKind) bool {
 	switch k {
-	case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart,
+	case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisFlush, FaultRedisRestart, FaultRedisHostLost,
 		FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost:
 		return true
 	}
@@ -720,7 +720,7 @@ func claimBy(o *Send, faults []FaultRecord, lives map[string]*Life) (time.Time, 
 	}
 	for _, f := range faults {
 		switch f.Kind {
-		case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost:
+		case FaultRedisBlackhole, FaultRedisSlow, FaultRedisPartition, FaultRedisHostLost, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost:
 		default:
 			continue
 		}
@@ -1101,7 +1101,7 @@ func (p *copyPair) screenOutage() (DuplicateCause, string, bool) {
 	from := p.claimedFrom()
 	for _, f := range p.au.in.Faults {
 		switch f.Kind {
-		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisRestart, FaultRedisPartition:
+		case FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisRestart, FaultRedisPartition, FaultRedisHostLost:
 		default:
 			continue
 		}

@@ -557,6 +557,8 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		return r.rollingRestart(ctx)
 	case FaultRedisCut:
 		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies...)
+	case FaultRedisHostLost:
+		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Strand, r.rproxies...)
 	case FaultRedisBlackhole:
 		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Blackhole, r.rproxies...)
 	case FaultRedisSlow:

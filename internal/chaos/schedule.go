@@ -21,6 +21,9 @@ const (
 
 	FaultRedisCut       FaultKind = "redis_cut"       // connections reset, new ones refused
 	FaultRedisBlackhole FaultKind = "redis_blackhole" // no byte moves: clients time out
+	// FaultRedisHostLost: Redis's host vanishes with its connections, then
+	// new connections reach it again (postgres_host_lost's twin).
+	FaultRedisHostLost FaultKind = "redis_host_lost"
 	FaultRedisSlow      FaultKind = "redis_slow"      // added latency
 	FaultRedisFlush     FaultKind = "redis_flushall"  // every screen entry forgotten
 	FaultRedisRestart   FaultKind = "redis_restart"   // SIGKILL, down for a while, start empty
@@ -60,7 +63,7 @@ const (
 // AllFaults is every fault kind, the schedule of make chaos.
 var AllFaults = []FaultKind{
 	FaultKill, FaultRolling,
-	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
+	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition, FaultRedisHostLost,
 	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
@@ -170,7 +173,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 			f.Latency, f.Hold = between(20*time.Millisecond, 150*time.Millisecond), between(2*time.Second, 5*time.Second)
 		case FaultUpFailing:
 			f.Ratio, f.Hold = 0.3+rng.Float64()*0.5, between(2*time.Second, 5*time.Second)
-		case FaultRedisBlackhole, FaultPGBlackhole, FaultPGLostReplies, FaultPGHostLost:
+		case FaultRedisBlackhole, FaultRedisHostLost, FaultPGBlackhole, FaultPGLostReplies, FaultPGHostLost:
 			f.Hold = between(1500*time.Millisecond, 3500*time.Millisecond)
 		case FaultRedisRestart:
 			f.Hold = between(500*time.Millisecond, 3*time.Second)
@@ -200,7 +203,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 // processes running, so that their memory and goroutines can be followed
 // over the whole run.
 var SoakFaults = []FaultKind{
-	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
+	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition, FaultRedisHostLost,
 	FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
 }
