@@ -21,12 +21,12 @@ const (
 
 	FaultRedisCut       FaultKind = "redis_cut"       // connections reset, new ones refused
 	FaultRedisBlackhole FaultKind = "redis_blackhole" // no byte moves: clients time out
+	FaultRedisSlow      FaultKind = "redis_slow"      // added latency
+	FaultRedisFlush     FaultKind = "redis_flushall"  // every screen entry forgotten
+	FaultRedisRestart   FaultKind = "redis_restart"   // SIGKILL, down for a while, start empty
 	// FaultRedisHostLost: Redis's host vanishes with its connections, then
 	// new connections reach it again (postgres_host_lost's twin).
 	FaultRedisHostLost FaultKind = "redis_host_lost"
-	FaultRedisSlow     FaultKind = "redis_slow"     // added latency
-	FaultRedisFlush    FaultKind = "redis_flushall" // every screen entry forgotten
-	FaultRedisRestart  FaultKind = "redis_restart"  // SIGKILL, down for a while, start empty
 	// FaultRedisPartition: one gateway loses Redis, the others keep it (a
 	// network partition), while the upstream answers slowly; the cut-off
 	// gateway claims in the ledger meanwhile.
