@@ -1,8 +1,8 @@
 // Package faultproxy is a TCP proxy on loopback that stands between code
 // under test and one of its dependencies (Redis, PostgreSQL) and can cut,
-// hang, slow, mute and restore the connection, so that outages are real
-// network failures while the dependency itself keeps running and keeps its
-// data. The chaos harness and the outage tests share it.
+// hang, slow, mute, strand and restore the connection, so that outages are
+// real network failures while the dependency itself keeps running and
+// keeps its data. The chaos harness and the outage tests share it.
 package faultproxy
 
 import (
