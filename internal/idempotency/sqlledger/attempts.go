@@ -105,12 +105,18 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 	})
 }
 
+// maxNumbering bounds numbered's tries. A number is taken only by a writer
+// that recorded its attempt, so each writer is done within as many tries
+// as writers number the record at once; the bound only stops a loop that
+// would never end.
+const maxNumbering = 64
+
 // numbered runs write, which records an attempt, until it is recorded:
 // a write that found its number taken (by a concurrent writer) is run
 // again when the ledger numbers the attempt, and an error when the caller
 // did (number not nil).
 func numbered(what string, number *int64, write func() (taken bool, err error)) error {
-	for range maxClaimAttempts {
+	for range maxNumbering {
 		taken, err := write()
 		if err != nil || !taken {
 			return err
@@ -119,7 +125,7 @@ func numbered(what string, number *int64, write func() (taken bool, err error)) 
 			return fmt.Errorf("%s: attempt %d is recorded already", what, *number)
 		}
 	}
-	return fmt.Errorf("%s: numbering kept colliding after %d tries", what, maxClaimAttempts)
+	return fmt.Errorf("%s: numbering kept colliding after %d tries", what, maxNumbering)
 }
 
 // Attempts returns ref's attempts in order; none is not an error.

@@ -144,7 +144,7 @@ func TestAttemptsAreNumberedAndListed(t *testing.T) {
 func TestConcurrentAttemptsGetDistinctNumbers(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, l *sqlledger.Ledger) {
 		r := ref("evt_race")
-		const n = 8
+		const n = 16
 		errs := make(chan error, n)
 		for range n {
 			go func() { errs <- l.AddAttempt(context.Background(), attempt(r, 0, 502, "")) }()
