@@ -108,9 +108,10 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 }
 
 // asyncSecondCopy explains a second application of an async delivery: a
-// gateway was killed between the two (its job was rescued), or the
-// upstream was failing to answer when the first was sent (the attempt
-// got no answer and was retried: record.ambiguous release).
+// gateway was killed between the two (its job was rescued), or the first
+// attempt got no answer in time and was retried (record.ambiguous
+// release): the upstream was failing to answer when it was sent, or its
+// gateway was stopped while it waited.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
 	for _, l := range in.Lives {
 		if l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
@@ -119,6 +120,12 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 	}
 	if loggedRedelivery(in.Logs[later.Gateway], later.Key, earlier.Time, later.Time) {
 		return CauseRescued, true
+	}
+	for _, l := range in.Lives {
+		// Stopped mid-attempt, it timed the attempt out once continued.
+		if l.Name == earlier.Gateway && stalledWithin(l.Frozen, earlier.Time, earlier.Time.Add(in.Timeout)) > 0 {
+			return CauseAmbiguous, true
+		}
 	}
 	for _, f := range in.Faults {
 		switch f.Kind {

@@ -29,6 +29,10 @@ const (
 	// clock jump) for longer than the lease allows while the earlier copy
 	// was in flight. To the other replicas a frozen owner is a dead one.
 	CauseStallTakeover DuplicateCause = "takeover after a host stall"
+	// CauseFreezeTakeover: the same again, the earlier copy's gateway alone
+	// stopped (gateway_frozen) past its claim's lease. Continued, it may
+	// still answer its own copy: it sent it before the freeze.
+	CauseFreezeTakeover DuplicateCause = "takeover after its gateway was frozen"
 	// CauseAmbiguous: the earlier copy got no answer in time and was
 	// released (record.ambiguous: release is at-least-once by definition).
 	CauseAmbiguous DuplicateCause = "ambiguous result released"
@@ -65,7 +69,7 @@ const (
 // given configuration.
 func (c DuplicateCause) Allowed(storePass bool) bool {
 	switch c {
-	case CauseCrashTakeover, CauseStallTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued:
+	case CauseCrashTakeover, CauseStallTakeover, CauseFreezeTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued:
 		return true
 	case CausePassMode:
 		return storePass
@@ -605,8 +609,10 @@ func (au *auditor) checkCounters() {
 	if a.HasTakeovers {
 		// -inbox: a takeover's copy is absorbed rather than duplicated, and
 		// still counted.
-		n := a.DuplicatesByCause[CauseCrashTakeover] + a.DuplicatesByCause[CauseStallTakeover] +
-			a.AbsorbedByCause[CauseCrashTakeover] + a.AbsorbedByCause[CauseStallTakeover]
+		var n int
+		for _, c := range []DuplicateCause{CauseCrashTakeover, CauseStallTakeover, CauseFreezeTakeover} {
+			n += a.DuplicatesByCause[c] + a.AbsorbedByCause[c]
+		}
 		if float64(n) > a.Takeovers {
 			a.violate(CheckTakeovers, "", "%d second copies came from takeovers but hookstamp_takeovers_total counted %.0f", n, a.Takeovers)
 		}
@@ -973,6 +979,7 @@ type copyPair struct {
 var explanations = []func(p *copyPair) (DuplicateCause, string, bool){
 	(*copyPair).crashTakeover,
 	(*copyPair).ambiguousRelease,
+	(*copyPair).freezeTakeover,
 	(*copyPair).operatorRelease,
 	(*copyPair).passMode,
 	(*copyPair).commitFailure,
@@ -1012,6 +1019,35 @@ func (p *copyPair) crashTakeover() (DuplicateCause, string, bool) {
 		life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq), true
 }
 
+// freezeTakeover: the earlier copy's gateway was stopped while that copy
+// was in flight (within the upstream timeout of its arrival) and stayed
+// stopped until about a lease after the earliest send to it (its claim
+// cannot be older), and the later copy came after that lease and before
+// the gateway, continued, could have recorded the earlier answer.
+func (p *copyPair) freezeTakeover() (DuplicateCause, string, bool) {
+	in, earlier, later := p.au.in, p.earlier, p.later
+	life := p.au.lives[earlier.Gateway]
+	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
+	if life == nil || !sent {
+		return "", "", false
+	}
+	leaseEnd := sentAt.Add(in.Lease)
+	for _, fr := range life.Frozen {
+		if fr.Start.Before(earlier.Time.Add(-10*time.Millisecond)) || !fr.Start.Before(earlier.Time.Add(in.Timeout)) ||
+			fr.End.Before(leaseEnd.Add(-thawSlack)) || later.Time.Before(leaseEnd.Add(-200*time.Millisecond)) ||
+			!p.au.claimStart(later).Before(fr.End.Add(thawSlack)) {
+			continue
+		}
+		return CauseFreezeTakeover, fmt.Sprintf("%s was stopped %v after delivery %d arrived, for %v", life.Name,
+			fr.Start.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq, fr.End.Sub(fr.Start).Round(time.Millisecond)), true
+	}
+	return "", "", false
+}
+
+// thawSlack is how long a continued gateway can take to act on what it
+// held when it was stopped.
+const thawSlack = 500 * time.Millisecond
+
 // ambiguousRelease: the earlier copy went unanswered, and its gateway
 // logged the release of an ambiguous forward while that copy was in
 // flight (not some other copy's, at another time), before the later copy
@@ -1023,8 +1059,13 @@ func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
 	if p.earlierAnswered {
 		return "", "", false
 	}
+	// A gateway stopped mid-forward times it out once continued.
+	until := earlier.Time.Add(in.Timeout + 2*time.Second)
+	if l := p.au.lives[earlier.Gateway]; l != nil {
+		until = until.Add(stalledWithin(l.Frozen, earlier.Time, until))
+	}
 	inFlight := func(l LogLine) bool {
-		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(earlier.Time.Add(in.Timeout+2*time.Second))
+		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(until)
 	}
 	l, ok := p.au.loggedAny(earlier.Gateway, p.ref, func(l LogLine) bool {
 		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l) &&

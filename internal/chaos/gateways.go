@@ -38,6 +38,8 @@ type Life struct {
 	// (on its own), or "" while running.
 	How      string
 	ExitCode int
+	// Frozen are the spans it spent stopped by SIGSTOP (gateway_frozen).
+	Frozen []Stall
 	// Metrics is its last scrape of /metrics (nil: never scraped).
 	Metrics *Scrape
 }
@@ -318,6 +320,32 @@ func (g *GatewayProc) Start() error {
 }
 
 var errExited = errors.New("process exited")
+
+// Freeze stops life, the running incarnation, with SIGSTOP: it keeps its
+// connections and holds its claims, and nothing of it runs (a long GC
+// pause, a VM migrated, a container throttled to nothing).
+func (g *GatewayProc) Freeze(life *Life) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur != life {
+		return errors.New("not running")
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	life.Frozen = append(life.Frozen, Stall{Start: time.Now()})
+	return nil
+}
+
+// Thaw continues life after Freeze(life).
+func (g *GatewayProc) Thaw(life *Life) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur == life {
+		_ = g.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	life.Frozen[len(life.Frozen)-1].End = time.Now()
+}
 
 // Kill sends SIGKILL to the running incarnation and waits for it to die.
 func (g *GatewayProc) Kill() {

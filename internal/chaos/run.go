@@ -555,6 +555,8 @@ func (r *runner) inject(ctx context.Context, f Fault) (string, error) {
 		return r.killMidForward(ctx, r.gws[f.Gateway], f.Hold)
 	case FaultRolling:
 		return r.rollingRestart(ctx)
+	case FaultFreeze:
+		return r.freezeMidForward(ctx, r.gws[f.Gateway], f.Hold)
 	case FaultRedisCut:
 		holdNetFault(ctx, f.Hold, (*faultproxy.Proxy).Cut, r.rproxies...)
 	case FaultRedisHostLost:
@@ -651,6 +653,19 @@ func (r *runner) redisNet(f func(*faultproxy.Proxy)) {
 	}
 }
 
+// holdAForward makes the upstream apply and hold life's forwards until
+// one is held (caught) or 3 s passed; the caller ends the hold.
+func (r *runner) holdAForward(life *Life) (caught bool, held int) {
+	r.up.HoldFrom(life.Name, true)
+	caught = poll(3*time.Second, 2*time.Millisecond, func() error {
+		if r.up.Holding(life.Name) == 0 {
+			return errors.New("none held")
+		}
+		return nil
+	}) == nil
+	return caught, r.up.Holding(life.Name)
+}
+
 // killMidForward makes the upstream apply and hold g's forwards, SIGKILLs g
 // as soon as one is held (the upstream acted, the gateway never hears the
 // answer), and restarts g after down.
@@ -659,14 +674,7 @@ func (r *runner) killMidForward(ctx context.Context, g *GatewayProc, down time.D
 	if life == nil {
 		return "was not running", r.startGateway(g)
 	}
-	r.up.HoldFrom(life.Name, true)
-	caught := poll(3*time.Second, 2*time.Millisecond, func() error {
-		if r.up.Holding(life.Name) == 0 {
-			return errors.New("none held")
-		}
-		return nil
-	}) == nil
-	held := r.up.Holding(life.Name)
+	caught, held := r.holdAForward(life)
 	r.scrape(ctx, g)
 	g.Kill()
 	r.up.HoldFrom(life.Name, false)
@@ -676,6 +684,29 @@ func (r *runner) killMidForward(ctx context.Context, g *GatewayProc, down time.D
 	}
 	sleepCtx(ctx, down)
 	return note, r.startGateway(g)
+}
+
+// freezeMidForward makes the upstream apply and hold g's forwards, stops g
+// with SIGSTOP as soon as one is held, lets the upstream answer into the
+// stopped process, and continues it after frozen.
+func (r *runner) freezeMidForward(ctx context.Context, g *GatewayProc, frozen time.Duration) (string, error) {
+	life := g.Current()
+	if life == nil {
+		return "was not running", r.startGateway(g)
+	}
+	caught, held := r.holdAForward(life)
+	r.scrape(ctx, g)
+	err := g.Freeze(life)
+	r.up.HoldFrom(life.Name, false)
+	if err != nil {
+		return "", fmt.Errorf("freeze %s: %w", life.Name, err)
+	}
+	sleepCtx(ctx, frozen)
+	g.Thaw(life)
+	if !caught {
+		return fmt.Sprintf("froze %s (no forward in flight within 3s)", life.Name), nil
+	}
+	return fmt.Sprintf("froze %s with %d forward(s) applied upstream, answered into the stopped process", life.Name, held), nil
 }
 
 // cutDuringIntake slows PostgreSQL so that the async route's intake

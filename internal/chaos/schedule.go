@@ -18,6 +18,11 @@ const (
 	// FaultRolling: SIGTERM each gateway in turn, restarting it before the
 	// next (a rolling deploy).
 	FaultRolling FaultKind = "rolling_restart"
+	// FaultFreeze: SIGSTOP a gateway while the upstream holds one of its
+	// forwards, let the upstream answer into the stopped process, and
+	// SIGCONT it after a while, sometimes past its claims' lease: to the
+	// other replicas it was dead, and it wakes believing it owns them.
+	FaultFreeze FaultKind = "gateway_frozen"
 
 	FaultRedisCut       FaultKind = "redis_cut"       // connections reset, new ones refused
 	FaultRedisBlackhole FaultKind = "redis_blackhole" // no byte moves: clients time out
@@ -62,7 +67,7 @@ const (
 
 // AllFaults is every fault kind, the schedule of make chaos.
 var AllFaults = []FaultKind{
-	FaultKill, FaultRolling,
+	FaultKill, FaultRolling, FaultFreeze,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition, FaultRedisHostLost,
 	FaultPGCut, FaultPGCutIntake, FaultPGCutCompletion, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,
@@ -110,6 +115,8 @@ func (f Fault) String() string {
 	switch f.Kind {
 	case FaultKill:
 		s += fmt.Sprintf(" g%d, restarted after %v", f.Gateway+1, f.Hold.Round(time.Millisecond))
+	case FaultFreeze:
+		s += fmt.Sprintf(" g%d, continued after %v", f.Gateway+1, f.Hold.Round(time.Millisecond))
 	case FaultRedisPartition:
 		s += fmt.Sprintf(" g%d cut off from Redis, upstream slow, for %v", f.Gateway+1, f.Hold.Round(time.Millisecond))
 	case FaultRedisSlow, FaultPGSlow:
@@ -128,6 +135,8 @@ func (f Fault) estimate() time.Duration {
 	switch f.Kind {
 	case FaultKill:
 		return f.Hold + 2*time.Second // catch a forward, restart
+	case FaultFreeze:
+		return f.Hold + time.Second // catch a forward
 	case FaultRolling:
 		return 3 * time.Second
 	case FaultRedisRestart:
@@ -140,7 +149,8 @@ func (f Fault) estimate() time.Duration {
 // every kind in kinds once, in random order, then random kinds until the
 // load's last stretch, which stays quiet so that the run ends settled.
 // Faults do not overlap: each one's effect can be read in the report.
-// spacing is the mean quiet time between two faults (0: 2.5s); maxHold,
+// spacing is the mean quiet time between two faults (0: 2.5s), shortened
+// for the first round when every kind would not fit otherwise; maxHold,
 // if positive, caps how long each fault lasts.
 func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHold time.Duration) []Fault {
 	if len(kinds) == 0 {
@@ -151,20 +161,15 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
-	order := append([]FaultKind(nil), kinds...)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	tail := max(4*time.Second, d/10)
-	var out []Fault
-	t := 2 * time.Second
-	for i := 0; ; i++ {
-		k := kinds[rng.IntN(len(kinds))]
-		if i < len(order) {
-			k = order[i]
-		}
-		f := Fault{Kind: k, At: t}
+	draw := func(k FaultKind) Fault {
+		f := Fault{Kind: k}
 		switch k {
 		case FaultKill:
 			f.Gateway, f.Hold = rng.IntN(3), between(300*time.Millisecond, 2*time.Second)
+		case FaultFreeze:
+			// Around the default lease (3s): some thaw within it, most
+			// after it.
+			f.Gateway, f.Hold = rng.IntN(3), between(time.Second, 5*time.Second)
 		case FaultRedisPartition:
 			f.Gateway, f.Hold = rng.IntN(3), between(1500*time.Millisecond, 4*time.Second)
 		case FaultRedisSlow:
@@ -184,6 +189,36 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 		if maxHold > 0 && f.Hold > maxHold {
 			f.Hold = maxHold
 		}
+		return f
+	}
+	order := append([]FaultKind(nil), kinds...)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	first := make([]Fault, len(order))
+	var busy time.Duration
+	for i, k := range order {
+		first[i] = draw(k)
+		busy += first[i].estimate()
+	}
+	tail := max(4*time.Second, d/10)
+	t := 2 * time.Second
+	// gap draws the quiet time after the i-th fault: within the first
+	// round, at most its share of the room every kind leaves.
+	room := d - tail - t - busy
+	gap := func(i int) time.Duration {
+		if n := time.Duration(len(order)); i < len(order) && room > 0 && room < n*spacing*7/5 {
+			return between(room/n/2, room/n)
+		}
+		return between(spacing*3/5, spacing*7/5)
+	}
+	var out []Fault
+	for i := 0; ; i++ {
+		var f Fault
+		if i < len(order) {
+			f = first[i]
+		} else {
+			f = draw(kinds[rng.IntN(len(kinds))])
+		}
+		f.At = t
 		if t+f.estimate() > d-tail {
 			if i < len(order) {
 				continue // try the kinds that still fit
@@ -191,7 +226,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 			break
 		}
 		out = append(out, f)
-		t += f.estimate() + between(spacing*3/5, spacing*7/5)
+		t += f.estimate() + gap(i)
 		if i > 10*len(kinds)+100 {
 			break
 		}
@@ -203,6 +238,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 // processes running, so that their memory and goroutines can be followed
 // over the whole run.
 var SoakFaults = []FaultKind{
+	FaultFreeze,
 	FaultRedisCut, FaultRedisBlackhole, FaultRedisSlow, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition, FaultRedisHostLost,
 	FaultPGCut, FaultPGBlackhole, FaultPGSlow, FaultPGLostReplies, FaultPGHostLost,
 	FaultUpSlow, FaultUpFailing, FaultUpHang, FaultUpReset, FaultUpLost,

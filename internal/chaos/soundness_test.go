@@ -6,6 +6,22 @@ import (
 	"time"
 )
 
+// releasedUnder records ev's copy sent to gw at -10 ms, applied by the
+// upstream at 0 and answered 504 released at end.
+func (f *fixture) releasedUnder(ev *Event, gw string, end time.Duration) {
+	f.apply(ev, gw, 0)
+	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: gw,
+		Start: f.at(-10 * time.Millisecond), End: f.at(end), Answered: true, Status: 504, Outcome: "released"})
+}
+
+// forwardedAgain records a duplicate copy of ev forwarded by gw at d,
+// its answer the ledger's.
+func (f *fixture) forwardedAgain(ev *Event, gw string, d time.Duration) {
+	second := f.apply(ev, gw, d)
+	f.answer(ev, KindDuplicate, gw, d, second, "forwarded")
+	f.record(ev, second)
+}
+
 // Histories that break a promise of docs/exactly-once.md and that the audit
 // passed: an exemption wider than the document allows, or evidence it did
 // not read. Found by a second review of the audit; each must now fail.
@@ -39,13 +55,56 @@ func TestAuditSoundness(t *testing.T) {
 			name: "a forward within the earlier claim's lease excused by a host stall",
 			build: func(f *fixture) {
 				ev := f.event("e1")
-				f.apply(ev, "g1.1", 0)
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
-					Start: f.at(-10 * time.Millisecond), End: f.at(1250 * time.Millisecond), Answered: true, Status: 504, Outcome: "released"})
+				f.releasedUnder(ev, "g1.1", 1250*time.Millisecond)
 				f.in.Stalls = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(1200 * time.Millisecond)}}
-				second := f.apply(ev, "g2.1", 1300*time.Millisecond) // 1.3 s after the claim, lease 3 s
-				f.answer(ev, KindDuplicate, "g2.1", 1300*time.Millisecond, second, "forwarded")
+				f.forwardedAgain(ev, "g2.1", 1300*time.Millisecond) // 1.3 s after the claim, lease 3 s
+			},
+		},
+		{
+			// Continued before its lease ran out, the owner answers and
+			// records: a copy forwarded meanwhile took nothing over.
+			name: "a forward within the earlier claim's lease excused by a gateway freeze",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.releasedUnder(ev, "g1.1", 1250*time.Millisecond)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(1200 * time.Millisecond)}}
+				f.forwardedAgain(ev, "g2.1", 1300*time.Millisecond)
+			},
+		},
+		{
+			// Continued well within its lease, the owner recorded the
+			// answer: a copy claimed after the lease found it done.
+			name: "a forward after the lease excused by a freeze that ended within it",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.releasedUnder(ev, "g1.1", 1250*time.Millisecond)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(1200 * time.Millisecond)}}
+				second := f.apply(ev, "g2.1", 3200*time.Millisecond)
+				s := f.answer(ev, KindDuplicate, "g2.1", time.Second, second, "forwarded")
+				s.End = f.at(3210 * time.Millisecond)
 				f.record(ev, second)
+			},
+		},
+		{
+			// Continued after its lease, nobody having claimed meanwhile,
+			// the owner recorded the answer: a later claim found it done.
+			name: "a forward claimed well after the thaw excused by the freeze",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 0)
+				s := f.answer(ev, KindGenuine, "g1.1", -10*time.Millisecond, first, "forwarded")
+				s.End = f.at(3550 * time.Millisecond)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(3500 * time.Millisecond)}}
+				f.forwardedAgain(ev, "g2.1", 5*time.Second)
+			},
+		},
+		{
+			name: "a double forward excused by the freeze of the gateway that did not hold the earlier copy",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				f.releasedUnder(ev, "g1.1", 100*time.Millisecond)
+				f.life("g2.1").Frozen = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(3500 * time.Millisecond)}}
+				f.forwardedAgain(ev, "g2.1", 3600*time.Millisecond)
 			},
 		},
 		{
@@ -123,15 +182,35 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 			name: "a takeover a lease after the claim, its owner frozen by a host stall",
 			build: func(f *fixture) {
 				ev := f.event("e1")
-				f.apply(ev, "g1.1", 0)
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
-					Start: f.at(-10 * time.Millisecond), End: f.at(4500 * time.Millisecond), Answered: true, Status: 504, Outcome: "released"})
+				f.releasedUnder(ev, "g1.1", 4500*time.Millisecond)
 				f.in.Stalls = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(3500 * time.Millisecond)}}
-				second := f.apply(ev, "g2.1", 3600*time.Millisecond)
-				f.answer(ev, KindDuplicate, "g2.1", 3600*time.Millisecond, second, "forwarded")
-				f.record(ev, second)
+				f.forwardedAgain(ev, "g2.1", 3600*time.Millisecond)
 			},
 			wantCauses: []DuplicateCause{CauseStallTakeover},
+		},
+		{
+			// Continued, the owner answers its own copy: it forwarded it,
+			// and its commit finds the key taken over.
+			name: "a takeover a lease after the claim, its owner's gateway stopped",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 0)
+				s := f.answer(ev, KindGenuine, "g1.1", -10*time.Millisecond, first, "forwarded")
+				s.End = f.at(3550 * time.Millisecond)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(100 * time.Millisecond), End: f.at(3500 * time.Millisecond)}}
+				f.forwardedAgain(ev, "g2.1", 3200*time.Millisecond)
+			},
+			wantCauses: []DuplicateCause{CauseFreezeTakeover},
+		},
+		{
+			name: "an async attempt timed out by its gateway's freeze, delivered again",
+			build: func(f *fixture) {
+				ev := f.asyncEvent("e1")
+				f.apply(ev, "g1.1", time.Second)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(1100 * time.Millisecond), End: f.at(4 * time.Second)}}
+				f.apply(ev, "g2.1", 9*time.Second)
+			},
+			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},
 		{
 			name: "a forged copy refused 401, a reused key answered 409 while in flight",
