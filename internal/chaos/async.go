@@ -27,6 +27,7 @@ func splitAsync(in *AuditInput) (sync, async *AuditInput) {
 	s, a := *in, *in
 	a.Events, s.Events = partition(in.Events, func(ev *Event) bool { return ev.Route == asyncRoute })
 	a.Upstream, s.Upstream = partition(in.Upstream, func(r *UpRecord) bool { return r.Route == asyncRoute })
+	a.Effects, s.Effects = partition(in.Effects, func(e Effect) bool { return e.Route == asyncRoute })
 	s.Ledger, a.Ledger = map[string]*LedgerRow{}, map[string]*LedgerRow{}
 	for k, row := range in.Ledger {
 		if row.Route == asyncRoute {
@@ -104,6 +105,19 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 					ev.Key, recs[i-1].Seq, recs[i].Seq, recs[i].Time.Sub(recs[i-1].Time).Round(time.Millisecond))
 			}
 		}
+	}
+	if in.Inbox {
+		events, byRef := map[string]*Event{}, map[string][]*UpRecord{}
+		for _, ev := range in.Events {
+			events[refKey(ev.Route, ev.Key)] = ev
+		}
+		for key, recs := range applied {
+			byRef[refKey(asyncRoute, key)] = recs
+		}
+		checkEffects(in, a, events, byRef, func(_ *Event, earlier, later *UpRecord) DuplicateCause {
+			cause, _ := asyncSecondCopy(in, earlier, later)
+			return cause
+		}, violate)
 	}
 }
 

@@ -44,3 +44,68 @@ func TestAsyncSecondCopyNeedsALoggedRedelivery(t *testing.T) {
 		})
 	}
 }
+
+// With the inbox, the async route's effects are audited like the others:
+// its applied delivery's row matches, a second copy the inbox absorbed is
+// classified, and a row no applied delivery explains is a violation.
+func TestAsyncEffectsAreAudited(t *testing.T) {
+	tests := []struct {
+		name       string
+		build      func(f *fixture, ev *Event)
+		violations int
+		absorbed   map[DuplicateCause]int
+	}{
+		{
+			name:  "applied once, one effect row",
+			build: func(f *fixture, ev *Event) { f.effect(f.apply(ev, "g1.1", time.Second)) },
+		},
+		{
+			name: "an attempt timed out by its gateway's freeze, its retry absorbed",
+			build: func(f *fixture, ev *Event) {
+				first := f.apply(ev, "g1.1", time.Second)
+				f.effect(first)
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(1100 * time.Millisecond), End: f.at(4 * time.Second)}}
+				f.absorb(ev, first, "g2.1", 9*time.Second)
+			},
+			absorbed: map[DuplicateCause]int{CauseAmbiguous: 1},
+		},
+		{
+			name: "a second copy absorbed with nothing to explain it",
+			build: func(f *fixture, ev *Event) {
+				first := f.apply(ev, "g1.1", time.Second)
+				f.effect(first)
+				f.absorb(ev, first, "g2.1", 9*time.Second)
+			},
+			violations: 1,
+			absorbed:   map[DuplicateCause]int{CauseUnexplained: 1},
+		},
+		{
+			name: "an effect row no applied delivery explains",
+			build: func(f *fixture, ev *Event) {
+				f.effect(f.apply(ev, "g1.1", time.Second))
+				f.in.Effects = append(f.in.Effects, Effect{ID: 2, Route: asyncRoute, Key: ev.Key, Seq: 99, Gateway: "g2.1"})
+			},
+			violations: 2, // a row of no delivery, and the event applied twice
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture()
+			f.in.Inbox = true
+			ev := f.asyncEvent("e1")
+			tc.build(f, ev)
+			a := RunAudit(f.in)
+			if len(a.Violations) != tc.violations {
+				t.Errorf("violations %v, want %d", a.Violations, tc.violations)
+			}
+			if a.Effects != len(f.in.Effects) {
+				t.Errorf("effects counted %d, want %d", a.Effects, len(f.in.Effects))
+			}
+			for c, n := range tc.absorbed {
+				if a.AbsorbedByCause[c] != n {
+					t.Errorf("absorbed by %s = %d, want %d (all: %v)", c, a.AbsorbedByCause[c], n, a.AbsorbedByCause)
+				}
+			}
+		})
+	}
+}

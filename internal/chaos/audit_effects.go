@@ -17,8 +17,10 @@ const causeConcurrent DuplicateCause = "concurrent copy, waited on the applying 
 func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied map[string][]*UpRecord,
 	classify func(ev *Event, earlier, later *UpRecord) DuplicateCause,
 	violate func(check, ev, format string, args ...any)) {
-	a.AbsorbedByCause = map[DuplicateCause]int{}
-	a.Effects = len(in.Effects)
+	if a.AbsorbedByCause == nil {
+		a.AbsorbedByCause = map[DuplicateCause]int{}
+	}
+	a.Effects += len(in.Effects)
 	evID := func(ref string) string {
 		if ev := events[ref]; ev != nil {
 			return ev.ID
