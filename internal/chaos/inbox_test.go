@@ -10,11 +10,12 @@ import (
 )
 
 // TestChaosInbox runs the chaos harness with the upstream applying its
-// effects through the inbox library (-inbox) under a schedule of kills
-// mid-forward (each SIGKILLs a gateway while the upstream holds one of its
-// forwards, applied) and lost answers, and audits effects: no event may be
-// applied twice, not even after a lease takeover, and a takeover's second
-// copy must have reached the inbox and been absorbed there.
+// effects through the inbox library (-inbox), the async route's too, under
+// a schedule of kills mid-forward (each SIGKILLs a gateway while the
+// upstream holds one of its forwards, applied) and lost answers, and
+// audits effects: no event may be applied twice, not even after a lease
+// takeover, and a takeover's second copy must have reached the inbox and
+// been absorbed there.
 // HOOKSTAMP_CHAOS_SEED replays a seed.
 func TestChaosInbox(t *testing.T) {
 	seed := chaosSeed(t)
@@ -31,6 +32,7 @@ func TestChaosInbox(t *testing.T) {
 		Think:        200 * time.Millisecond,
 		Race:         raceBuild,
 		Inbox:        true,
+		Async:        true,
 		Progress:     testWriter{t},
 	})
 	if rep != nil {
