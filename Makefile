@@ -85,5 +85,5 @@ bench-quick: ## load benchmark, short windows and a 200k-row ledger (about 4 min
 	$(GO) build -o bin/loadbench ./bench/cmd/loadbench
 	bin/loadbench -quick $(BENCH_FLAGS)
 
-bench-go: ## Go micro-benchmarks of the hot paths (key extraction, fingerprint, replay, claim, commit)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/extract/ ./internal/ingress/ ./internal/idempotency/...
+bench-go: ## Go micro-benchmarks of the hot paths (key extraction, fingerprint, replay, claim, commit, job insert)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/extract/ ./internal/ingress/ ./internal/idempotency/... ./internal/queue/
