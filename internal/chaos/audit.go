@@ -432,6 +432,9 @@ func (au *auditor) checkSend(ev *Event, ref string, row *LedgerRow, s *Send) {
 	}
 	a.Outcomes[s.Outcome]++
 	au.noteAnswered(ref, s)
+	if au.readTimedOut(s) {
+		return
+	}
 	checkOutcome(s, au.in.StorePass, a.violate)
 	if !s.Settled() {
 		return
@@ -805,6 +808,21 @@ func expectedSilence(s *Send, lives map[string]*Life) bool {
 		return true
 	}
 	return !l.Stopping.IsZero() && l.Stopping.Before(s.End.Add(50*time.Millisecond))
+}
+
+// readTimedOut: s got the server's 408, no delivery's answer (nothing
+// was decided; the provider retries it), while its gateway was stopped
+// or the host stalled: the request waited in the socket past
+// read_timeout's deadline, which fasthttp finds passed when it runs again.
+func (au *auditor) readTimedOut(s *Send) bool {
+	if s.Status != http.StatusRequestTimeout || s.Outcome != "" {
+		return false
+	}
+	stalled := stalledWithin(au.in.Stalls, s.Start, s.End)
+	if l := au.lives[s.Incarnation]; l != nil {
+		stalled += stalledWithin(l.Frozen, s.Start, s.End)
+	}
+	return stalled > 0
 }
 
 // checkOutcome flags answers a copy of this kind must never get.

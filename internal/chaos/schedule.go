@@ -247,7 +247,7 @@ var SoakFaults = []FaultKind{
 // ShortFaults are the faults of the short run inside make test: one of
 // each family, short enough to fit in well under a minute.
 var ShortFaults = []FaultKind{
-	FaultKill, FaultRolling,
+	FaultKill, FaultRolling, FaultFreeze,
 	FaultRedisCut, FaultRedisFlush, FaultRedisRestart, FaultRedisPartition,
 	FaultPGCut,
 	FaultUpFailing, FaultUpHang, FaultUpLost,

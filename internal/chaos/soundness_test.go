@@ -108,6 +108,15 @@ func TestAuditSoundness(t *testing.T) {
 			},
 		},
 		{
+			name: "a late copy answered 408 with no freeze or stall to explain it",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				f.life("g1.1").Frozen = []Stall{{Start: f.at(900 * time.Millisecond), End: f.at(4 * time.Second)}}
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: "g2.1", Start: f.at(time.Second),
+					End: f.at(4010 * time.Millisecond), Answered: true, Status: 408, ContentType: "application/problem+json"})
+			},
+		},
+		{
 			name: "a gateway process that died on its own in the middle of the run",
 			build: func(f *fixture) {
 				f.delivered("e1")
@@ -211,6 +220,17 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 				f.apply(ev, "g2.1", 9*time.Second)
 			},
 			wantCauses: []DuplicateCause{CauseAmbiguous},
+		},
+		{
+			// The request sat in the socket past read_timeout while its
+			// gateway was stopped; the provider sends it again.
+			name: "a late copy answered 408 by a gateway continued after a freeze",
+			build: func(f *fixture) {
+				ev, _ := f.delivered("e1")
+				f.life("g2.1").Frozen = []Stall{{Start: f.at(900 * time.Millisecond), End: f.at(4 * time.Second)}}
+				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: "g2.1", Start: f.at(time.Second),
+					End: f.at(4010 * time.Millisecond), Answered: true, Status: 408, ContentType: "application/problem+json"})
+			},
 		},
 		{
 			name: "a forged copy refused 401, a reused key answered 409 while in flight",
