@@ -22,6 +22,13 @@ func (f *fixture) forwardedAgain(ev *Event, gw string, d time.Duration) {
 	f.record(ev, second)
 }
 
+// readTimedOut records a late copy of ev sent to gw at 1 s and answered
+// 408 by the server at 4.01 s, with no outcome.
+func (f *fixture) readTimedOut(ev *Event, gw string) {
+	ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: gw, Start: f.at(time.Second),
+		End: f.at(4010 * time.Millisecond), Answered: true, Status: 408, ContentType: "application/problem+json"})
+}
+
 // Histories that break a promise of docs/exactly-once.md and that the audit
 // passed: an exemption wider than the document allows, or evidence it did
 // not read. Found by a second review of the audit; each must now fail.
@@ -112,8 +119,7 @@ func TestAuditSoundness(t *testing.T) {
 			build: func(f *fixture) {
 				ev, _ := f.delivered("e1")
 				f.life("g1.1").Frozen = []Stall{{Start: f.at(900 * time.Millisecond), End: f.at(4 * time.Second)}}
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: "g2.1", Start: f.at(time.Second),
-					End: f.at(4010 * time.Millisecond), Answered: true, Status: 408, ContentType: "application/problem+json"})
+				f.readTimedOut(ev, "g2.1")
 			},
 		},
 		{
@@ -228,8 +234,7 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 			build: func(f *fixture) {
 				ev, _ := f.delivered("e1")
 				f.life("g2.1").Frozen = []Stall{{Start: f.at(900 * time.Millisecond), End: f.at(4 * time.Second)}}
-				ev.Sends = append(ev.Sends, &Send{Event: ev, Kind: KindLate, Incarnation: "g2.1", Start: f.at(time.Second),
-					End: f.at(4010 * time.Millisecond), Answered: true, Status: 408, ContentType: "application/problem+json"})
+				f.readTimedOut(ev, "g2.1")
 			},
 		},
 		{
