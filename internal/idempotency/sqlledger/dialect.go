@@ -3,6 +3,7 @@ package sqlledger
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/libtnb/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	gosqlite "modernc.org/sqlite"
@@ -110,7 +112,7 @@ func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) 
 	busy := "busy_timeout(" + strconv.FormatInt(o.OpTimeout.Milliseconds(), 10) + ")"
 	// Ours come first so that pragmas in the user's DSN win.
 	writerQ := url.Values{"_pragma": {busy, "journal_mode(WAL)", "synchronous(FULL)"}, "_txlock": {"immediate"}}
-	w, err = gorm.Open(sqlite.Open(joinSQLiteDSN(path, writerQ, query)), cfg())
+	w, err = openSQLiteWriter(joinSQLiteDSN(path, writerQ, query), cfg(), o.OpTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -140,6 +142,40 @@ func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) 
 	rdb.SetMaxIdleConns(o.MaxOpenConns)
 	rdb.SetConnMaxIdleTime(5 * time.Minute)
 	return w, r, nil
+}
+
+// openSQLiteWriter opens the writer, again while SQLite answers
+// SQLITE_BUSY, for up to within. Two processes opening one fresh file
+// both switch it to WAL; each can hold the read lock the other's switch
+// waits for, and SQLite then answers BUSY at once rather than call the
+// busy handler, which could only deadlock.
+func openSQLiteWriter(dsn string, cfg *gorm.Config, within time.Duration) (*gorm.DB, error) {
+	// GORM logs a failed open as an error; the caller reports the last.
+	logs := cfg.Logger
+	cfg.Logger = logs.LogMode(logger.Silent)
+	deadline := time.Now().Add(within)
+	for wait := time.Millisecond; ; wait = min(2*wait, 64*time.Millisecond) {
+		db, err := gorm.Open(sqlite.Open(dsn), cfg)
+		if err == nil {
+			db.Logger = logs
+			return db, nil
+		}
+		if db != nil {
+			if sdb, derr := db.DB(); derr == nil {
+				_ = sdb.Close()
+			}
+		}
+		if !sqliteBusy(err) || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(wait/2 + rand.N(wait)) // jittered: the two would retry in step
+	}
+}
+
+// sqliteBusy: SQLite found the file locked.
+func sqliteBusy(err error) bool {
+	var se *gosqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // prepared is cfg with PrepareStmt on, never expiring: an expiring cache
