@@ -27,6 +27,7 @@ const token = "s3cret-admin-token"
 
 // env is an admin server over a real SQLite ledger.
 type env struct {
+	h      http.Handler
 	srv    *httptest.Server
 	ledger *sqlledger.Ledger
 	stats  *stats.Memory
@@ -70,7 +71,8 @@ func newEnv(tb testing.TB, mod func(*Options)) *env {
 	if mod != nil {
 		mod(&o)
 	}
-	e.srv = httptest.NewServer(New(o))
+	e.h = New(o)
+	e.srv = httptest.NewServer(e.h)
 	tb.Cleanup(e.srv.Close)
 	return e
 }
@@ -681,5 +683,38 @@ func TestResolveReadBackFailureUsesTheGatewayClock(t *testing.T) {
 	}
 	if rec := decode[Record](t, r); rec.State != "done" || rec.CompletedAt == nil || !rec.CompletedAt.Equal(clock) {
 		t.Errorf("resolved record %+v, want done, completed_at %s", rec, clock)
+	}
+}
+
+// A client that gave up is no ledger failure: its canceled request fails
+// the ledger call, which is logged at info level, while a closed ledger
+// is logged as an error.
+func TestLedgerCallOfAGoneClientIsNoError(t *testing.T) {
+	for _, gone := range []bool{true, false} {
+		t.Run(fmt.Sprint("gone=", gone), func(t *testing.T) {
+			var out bytes.Buffer
+			e := newEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&out, nil)) })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if gone {
+				cancel()
+			} else {
+				e.ledger.Close()
+			}
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, recordPath("pay", "evt_1"), nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			w := httptest.NewRecorder()
+			e.h.ServeHTTP(w, req)
+			if w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503: %s", w.Code, w.Body)
+			}
+			logged := out.String()
+			if got := strings.Contains(logged, `"level":"ERROR"`); got == gone {
+				t.Errorf("logged an error: %v, want %v; the log: %s", got, !gone, logged)
+			}
+			if gone && !strings.Contains(logged, "abandoned by its client") {
+				t.Errorf("the abandoned request was not logged: %s", logged)
+			}
+		})
 	}
 }

@@ -40,8 +40,19 @@ func refused(status int, detail string) error { return &OpError{Status: status, 
 
 // unavailable logs a ledger error and returns the 503 the API answers.
 func (s *Server) unavailable(ctx context.Context, op string, ref idempotency.Ref, err error) error {
-	s.o.Logger.ErrorContext(ctx, "admin: ledger call failed", "op", op, "route", ref.Route, "key", ref.Key, "err", err)
+	s.logLedgerFailure(ctx, op, ref, err)
 	return &OpError{Status: http.StatusServiceUnavailable, Detail: "the ledger did not answer; retry later", Err: err}
+}
+
+// logLedgerFailure logs a failed ledger call as an error, unless the
+// caller went away first (its request's context canceled): no fault of
+// the ledger's, and nobody reads the answer.
+func (s *Server) logLedgerFailure(ctx context.Context, op string, ref idempotency.Ref, err error) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		s.o.Logger.InfoContext(ctx, "admin: request abandoned by its client", "op", op, "route", ref.Route, "key", ref.Key)
+		return
+	}
+	s.o.Logger.ErrorContext(ctx, "admin: ledger call failed", "op", op, "route", ref.Route, "key", ref.Key, "err", err)
 }
 
 // fail answers err: an OpError as its status and detail, anything else as

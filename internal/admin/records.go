@@ -69,7 +69,7 @@ func timeOrNull(t time.Time) *time.Time {
 // ledgerFailed answers a ledger error other than ErrNotFound: 503, the
 // cause logged, not shown.
 func (s *Server) ledgerFailed(w http.ResponseWriter, r *http.Request, op string, ref idempotency.Ref, err error) {
-	s.o.Logger.ErrorContext(r.Context(), "admin: ledger call failed", "op", op, "route", ref.Route, "key", ref.Key, "err", err)
+	s.logLedgerFailure(r.Context(), op, ref, err)
 	w.Header().Set("Retry-After", "1")
 	problem(w, http.StatusServiceUnavailable, "the ledger did not answer; retry later")
 }
