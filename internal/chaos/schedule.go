@@ -160,43 +160,12 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 		spacing = 2500 * time.Millisecond
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
-	draw := func(k FaultKind) Fault {
-		f := Fault{Kind: k}
-		switch k {
-		case FaultKill:
-			f.Gateway, f.Hold = rng.IntN(3), between(300*time.Millisecond, 2*time.Second)
-		case FaultFreeze:
-			// Around the default lease (3s): some thaw within it, most
-			// after it.
-			f.Gateway, f.Hold = rng.IntN(3), between(time.Second, 5*time.Second)
-		case FaultRedisPartition:
-			f.Gateway, f.Hold = rng.IntN(3), between(1500*time.Millisecond, 4*time.Second)
-		case FaultRedisSlow:
-			f.Latency, f.Hold = between(20*time.Millisecond, 150*time.Millisecond), between(2*time.Second, 5*time.Second)
-		case FaultPGSlow:
-			f.Latency, f.Hold = between(20*time.Millisecond, 150*time.Millisecond), between(2*time.Second, 5*time.Second)
-		case FaultUpFailing:
-			f.Ratio, f.Hold = 0.3+rng.Float64()*0.5, between(2*time.Second, 5*time.Second)
-		case FaultRedisBlackhole, FaultRedisHostLost, FaultPGBlackhole, FaultPGLostReplies, FaultPGHostLost:
-			f.Hold = between(1500*time.Millisecond, 3500*time.Millisecond)
-		case FaultRedisRestart:
-			f.Hold = between(500*time.Millisecond, 3*time.Second)
-		case FaultRolling, FaultRedisFlush:
-		default:
-			f.Hold = between(1*time.Second, 4*time.Second)
-		}
-		if maxHold > 0 && f.Hold > maxHold {
-			f.Hold = maxHold
-		}
-		return f
-	}
 	order := append([]FaultKind(nil), kinds...)
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	first := make([]Fault, len(order))
 	var busy time.Duration
 	for i, k := range order {
-		first[i] = draw(k)
+		first[i] = drawFault(rng, k, maxHold)
 		busy += first[i].estimate()
 	}
 	tail := max(4*time.Second, d/10)
@@ -206,9 +175,9 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 	room := d - tail - t - busy
 	gap := func(i int) time.Duration {
 		if n := time.Duration(len(order)); i < len(order) && room > 0 && room < n*spacing*7/5 {
-			return between(room/n/2, room/n)
+			return between(rng, room/n/2, room/n)
 		}
-		return between(spacing*3/5, spacing*7/5)
+		return between(rng, spacing*3/5, spacing*7/5)
 	}
 	var out []Fault
 	for i := 0; ; i++ {
@@ -216,7 +185,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 		if i < len(order) {
 			f = first[i]
 		} else {
-			f = draw(kinds[rng.IntN(len(kinds))])
+			f = drawFault(rng, kinds[rng.IntN(len(kinds))], maxHold)
 		}
 		f.At = t
 		if t+f.estimate() > d-tail {
@@ -232,6 +201,44 @@ func NewSchedule(seed uint64, d time.Duration, kinds []FaultKind, spacing, maxHo
 		}
 	}
 	return out
+}
+
+// drawFault draws how a fault of kind k is injected: its hold (capped by
+// maxHold when positive) and what else its kind needs.
+func drawFault(rng *rand.Rand, k FaultKind, maxHold time.Duration) Fault {
+	f := Fault{Kind: k}
+	switch k {
+	case FaultKill:
+		f.Gateway, f.Hold = rng.IntN(3), between(rng, 300*time.Millisecond, 2*time.Second)
+	case FaultFreeze:
+		// Around the default lease (3s): some thaw within it, most
+		// after it.
+		f.Gateway, f.Hold = rng.IntN(3), between(rng, time.Second, 5*time.Second)
+	case FaultRedisPartition:
+		f.Gateway, f.Hold = rng.IntN(3), between(rng, 1500*time.Millisecond, 4*time.Second)
+	case FaultRedisSlow:
+		f.Latency, f.Hold = between(rng, 20*time.Millisecond, 150*time.Millisecond), between(rng, 2*time.Second, 5*time.Second)
+	case FaultPGSlow:
+		f.Latency, f.Hold = between(rng, 20*time.Millisecond, 150*time.Millisecond), between(rng, 2*time.Second, 5*time.Second)
+	case FaultUpFailing:
+		f.Ratio, f.Hold = 0.3+rng.Float64()*0.5, between(rng, 2*time.Second, 5*time.Second)
+	case FaultRedisBlackhole, FaultRedisHostLost, FaultPGBlackhole, FaultPGLostReplies, FaultPGHostLost:
+		f.Hold = between(rng, 1500*time.Millisecond, 3500*time.Millisecond)
+	case FaultRedisRestart:
+		f.Hold = between(rng, 500*time.Millisecond, 3*time.Second)
+	case FaultRolling, FaultRedisFlush:
+	default:
+		f.Hold = between(rng, 1*time.Second, 4*time.Second)
+	}
+	if maxHold > 0 && f.Hold > maxHold {
+		f.Hold = maxHold
+	}
+	return f
+}
+
+// between draws a duration in [lo, hi].
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
 // SoakFaults are the faults of a soak: those that leave the gateway
