@@ -59,10 +59,15 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			violate(CheckEffects, evID(refKey(up.Route, up.Key)), "delivery %d via %s was logged applied but left no effect row", seq, up.Gateway)
 		}
 	}
+	classifyAbsorbed(in, a, events, applied, classify, violate)
+}
 
-	// Each absorbed copy is classified against the copy that reached the
-	// upstream before it (applied or absorbed), as a chain of duplicate
-	// deliveries would be.
+// classifyAbsorbed counts each copy the inbox absorbed by its cause,
+// classified against the copy that reached the upstream before it (applied
+// or absorbed), as a chain of duplicate deliveries would be.
+func classifyAbsorbed(in *AuditInput, a *Audit, events map[string]*Event, applied map[string][]*UpRecord,
+	classify func(ev *Event, earlier, later *UpRecord) DuplicateCause,
+	violate func(check, ev, format string, args ...any)) {
 	chains := map[string][]*UpRecord{}
 	for ref, recs := range applied {
 		chains[ref] = append(chains[ref], recs...)
@@ -83,7 +88,11 @@ func checkEffects(in *AuditInput, a *Audit, events map[string]*Event, applied ma
 			a.Absorbed++
 			switch {
 			case len(applied[ref]) == 0 || ev == nil:
-				violate(CheckEffects, evID(ref), "delivery %d via %s was absorbed by the inbox, but no copy of the event was applied", r.Seq, r.Gateway)
+				id := ""
+				if ev != nil {
+					id = ev.ID
+				}
+				violate(CheckEffects, id, "delivery %d via %s was absorbed by the inbox, but no copy of the event was applied", r.Seq, r.Gateway)
 			default:
 				cause := causeConcurrent
 				if i > 0 {
