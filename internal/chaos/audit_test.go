@@ -537,16 +537,36 @@ func TestScheduleIsReplayable(t *testing.T) {
 			t.Errorf("%s ends at %v, in the quiet tail", f.Kind, end)
 		}
 	}
-	for seed := uint64(1); seed <= 200; seed++ {
-		seen := map[FaultKind]bool{}
-		for _, f := range NewSchedule(seed, 2*time.Minute, AllFaults, 0, 0) {
-			seen[f.Kind] = true
-		}
-		for _, k := range AllFaults {
-			if !seen[k] {
-				t.Errorf("the 2m schedule of seed %d has no %s", seed, k)
+}
+
+// TestScheduleHasEveryKind checks that the schedules make chaos, the
+// tests and the soak draw hold one fault of each kind they ask for,
+// whatever the seed.
+func TestScheduleHasEveryKind(t *testing.T) {
+	tests := []struct {
+		name             string
+		d                time.Duration
+		kinds            []FaultKind
+		spacing, maxHold time.Duration
+	}{
+		{"make chaos", 2 * time.Minute, AllFaults, 0, 0},
+		{"TestChaosShort", 42 * time.Second, ShortFaults, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{"TestChaosInbox", 30 * time.Second, []FaultKind{FaultKill, FaultUpLost}, 1500 * time.Millisecond, 1500 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 500; seed++ {
+				seen := map[FaultKind]bool{}
+				for _, f := range NewSchedule(seed, tc.d, tc.kinds, tc.spacing, tc.maxHold) {
+					seen[f.Kind] = true
+				}
+				for _, k := range tc.kinds {
+					if !seen[k] {
+						t.Errorf("the schedule of seed %d has no %s", seed, k)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 

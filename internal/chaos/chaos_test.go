@@ -22,7 +22,7 @@ func TestChaosShort(t *testing.T) {
 	defer cancel()
 	rep, err := chaos.Run(ctx, chaos.Options{
 		Seed:         seed,
-		Duration:     42 * time.Second, // every kind of ShortFaults fits (38 s left one out of ~17 schedules)
+		Duration:     42 * time.Second, // room for every kind of ShortFaults: TestScheduleHasEveryKind
 		Drain:        30 * time.Second,
 		Faults:       chaos.ShortFaults,
 		FaultSpacing: 1500 * time.Millisecond,
