@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,6 +165,49 @@ func TestAsyncDeadAfterMaxAttemptsThenRedrive(t *testing.T) {
 }
 
 // attemptStatuses are the statuses of key's recorded attempts, in order.
+// An attempt the application answers only after upstream.timeout may
+// have been acted on: the next attempt sends it again with the same key
+// (SPEC §10, record.ambiguous: release), and the gateway says so in its
+// log as it does when a synchronous route releases one.
+func TestAsyncUnansweredAttemptIsSentAgainWithItsKey(t *testing.T) {
+	up := newUpstream(t)
+	var mu sync.Mutex
+	var seen []string
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Idempotency-Key")+"#"+r.Header.Get("Hookstamp-Attempt"))
+		mu.Unlock()
+		if n == 1 {
+			<-r.Context().Done() // answered after the gateway gave up
+		}
+		fmt.Fprintf(w, `{"n":%d}`, n)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
+	cfg.Routes[0].Upstream.Timeout = 300 * time.Millisecond
+	logs := &testenv.Buffer{}
+	o := asyncOptions(t)
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	g := startGatewayWith(t, cfg, o)
+
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_slow"}`), http.StatusAccepted, "accepted")
+	rec := waitState(t, g, "evt_slow", idempotency.StateDone)
+	if string(rec.Body) != `{"n":2}` {
+		t.Fatalf("recorded %q, want the second attempt's answer", rec.Body)
+	}
+	mu.Lock()
+	got := fmt.Sprint(seen)
+	mu.Unlock()
+	if want := "[evt_slow#1 evt_slow#2]"; got != want {
+		t.Fatalf("the upstream received %s, want %s", got, want)
+	}
+	if got := attemptStatuses(t, g, "evt_slow"); fmt.Sprint(got) != "[0 200]" {
+		t.Fatalf("attempts recorded with statuses %v, want [0 200] (no answer, then 200)", got)
+	}
+	if line := lastLogLine(logs, "async attempt sent without an answer"); !strings.Contains(line, "route=hooks key=evt_slow attempt=1 ") {
+		t.Fatalf("no log line for the unanswered attempt 1 of evt_slow:\n%s", logs)
+	}
+}
+
 func attemptStatuses(tb testing.TB, g *Gateway, key string) []int {
 	tb.Helper()
 	db, err := g.Ledger().DB()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // upstream is a test upstream that counts what it receives, per
@@ -162,6 +163,17 @@ func startGatewayWith(tb testing.TB, cfg *config.Config, o Options) *Gateway {
 
 func testLogger(tb testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(&tbWriter{tb: tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// lastLogLine is the last line of logs that contains s, or "".
+func lastLogLine(logs *testenv.Buffer, s string) string {
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, s) {
+			line = l
+		}
+	}
+	return line
 }
 
 type tbWriter struct {

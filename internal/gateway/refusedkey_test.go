@@ -31,13 +31,7 @@ func TestTooLongTemplateKeyIsLoggedEscaped(t *testing.T) {
 	g := startGatewayWith(t, cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 
 	wantOutcome(t, send(t, g, "/tpl", `{"a":"1-2-3","b":"4"}`), 400, "invalid_key")
-	var line string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "outcome=invalid_key") {
-			line = l
-		}
-	}
-	if !strings.Contains(line, " key=1%2D2%2D ") {
+	if line := lastLogLine(logs, "outcome=invalid_key"); !strings.Contains(line, " key=1%2D2%2D ") {
 		t.Fatalf("the refused key is not logged as the escaped key cut at 8 bytes (1%%2D2%%2D):\n%s", logs)
 	}
 	if n := up.total.Load(); n != 0 {

@@ -126,6 +126,12 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
 		return nil
 	}
+	if up == nil && forward.Ambiguous(ferr) {
+		// As a synchronous route's release is: the application may have
+		// acted on this attempt, and the next one sends it again.
+		q.o.Logger.InfoContext(ctx, "async attempt sent without an answer; the next attempt delivers it again, with the same key",
+			"route", ref.Route, "key", ref.Key, "attempt", a.Attempt, "err", ferr)
+	}
 	// The run's number is noted on the job with its attempt, for a next
 	// run to tell this one from a run that lost its attempt should the
 	// snooze not be stored (recordLost).
