@@ -124,8 +124,8 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 // asyncSecondCopy explains a second application of an async delivery: a
 // gateway was killed between the two (its job was rescued), or the first
 // attempt got no answer in time and was retried (record.ambiguous
-// release): the upstream was failing to answer when it was sent, or its
-// gateway was stopped while it waited.
+// release): the upstream answered too late, was failing to answer when it
+// was sent, or its gateway was stopped while it waited.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
 	for _, l := range in.Lives {
 		if l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
@@ -134,6 +134,9 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 	}
 	if loggedRedelivery(in.Logs[later.Gateway], later.Key, earlier.Time, later.Time) {
 		return CauseRescued, true
+	}
+	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) {
+		return CauseAmbiguous, true
 	}
 	for _, l := range in.Lives {
 		// Stopped mid-attempt, it timed the attempt out once continued.
@@ -167,6 +170,33 @@ func loggedRedelivery(lines []LogLine, key string, from, to time.Time) bool {
 	for _, l := range lines {
 		if l.Route == asyncRoute && l.Key == key && strings.HasPrefix(l.Msg, redeliveryMsg) &&
 			l.Time.After(from) && !l.Time.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// unansweredMsg starts what a gateway logs when an async attempt it sent
+// got no answer (internal/queue): the next attempt sends it again.
+const unansweredMsg = "async attempt sent without an answer"
+
+// loggedUnanswered reports whether the earlier copy's answer was due past
+// the gateway's upstream timeout (or never), and the gateway that sent it
+// logged, while it was in flight and before the later copy, that the
+// attempt got no answer: a copy the application was too slow to answer
+// (with -inbox it writes to its own database first) is retried as a
+// timed-out one is, whatever the faults.
+func loggedUnanswered(lines []LogLine, earlier, later *UpRecord, timeout time.Duration) bool {
+	// The gateway's clock starts before the upstream's: the request has
+	// to reach it.
+	const transit = 250 * time.Millisecond
+	if !earlier.AnswerAt.IsZero() && earlier.AnswerAt.Before(earlier.Time.Add(timeout-transit)) {
+		return false
+	}
+	from, until := earlier.Time.Add(-100*time.Millisecond), earlier.Time.Add(timeout+2*time.Second)
+	for _, l := range lines {
+		if l.Route == asyncRoute && l.Key == earlier.Key && strings.HasPrefix(l.Msg, unansweredMsg) &&
+			!l.Time.Before(from) && l.Time.Before(until) && !l.Time.After(later.Time) {
 			return true
 		}
 	}

@@ -49,7 +49,7 @@ func (f *fixture) event(id string) *Event {
 func (f *fixture) apply(ev *Event, gw string, d time.Duration) *UpRecord {
 	f.seq++
 	r := &UpRecord{Seq: f.seq, Time: f.at(d), Gateway: gw, Route: ev.Route, Key: ev.Key, Body: ev.Body,
-		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json",
+		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json", AnswerAt: f.at(d + 10*time.Millisecond),
 		Response: fmt.Appendf(nil, `{"booked":%q,"delivery":%d,"gw":%q}`, ev.Key, f.seq, gw)}
 	f.in.Upstream = append(f.in.Upstream, r)
 	return r

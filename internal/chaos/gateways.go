@@ -69,7 +69,12 @@ type GatewaySettings struct {
 // Redis cannot be reached (screen.on_unavailable: store); holdRoute holds
 // ambiguous results (record.ambiguous: hold), the others release them.
 func configYAML(s GatewaySettings, listen, admin, incarnation string) string {
-	up := func(route string) string { return s.UpstreamURL + "/g/" + incarnation + "/" + route }
+	// The path names the gateway that took the delivery in, and the
+	// credentials (sent as Basic auth) the one that forwards it: an async
+	// route's stored path is its intake's, forwarded by any replica.
+	up := func(route string) string {
+		return strings.Replace(s.UpstreamURL, "://", "://"+incarnation+"@", 1) + "/g/" + incarnation + "/" + route
+	}
 	return fmt.Sprintf(`# chaos harness: gateway incarnation %[1]s
 server:
   listen: %[2]q

@@ -46,6 +46,9 @@ type UpRecord struct {
 	Status      int    `json:"status,omitempty"`
 	ContentType string `json:"content_type,omitempty"`
 	Response    []byte `json:"response,omitempty"`
+	// AnswerAt is when the answer was due to go out (sooner if the gateway
+	// gave up); zero when none was to be sent.
+	AnswerAt time.Time `json:"answer_at,omitzero"`
 }
 
 // UpstreamMode is how the upstream behaves; the fault schedule changes it.
@@ -219,6 +222,10 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if lose && rec.Applied {
 		rec.Action = ActLost
 	}
+	delay := u.answerDelay(mode, held)
+	if !lose {
+		rec.AnswerAt = time.Now().Add(delay)
+	}
 	if err := u.log.append(rec); err != nil {
 		panic(http.ErrAbortHandler) // not logged: not applied
 	}
@@ -226,7 +233,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if lose {
 		hang(r, wake)
 	}
-	writeAfter(w, r, rec, u.answerDelay(mode, held))
+	writeAfter(w, r, rec, delay)
 }
 
 // receive reads a delivery into a new record; false when r is not one, or
@@ -241,7 +248,11 @@ func (u *Upstream) receive(w http.ResponseWriter, r *http.Request) (*UpRecord, b
 	if err != nil {
 		return nil, false // the gateway went away while sending: nothing was received
 	}
-	return &UpRecord{Seq: u.seq.Add(1), Time: time.Now(), Gateway: parts[1], Route: parts[2],
+	gw := parts[1]
+	if user, _, ok := r.BasicAuth(); ok && user != "" {
+		gw = user // the forwarding gateway (configYAML)
+	}
+	return &UpRecord{Seq: u.seq.Add(1), Time: time.Now(), Gateway: gw, Route: parts[2],
 		Key: r.Header.Get("Idempotency-Key"), Body: body}, true
 }
 
@@ -292,6 +303,7 @@ func applyDelivery(r *http.Request, rec *UpRecord, effects *Effects) {
 // logAndWrite answers with rec once it is logged; unlogged, it drops the
 // connection.
 func (u *Upstream) logAndWrite(w http.ResponseWriter, rec *UpRecord) {
+	rec.AnswerAt = time.Now()
 	if u.log.append(rec) != nil {
 		panic(http.ErrAbortHandler)
 	}

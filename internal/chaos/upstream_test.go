@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // postTo delivers ev as a gateway would, and returns the answer.
@@ -34,8 +36,10 @@ func TestUpstreamLogIsTheGroundTruth(t *testing.T) {
 	defer u.Close()
 	ev := &Event{Route: "generic", Key: "k1", Body: []byte(`{"chaos_effect":"decline"}`)}
 	snd := postTo(t, u.URL()+"/g/g1.1/generic", ev)
+	got := time.Now()
 	u.SetMode(UpstreamMode{FailRatio: 1})
-	failed := postTo(t, u.URL()+"/g/g1.1/generic", ev)
+	// Another replica forwards what g1.1 stored (an async delivery).
+	failed := postTo(t, strings.Replace(u.URL(), "://", "://g2.1@", 1)+"/g/g1.1/generic", ev)
 	if err := u.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +55,15 @@ func TestUpstreamLogIsTheGroundTruth(t *testing.T) {
 	if !first.Applied || first.Action != ActDecline || first.Status != snd.StatusCode || first.Key != "k1" || first.Gateway != "g1.1" {
 		t.Errorf("first record = %+v, answered %d", first, snd.StatusCode)
 	}
-	if second.Applied || second.Action != ActFail || second.Status != failed.StatusCode {
+	if second.Applied || second.Action != ActFail || second.Status != failed.StatusCode || second.Gateway != "g2.1" {
 		t.Errorf("second record = %+v, answered %d", second, failed.StatusCode)
+	}
+	// The audit reads from AnswerAt whether a gateway could have had the
+	// answer within its timeout.
+	if first.AnswerAt.Before(first.Time) || first.AnswerAt.After(got) {
+		t.Errorf("first answer due at %v, want between its arrival %v and its receipt %v", first.AnswerAt, first.Time, got)
+	}
+	if second.AnswerAt.IsZero() {
+		t.Error("the failed answer's time is not logged")
 	}
 }
