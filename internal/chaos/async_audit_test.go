@@ -45,6 +45,38 @@ func TestAsyncSecondCopyNeedsALoggedRedelivery(t *testing.T) {
 	}
 }
 
+// A SIGKILL explains a second copy only when it hit the gateway that
+// forwarded the first, after it did.
+func TestAsyncSecondCopyAfterACrash(t *testing.T) {
+	tests := []struct {
+		name    string
+		killed  string
+		at      time.Duration // after the first copy arrived
+		allowed bool
+	}{
+		{name: "its forwarder killed mid-attempt", killed: "g1.1", at: 300 * time.Millisecond, allowed: true},
+		{name: "another gateway killed", killed: "g2.1", at: 300 * time.Millisecond},
+		{name: "its forwarder killed before it", killed: "g1.1", at: -time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture()
+			ev := f.asyncEvent("e1")
+			first := f.apply(ev, "g1.1", 5*time.Second)
+			l := f.life(tc.killed)
+			l.How, l.Stopping, l.End = "killed", first.Time.Add(tc.at), first.Time.Add(tc.at+10*time.Millisecond)
+			f.apply(ev, "g2.1", 12*time.Second)
+			a := RunAudit(f.in)
+			if len(a.Duplicates) != 1 {
+				t.Fatalf("duplicates %+v, want one", a.Duplicates)
+			}
+			if d := a.Duplicates[0]; d.Allowed != tc.allowed || (tc.allowed && d.Cause != CauseCrashTakeover) {
+				t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, tc.allowed)
+			}
+		})
+	}
+}
+
 // A second copy of an async delivery with no fault about is allowed only
 // when the upstream answered the first after the gateway's timeout (or
 // never) and the gateway that sent it logged the attempt unanswered,
