@@ -188,10 +188,7 @@ const unansweredMsg = "async attempt sent without an answer"
 // (with -inbox it writes to its own database first) is retried as a
 // timed-out one is, whatever the faults.
 func loggedUnanswered(lines []LogLine, earlier, later *UpRecord, timeout time.Duration) bool {
-	// The gateway's clock starts before the upstream's: the request has
-	// to reach it.
-	const transit = 250 * time.Millisecond
-	if !earlier.AnswerAt.IsZero() && earlier.AnswerAt.Before(earlier.Time.Add(timeout-transit)) {
+	if !earlier.AnswerAt.IsZero() && earlier.AnswerAt.Before(earlier.Time.Add(timeout-forwardTransit)) {
 		return false
 	}
 	from, until := earlier.Time.Add(-100*time.Millisecond), earlier.Time.Add(timeout+2*time.Second)

@@ -1087,13 +1087,44 @@ func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
 	}
 	l, ok := p.au.loggedAny(earlier.Gateway, p.ref, func(l LogLine) bool {
 		return l.Outcome == "released" && strings.Contains(l.Err, "after sending") && inFlight(l) &&
-			l.Time.Before(later.Time.Add(releaseLogLag))
+			!later.Time.Before(p.freedBy(l))
 	})
 	if !ok || (p.ev.Route == holdRoute && !holdFailed(earlier.Gateway, p.ref, inFlight, p.au.loggedAny)) {
 		return "", "", false
 	}
 	return CauseAmbiguous, fmt.Sprintf("%s logged: %s", earlier.Gateway, l.Err), true
 }
+
+// freedBy is the earliest the release logged by rel can have freed the
+// key in the ledger: the line is written once the release is over, the
+// ledger's part first. When its screen part failed (logged just before
+// rel), that part waited out a Redis call. A forward that timed out
+// released nothing before its timeout, counted from about the earlier
+// copy's arrival.
+func (p *copyPair) freedBy(rel LogLine) time.Time {
+	lag := releaseLogLag
+	if _, failed := p.au.loggedAny(p.earlier.Gateway, p.ref, func(l LogLine) bool {
+		return strings.HasPrefix(l.Msg, releaseFailedMsg) && !l.Time.After(rel.Time) && l.Time.After(rel.Time.Add(-releaseLogLag))
+	}); failed {
+		lag += screenCallTimeout
+	}
+	freed := rel.Time.Add(-lag)
+	if t := p.earlier.Time.Add(p.au.in.Timeout - forwardTransit); strings.Contains(rel.Err, "timed out") && freed.Before(t) {
+		freed = t
+	}
+	return freed
+}
+
+// releaseFailedMsg starts what a gateway logs when a release failed in
+// part (internal/idempotency); screenCallTimeout bounds one Redis call
+// (redisscreen's default OpTimeout); forwardTransit is how much sooner
+// than the upstream's arrival stamp a gateway can have started the clock
+// of a forward.
+const (
+	releaseFailedMsg  = "release failed"
+	screenCallTimeout = time.Second
+	forwardTransit    = 250 * time.Millisecond
+)
 
 // operatorRelease: the operator released a held key while the earlier
 // copy was at the upstream unapplied (with -inbox it can wait there in

@@ -134,6 +134,26 @@ func (f *fixture) lostThenReleased(route string) *Event {
 	return ev
 }
 
+// releasedLate records an event on "generic" whose first copy the
+// upstream applied at 0 without answering, g1.1 logging its release
+// (timed out) at rel, after a failed screen release when screenFailed,
+// and whose retry was forwarded through g2.1 at retry.
+func (f *fixture) releasedLate(rel, retry time.Duration, screenFailed bool) {
+	ev := f.event("e1")
+	f.seq++
+	f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
+		Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
+	if screenFailed {
+		f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(rel), Level: "WARN", Route: ev.Route, Key: ev.Key,
+			Msg: "release failed; the claim expires with its lease", Err: "redisscreen: release: dependency unavailable: context deadline exceeded"})
+	}
+	f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(rel), Msg: "delivery", Route: ev.Route, Key: ev.Key,
+		Outcome: "released", Err: "upstream timed out after sending"})
+	up := f.apply(ev, "g2.1", retry)
+	f.answer(ev, KindGenuine, "g2.1", retry, up, "forwarded")
+	f.record(ev, up)
+}
+
 // resolved records the operator's resolution of ev's key at d.
 func (f *fixture) resolved(ev *Event, action string, d time.Duration) {
 	f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: action,

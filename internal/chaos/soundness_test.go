@@ -56,6 +56,21 @@ func TestAuditSoundness(t *testing.T) {
 			},
 		},
 		{
+			// The ledger part of a release comes first, but a forward
+			// that timed out releases nothing before its timeout.
+			name: "a copy forwarded within the earlier copy's timeout, excused by a release whose screen part failed",
+			build: func(f *fixture) {
+				f.releasedLate(1800*time.Millisecond, 600*time.Millisecond, true)
+			},
+		},
+		{
+			// Only a failed screen release makes the line that late.
+			name: "a copy forwarded a second before a release logged with nothing slow in it",
+			build: func(f *fixture) {
+				f.releasedLate(2200*time.Millisecond, 1300*time.Millisecond, false)
+			},
+		},
+		{
 			// A frozen owner looks dead only once its lease has run out:
 			// a copy forwarded within the lease of the earlier claim took
 			// nothing over.
@@ -190,6 +205,15 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 			name: "a retry forwarded once the ambiguous release was logged",
 			build: func(f *fixture) {
 				f.lostThenReleased("generic")
+			},
+			wantCauses: []DuplicateCause{CauseAmbiguous},
+		},
+		{
+			// Redis hung: the release freed the ledger's claim, then
+			// waited out its call to the screen before logging.
+			name: "a retry claimed while the release's screen part hung",
+			build: func(f *fixture) {
+				f.releasedLate(2200*time.Millisecond, 1300*time.Millisecond, true)
 			},
 			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},
