@@ -181,16 +181,14 @@ func loggedRedelivery(lines []LogLine, key string, from, to time.Time) bool {
 // got no answer (internal/queue): the next attempt sends it again.
 const unansweredMsg = "async attempt sent without an answer"
 
-// loggedUnanswered reports whether the earlier copy's answer was due past
-// the gateway's upstream timeout (or never), and the gateway that sent it
+// loggedUnanswered reports whether the gateway that sent the earlier copy
 // logged, while it was in flight and before the later copy, that the
 // attempt got no answer: a copy the application was too slow to answer
 // (with -inbox it writes to its own database first) is retried as a
-// timed-out one is, whatever the faults.
+// timed-out one is, whatever the faults. The upstream's AnswerAt cannot
+// bound it: an attempt's clock starts before its request reaches the
+// upstream, by as long as the gateway takes to connect and send.
 func loggedUnanswered(lines []LogLine, earlier, later *UpRecord, timeout time.Duration) bool {
-	if !earlier.AnswerAt.IsZero() && earlier.AnswerAt.Before(earlier.Time.Add(timeout-forwardTransit)) {
-		return false
-	}
 	from, until := earlier.Time.Add(-100*time.Millisecond), earlier.Time.Add(timeout+2*time.Second)
 	for _, l := range lines {
 		if l.Route == asyncRoute && l.Key == earlier.Key && strings.HasPrefix(l.Msg, unansweredMsg) &&

@@ -1099,8 +1099,10 @@ func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
 // key in the ledger: the line is written once the release is over, the
 // ledger's part first. When its screen part failed (logged just before
 // rel), that part waited out a Redis call. A forward that timed out
-// released nothing before its timeout, counted from about the earlier
-// copy's arrival.
+// released nothing before its timeout, counted from no sooner than the
+// first send to the earlier copy's gateway (its clock starts with the
+// forward, which can be long before the upstream's arrival stamp: a
+// slow claim, a slow connection).
 func (p *copyPair) freedBy(rel LogLine) time.Time {
 	lag := releaseLogLag
 	if _, failed := p.au.loggedAny(p.earlier.Gateway, p.ref, func(l LogLine) bool {
@@ -1109,7 +1111,8 @@ func (p *copyPair) freedBy(rel LogLine) time.Time {
 		lag += screenCallTimeout
 	}
 	freed := rel.Time.Add(-lag)
-	if t := p.earlier.Time.Add(p.au.in.Timeout - forwardTransit); strings.Contains(rel.Err, "timed out") && freed.Before(t) {
+	sent, ok := p.firstSendTo(p.earlier.Gateway, p.earlier.Time, func(*Send) bool { return true })
+	if t := sent.Add(p.au.in.Timeout); ok && strings.Contains(rel.Err, "timed out") && freed.Before(t) {
 		freed = t
 	}
 	return freed
@@ -1117,13 +1120,10 @@ func (p *copyPair) freedBy(rel LogLine) time.Time {
 
 // releaseFailedMsg starts what a gateway logs when a release failed in
 // part (internal/idempotency); screenCallTimeout bounds one Redis call
-// (redisscreen's default OpTimeout); forwardTransit is how much sooner
-// than the upstream's arrival stamp a gateway can have started the clock
-// of a forward.
+// (redisscreen's default OpTimeout).
 const (
 	releaseFailedMsg  = "release failed"
 	screenCallTimeout = time.Second
-	forwardTransit    = 250 * time.Millisecond
 )
 
 // operatorRelease: the operator released a held key while the earlier

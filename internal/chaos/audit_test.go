@@ -49,7 +49,7 @@ func (f *fixture) event(id string) *Event {
 func (f *fixture) apply(ev *Event, gw string, d time.Duration) *UpRecord {
 	f.seq++
 	r := &UpRecord{Seq: f.seq, Time: f.at(d), Gateway: gw, Route: ev.Route, Key: ev.Key, Body: ev.Body,
-		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json", AnswerAt: f.at(d + 10*time.Millisecond),
+		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json",
 		Response: fmt.Appendf(nil, `{"booked":%q,"delivery":%d,"gw":%q}`, ev.Key, f.seq, gw)}
 	f.in.Upstream = append(f.in.Upstream, r)
 	return r
@@ -134,8 +134,9 @@ func (f *fixture) lostThenReleased(route string) *Event {
 	return ev
 }
 
-// releasedLate records an event on "generic" whose first copy the
-// upstream applied at 0 without answering, g1.1 logging its release
+// releasedLate records an event on "generic" whose first copy, sent to
+// g1.1 just before, the upstream applied at 0 without answering, g1.1
+// answering 504 and logging its release
 // (timed out) at rel, after a failed screen release when screenFailed,
 // and whose retry was forwarded through g2.1 at retry.
 func (f *fixture) releasedLate(rel, retry time.Duration, screenFailed bool) {
@@ -143,6 +144,8 @@ func (f *fixture) releasedLate(rel, retry time.Duration, screenFailed bool) {
 	f.seq++
 	f.in.Upstream = append(f.in.Upstream, &UpRecord{Seq: f.seq, Time: f.at(0), Gateway: "g1.1", Route: ev.Route,
 		Key: ev.Key, Body: ev.Body, Action: ActLost, Applied: true, Status: 200})
+	ev.Sends = append(ev.Sends, &Send{Event: ev, EventID: ev.ID, Kind: KindGenuine, Attempt: 1, Incarnation: "g1.1",
+		Start: f.at(-10 * time.Millisecond), End: f.at(rel), Answered: true, Status: 504, Outcome: "released"})
 	if screenFailed {
 		f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(rel), Level: "WARN", Route: ev.Route, Key: ev.Key,
 			Msg: "release failed; the claim expires with its lease", Err: "redisscreen: release: dependency unavailable: context deadline exceeded"})

@@ -47,7 +47,8 @@ type UpRecord struct {
 	ContentType string `json:"content_type,omitempty"`
 	Response    []byte `json:"response,omitempty"`
 	// AnswerAt is when the answer was due to go out (sooner if the gateway
-	// gave up); zero when none was to be sent.
+	// gave up); zero when none was to be sent. For whoever reads the log
+	// of a failed run: set beside Time, it shows a slow application.
 	AnswerAt time.Time `json:"answer_at,omitzero"`
 }
 

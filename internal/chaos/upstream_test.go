@@ -58,8 +58,7 @@ func TestUpstreamLogIsTheGroundTruth(t *testing.T) {
 	if second.Applied || second.Action != ActFail || second.Status != failed.StatusCode || second.Gateway != "g2.1" {
 		t.Errorf("second record = %+v, answered %d", second, failed.StatusCode)
 	}
-	// The audit reads from AnswerAt whether a gateway could have had the
-	// answer within its timeout.
+	// A failed run's reader tells a slow application from AnswerAt.
 	if first.AnswerAt.Before(first.Time) || first.AnswerAt.After(got) {
 		t.Errorf("first answer due at %v, want between its arrival %v and its receipt %v", first.AnswerAt, first.Time, got)
 	}
