@@ -124,9 +124,9 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 // asyncSecondCopy explains a second application of an async delivery:
 // the gateway that forwarded the first was killed between the two (its
 // job was rescued), or the first attempt got no answer in time and was
-// retried (record.ambiguous release): the upstream answered too late,
-// was failing to answer when it was sent, or its gateway was stopped
-// while it waited.
+// retried (record.ambiguous release): its gateway logged it unanswered,
+// the upstream was failing to answer when it was sent, or its gateway was
+// stopped while it waited.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
 	for _, l := range in.Lives {
 		if l.Name == earlier.Gateway && l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
