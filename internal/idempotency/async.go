@@ -31,7 +31,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		return Result{}, false
 	}
 	// Stored even if the provider has gone away.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	sctx, cancel := e.detached(ctx)
 	defer cancel()
 	for range intakeAttempts {
 		held, takenOver, err := e.store(ctx, sctx, p, d)
@@ -126,7 +126,7 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
 	traceOf(ctx, rec)
 	// Stored even if the provider has gone away: the claim is settled
 	// either way.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	sctx, cancel := e.detached(ctx)
 	defer cancel()
 	qctx, span := e.o.Tracer.Start(sctx, "hookstamp.enqueue", trace.WithAttributes(attribute.String("hookstamp.state", string(StateQueued))))
 	// Its own pending row, replaced: the claim counted any takeover.

@@ -41,7 +41,7 @@ func (c *claim) holds() bool { return c.screen || c.ledger }
 // is most needed when the delivery was cut.
 func (c *claim) release(ctx context.Context) {
 	e := c.e
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	ctx, cancel := e.detached(ctx)
 	defer cancel()
 	var ledgerErr, screenErr error
 	rctx, span := e.o.Tracer.Start(ctx, "hookstamp.release")
@@ -69,6 +69,13 @@ func (c *claim) release(ctx context.Context) {
 	}
 	e.o.Logger.WarnContext(ctx, "release failed; the claim expires with its lease",
 		"route", c.ref.Route, "key", c.ref.Key, "err", err)
+}
+
+// detached is ctx's values without its cancellation or deadline, bounded
+// by OpTimeout: for settling what a request began, even when its provider
+// has gone away or an earlier call spent the settling context.
+func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
 }
 
 func ignoreNotOwner(err error) error {

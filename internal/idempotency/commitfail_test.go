@@ -166,3 +166,39 @@ func TestPassthroughCommitIsNoCommitFailure(t *testing.T) {
 		t.Fatalf("repeat: %s, upstream received %d; want a replay from the screen and 1", r.Outcome, forwards.Load())
 	}
 }
+
+// hungCommitLedger hangs the first Commit until its context ends, as a
+// ledger whose host vanished does; everything else works.
+type hungCommitLedger struct {
+	idempotency.Ledger
+	hung atomic.Bool
+}
+
+func (l *hungCommitLedger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+	if l.hung.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		return fmt.Errorf("commit: %w: %w", idempotency.ErrUnavailable, ctx.Err())
+	}
+	return l.Ledger.Commit(ctx, rec, owner, now)
+}
+
+// A commit that hung until the settling deadline leaves the Redis screen
+// the only record, and it must still be written: a repeat through another
+// replica once the claim's lease is over is replayed, not taken over and
+// forwarded again. The commit's retry is off, so that only the screen can
+// intercept the repeat.
+func TestHungCommitStillMarksTheScreen(t *testing.T) {
+	ctx := context.Background()
+	l, s := productionStores(t)
+	o := idempotency.Options{Screen: s, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore,
+		Lease: time.Second, OpTimeout: 300 * time.Millisecond, CommitRetryFor: -1}
+	first, second := o, o
+	first.Ledger, second.Ledger = &hungCommitLedger{Ledger: l}, l
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_hangs"}}
+	if r := newEngine(t, first).Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the first claim's lease
+	wantReplayOf(t, newEngine(t, second).Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+}

@@ -36,7 +36,7 @@ func (c *claim) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	up, ferr := e.call(ctx, fwd)
 	att := e.attemptOf(p, d, started, time.Since(clock), up, ferr)
 	// Settle even if the provider has gone away.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.OpTimeout)
+	sctx, cancel := e.detached(ctx)
 	defer cancel()
 	takenOver := c.Status == TakenOver
 	if ferr != nil {
@@ -112,14 +112,20 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 		e.o.Logger.WarnContext(ctx, "passthrough delivery not recorded: the ledger is unavailable",
 			"route", d.Route, "key", d.Key, "err", err)
 		ent.Unrecorded = true
-		c.settleScreen(sctx, ent)
+		tctx, cancel := e.detached(sctx)
+		c.settleScreen(tctx, ent)
+		cancel()
 	default:
 		e.depError("ledger", "commit", err)
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
 		ent.Unrecorded = true
-		c.settleScreen(sctx, ent)
+		// A ledger that hung spent sctx: the screen, now the only record,
+		// gets a deadline of its own.
+		tctx, cancel := e.detached(sctx)
+		c.settleScreen(tctx, ent)
+		cancel()
 		e.retryCommit(ctx, rec, c.owner, now, c.ledger, d.ticket, err)
 	}
 }
