@@ -133,7 +133,8 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 			return CauseCrashTakeover, true
 		}
 	}
-	if loggedRedelivery(in.Logs[later.Gateway], later.Key, earlier.Time, later.Time) {
+	// The later copy's run said so: it found River's note of a lost run.
+	if loggedAsync(in.Logs[later.Gateway], later.Key, redeliveryMsg, earlier.Time, later.Time) {
 		return CauseRescued, true
 	}
 	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) {
@@ -161,25 +162,25 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 	return CauseUnexplained, false
 }
 
-// redeliveryMsg starts what a gateway logs before delivering again an
-// async delivery whose previous attempt went unrecorded (internal/queue).
-const redeliveryMsg = "delivering again a delivery whose previous attempt was not recorded"
+// What a gateway logs of the async route (internal/queue): redeliveryMsg
+// before delivering again a delivery whose previous attempt went
+// unrecorded, unansweredMsg when an attempt it sent got no answer and the
+// next attempt sends it again.
+const (
+	redeliveryMsg = "delivering again a delivery whose previous attempt was not recorded"
+	unansweredMsg = "async attempt sent without an answer"
+)
 
-// loggedRedelivery reports whether a gateway said, between the two copies,
-// that it was delivering key again after its attempt was lost.
-func loggedRedelivery(lines []LogLine, key string, from, to time.Time) bool {
+// loggedAsync reports whether lines hold a line of the async route for key
+// starting with msg, written in (from, to].
+func loggedAsync(lines []LogLine, key, msg string, from, to time.Time) bool {
 	for _, l := range lines {
-		if l.Route == asyncRoute && l.Key == key && strings.HasPrefix(l.Msg, redeliveryMsg) &&
-			l.Time.After(from) && !l.Time.After(to) {
+		if l.Route == asyncRoute && l.Key == key && strings.HasPrefix(l.Msg, msg) && l.Time.After(from) && !l.Time.After(to) {
 			return true
 		}
 	}
 	return false
 }
-
-// unansweredMsg starts what a gateway logs when an async attempt it sent
-// got no answer (internal/queue): the next attempt sends it again.
-const unansweredMsg = "async attempt sent without an answer"
 
 // loggedUnanswered reports whether the gateway that sent the earlier copy
 // logged, while it was in flight and before the later copy, that the
@@ -189,14 +190,11 @@ const unansweredMsg = "async attempt sent without an answer"
 // bound it: an attempt's clock starts before its request reaches the
 // upstream, by as long as the gateway takes to connect and send.
 func loggedUnanswered(lines []LogLine, earlier, later *UpRecord, timeout time.Duration) bool {
-	from, until := earlier.Time.Add(-100*time.Millisecond), earlier.Time.Add(timeout+2*time.Second)
-	for _, l := range lines {
-		if l.Route == asyncRoute && l.Key == earlier.Key && strings.HasPrefix(l.Msg, unansweredMsg) &&
-			!l.Time.Before(from) && l.Time.Before(until) && !l.Time.After(later.Time) {
-			return true
-		}
+	until := earlier.Time.Add(timeout + 2*time.Second)
+	if later.Time.Before(until) {
+		until = later.Time
 	}
-	return false
+	return loggedAsync(lines, earlier.Key, unansweredMsg, earlier.Time.Add(-100*time.Millisecond), until)
 }
 
 // asyncBody is an async event's body.

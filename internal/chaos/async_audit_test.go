@@ -16,6 +16,21 @@ func (f *fixture) asyncEvent(id string) *Event {
 	return ev
 }
 
+// wantOneDuplicate checks that audit a found exactly one second copy:
+// allowed with cause, or not allowed and reported as a violation.
+func wantOneDuplicate(t *testing.T, a *Audit, allowed bool, cause DuplicateCause) {
+	t.Helper()
+	if len(a.Duplicates) != 1 {
+		t.Fatalf("duplicates %+v, want one", a.Duplicates)
+	}
+	if d := a.Duplicates[0]; d.Allowed != allowed || (allowed && d.Cause != cause) {
+		t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, allowed)
+	}
+	if got := len(a.Violations) > 0; got == allowed {
+		t.Errorf("violations %v", a.Violations)
+	}
+}
+
 // A second copy of an async delivery after a ledger cut is allowed when
 // the gateway that sent it logged delivering a lost attempt again, and a
 // violation when nothing explains it.
@@ -31,16 +46,7 @@ func TestAsyncSecondCopyNeedsALoggedRedelivery(t *testing.T) {
 					Msg: redeliveryMsg + "; the upstream may get it twice, with the same key"}}
 			}
 			f.apply(ev, "g2.1", 14*time.Second+5*time.Millisecond)
-			a := RunAudit(f.in)
-			if len(a.Duplicates) != 1 {
-				t.Fatalf("duplicates %+v, want one", a.Duplicates)
-			}
-			if d := a.Duplicates[0]; d.Allowed != logged || (logged && d.Cause != CauseRescued) {
-				t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, logged)
-			}
-			if got := len(a.Violations) > 0; got == logged {
-				t.Errorf("violations %v", a.Violations)
-			}
+			wantOneDuplicate(t, RunAudit(f.in), logged, CauseRescued)
 		})
 	}
 }
@@ -66,13 +72,7 @@ func TestAsyncSecondCopyAfterACrash(t *testing.T) {
 			l := f.life(tc.killed)
 			l.How, l.Stopping, l.End = "killed", first.Time.Add(tc.at), first.Time.Add(tc.at+10*time.Millisecond)
 			f.apply(ev, "g2.1", 12*time.Second)
-			a := RunAudit(f.in)
-			if len(a.Duplicates) != 1 {
-				t.Fatalf("duplicates %+v, want one", a.Duplicates)
-			}
-			if d := a.Duplicates[0]; d.Allowed != tc.allowed || (tc.allowed && d.Cause != CauseCrashTakeover) {
-				t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, tc.allowed)
-			}
+			wantOneDuplicate(t, RunAudit(f.in), tc.allowed, CauseCrashTakeover)
 		})
 	}
 }
@@ -103,16 +103,7 @@ func TestAsyncSecondCopyAfterAnUnansweredAttempt(t *testing.T) {
 					Msg: unansweredMsg + "; the next attempt delivers it again, with the same key"}}
 			}
 			f.apply(ev, "g2.1", 12*time.Second)
-			a := RunAudit(f.in)
-			if len(a.Duplicates) != 1 {
-				t.Fatalf("duplicates %+v, want one", a.Duplicates)
-			}
-			if d := a.Duplicates[0]; d.Allowed != tc.allowed || (tc.allowed && d.Cause != CauseAmbiguous) {
-				t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, tc.allowed)
-			}
-			if got := len(a.Violations) > 0; got == tc.allowed {
-				t.Errorf("violations %v", a.Violations)
-			}
+			wantOneDuplicate(t, RunAudit(f.in), tc.allowed, CauseAmbiguous)
 		})
 	}
 }

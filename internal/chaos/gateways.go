@@ -69,12 +69,7 @@ type GatewaySettings struct {
 // Redis cannot be reached (screen.on_unavailable: store); holdRoute holds
 // ambiguous results (record.ambiguous: hold), the others release them.
 func configYAML(s GatewaySettings, listen, admin, incarnation string) string {
-	// The path names the gateway that took the delivery in, and the
-	// credentials (sent as Basic auth) the one that forwards it: an async
-	// route's stored path is its intake's, forwarded by any replica.
-	up := func(route string) string {
-		return strings.Replace(s.UpstreamURL, "://", "://"+incarnation+"@", 1) + "/g/" + incarnation + "/" + route
-	}
+	up := func(route string) string { return upstreamURL(s.UpstreamURL, incarnation, route) }
 	return fmt.Sprintf(`# chaos harness: gateway incarnation %[1]s
 server:
   listen: %[2]q
@@ -182,6 +177,14 @@ func asyncYAML(s GatewaySettings, upstream string) string {
         - json: relay_id
     source: header:X-Sender
 `, asyncRoute, upstream, s.Timeout)
+}
+
+// upstreamURL is route's upstream for incarnation. The path names the
+// gateway that took a delivery in, and the credentials (sent as Basic
+// auth) the one that forwards it: an async route's stored path is its
+// intake's, forwarded by any replica.
+func upstreamURL(base, incarnation, route string) string {
+	return strings.Replace(base, "://", "://"+incarnation+"@", 1) + "/g/" + incarnation + "/" + route
 }
 
 // GatewayProc is one gateway replica: a fixed listener and admin address,
