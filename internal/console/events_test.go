@@ -106,3 +106,43 @@ func TestDeadPageWithoutAsyncRoutesSaysWhy(t *testing.T) {
 		t.Errorf("dead page without async routes:\n%s", p.body)
 	}
 }
+
+// A provider chooses the key and the body; the console shows both as text
+// and links to the event by the key's escaped form.
+func TestEventPagesShowHostileKeysAndBodiesAsText(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const key = `"><img src=x onerror=alert(1)>`
+	e.done(t, key, time.Now().Add(-time.Minute))
+	ctx := context.Background()
+	ref := idempotency.Ref{Route: "pay", Key: key}
+	if err := e.ledger.StoreRequest(ctx, ref, &idempotency.Request{Method: "POST", Path: "/up",
+		Headers: http.Header{"X-Note": {`<script>alert(2)</script>`}}, Body: []byte(`</pre><script>alert(3)</script>`)}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	list := b.get("/ui/events?route=pay")
+	var link string
+	for _, ref := range references(t, list.body) {
+		if strings.HasPrefix(ref, "/ui/event?") {
+			link = ref
+		}
+	}
+	p := b.get(link) // the list's own link reaches the event
+	if p.status != http.StatusOK || !strings.Contains(p.body, "<h1>Event &#34;&gt;&lt;img") {
+		t.Fatalf("the list's link %q: %d\n%s", link, p.status, p.body)
+	}
+	for name, pg := range map[string]page{"list": list, "event": p} {
+		if strings.Contains(pg.body, "<img") || strings.Contains(pg.body, "<script") {
+			t.Errorf("%s page renders markup from the delivery:\n%s", name, pg.body)
+		}
+	}
+	for _, want := range []string{"&lt;img src=x onerror=alert(1)&gt;", "&lt;script&gt;alert(2)&lt;/script&gt;", "&lt;/pre&gt;&lt;script&gt;alert(3)&lt;/script&gt;"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("event page lacks %q as text", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("event page:\n%s", p.body)
+	}
+}
