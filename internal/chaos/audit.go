@@ -217,7 +217,11 @@ type Audit struct {
 	Resolved map[string]int
 	// Unrecorded are acknowledged events whose commit failed after the
 	// upstream answered (SPEC §1), one line each.
-	Unrecorded                      []string
+	Unrecorded []string
+	// UnrecordedPassthroughs are replays of an answer a delivery got
+	// while passing through with the ledger down (-store-pass): the
+	// screen kept it, the ledger never had it.
+	UnrecordedPassthroughs          int
 	Takeovers, CommitFailures       float64
 	HasTakeovers, HasCommitFailures bool
 	MetricsScraped                  bool
@@ -491,6 +495,19 @@ func (au *auditor) checkSettledAnswer(ev *Event, ref string, row *LedgerRow, s *
 // delivery up.
 func (au *auditor) checkRecorded(ev *Event, ref string, row *LedgerRow, s *Send, up *UpRecord) {
 	a := au.a
+	recorded := row != nil && row.State == "done" && row.Status == s.Status && bytes.Equal(row.Body, s.Body) &&
+		row.Headers["Content-Type"] == s.ContentType
+	if !recorded {
+		if _, ok := au.loggedAny(up.Gateway, ref, func(l LogLine) bool {
+			return isUnrecordedPassthrough(l) && !l.Time.Before(up.Time.Add(-100*time.Millisecond))
+		}); ok {
+			// -store-pass: delivery up passed through while the ledger
+			// was down; its answer lives in the screen alone, which
+			// replays it, whatever a later copy recorded.
+			a.UnrecordedPassthroughs++
+			return
+		}
+	}
 	switch {
 	case row == nil || row.State != "done":
 		state := "no record"
@@ -796,6 +813,13 @@ func answeredBy(s *Send, up *UpRecord, absorbed []*UpRecord) bool {
 // isCommitFailure matches the error a gateway logs when the ledger commit
 // fails after a successful forward (SPEC §1).
 func isCommitFailure(l LogLine) bool { return strings.Contains(l.Msg, "commit failed") }
+
+// isUnrecordedPassthrough matches what a gateway logs when a delivery it
+// forwarded without a ledger (store.on_unavailable: pass) could not be
+// recorded afterwards either: no commit failure, by design.
+func isUnrecordedPassthrough(l LogLine) bool {
+	return strings.HasPrefix(l.Msg, "passthrough delivery not recorded")
+}
 
 // expectedSilence: a send may go unanswered when its gateway was down,
 // still starting, or being stopped while it ran.
@@ -1143,10 +1167,18 @@ func (p *copyPair) operatorRelease() (DuplicateCause, string, bool) {
 	return "", "", false
 }
 
-// passMode: the later copy was answered without deduplication.
+// passMode: one copy was forwarded without deduplication — the later
+// one, or the earlier one, which the ledger then never recorded, so that
+// nothing but the screen stood before the later copy.
 func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 	if s := p.answered[p.later.Seq]; s != nil && s.Outcome == "passthrough" {
 		return CausePassMode, "the later copy was answered with outcome passthrough", true
+	}
+	if l, ok := p.au.loggedAny(p.earlier.Gateway, p.ref, func(l LogLine) bool {
+		return isUnrecordedPassthrough(l) && !l.Time.Before(p.earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(p.later.Time)
+	}); ok {
+		return CausePassMode, fmt.Sprintf("the earlier copy passed through and %s logged at %s that it was not recorded",
+			p.earlier.Gateway, l.Time.Format("15:04:05.000")), true
 	}
 	return "", "", false
 }

@@ -157,6 +157,19 @@ func (f *fixture) releasedLate(rel, retry time.Duration, screenFailed bool) {
 	f.record(ev, up)
 }
 
+// passedUnrecorded records an event whose first copy g1.1 forwarded at
+// 0 without a ledger (-store-pass) and then logged it could not record;
+// the provider got the answer with outcome passthrough.
+func (f *fixture) passedUnrecorded() *Event {
+	f.in.StorePass = true
+	ev := f.event("e1")
+	up := f.apply(ev, "g1.1", 0)
+	f.answer(ev, KindGenuine, "g1.1", 0, up, "passthrough")
+	f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(5 * time.Millisecond), Level: "WARN", Route: ev.Route, Key: ev.Key,
+		Msg: "passthrough delivery not recorded: the ledger is unavailable"})
+	return ev
+}
+
 // resolved records the operator's resolution of ev's key at d.
 func (f *fixture) resolved(ev *Event, action string, d time.Duration) {
 	f.in.Resolutions = append(f.in.Resolutions, Resolution{Route: ev.Route, Key: ev.Key, Action: action,
@@ -317,6 +330,49 @@ func TestAudit(t *testing.T) {
 				f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
 				f.in.Logs["g1.1"] = []LogLine{{Msg: "commit failed after a successful forward", Route: ev.Route, Key: ev.Key}}
 			},
+		},
+		{
+			name: "a passthrough the ledger never recorded, replayed from the screen",
+			build: func(f *fixture) {
+				ev := f.passedUnrecorded()
+				f.answer(ev, KindLate, "g2.1", time.Second, f.in.Upstream[0], "replayed")
+			},
+		},
+		{
+			name: "the same replay, after a later copy was recorded",
+			build: func(f *fixture) {
+				ev := f.passedUnrecorded()
+				f.answer(ev, KindDuplicate, "g1.1", 100*time.Millisecond, f.in.Upstream[0], "replayed")
+				f.forwardedAgain(ev, "g2.1", time.Second)
+			},
+			wantCauses: []DuplicateCause{CausePassMode},
+		},
+		{
+			name: "the same replay, no passthrough logged",
+			build: func(f *fixture) {
+				ev := f.passedUnrecorded()
+				f.in.Logs["g1.1"] = nil
+				f.answer(ev, KindLate, "g2.1", time.Second, f.in.Upstream[0], "replayed")
+			},
+			wantChecks: []string{CheckAcked},
+		},
+		{
+			name: "an unrecorded passthrough forwarded again (-store-pass)",
+			build: func(f *fixture) {
+				ev := f.passedUnrecorded()
+				f.forwardedAgain(ev, "g2.1", time.Second)
+			},
+			wantCauses: []DuplicateCause{CausePassMode},
+		},
+		{
+			name: "the same without -store-pass",
+			build: func(f *fixture) {
+				ev := f.passedUnrecorded()
+				f.in.StorePass = false
+				f.forwardedAgain(ev, "g2.1", time.Second)
+			},
+			wantChecks: []string{CheckDuplicate, CheckOutcome},
+			wantCauses: []DuplicateCause{CausePassMode},
 		},
 		{
 			name: "a data race reported by a gateway",

@@ -84,6 +84,9 @@ func (r *Report) writeDeliveryRows(row func(name string, n any, detail string)) 
 	if len(a.Unrecorded) > 0 {
 		row("acknowledged, unrecorded", len(a.Unrecorded), "commit failed after the upstream answered (SPEC §1: answered, counted, logged; repeats caught only while the screen remembers)")
 	}
+	if a.UnrecordedPassthroughs > 0 {
+		row("replayed, unrecorded", a.UnrecordedPassthroughs, "answers of deliveries that passed through with the ledger down, replayed from the screen")
+	}
 }
 
 // writeStateRows: the held keys, the replays, the gateways' counters, the
