@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/faultproxy"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
@@ -225,5 +226,39 @@ func TestAsyncSettlementWhoseReplyWasLostIsStoredOnce(t *testing.T) {
 	}
 	if n := up.count("evt_lost"); n != 1 {
 		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+}
+
+// With store.on_unavailable: pass, an async route whose ledger cannot
+// store a delivery forwards it at once, as a synchronous route would:
+// the provider gets the upstream's own answer (outcome passthrough)
+// instead of a 503 that a provider without retries (GitHub) never sends
+// again. Whether the screen could be read first or not, the same answer.
+func TestAsyncLedgerDownPassForwardsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, redis string }{
+		{"screen read first", ""},
+		{"screen down too", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}, // nothing listens
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, pg, _ := proxiedCluster(t)
+			up := newUpstream(t)
+			cfg := c.asyncConfig(t, up.URL, "store")
+			cfg.Store.OnUnavailable = config.StoreUnavailablePass
+			if tc.redis != "" {
+				cfg.Screen.Redis.Addrs = []string{tc.redis}
+			}
+			g := startGatewayWith(t, cfg, asyncOptions(t))
+			pg.Cut()
+			r := send(t, g, "/hooks", `{"id":"evt_pass"}`)
+			wantOutcome(t, r, http.StatusOK, "passthrough")
+			if !strings.Contains(string(r.body), `"key":"evt_pass","n":1`) {
+				t.Fatalf("answer %q, want the upstream's", r.body)
+			}
+			if n := up.count("evt_pass"); n != 1 {
+				t.Fatalf("upstream got evt_pass %d times, want 1", n)
+			}
+		})
 	}
 }

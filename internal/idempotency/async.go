@@ -40,6 +40,12 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			continue // the row holding the key was deleted since: store afresh
 		case err != nil:
 			e.depError("ledger", "enqueue", err)
+			if e.passLedger(err) {
+				// As on a synchronous route: the upstream's own answer.
+				e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
+					"route", d.Route, "key", d.Key, "err", err)
+				return e.forwardUnclaimed(ctx, Passthrough, fwd), true
+			}
 			return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
 		case held == nil:
 			if takenOver {

@@ -212,7 +212,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		}
 		switch c.Status {
 		case Acquired, TakenOver:
-			if p.Ack != nil {
+			if p.Ack != nil && !c.pass {
 				return c.enqueue(ctx, p, d)
 			}
 			fctx, cancel := e.withinLease(ctx, p, claimedAt)
