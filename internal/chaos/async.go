@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,13 +85,20 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 			continue
 		}
 		a.Acked++
+		recs := applied[ev.Key]
 		row := in.Ledger[refKey(ev.Route, ev.Key)]
-		if row == nil {
+		switch {
+		case ev.Final.Outcome == "passthrough" && in.StorePass:
+			// Forwarded at once with the ledger down: the answer is the
+			// upstream's, and nothing was stored.
+			if !slices.ContainsFunc(recs, func(r *UpRecord) bool { return r.Seq == deliveryOf(ev.Final.Body) }) {
+				violate(CheckAsyncDelivered, ev.ID, "passed through with %d %q, which names no delivery the upstream applied", ev.Final.Status, ev.Final.Body)
+				continue
+			}
+		case row == nil:
 			violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
 			continue
-		}
-		recs := applied[ev.Key]
-		if len(recs) == 0 {
+		case len(recs) == 0:
 			violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
 			continue
 		}
@@ -128,6 +136,9 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 // the upstream was failing to answer when it was sent, or its gateway was
 // stopped while it waited.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
+	if passedThrough(in, earlier) || passedThrough(in, later) {
+		return CausePassMode, true // never stored: nothing to deliver once
+	}
 	for _, l := range in.Lives {
 		if l.Name == earlier.Gateway && l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
 			return CauseCrashTakeover, true

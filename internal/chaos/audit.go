@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -221,7 +222,10 @@ type Audit struct {
 	// UnrecordedPassthroughs are replays of an answer a delivery got
 	// while passing through with the ledger down (-store-pass): the
 	// screen kept it, the ledger never had it.
-	UnrecordedPassthroughs          int
+	UnrecordedPassthroughs int
+	// PassedReuse are copies with another body under an event's key
+	// that passed through (-store-pass): nothing checked the key.
+	PassedReuse                     int
 	Takeovers, CommitFailures       float64
 	HasTakeovers, HasCommitFailures bool
 	MetricsScraped                  bool
@@ -321,13 +325,16 @@ type auditor struct {
 	unrecordedSeen map[string]bool
 	// sendStart is the earliest start of a send answered by each delivery.
 	sendStart map[int64]time.Time
+	// reusePassed are, by event, the copies with another body that
+	// passed through (-store-pass).
+	reusePassed map[string][]*UpRecord
 }
 
 func newAuditor(in *AuditInput, a *Audit) *auditor {
 	au := &auditor{in: in, a: a, events: map[string]*Event{}, lives: map[string]*Life{}, bySeq: map[int64]*UpRecord{},
 		applied: map[string][]*UpRecord{}, logged: map[logKey][]LogLine{}, answeredSeq: map[int64]*Send{},
 		answeredDirect: map[int64]*Send{}, absorbedOf: map[string][]*UpRecord{}, unrecorded: map[int64][]Violation{},
-		unrecordedSeen: map[string]bool{}, sendStart: map[int64]time.Time{}}
+		unrecordedSeen: map[string]bool{}, sendStart: map[int64]time.Time{}, reusePassed: map[string][]*UpRecord{}}
 	for _, ev := range in.Events {
 		au.events[refKey(ev.Route, ev.Key)] = ev
 	}
@@ -378,7 +385,12 @@ func (au *auditor) readUpstream() {
 			a.violate(CheckUpstreamID, "", "upstream request %d carried key %q that no event has", r.Seq, r.Key)
 			continue
 		case !bytes.Equal(r.Body, ev.Body):
-			a.violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
+			if passedThrough(au.in, r) {
+				a.PassedReuse++
+				au.reusePassed[ref] = append(au.reusePassed[ref], r)
+			} else {
+				a.violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
+			}
 			continue // not a copy of the event
 		}
 		if r.Applied {
@@ -437,6 +449,9 @@ func (au *auditor) checkSend(ev *Event, ref string, row *LedgerRow, s *Send) {
 	a.Outcomes[s.Outcome]++
 	au.noteAnswered(ref, s)
 	if au.readTimedOut(s) {
+		return
+	}
+	if au.answeredAsReused(s) {
 		return
 	}
 	checkOutcome(s, au.in.StorePass, a.violate)
@@ -821,6 +836,28 @@ func isUnrecordedPassthrough(l LogLine) bool {
 	return strings.HasPrefix(l.Msg, "passthrough delivery not recorded")
 }
 
+// passReach bounds how long after its arrival upstream a passthrough's
+// delivery line comes: the upstream's answer (upstream.timeout), then a
+// try at recording it, bounded by the ledger's statement timeout (5 s).
+const passReach = 6 * time.Second
+
+// passedThrough: with -store-pass, copy r was forwarded without
+// deduplication, as its gateway's delivery line for the key says. Such a
+// copy knew nothing of the key's state: a body the key was first used
+// with, a hold, a record.
+func passedThrough(in *AuditInput, r *UpRecord) bool {
+	if !in.StorePass {
+		return false
+	}
+	for _, l := range in.Logs[r.Gateway] {
+		if l.Outcome == "passthrough" && l.Route == r.Route && l.Key == r.Key &&
+			!l.Time.Before(r.Time.Add(-100*time.Millisecond)) && l.Time.Before(r.Time.Add(in.Timeout+passReach)) {
+			return true
+		}
+	}
+	return false
+}
+
 // expectedSilence: a send may go unanswered when its gateway was down,
 // still starting, or being stopped while it ran.
 func expectedSilence(s *Send, lives map[string]*Life) bool {
@@ -847,6 +884,26 @@ func (au *auditor) readTimedOut(s *Send) bool {
 		stalled += stalledWithin(l.Frozen, s.Start, s.End)
 	}
 	return stalled > 0
+}
+
+// answeredAsReused: with -store-pass, s was answered as the copy with
+// another body that passed through first made the key answer: that
+// copy's own passthrough, a replay of its answer, or 422 for the event's
+// own body.
+func (au *auditor) answeredAsReused(s *Send) bool {
+	passed := au.reusePassed[refKey(s.Event.Route, s.Event.Key)]
+	if len(passed) == 0 && !(s.Kind == KindTamper && s.Outcome == "passthrough") {
+		return false
+	}
+	switch {
+	case s.Kind == KindTamper && s.Outcome == "passthrough":
+		return au.in.StorePass
+	case s.Kind == KindTamper && s.Outcome == "replayed":
+		return slices.ContainsFunc(passed, func(r *UpRecord) bool { return r.Seq == deliveryOf(s.Body) })
+	case s.Kind != KindTamper && s.Outcome == "mismatch":
+		return slices.ContainsFunc(passed, func(r *UpRecord) bool { return r.Time.Before(s.End) })
+	}
+	return false
 }
 
 // checkOutcome flags answers a copy of this kind must never get.
@@ -943,6 +1000,9 @@ func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev
 	}
 	for _, up := range in.Upstream {
 		ref := refKey(up.Route, up.Key)
+		if passedThrough(in, up) {
+			continue // the ledger that holds the key was down
+		}
 		for _, h := range holds[ref] {
 			if !up.Time.After(h) {
 				continue

@@ -84,6 +84,9 @@ func (r *Report) writeDeliveryRows(row func(name string, n any, detail string)) 
 	if len(a.Unrecorded) > 0 {
 		row("acknowledged, unrecorded", len(a.Unrecorded), "commit failed after the upstream answered (SPEC §1: answered, counted, logged; repeats caught only while the screen remembers)")
 	}
+	if a.PassedReuse > 0 {
+		row("reused keys passed", a.PassedReuse, "copies with another body under an event's key, forwarded without deduplication while the ledger was down")
+	}
 	if a.UnrecordedPassthroughs > 0 {
 		row("replayed, unrecorded", a.UnrecordedPassthroughs, "answers of deliveries that passed through with the ledger down, replayed from the screen")
 	}

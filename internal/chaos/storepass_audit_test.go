@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// passLine is the delivery line gw logs at d for a copy of ev it
+// forwarded without deduplication.
+func (f *fixture) passLine(ev *Event, gw string, d time.Duration) {
+	f.in.Logs[gw] = append(f.in.Logs[gw], LogLine{Time: f.at(d), Msg: "delivery", Route: ev.Route, Key: ev.Key, Outcome: "passthrough"})
+}
+
+// With -store-pass a copy that passed through knew nothing of its key:
+// another body under it, a hold, an async route's store. The audit lets
+// such a copy be, when its gateway logged it passed, and only then.
+func TestStorePassCopiesThatKnewNothingOfTheirKey(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(f *fixture) // one copy that passed through, logged at 20 ms
+		check string           // violated when the line is missing
+	}{
+		{
+			name: "another body under the key, then its replay and 422 for the event's own",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				up := f.apply(ev, "g1.1", 0)
+				up.Body = tamperedBody(ev)
+				f.answer(ev, KindTamper, "g1.1", 0, up, "passthrough")
+				f.answer(ev, KindTamper, "g2.1", time.Second, up, "replayed")
+				s := f.conflict(ev, KindGenuine, "g2.1", 2*time.Second)
+				s.Status, s.Outcome = 422, "mismatch"
+				f.passLine(ev, "g1.1", 20*time.Millisecond)
+			},
+			check: CheckKeyReuse,
+		},
+		{
+			name: "a held key",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.in.Logs["g2.1"] = []LogLine{{Time: f.at(-time.Second), Msg: msgHeld, Route: ev.Route, Key: ev.Key}}
+				up := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, up, "passthrough")
+				f.passLine(ev, "g1.1", 20*time.Millisecond)
+			},
+			check: CheckHold,
+		},
+		{
+			name: "an async delivery forwarded at once, then stored by another copy",
+			build: func(f *fixture) {
+				ev := f.asyncEvent("e1")
+				up := f.apply(ev, "g1.1", 0)
+				*ev.Final = Send{Event: ev, EventID: ev.ID, Kind: KindGenuine, Answered: true, Status: 200, Outcome: "passthrough",
+					Start: f.at(0), End: f.at(30 * time.Millisecond), ContentType: "application/json", Body: up.Response}
+				f.passLine(ev, "g1.1", 20*time.Millisecond)
+				f.apply(ev, "g2.1", 5*time.Second) // the queue's delivery of a copy stored later
+			},
+			check: CheckAsyncOnce,
+		},
+	}
+	for _, tc := range tests {
+		for _, logged := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/logged=%v", tc.name, logged), func(t *testing.T) {
+				f := newFixture()
+				f.in.StorePass = true
+				tc.build(f)
+				if !logged {
+					f.in.Logs["g1.1"] = nil
+				}
+				got := checks(RunAudit(f.in))
+				if logged && len(got) > 0 || !logged && (len(got) == 0 || !slices.Contains(got, tc.check)) {
+					t.Errorf("violated checks %v; want none when logged, %s when not", got, tc.check)
+				}
+			})
+		}
+	}
+}
