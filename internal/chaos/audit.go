@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -325,16 +324,16 @@ type auditor struct {
 	unrecordedSeen map[string]bool
 	// sendStart is the earliest start of a send answered by each delivery.
 	sendStart map[int64]time.Time
-	// reusePassed are, by event, the copies with another body that
-	// passed through (-store-pass).
-	reusePassed map[string][]*UpRecord
+	// passTouched are the events of which a copy passed through
+	// (-store-pass): their key's state is what the outage left.
+	passTouched map[string]bool
 }
 
 func newAuditor(in *AuditInput, a *Audit) *auditor {
 	au := &auditor{in: in, a: a, events: map[string]*Event{}, lives: map[string]*Life{}, bySeq: map[int64]*UpRecord{},
 		applied: map[string][]*UpRecord{}, logged: map[logKey][]LogLine{}, answeredSeq: map[int64]*Send{},
 		answeredDirect: map[int64]*Send{}, absorbedOf: map[string][]*UpRecord{}, unrecorded: map[int64][]Violation{},
-		unrecordedSeen: map[string]bool{}, sendStart: map[int64]time.Time{}, reusePassed: map[string][]*UpRecord{}}
+		unrecordedSeen: map[string]bool{}, sendStart: map[int64]time.Time{}, passTouched: map[string]bool{}}
 	for _, ev := range in.Events {
 		au.events[refKey(ev.Route, ev.Key)] = ev
 	}
@@ -346,6 +345,9 @@ func newAuditor(in *AuditInput, a *Audit) *auditor {
 			if l.Key != "" {
 				k := logKey{life, refKey(l.Route, l.Key)}
 				au.logged[k] = append(au.logged[k], l)
+				if in.StorePass && l.Outcome == "passthrough" {
+					au.passTouched[k.ref] = true
+				}
 			}
 		}
 	}
@@ -385,9 +387,8 @@ func (au *auditor) readUpstream() {
 			a.violate(CheckUpstreamID, "", "upstream request %d carried key %q that no event has", r.Seq, r.Key)
 			continue
 		case !bytes.Equal(r.Body, ev.Body):
-			if passedThrough(au.in, r) {
+			if au.passTouched[ref] {
 				a.PassedReuse++
-				au.reusePassed[ref] = append(au.reusePassed[ref], r)
 			} else {
 				a.violate(CheckKeyReuse, ev.ID, "the upstream received a different body under the event's key (request %d from %s, action %s)", r.Seq, r.Gateway, r.Action)
 			}
@@ -512,16 +513,13 @@ func (au *auditor) checkRecorded(ev *Event, ref string, row *LedgerRow, s *Send,
 	a := au.a
 	recorded := row != nil && row.State == "done" && row.Status == s.Status && bytes.Equal(row.Body, s.Body) &&
 		row.Headers["Content-Type"] == s.ContentType
-	if !recorded {
-		if _, ok := au.loggedAny(up.Gateway, ref, func(l LogLine) bool {
-			return isUnrecordedPassthrough(l) && !l.Time.Before(up.Time.Add(-100*time.Millisecond))
-		}); ok {
-			// -store-pass: delivery up passed through while the ledger
-			// was down; its answer lives in the screen alone, which
-			// replays it, whatever a later copy recorded.
-			a.UnrecordedPassthroughs++
-			return
-		}
+	if !recorded && au.unrecordedPassSince(ref, up.Time.Add(-100*time.Millisecond)) {
+		// -store-pass: a copy passed through while the ledger was down,
+		// with up's answer (its own, or the application's replay of it);
+		// that answer lives in the screen alone, which replays it,
+		// whatever a later copy recorded.
+		a.UnrecordedPassthroughs++
+		return
 	}
 	switch {
 	case row == nil || row.State != "done":
@@ -836,6 +834,19 @@ func isUnrecordedPassthrough(l LogLine) bool {
 	return strings.HasPrefix(l.Msg, "passthrough delivery not recorded")
 }
 
+// unrecordedPassSince: a gateway logged a passthrough of ref unrecorded
+// at from or later.
+func (au *auditor) unrecordedPassSince(ref string, from time.Time) bool {
+	for _, l := range au.in.Lives {
+		if _, ok := au.loggedAny(l.Name, ref, func(l LogLine) bool {
+			return isUnrecordedPassthrough(l) && !l.Time.Before(from)
+		}); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // passReach bounds how long after its arrival upstream a passthrough's
 // delivery line comes: the upstream's answer (upstream.timeout), then a
 // try at recording it, bounded by the ledger's statement timeout (5 s).
@@ -886,24 +897,18 @@ func (au *auditor) readTimedOut(s *Send) bool {
 	return stalled > 0
 }
 
-// answeredAsReused: with -store-pass, s was answered as the copy with
-// another body that passed through first made the key answer: that
-// copy's own passthrough, a replay of its answer, or 422 for the event's
-// own body.
+// answeredAsReused: with -store-pass, s's key met the ledger's outage (a
+// copy passed through, its body never recorded), so whichever body was
+// recorded first defines it: a copy with another body may be forwarded
+// and replayed, and the event's own body refused with 422.
 func (au *auditor) answeredAsReused(s *Send) bool {
-	passed := au.reusePassed[refKey(s.Event.Route, s.Event.Key)]
-	if len(passed) == 0 && !(s.Kind == KindTamper && s.Outcome == "passthrough") {
+	if !au.passTouched[refKey(s.Event.Route, s.Event.Key)] {
 		return false
 	}
-	switch {
-	case s.Kind == KindTamper && s.Outcome == "passthrough":
-		return au.in.StorePass
-	case s.Kind == KindTamper && s.Outcome == "replayed":
-		return slices.ContainsFunc(passed, func(r *UpRecord) bool { return r.Seq == deliveryOf(s.Body) })
-	case s.Kind != KindTamper && s.Outcome == "mismatch":
-		return slices.ContainsFunc(passed, func(r *UpRecord) bool { return r.Time.Before(s.End) })
+	if s.Kind == KindTamper {
+		return s.Outcome == "forwarded" || s.Outcome == "passthrough" || s.Outcome == "replayed"
 	}
-	return false
+	return s.Outcome == "mismatch"
 }
 
 // checkOutcome flags answers a copy of this kind must never get.
@@ -1166,6 +1171,12 @@ func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
 	if l := p.au.lives[earlier.Gateway]; l != nil {
 		until = until.Add(stalledWithin(l.Frozen, earlier.Time, until))
 	}
+	// A release that failed may have waited out a hung ledger first.
+	if _, failed := p.au.loggedAny(earlier.Gateway, p.ref, func(l LogLine) bool {
+		return strings.HasPrefix(l.Msg, releaseFailedMsg) && !l.Time.Before(earlier.Time) && l.Time.Before(until.Add(ledgerCallTimeout))
+	}); failed {
+		until = until.Add(ledgerCallTimeout)
+	}
 	inFlight := func(l LogLine) bool {
 		return !l.Time.Before(earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(until)
 	}
@@ -1208,6 +1219,9 @@ func (p *copyPair) freedBy(rel LogLine) time.Time {
 const (
 	releaseFailedMsg  = "release failed"
 	screenCallTimeout = time.Second
+	// ledgerCallTimeout bounds one ledger statement (sqlledger's
+	// default operation timeout).
+	ledgerCallTimeout = 5 * time.Second
 )
 
 // operatorRelease: the operator released a held key while the earlier
@@ -1233,6 +1247,11 @@ func (p *copyPair) operatorRelease() (DuplicateCause, string, bool) {
 func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 	if s := p.answered[p.later.Seq]; s != nil && s.Outcome == "passthrough" {
 		return CausePassMode, "the later copy was answered with outcome passthrough", true
+	}
+	for _, c := range []*UpRecord{p.later, p.earlier} {
+		if passedThrough(p.au.in, c) {
+			return CausePassMode, fmt.Sprintf("%s logged delivery %d passed through", c.Gateway, c.Seq), true
+		}
 	}
 	if l, ok := p.au.loggedAny(p.earlier.Gateway, p.ref, func(l LogLine) bool {
 		return isUnrecordedPassthrough(l) && !l.Time.Before(p.earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(p.later.Time)

@@ -71,6 +71,13 @@ func TestAuditSoundness(t *testing.T) {
 			},
 		},
 		{
+			// Only a failed release waited out a hung ledger.
+			name: "a retry after a release logged past the forward's reach with nothing slow in it",
+			build: func(f *fixture) {
+				f.releasedLate(6200*time.Millisecond, 6500*time.Millisecond, false)
+			},
+		},
+		{
 			// A frozen owner looks dead only once its lease has run out:
 			// a copy forwarded within the lease of the earlier claim took
 			// nothing over.
@@ -214,6 +221,15 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 			name: "a retry claimed while the release's screen part hung",
 			build: func(f *fixture) {
 				f.releasedLate(2200*time.Millisecond, 1300*time.Millisecond, true)
+			},
+			wantCauses: []DuplicateCause{CauseAmbiguous},
+		},
+		{
+			// PostgreSQL hung: the release waited out a statement and
+			// failed; the claim expired with its lease meanwhile.
+			name: "a retry after a release that waited out a hung ledger",
+			build: func(f *fixture) {
+				f.releasedLate(6200*time.Millisecond, 6500*time.Millisecond, true)
 			},
 			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},

@@ -37,6 +37,31 @@ func TestStorePassCopiesThatKnewNothingOfTheirKey(t *testing.T) {
 			check: CheckKeyReuse,
 		},
 		{
+			name: "a replay of the answer a passthrough got from the application for another copy",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g2.1", 0) // its own send timed out
+				f.answer(ev, KindDuplicate, "g1.1", time.Second, first, "passthrough")
+				f.in.Logs["g1.1"] = []LogLine{{Time: f.at(time.Second + 20*time.Millisecond), Route: ev.Route, Key: ev.Key,
+					Msg: "passthrough delivery not recorded: the ledger is unavailable"}}
+				f.answer(ev, KindGenuine, "g1.1", 2*time.Second, first, "replayed")
+			},
+			check: CheckAcked,
+		},
+		{
+			name: "two copies passed through, the second answered with the first's answer",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				first := f.apply(ev, "g1.1", 0)
+				f.answer(ev, KindGenuine, "g1.1", 0, first, "passthrough")
+				f.apply(ev, "g1.1", time.Second) // the application replayed the first's answer
+				f.answer(ev, KindDuplicate, "g1.1", time.Second, first, "passthrough")
+				f.passLine(ev, "g1.1", 20*time.Millisecond)
+				f.passLine(ev, "g1.1", time.Second+20*time.Millisecond)
+			},
+			check: CheckDuplicate,
+		},
+		{
 			name: "a held key",
 			build: func(f *fixture) {
 				ev := f.event("e1")
