@@ -847,11 +847,6 @@ func (au *auditor) unrecordedPassSince(ref string, from time.Time) bool {
 	return false
 }
 
-// passReach bounds how long after its arrival upstream a passthrough's
-// delivery line comes: the upstream's answer (upstream.timeout), then a
-// try at recording it, bounded by the ledger's statement timeout (5 s).
-const passReach = 6 * time.Second
-
 // passedThrough: with -store-pass, copy r was forwarded without
 // deduplication, as its gateway's delivery line for the key says. Such a
 // copy knew nothing of the key's state: a body the key was first used
@@ -860,9 +855,11 @@ func passedThrough(in *AuditInput, r *UpRecord) bool {
 	if !in.StorePass {
 		return false
 	}
+	// The line follows the upstream's answer and a try at recording it.
+	reach := in.Timeout + ledgerCallTimeout + time.Second
 	for _, l := range in.Logs[r.Gateway] {
 		if l.Outcome == "passthrough" && l.Route == r.Route && l.Key == r.Key &&
-			!l.Time.Before(r.Time.Add(-100*time.Millisecond)) && l.Time.Before(r.Time.Add(in.Timeout+passReach)) {
+			!l.Time.Before(r.Time.Add(-100*time.Millisecond)) && l.Time.Before(r.Time.Add(reach)) {
 			return true
 		}
 	}
@@ -1241,9 +1238,9 @@ func (p *copyPair) operatorRelease() (DuplicateCause, string, bool) {
 	return "", "", false
 }
 
-// passMode: one copy was forwarded without deduplication — the later
-// one, or the earlier one, which the ledger then never recorded, so that
-// nothing but the screen stood before the later copy.
+// passMode: either copy was forwarded without deduplication — the
+// later one, or the earlier one, which the ledger then never recorded, so
+// that nothing but the screen stood before the later copy.
 func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 	if s := p.answered[p.later.Seq]; s != nil && s.Outcome == "passthrough" {
 		return CausePassMode, "the later copy was answered with outcome passthrough", true
@@ -1252,12 +1249,6 @@ func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 		if passedThrough(p.au.in, c) {
 			return CausePassMode, fmt.Sprintf("%s logged delivery %d passed through", c.Gateway, c.Seq), true
 		}
-	}
-	if l, ok := p.au.loggedAny(p.earlier.Gateway, p.ref, func(l LogLine) bool {
-		return isUnrecordedPassthrough(l) && !l.Time.Before(p.earlier.Time.Add(-100*time.Millisecond)) && l.Time.Before(p.later.Time)
-	}); ok {
-		return CausePassMode, fmt.Sprintf("the earlier copy passed through and %s logged at %s that it was not recorded",
-			p.earlier.Gateway, l.Time.Format("15:04:05.000")), true
 	}
 	return "", "", false
 }
