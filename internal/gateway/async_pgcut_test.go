@@ -262,3 +262,36 @@ func TestAsyncLedgerDownPassForwardsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A ledger that refuses writes but answers reads (a standby during a
+// failover) still knows what it stored: a repeat of a stored async
+// delivery gets its acknowledgement, whatever store.on_unavailable says,
+// and is never forwarded at once beside the queue's delivery.
+func TestAsyncReadOnlyLedgerStillAcknowledgesStored(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{config.StoreUnavailableReject, config.StoreUnavailablePass} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			c := sharedCluster(t)
+			up := newUpstream(t)
+			start := func(name, dsn string) *Gateway {
+				cfg := c.asyncConfig(t, up.URL, "store")
+				cfg.Store.DSN, cfg.Store.OnUnavailable = dsn, mode
+				cfg.Screen.Prefix += name + ":" // a screen of its own: the standby's knows nothing
+				return startGatewayWith(t, cfg, asyncOptions(t))
+			}
+			writer := start("writer", c.dsn)
+			first := send(t, writer, "/hooks", `{"id":"evt_ro_async"}`)
+			wantOutcome(t, first, http.StatusAccepted, "accepted")
+			waitState(t, writer, "evt_ro_async", idempotency.StateDone)
+
+			ro := start("standby", c.dsn+"&default_transaction_read_only=on")
+			again := send(t, ro, "/hooks", `{"id":"evt_ro_async"}`)
+			wantOutcome(t, again, http.StatusAccepted, "replayed")
+			sameReply(t, first, again)
+			if n := up.count("evt_ro_async"); n != 1 {
+				t.Fatalf("upstream got the stored event %d times, want 1", n)
+			}
+		})
+	}
+}

@@ -40,6 +40,10 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			continue // the row holding the key was deleted since: store afresh
 		case err != nil:
 			e.depError("ledger", "enqueue", err)
+			if rec := e.readable(ctx, d.Ref, err); rec != nil {
+				// A ledger refusing writes still knows what it stored.
+				return e.replayFound(ctx, p, d, fwd, ackEntry(p, rec))
+			}
 			if e.passLedger(err) {
 				// As on a synchronous route: the upstream's own answer.
 				e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
