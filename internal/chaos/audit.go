@@ -1168,10 +1168,11 @@ func (p *copyPair) ambiguousRelease() (DuplicateCause, string, bool) {
 	if l := p.au.lives[earlier.Gateway]; l != nil {
 		until = until.Add(stalledWithin(l.Frozen, earlier.Time, until))
 	}
-	// A release that failed may have waited out a hung ledger first.
+	// A release may have waited out a hung ledger first: it failed, or
+	// PostgreSQL hung or slowed meanwhile.
 	if _, failed := p.au.loggedAny(earlier.Gateway, p.ref, func(l LogLine) bool {
 		return strings.HasPrefix(l.Msg, releaseFailedMsg) && !l.Time.Before(earlier.Time) && l.Time.Before(until.Add(ledgerCallTimeout))
-	}); failed {
+	}); failed || p.au.ledgerStalled(earlier.Time, until) {
 		until = until.Add(ledgerCallTimeout)
 	}
 	inFlight := func(l LogLine) bool {
@@ -1208,6 +1209,20 @@ func (p *copyPair) freedBy(rel LogLine) time.Time {
 		freed = t
 	}
 	return freed
+}
+
+// ledgerStalled: a fault that makes ledger statements wait (not fail at
+// once) overlapped [from, to].
+func (au *auditor) ledgerStalled(from, to time.Time) bool {
+	for _, f := range au.in.Faults {
+		switch f.Kind {
+		case FaultPGBlackhole, FaultPGHostLost, FaultPGLostReplies, FaultPGSlow:
+			if f.Start.Before(to) && f.End.After(from) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // releaseFailedMsg starts what a gateway logs when a release failed in

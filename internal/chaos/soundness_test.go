@@ -234,6 +234,17 @@ func TestAuditSoundnessKeepsTheExceptions(t *testing.T) {
 			wantCauses: []DuplicateCause{CauseAmbiguous},
 		},
 		{
+			// The same without the failure: the release waited for
+			// PostgreSQL to answer again.
+			name: "a retry after a release logged once a hung ledger answered",
+			build: func(f *fixture) {
+				f.releasedLate(6200*time.Millisecond, 6500*time.Millisecond, false)
+				f.in.Faults = append(f.in.Faults, FaultRecord{Fault: Fault{Kind: FaultPGBlackhole},
+					Start: f.at(1500 * time.Millisecond), End: f.at(5 * time.Second)})
+			},
+			wantCauses: []DuplicateCause{CauseAmbiguous},
+		},
+		{
 			name: "a takeover a lease after the claim, its owner frozen by a host stall",
 			build: func(f *fixture) {
 				ev := f.event("e1")
