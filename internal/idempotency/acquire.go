@@ -230,8 +230,7 @@ func (c *claim) recorded(ctx context.Context, rec *Record) bool {
 // released with 503. rowMayExist: the ledger may hold c's pending row.
 func (e *Engine) unconfirmed(ctx context.Context, c claim, err error, rowMayExist bool) (claim, *Result) {
 	if e.passLedger(err) {
-		e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
-			"route", c.ref.Route, "key", c.ref.Key, "err", err)
+		e.warnPassing(ctx, c.ref, err)
 		c.pass = true
 		return c, nil
 	}
@@ -239,6 +238,11 @@ func (e *Engine) unconfirmed(ctx context.Context, c claim, err error, rowMayExis
 	c.release(ctx)
 	r := e.unavailable(fmt.Errorf("confirm %q: %w", c.ref.Key, err))
 	return claim{}, &r
+}
+
+// warnPassing logs a delivery forwarded without a ledger.
+func (e *Engine) warnPassing(ctx context.Context, ref Ref, err error) {
+	e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable", "route", ref.Route, "key", ref.Key, "err", err)
 }
 
 // passLedger reports whether a failed ledger call lets the delivery be

@@ -46,8 +46,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			}
 			if e.passLedger(err) {
 				// As on a synchronous route: the upstream's own answer.
-				e.o.Logger.WarnContext(ctx, "forwarding without a ledger: it is unavailable",
-					"route", d.Route, "key", d.Key, "err", err)
+				e.warnPassing(ctx, d.Ref, err)
 				return e.forwardUnclaimed(ctx, Passthrough, fwd), true
 			}
 			return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
