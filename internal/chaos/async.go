@@ -137,7 +137,7 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 // stopped while it waited.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
 	if passedThrough(in, earlier) || passedThrough(in, later) {
-		return CausePassMode, true // never stored: nothing to deliver once
+		return CausePassMode, true // a copy that passed through was never stored: no queue knew it
 	}
 	for _, l := range in.Lives {
 		if l.Name == earlier.Gateway && l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
