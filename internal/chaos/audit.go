@@ -1002,9 +1002,6 @@ func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev
 	}
 	for _, up := range in.Upstream {
 		ref := refKey(up.Route, up.Key)
-		if passedThrough(in, up) {
-			continue // the ledger that holds the key was down
-		}
 		for _, h := range holds[ref] {
 			if !up.Time.After(h) {
 				continue
@@ -1015,7 +1012,8 @@ func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev
 					end = r.Start
 				}
 			}
-			if end.IsZero() || up.Time.Before(end) {
+			// A copy that passed through found the ledger holding the key down.
+			if (end.IsZero() || up.Time.Before(end)) && !passedThrough(in, up) {
 				what := "never resolved"
 				if !end.IsZero() {
 					what = fmt.Sprintf("resolved %v later", end.Sub(up.Time).Round(time.Millisecond))
