@@ -23,7 +23,8 @@ routes:
 `)
 	a := c.Routes[0]
 	if !a.StoresRequests() || a.Async.Ack.Status != 202 || a.Async.Ack.Body != "" || a.Async.MaxAttempts != 25 ||
-		a.Async.MaxAge != 72*time.Hour || a.Async.Backoff != (Backoff{Initial: time.Second, Max: time.Hour}) || a.Async.Concurrency != 8 {
+		a.Async.MaxAge != 72*time.Hour || a.Async.Backoff != (Backoff{Initial: time.Second, Max: time.Hour}) || a.Async.Concurrency != 8 ||
+		a.Async.PollInterval != 250*time.Millisecond {
 		t.Errorf("async defaults: stores=%v %+v", a.StoresRequests(), a.Async)
 	}
 	if ack := c.Routes[1].Async.Ack; ack.Status != 200 || ack.Body != "[accepted]" {
@@ -47,6 +48,7 @@ routes:
 		{"    async: {max_attempts: 0}\n", "routes[0].async.max_attempts", "at least 1"},
 		{"    async: {backoff: {initial: 1m, max: 1s}}\n", "routes[0].async.backoff.max", "shorter"},
 		{"    async: {concurrency: 0}\n", "routes[0].async.concurrency", "at least 1"},
+		{"    async: {poll_interval: 1ms}\n", "routes[0].async.poll_interval", "at least 10ms"},
 		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
 		{"    delivery: later\n", "routes[0].delivery", "unknown value"},
 	}

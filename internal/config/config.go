@@ -398,7 +398,14 @@ type Async struct {
 	// Concurrency bounds this route's attempts in flight on one replica.
 	// Default 8.
 	Concurrency int `koanf:"concurrency" yaml:"concurrency"`
+	// PollInterval is how often each replica looks for this route's
+	// deliveries that became due while none were running: the longest an
+	// idle route's delivery waits after its acknowledgement. Default 250ms.
+	PollInterval time.Duration `koanf:"poll_interval" yaml:"poll_interval"`
 }
+
+// MinPollInterval is the shortest Async.PollInterval.
+const MinPollInterval = 10 * time.Millisecond
 
 // Ack is the fixed answer a store-and-forward route gives the provider.
 type Ack struct {

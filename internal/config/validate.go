@@ -622,6 +622,9 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	if a.Concurrency < 1 {
 		errs.add(join(ap, "concurrency"), "must be at least 1, got %d", a.Concurrency)
 	}
+	if a.PollInterval < MinPollInterval {
+		errs.add(join(ap, "poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, a.PollInterval)
+	}
 	if r.Retention > 0 && a.MaxAge >= r.Retention {
 		// The sweeper deletes a row once its retention ends: a delivery
 		// still queued then would vanish undelivered.

@@ -89,6 +89,34 @@ func TestAsyncAcknowledgesBeforeTheUpstreamAnswers(t *testing.T) {
 	wantOutcome(t, changed, http.StatusUnprocessableEntity, "mismatch")
 }
 
+// An idle route's queue looks for new deliveries every async.poll_interval:
+// with a short one the event reaches the upstream at once, with an hour
+// it waits, although the queue has free workers.
+func TestAsyncPollIntervalIsTheRoutesOwn(t *testing.T) {
+	o := asyncOptions(t)
+	o.QueuePollInterval = 0
+	start := func(poll string) (*Gateway, *upstream) {
+		up := newUpstream(t)
+		cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute+"      poll_interval: "+poll+"\n", "")
+		return startGatewayWith(t, cfg, o), up
+	}
+	// The hour-long queue starts first, so that its start-up fetch, which
+	// finds nothing, is over before the fast route has delivered.
+	slow, slowUp := start("1h")
+	fast, fastUp := start("20ms")
+	wantOutcome(t, send(t, fast, "/hooks", `{"id":"evt_fast"}`), http.StatusAccepted, "accepted")
+	waitState(t, fast, "evt_fast", idempotency.StateDone)
+	if n := fastUp.count("evt_fast"); n != 1 {
+		t.Fatalf("the 20ms route's upstream got %d copies, want 1", n)
+	}
+	wantOutcome(t, send(t, slow, "/hooks", `{"id":"evt_slow"}`), http.StatusAccepted, "accepted")
+	time.Sleep(time.Second) // nothing to poll for: the test is that nothing arrives (4× the default interval)
+	rec, err := slow.Ledger().Lookup(t0ctx, idempotency.Ref{Route: "hooks", Key: "evt_slow"})
+	if err != nil || rec.State != idempotency.StateQueued || slowUp.count("evt_slow") != 0 {
+		t.Fatalf("the 1h route after 1s: %+v (%v), upstream got %d; want it still queued", rec, err, slowUp.count("evt_slow"))
+	}
+}
+
 func TestAsyncRetriesUntilTheUpstreamTakesIt(t *testing.T) {
 	up := newUpstream(t)
 	fourth := make(chan struct{})

@@ -45,10 +45,10 @@ type Options struct {
 	// TLSReloadInterval is how often certificate files are read for a
 	// change (1s when 0).
 	TLSReloadInterval time.Duration
-	// QueuePollInterval is how often each async route's queue looks for
-	// jobs, RescueMargin what it adds to upstream.timeout before a job
-	// whose replica died is delivered again (queue's defaults when 0;
-	// tests: short).
+	// QueuePollInterval, when set, replaces every route's
+	// async.poll_interval; RescueMargin is what the queue adds to
+	// upstream.timeout before a job whose replica died is delivered again
+	// (the queue's default when 0). Tests set both short.
 	QueuePollInterval time.Duration
 	RescueMargin      time.Duration
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -66,7 +67,8 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 		a := rc.Async
 		qr = append(qr, queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
 			Timeout: r.UpstreamTimeout, MaxAttempts: a.MaxAttempts, MaxAge: a.MaxAge,
-			Backoff: queue.Backoff{Initial: a.Backoff.Initial, Max: a.Backoff.Max}, Concurrency: a.Concurrency})
+			Backoff: queue.Backoff{Initial: a.Backoff.Initial, Max: a.Backoff.Max}, Concurrency: a.Concurrency,
+			PollInterval: cmp.Or(o.QueuePollInterval, a.PollInterval)})
 		if rc.Delivery == config.DeliveryAsync {
 			g.queue.async[rc.Name] = true
 			names = append(names, rc.Name)
@@ -82,9 +84,9 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	q, err := queue.New(queue.Options{
 		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr,
 		Replica:      replicaName(),
-		PollInterval: o.QueuePollInterval, RescueMargin: o.RescueMargin,
-		Hooks:  queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld},
-		Tracer: g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
+		RescueMargin: o.RescueMargin,
+		Hooks:        queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld},
+		Tracer:       g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -40,9 +41,10 @@ const (
 
 // Defaults applied by New to zero Options fields.
 const (
-	// DefaultPollInterval is how often each route's queue looks for jobs
-	// that became available (River: FetchPollInterval).
-	DefaultPollInterval = time.Second
+	// DefaultPollInterval is how often a route's queue looks for jobs that
+	// became available when Route.PollInterval is zero (River:
+	// FetchPollInterval).
+	DefaultPollInterval = 250 * time.Millisecond
 	// DefaultRescueMargin is added to a route's upstream.timeout before a
 	// running job is presumed lost with its replica and delivered again.
 	DefaultRescueMargin = 10 * time.Second
@@ -59,9 +61,7 @@ type Options struct {
 	Routes    []Route
 	// Replica names this process in hookstamp_attempts.
 	Replica string
-	// PollInterval (DefaultPollInterval) and RescueMargin
-	// (DefaultRescueMargin).
-	PollInterval time.Duration
+	// RescueMargin (DefaultRescueMargin).
 	RescueMargin time.Duration
 	Hooks        Hooks
 	// Tracer makes the attempt spans; TracerProvider River's own (no-op
@@ -111,9 +111,6 @@ func New(o Options) (*Queue, error) {
 	if o.TracerProvider == nil {
 		o.TracerProvider = tracenoop.NewTracerProvider()
 	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
 	if o.RescueMargin <= 0 {
 		o.RescueMargin = DefaultRescueMargin
 	}
@@ -135,18 +132,19 @@ func New(o Options) (*Queue, error) {
 	for i := range o.Routes {
 		r := &o.Routes[i]
 		q.routes[r.Name] = r
-		queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency}
+		poll := cmp.Or(r.PollInterval, DefaultPollInterval)
+		queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency, FetchPollInterval: poll,
+			// River fetches at most a queue's free slots per cooldown: its
+			// default (100ms) caps a route at ten times its concurrency per
+			// second, far below what the upstream can take.
+			FetchCooldown: min(poll, fetchCooldown)}
 		longest = max(longest, r.Timeout)
 	}
 	cfg := &river.Config{
-		ID:                o.Replica,
-		Queues:            queues,
-		Workers:           workers,
-		FetchPollInterval: o.PollInterval,
-		// River fetches at most a queue's free slots per cooldown: its
-		// default (100ms) caps a route at ten times its concurrency per
-		// second, far below what the upstream can take.
-		FetchCooldown:        min(o.PollInterval, fetchCooldown),
+		ID:                   o.Replica,
+		Queues:               queues,
+		Workers:              workers,
+		FetchCooldown:        fetchCooldown,
 		JobTimeout:           longest + o.RescueMargin/2,
 		RescueStuckJobsAfter: longest + o.RescueMargin,
 		Logger:               o.Logger.With("component", "river"),

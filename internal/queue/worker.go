@@ -37,6 +37,10 @@ type Route struct {
 	MaxAge      time.Duration
 	Backoff     Backoff
 	Concurrency int
+	// PollInterval is how often each replica looks for this route's jobs
+	// that became available, besides right after finishing one (River has
+	// no LISTEN through database/sql); zero is DefaultPollInterval.
+	PollInterval time.Duration
 }
 
 // HeaderAttempt numbers each attempt of a delivery to the upstream.
