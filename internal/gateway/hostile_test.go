@@ -76,6 +76,29 @@ const (
 	formCT = "application/x-www-form-urlencoded"
 )
 
+// A refused key's problem says what is wrong with it, once.
+func TestInvalidKeyDetailNamesTheReason(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "", ""))
+	cases := []struct{ name, body, reason string }{
+		{"CR/LF", `{"id":"evt\r\nX-Injected: 1"}`, "contains a control character"},
+		{"invalid UTF-8", "{\"id\":\"evt\xff\"}", "not valid UTF-8"},
+		{"too long", `{"id":"` + strings.Repeat("k", 5000) + `"}`, "longer than the maximum length"},
+		{"trailing space", `{"id":"evt "}`, "begins or ends with a space"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := wantProblem(t, send(t, g, "/hooks", c.body), http.StatusBadRequest, "invalid_key", "X-Injected")
+			if want := "invalid idempotency key: " + c.reason; p.Detail != want {
+				t.Fatalf("detail %q, want %q", p.Detail, want)
+			}
+		})
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("forwarded %d requests", n)
+	}
+}
+
 // Hostile input gets a clear problem answer, and changes nothing: nothing
 // is forwarded, nothing recorded, and no goroutine outlives the gateway.
 func TestHostileInputChangesNothing(t *testing.T) {

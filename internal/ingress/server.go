@@ -322,7 +322,8 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	case errors.Is(err, extract.ErrInvalidKey):
 		// Logged (SPEC §7), so that the refused event can be told.
 		ev.Key = loggable(key)
-		return refuse(idempotency.InvalidKey, "invalid idempotency key: "+safeDetail(err.Error()), err)
+		reason := strings.TrimPrefix(err.Error(), extract.ErrInvalidKey.Error()+": ")
+		return refuse(idempotency.InvalidKey, "invalid idempotency key: "+safeDetail(reason), err)
 	case err != nil || len(key) == 0:
 		// No key. A body the JSON sources could not parse says why.
 		if !route.KeyRequired {
