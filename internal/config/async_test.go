@@ -51,6 +51,7 @@ routes:
 		{"    async: {poll_interval: 1ms}\n", "routes[0].async.poll_interval", "at least 10ms"},
 		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
 		{"    delivery: later\n", "routes[0].delivery", "unknown value"},
+		{"    delivery: sync\n    record: {request: true}\n    async: {poll_interval: 0s}\n", "routes[0].async.poll_interval", "at least 10ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path+"/"+tt.want, func(t *testing.T) {

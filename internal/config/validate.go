@@ -592,6 +592,10 @@ func validateRecord(errs *Errors, p string, r Record) {
 
 func validateDelivery(errs *Errors, p string, r Route) {
 	oneOf(errs, join(p, "delivery"), r.Delivery, DeliverySync, DeliveryAsync)
+	// A synchronous route storing requests polls too, for its redeliveries.
+	if r.Async.PollInterval < MinPollInterval {
+		errs.add(join(p, "async.poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, r.Async.PollInterval)
+	}
 	if r.Delivery != DeliveryAsync {
 		return
 	}
@@ -621,9 +625,6 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	}
 	if a.Concurrency < 1 {
 		errs.add(join(ap, "concurrency"), "must be at least 1, got %d", a.Concurrency)
-	}
-	if a.PollInterval < MinPollInterval {
-		errs.add(join(ap, "poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, a.PollInterval)
 	}
 	if r.Retention > 0 && a.MaxAge >= r.Retention {
 		// The sweeper deletes a row once its retention ends: a delivery
