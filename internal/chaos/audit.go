@@ -17,7 +17,7 @@ import (
 // DuplicateCause says why the upstream applied an event more than once.
 type DuplicateCause string
 
-// Duplicate causes. Only the first three are allowed by the contract.
+// Duplicate causes; Allowed says which the contract permits.
 const (
 	// CauseCrashTakeover: the gateway forwarding the earlier copy was
 	// SIGKILLed before it could record the answer; its claim expired with
@@ -49,7 +49,9 @@ const (
 	CausePassMode DuplicateCause = "dependency outage, pass mode"
 
 	// CauseCommitFailure: the ledger commit of the earlier copy failed
-	// (its answer was given but never recorded) and the screen forgot it.
+	// (its answer was given but never recorded), the screen, then its only
+	// record (SPEC §1: "while it lives"), could not keep it, and a later
+	// copy took the expired claim over.
 	CauseCommitFailure DuplicateCause = "commit failure, then screen lost the entry"
 	// CauseScreenLoss: Redis was flushed or restarted while the earlier copy
 	// was in flight: its claim vanished and a repeat claimed afresh.
@@ -69,7 +71,8 @@ const (
 // given configuration.
 func (c DuplicateCause) Allowed(storePass bool) bool {
 	switch c {
-	case CauseCrashTakeover, CauseStallTakeover, CauseFreezeTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued:
+	case CauseCrashTakeover, CauseStallTakeover, CauseFreezeTakeover, CauseAmbiguous, CauseOperatorRelease, CauseRescued,
+		CauseCommitFailure:
 		return true
 	case CausePassMode:
 		return storePass
@@ -1267,12 +1270,47 @@ func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 }
 
 // commitFailure: the earlier copy's gateway logged a failed commit of
-// the key.
+// the key, and the screen entry that was to keep its answer could not:
+// that gateway could not reach Redis when it wrote the entry, or Redis
+// forgot it before the later copy came, which came after the earlier
+// claim's lease (its claim cannot be older than the earliest send to
+// that gateway).
 func (p *copyPair) commitFailure() (DuplicateCause, string, bool) {
-	if _, ok := p.au.loggedAny(p.earlier.Gateway, p.ref, isCommitFailure); ok {
-		return CauseCommitFailure, p.earlier.Gateway + " logged a commit failure for the key", true
+	earlier, later := p.earlier, p.later
+	failed, ok := p.au.loggedAny(earlier.Gateway, p.ref, isCommitFailure)
+	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
+	if !ok || !sent || later.Time.Before(sentAt.Add(p.au.in.Lease-200*time.Millisecond)) {
+		return "", "", false
+	}
+	if f, ok := p.au.screenWriteLost(earlier.Gateway, failed.Time, later.Time); ok {
+		return CauseCommitFailure, fmt.Sprintf("%s logged a commit failure for the key at %s; %s from %s to %s",
+			earlier.Gateway, failed.Time.Format("15:04:05.000"), f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000")), true
 	}
 	return "", "", false
+}
+
+// screenWriteLost finds a Redis fault that kept gateway gw's screen write
+// at written (a second's timeout) from landing, or lost or delayed it
+// before until.
+func (au *auditor) screenWriteLost(gw string, written, until time.Time) (FaultRecord, bool) {
+	life := au.lives[gw]
+	for _, f := range au.in.Faults {
+		var hit bool
+		switch f.Kind {
+		case FaultRedisFlush, FaultRedisRestart:
+			hit = f.Start.Before(until) && f.End.Add(time.Second).After(written)
+		case FaultRedisSlow:
+			hit = f.Start.Before(until) && f.End.After(written)
+		case FaultRedisPartition:
+			hit = life != nil && f.Gateway == life.Gateway && f.Start.Before(written.Add(time.Second)) && f.End.After(written)
+		case FaultRedisCut, FaultRedisBlackhole, FaultRedisHostLost:
+			hit = f.Start.Before(written.Add(time.Second)) && f.End.After(written)
+		}
+		if hit {
+			return f, true
+		}
+	}
+	return FaultRecord{}, false
 }
 
 // claimedFrom is the earliest either copy can have been claimed: between

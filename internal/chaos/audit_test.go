@@ -72,6 +72,22 @@ func (f *fixture) record(ev *Event, up *UpRecord) {
 		Headers: map[string]string{"Content-Type": up.ContentType}, Body: up.Response, CompletedAt: up.Time}
 }
 
+// unrecordedThenTakenOver: g1.1 forwards e1 and fails to commit it at 5 s
+// while the gateway of index partitioned is cut off from Redis (3–7 s);
+// at 7 s, past the 3-s lease, g2.1 forwards it again and records it.
+func (f *fixture) unrecordedThenTakenOver(partitioned int) {
+	f.life("g2.1").Gateway = 1
+	ev := f.event("e1")
+	first := f.apply(ev, "g1.1", 0)
+	f.answer(ev, KindGenuine, "g1.1", 0, first, "forwarded")
+	f.in.Logs["g1.1"] = []LogLine{{Time: f.at(5 * time.Second), Msg: "commit failed after a successful forward", Route: ev.Route, Key: ev.Key}}
+	f.in.Faults = append(f.in.Faults, FaultRecord{Fault: Fault{Kind: FaultRedisPartition, Gateway: partitioned},
+		Start: f.at(3 * time.Second), End: f.at(7 * time.Second)})
+	later := f.apply(ev, "g2.1", 7*time.Second)
+	f.answer(ev, KindLate, "g2.1", 7*time.Second, later, "forwarded")
+	f.record(ev, later)
+}
+
 // cut records a genuine send to gw from start to end that got no answer
 // (its gateway died under it).
 func (f *fixture) cut(ev *Event, gw string, start, end time.Duration) {
@@ -331,6 +347,17 @@ func TestAudit(t *testing.T) {
 				f.answer(ev, KindGenuine, "g1.1", 0, up, "forwarded")
 				f.in.Logs["g1.1"] = []LogLine{{Msg: "commit failed after a successful forward", Route: ev.Route, Key: ev.Key}}
 			},
+		},
+		{
+			name:       "a commit failure while its gateway was cut off from Redis, then a takeover",
+			build:      func(f *fixture) { f.unrecordedThenTakenOver(0) },
+			wantCauses: []DuplicateCause{CauseCommitFailure},
+		},
+		{
+			name:       "the same with another gateway cut off: the screen kept the answer",
+			build:      func(f *fixture) { f.unrecordedThenTakenOver(1) },
+			wantChecks: []string{CheckAcked, CheckDuplicate},
+			wantCauses: []DuplicateCause{CauseScreenOutage}, // not allowed
 		},
 		{
 			name: "a passthrough the ledger never recorded, replayed from the screen",
