@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // claim is a delivery's claim on its key as acquire left it: what the
@@ -26,6 +27,10 @@ type claim struct {
 	pass bool
 	// local: the key is in flight in this process; no store was asked.
 	local *flight
+	// expires is the earliest the lease of this delivery's claim can end,
+	// on this process's clock (from before the stores were asked); zero
+	// when no lease bounds it.
+	expires time.Time
 }
 
 // newClaim is req's claim as the stores answered it, held by no store yet.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // failCommitLedger fails the first Commit as an unreachable ledger would
@@ -189,16 +190,79 @@ func (l *hungCommitLedger) Commit(ctx context.Context, rec *idempotency.Record, 
 // intercept the repeat.
 func TestHungCommitStillMarksTheScreen(t *testing.T) {
 	ctx := context.Background()
-	l, s := productionStores(t)
-	o := idempotency.Options{Screen: s, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore,
-		Lease: time.Second, OpTimeout: 300 * time.Millisecond, CommitRetryFor: -1}
-	first, second := o, o
-	first.Ledger, second.Ledger = &hungCommitLedger{Ledger: l}, l
+	first, second := hungCommitReplicas(t, 300*time.Millisecond)
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_hangs"}}
-	if r := newEngine(t, first).Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
+	if r := first.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
 	}
 	time.Sleep(1200 * time.Millisecond) // past the first claim's lease
-	wantReplayOf(t, newEngine(t, second).Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+	wantReplayOf(t, second.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+}
+
+// hungCommitReplicas are two engines on one PostgreSQL ledger and Redis
+// screen with a 1-s lease, the first's first commit hanging until
+// opTimeout ends it; the commit's retry is off.
+func hungCommitReplicas(t *testing.T, opTimeout time.Duration) (first, second *idempotency.Engine) {
+	t.Helper()
+	l, s := productionStores(t)
+	o := idempotency.Options{Screen: s, ConfirmByClaim: true, ScreenUnavailable: idempotency.FailStore,
+		Lease: time.Second, OpTimeout: opTimeout, CommitRetryFor: -1}
+	hung := o
+	o.Ledger, hung.Ledger = l, &hungCommitLedger{Ledger: l}
+	return newEngine(t, hung), newEngine(t, o)
+}
+
+// A commit the ledger holds past the claim's lease is cut before the lease
+// ends, so that the screen, marked done with the answer, decides a repeat
+// waiting on another replica: replayed, not taken over and forwarded again.
+// A takeover is for an owner that died (SPEC §1, §6); this one answered.
+func TestCommitHeldPastTheLeaseLeavesTheAnswerToTheScreen(t *testing.T) {
+	ctx := context.Background()
+	first, second := hungCommitReplicas(t, 3*time.Second)
+	p := *racePolicy
+	p.WaitTimeout = 5 * time.Second // past the lease: the repeat waits for the claim to settle or expire
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_outlives_lease"}}
+	firstDone := make(chan idempotency.Result, 1)
+	go func() { firstDone <- first.Handle(ctx, &p, d, fwdBody(&forwards, []byte(`{"ok":1}`))) }()
+	testenv.Eventually(t, 5*time.Second, "the first forward", func() bool { return forwards.Load() == 1 })
+	wantReplayOf(t, second.Handle(ctx, &p, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+	if r := <-firstDone; r.Outcome != idempotency.Forwarded || r.Upstream == nil || string(r.Upstream.Body) != `{"ok":1}` {
+		t.Fatalf("first delivery: %s (%v), want the upstream's answer", r.Outcome, r.Err)
+	}
+}
+
+// slowCommitLedger delays the first Commit by delay, then commits.
+type slowCommitLedger struct {
+	idempotency.Ledger
+	delay time.Duration
+	slow  atomic.Bool
+}
+
+func (l *slowCommitLedger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
+	if l.slow.CompareAndSwap(false, true) {
+		time.Sleep(l.delay)
+	}
+	return l.Ledger.Commit(ctx, rec, owner, now)
+}
+
+// Without a screen to take the answer, a commit that outlives the lease is
+// not cut: landing late, before any takeover, is the record's only chance.
+func TestLedgerOnlyCommitMayOutliveTheLease(t *testing.T) {
+	ctx := context.Background()
+	l := postgresLedger(t)
+	var failures atomic.Int64
+	e := newEngine(t, idempotency.Options{Ledger: &slowCommitLedger{Ledger: l, delay: 1500 * time.Millisecond},
+		Lease: time.Second, OpTimeout: 3 * time.Second, CommitRetryFor: -1,
+		Hooks: idempotency.Hooks{CommitFailure: func(string) { failures.Add(1) }}})
+	var forwards atomic.Int64
+	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_late_commit"}}
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
+		t.Fatalf("delivery: %s (%v)", r.Outcome, r.Err)
+	}
+	rec, err := l.Lookup(ctx, d.Ref)
+	if err != nil || rec.State != idempotency.StateDone || failures.Load() != 0 {
+		t.Fatalf("after a commit 0.5 s past the lease: record %+v (%v), %d commit failures; want it done, none", rec, err, failures.Load())
+	}
 }

@@ -215,7 +215,8 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			if p.Ack != nil && !c.pass {
 				return c.enqueue(ctx, p, d)
 			}
-			fctx, cancel := e.withinLease(ctx, p, claimedAt)
+			c.expires = claimedAt.Add(e.o.Lease)
+			fctx, cancel := c.withinLease(ctx, p)
 			defer cancel()
 			return c.forward(fctx, p, d, fwd)
 		case Done:

@@ -10,17 +10,35 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// withinLease ends a forward before its claim's lease (from claimedAt),
-// less a reserve for the commit: past it, another replica could take the
-// live claim over. The reserve takes at most half of what the lease leaves
-// beyond upstream.timeout, so that an upstream answering in time is not
-// cut.
-func (e *Engine) withinLease(ctx context.Context, p *Policy, claimedAt time.Time) (context.Context, context.CancelFunc) {
+// settleReserve is what a claim's lease keeps after its forward, for the
+// settling: past the lease another replica could take the live claim
+// over. It takes at most half of what the lease leaves beyond
+// upstream.timeout, so that an upstream answering in time is not cut.
+func (e *Engine) settleReserve(p *Policy) time.Duration {
 	reserve := min(e.o.OpTimeout, e.o.Lease/10)
 	if t := p.UpstreamTimeout; t > 0 && t < e.o.Lease {
 		reserve = min(reserve, (e.o.Lease-t)/2)
 	}
-	return context.WithDeadline(ctx, claimedAt.Add(e.o.Lease-reserve))
+	return reserve
+}
+
+// withinLease ends a forward at the claim's lease less the settling's
+// reserve.
+func (c *claim) withinLease(ctx context.Context, p *Policy) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(ctx, c.expires.Add(-c.e.settleReserve(p)))
+}
+
+// commitWithinLease ends a commit while half the settling's reserve is
+// left, when the screen holds the claim: a commit the ledger holds past
+// the lease would let another replica take the claim over and forward
+// again, while a failed one leaves the answer to the screen, which
+// decides repeats from then on. Without the screen nothing would decide
+// them, and a late commit is the better chance.
+func (c *claim) commitWithinLease(ctx context.Context, p *Policy) (context.Context, context.CancelFunc) {
+	if !c.screen || c.lostScreen || c.expires.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, c.expires.Add(-c.e.settleReserve(p)/2))
 }
 
 // forward sends the delivery for the claim's owner and settles the claim:
@@ -92,7 +110,9 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 	traceOf(ctx, rec)
 	ent := EntryOf(rec)
 	cctx, span := e.o.Tracer.Start(sctx, "hookstamp.commit")
+	cctx, cancel := c.commitWithinLease(cctx, p)
 	err := e.o.Ledger.Commit(cctx, rec, c.owner, now)
+	cancel()
 	endSpan(span, err)
 	switch {
 	case err == nil:
