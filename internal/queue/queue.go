@@ -39,7 +39,7 @@ const (
 	DriverPostgres = sqlledger.DriverPostgres
 )
 
-// Defaults applied by New to zero Options fields.
+// Defaults applied by New to zero fields of Options and Route.
 const (
 	// DefaultPollInterval is how often a route's queue looks for jobs that
 	// became available when Route.PollInterval is zero (River:
