@@ -1106,6 +1106,17 @@ func (p *copyPair) firstSendTo(gw string, at time.Time, match func(*Send) bool) 
 	return first, found
 }
 
+// leaseOverSince reports whether the later copy came a lease after the
+// earliest send to the earlier copy's gateway that match accepts: the
+// earlier claim cannot be older, so its lease had run out.
+func (p *copyPair) leaseOverSince(match func(*Send) bool) bool {
+	sentAt, sent := p.firstSendTo(p.earlier.Gateway, p.earlier.Time, match)
+	return sent && !p.later.Time.Before(sentAt.Add(p.au.in.Lease-200*time.Millisecond))
+}
+
+// anySend matches every send.
+func anySend(*Send) bool { return true }
+
 // crashTakeover: the earlier copy's gateway was SIGKILLed while that copy
 // was in flight (within the upstream timeout of its arrival), and the
 // later copy came no sooner than a lease after the earliest unanswered
@@ -1113,11 +1124,10 @@ func (p *copyPair) firstSendTo(gw string, at time.Time, match func(*Send) bool) 
 func (p *copyPair) crashTakeover() (DuplicateCause, string, bool) {
 	in, earlier, later := p.au.in, p.earlier, p.later
 	life := p.au.lives[earlier.Gateway]
-	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(s *Send) bool { return !s.Answered })
-	if life == nil || !life.Crashed() || p.earlierAnswered || !sent ||
+	if life == nil || !life.Crashed() || p.earlierAnswered ||
 		life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) || !life.Stopping.Before(later.Time) ||
 		!life.Stopping.Before(earlier.Time.Add(in.Timeout+500*time.Millisecond)) ||
-		later.Time.Before(sentAt.Add(in.Lease-200*time.Millisecond)) {
+		!p.leaseOverSince(func(s *Send) bool { return !s.Answered }) {
 		return "", "", false
 	}
 	return CauseCrashTakeover, fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
@@ -1132,7 +1142,7 @@ func (p *copyPair) crashTakeover() (DuplicateCause, string, bool) {
 func (p *copyPair) freezeTakeover() (DuplicateCause, string, bool) {
 	in, earlier, later := p.au.in, p.earlier, p.later
 	life := p.au.lives[earlier.Gateway]
-	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
+	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, anySend)
 	if life == nil || !sent {
 		return "", "", false
 	}
@@ -1205,7 +1215,7 @@ func (p *copyPair) freedBy(rel LogLine) time.Time {
 		lag += screenCallTimeout
 	}
 	freed := rel.Time.Add(-lag)
-	sent, ok := p.firstSendTo(p.earlier.Gateway, p.earlier.Time, func(*Send) bool { return true })
+	sent, ok := p.firstSendTo(p.earlier.Gateway, p.earlier.Time, anySend)
 	if t := sent.Add(p.au.in.Timeout); ok && strings.Contains(rel.Err, "timed out") && freed.Before(t) {
 		freed = t
 	}
@@ -1276,13 +1286,12 @@ func (p *copyPair) passMode() (DuplicateCause, string, bool) {
 // claim's lease (its claim cannot be older than the earliest send to
 // that gateway).
 func (p *copyPair) commitFailure() (DuplicateCause, string, bool) {
-	earlier, later := p.earlier, p.later
+	earlier := p.earlier
 	failed, ok := p.au.loggedAny(earlier.Gateway, p.ref, isCommitFailure)
-	sentAt, sent := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
-	if !ok || !sent || later.Time.Before(sentAt.Add(p.au.in.Lease-200*time.Millisecond)) {
+	if !ok || !p.leaseOverSince(anySend) {
 		return "", "", false
 	}
-	if f, ok := p.au.screenWriteLost(earlier.Gateway, failed.Time, later.Time); ok {
+	if f, ok := p.au.screenWriteLost(earlier.Gateway, failed.Time, p.later.Time); ok {
 		return CauseCommitFailure, fmt.Sprintf("%s logged a commit failure for the key at %s; %s from %s to %s",
 			earlier.Gateway, failed.Time.Format("15:04:05.000"), f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000")), true
 	}
@@ -1367,7 +1376,6 @@ func (p *copyPair) stallTakeover() (DuplicateCause, string, bool) {
 	if p.earlierAnswered {
 		return "", "", false
 	}
-	claimedAt, claimed := p.firstSendTo(earlier.Gateway, earlier.Time, func(*Send) bool { return true })
 	var stalled time.Duration
 	var first Stall
 	for _, st := range in.Stalls {
@@ -1378,7 +1386,7 @@ func (p *copyPair) stallTakeover() (DuplicateCause, string, bool) {
 			stalled += st.End.Sub(st.Start)
 		}
 	}
-	if stalled == 0 || stalled < (in.Lease-in.Timeout)/2 || !claimed || later.Time.Before(claimedAt.Add(in.Lease-200*time.Millisecond)) {
+	if stalled == 0 || stalled < (in.Lease-in.Timeout)/2 || !p.leaseOverSince(anySend) {
 		return "", "", false
 	}
 	return CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
