@@ -38,7 +38,11 @@ func (c *claim) commitWithinLease(ctx context.Context, p *Policy) (context.Conte
 	if !c.screen || c.lostScreen || c.expires.IsZero() {
 		return ctx, func() {}
 	}
-	return context.WithDeadline(ctx, c.expires.Add(-c.e.settleReserve(p)/2))
+	by := c.expires.Add(-c.e.settleReserve(p) / 2)
+	if d, ok := ctx.Deadline(); ok && !d.After(by) {
+		return ctx, func() {} // the settling's own timeout comes first
+	}
+	return context.WithDeadline(ctx, by)
 }
 
 // forward sends the delivery for the claim's owner and settles the claim:
