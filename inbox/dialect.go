@@ -86,10 +86,12 @@ var mysqlDialect = dialect{
 	name: "mysql",
 	migrate: func(table string, q func(string) string) []string {
 		// The index is declared inside CREATE TABLE: MySQL has no CREATE
-		// INDEX IF NOT EXISTS.
+		// INDEX IF NOT EXISTS. The key is binary because every _bin
+		// collation of utf8mb4 but MySQL 8's 0900 one pads: "a" and "a "
+		// would be one key.
 		return []string{"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
-			consumer VARCHAR(100) NOT NULL,
-			` + "`key`" + ` VARCHAR(255) NOT NULL,
+			consumer VARBINARY(100) NOT NULL,
+			` + "`key`" + ` VARBINARY(255) NOT NULL,
 			status INT NOT NULL,
 			headers TEXT NOT NULL,
 			body LONGBLOB NOT NULL,

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -60,6 +61,9 @@ var (
 	ErrNoKey = errors.New("inbox: empty key")
 	// ErrKeyTooLong: the key is longer than MaxKeyLen bytes.
 	ErrKeyTooLong = fmt.Errorf("inbox: key longer than %d bytes", MaxKeyLen)
+	// ErrInvalidKey: the key is not valid UTF-8 or holds a control
+	// character, which hookstamp never forwards (SPEC §2, invalid_key).
+	ErrInvalidKey = errors.New("inbox: key not valid UTF-8 or holding a control character")
 )
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
@@ -106,6 +110,8 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 	switch {
 	case len(o.Consumer) > maxConsumerLen:
 		return nil, fmt.Errorf("inbox: consumer %q longer than %d bytes", o.Consumer, maxConsumerLen)
+	case !printable(o.Consumer):
+		return nil, fmt.Errorf("inbox: consumer %q: %w", o.Consumer, ErrInvalidKey)
 	case !tableName.MatchString(o.Table):
 		return nil, fmt.Errorf("inbox: table %q: want letters, digits and underscores, optionally schema.table", o.Table)
 	case o.Retention < 0:
@@ -179,11 +185,8 @@ func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) erro
 // transaction, or nil when the key is already recorded. Deadlocks and busy
 // databases are retried while ctx allows.
 func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
-	switch {
-	case key == "":
-		return nil, ErrNoKey
-	case len(key) > MaxKeyLen:
-		return nil, ErrKeyTooLong
+	if err := checkKey(key); err != nil {
+		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
 		tx := in.db.WithContext(ctx).Begin()
@@ -243,4 +246,32 @@ func (in *Inbox) quote(name string) string {
 	var b strings.Builder
 	in.db.Dialector.QuoteTo(&b, name)
 	return b.String()
+}
+
+// checkKey refuses a key before it reaches the database, where an invalid
+// encoding or a NUL would fail the insert on one dialect and be stored on
+// another.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return ErrNoKey
+	case len(key) > MaxKeyLen:
+		return ErrKeyTooLong
+	case !printable(key):
+		return ErrInvalidKey
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without C0, DEL, C1 or the
+// line and paragraph separators: the characters hookstamp's own key rule
+// refuses.
+func printable(s string) bool {
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError, r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x2028, r == 0x2029:
+			return false
+		}
+	}
+	return true
 }

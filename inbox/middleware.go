@@ -48,7 +48,11 @@ func (in *Inbox) record(tx *gorm.DB, key string, status int, headers string, bod
 	if body == nil {
 		body = []byte{}
 	}
-	return tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, key).Error
+	res := tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, key)
+	if res.Error == nil && res.RowsAffected != 1 {
+		return fmt.Errorf("inbox: record %q: %d rows updated, want 1", key, res.RowsAffected)
+	}
+	return res.Error
 }
 
 // recorded reads key's answer; found is false when the row is gone (swept
@@ -77,7 +81,8 @@ func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool
 // begin claims key for a handler: it returns the open transaction, or the
 // recorded answer of a key already taken.
 func (in *Inbox) begin(ctx context.Context, key string) (*gorm.DB, *answer, error) {
-	for {
+	const rounds = 3 // a row swept between the insert and the read, more than once, is a database that does not keep what it reports
+	for range rounds {
 		tx, err := in.claim(ctx, key)
 		if err != nil || tx != nil {
 			return tx, nil, err
@@ -89,19 +94,21 @@ func (in *Inbox) begin(ctx context.Context, key string) (*gorm.DB, *answer, erro
 		if found {
 			return nil, &a, nil
 		}
-		// Swept between the insert and the read: claim it afresh.
 	}
+	return nil, nil, fmt.Errorf("inbox: key %q recorded but not found %d times", key, rounds)
 }
 
 // keyProblem is the 400 answer's text for a key the table cannot hold.
 func (in *Inbox) keyProblem(key string) string {
-	switch {
-	case key == "":
+	switch checkKey(key) {
+	case nil:
+		return ""
+	case ErrNoKey:
 		return "missing " + in.o.Header + " header"
-	case len(key) > MaxKeyLen:
+	case ErrKeyTooLong:
 		return fmt.Sprintf("%s longer than %d bytes", in.o.Header, MaxKeyLen)
 	}
-	return ""
+	return in.o.Header + " not valid UTF-8 or holding a control character"
 }
 
 // Middleware runs next at most once per key (the Options.Header request

@@ -175,6 +175,8 @@ func TestMiddlewarePanicRollsBack(t *testing.T) {
 	})
 }
 
+// A request without a key, or with one the table must not hold, gets 400
+// and never reaches the handler.
 func TestMiddlewareWithoutKey(t *testing.T) {
 	db := backends[2].open(t)
 	h := &payments{}
@@ -183,7 +185,12 @@ func TestMiddlewareWithoutKey(t *testing.T) {
 	if a := post(t, srv.URL, ""); a.status != http.StatusBadRequest {
 		t.Errorf("no key: %d %q, want 400", a.status, a.body)
 	}
+	for _, key := range []string{"evt_\xff", "evt\u2028"} {
+		if a := post(t, srv.URL, key); a.status != http.StatusBadRequest {
+			t.Errorf("key %q: %d %q, want 400", key, a.status, a.body)
+		}
+	}
 	if h.runs.Load() != 0 {
-		t.Error("the handler ran without a key")
+		t.Error("the handler ran without a valid key")
 	}
 }

@@ -197,3 +197,35 @@ func TestOnceConsumersAndKeys(t *testing.T) {
 		t.Errorf("empty key: %v, want ErrNoKey", err)
 	}
 }
+
+// Keys are compared byte for byte on every database: MySQL's padding
+// collations would make "evt_6" and "evt_6 " one key and drop an event.
+func TestOnceKeysAreExact(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		for _, key := range []string{"evt_6", "evt_6 ", "EVT_6", "evt_6  "} {
+			if ran, err := ib.Once(context.Background(), key, func(tx *gorm.DB) error { return book(tx, key) }); !ran || err != nil {
+				t.Errorf("key %q: ran=%v err=%v, want a key of its own", key, ran, err)
+			}
+		}
+	})
+}
+
+// A key hookstamp would never forward is refused before the database sees
+// it, alike on every database: PostgreSQL fails an insert of invalid UTF-8
+// or NUL, SQLite stores it.
+func TestOnceRefusesInvalidKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		for _, key := range []string{"evt_\xff", "evt\x00", "evt\r\n7", "evt\u2028", "evt\u0085", "evt\x7f"} {
+			ran, err := ib.Once(context.Background(), key, func(tx *gorm.DB) error { t.Errorf("fn ran for %q", key); return nil })
+			if ran || !errors.Is(err, inbox.ErrInvalidKey) {
+				t.Errorf("key %q: ran=%v err=%v, want ErrInvalidKey", key, ran, err)
+			}
+		}
+		var rows int64
+		if err := db.Table(inbox.DefaultTable).Count(&rows).Error; err != nil || rows != 0 {
+			t.Errorf("inbox rows %d (%v), want none", rows, err)
+		}
+	})
+}
