@@ -344,9 +344,8 @@ func refDuplicateIn(raw []byte) bool {
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
 		}
-		isKey := top != nil && top.object && top.key
-		if isKey {
-			k := tok.(string)
+		// In a key's place, '}' closes an empty object.
+		if k, isKey := tok.(string); isKey && top != nil && top.object && top.key {
 			if top.keys[k] {
 				return true
 			}
