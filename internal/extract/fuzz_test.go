@@ -520,8 +520,8 @@ func FuzzValidJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validJSON(b), refValidJSON(b); got != want {
-			t.Fatalf("validJSON(%q) = %v, want %v", b, got, want)
+		if got, want := ValidJSON(b), refValidJSON(b); got != want {
+			t.Fatalf("ValidJSON(%q) = %v, want %v", b, got, want)
 		}
 	})
 }

@@ -98,7 +98,7 @@ func (l *lookup) jsonBody() (string, bool) {
 		switch {
 		case len(b) == 0:
 			l.json = jsonAbsent
-		case validJSON(b):
+		case ValidJSON(b):
 			l.json, l.body = jsonOK, str(b)
 		case isJSONMediaType(l.r.ContentType()):
 			l.json = jsonMalformed
@@ -288,10 +288,11 @@ func hex4(s string) rune {
 	return r
 }
 
-// validJSON reports whether b is one valid JSON value nested at most
+// ValidJSON reports whether b is one valid JSON value nested at most
 // MaxJSONDepth deep. The depth pass runs first because gjson's validator
-// recurses once per level.
-func validJSON(b []byte) bool {
+// recurses once per level: a body of a few megabytes of '[' would take
+// seconds and, past about 9 MiB, overflow the goroutine's stack.
+func ValidJSON(b []byte) bool {
 	return withinDepth(b, MaxJSONDepth) && gjson.ValidBytes(b)
 }
 

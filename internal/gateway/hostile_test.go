@@ -17,7 +17,8 @@ import (
 
 // hostileRoutes are the routes of the hostile battery: JSON keys, form keys
 // without a signature (so that the key checks are reached), a composed
-// template key, and Alipay's verified form.
+// template key, Alipay's verified form, and Zoom, whose handshake check
+// reads every body as JSON before any signature.
 func hostileRoutes(upstreamURL string) string {
 	return fmt.Sprintf(`  - name: hooks
     path: /hooks
@@ -50,6 +51,13 @@ func hostileRoutes(upstreamURL string) string {
       url: %[1]s/alipay
     verify:
       public_key: "${ALIPAY_PUBLIC_KEY}"
+  - name: zoom
+    path: /zoom
+    preset: zoom
+    upstream:
+      url: %[1]s/zoom
+    verify:
+      secrets: [zoom-secret]
 `, upstreamURL)
 }
 
@@ -141,6 +149,7 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		{"JSON empty body", rawRequest("/hooks", jsonCT, "", ``), 400, "missing_key"},
 		{"JSON 900 KiB, malformed, key at the end", rawRequest("/hooks", jsonCT, "", hugeMalformed), 400, "missing_key"},
 		{"JSON nested 10 000 deep", rawRequest("/hooks", jsonCT, "", deep), 400, "missing_key"},
+		{"JSON nested a million deep, to a verified route", rawRequest("/zoom", jsonCT, "", strings.Repeat("[", 1<<20-1)), 401, "unverified"},
 		{"form with 10 000 fields before the key", rawRequest("/form", formCT, "", manyFields), 400, "missing_key"},
 		{"Alipay form with 20 000 fields and a bad sign", rawRequest("/alipay", formCT, "", alipayFlood), 401, "unverified"},
 	}

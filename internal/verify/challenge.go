@@ -9,6 +9,8 @@ import (
 	"fmt"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/hookstamp/hookstamp/internal/extract"
 )
 
 // Challenge kinds, as written in verify.challenge: handshakes that
@@ -105,7 +107,7 @@ type zoomChallenge struct{ *generic }
 
 func (v zoomChallenge) Challenge(r Request) (*Answer, error) {
 	body := r.Body()
-	if !gjson.ValidBytes(body) || gjson.GetBytes(body, "event").Str != "endpoint.url_validation" {
+	if !extract.ValidJSON(body) || gjson.GetBytes(body, "event").Str != "endpoint.url_validation" {
 		return nil, nil
 	}
 	i, err := v.verify(r)
@@ -129,7 +131,7 @@ type larkChallenge struct{ *token }
 
 func (v larkChallenge) Challenge(r Request) (*Answer, error) {
 	body := r.Body()
-	if !gjson.ValidBytes(body) || gjson.GetBytes(body, "type").Str != "url_verification" {
+	if !extract.ValidJSON(body) || gjson.GetBytes(body, "type").Str != "url_verification" {
 		return nil, nil
 	}
 	tok, err := jsonString(body, "token")

@@ -1,6 +1,7 @@
 package verify_test
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -331,4 +332,27 @@ func TestMetaChallenge(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "challenge_token: required") {
 		t.Fatalf("New without challenge_token = %v", err)
 	}
+}
+
+// A body nested past extract.MaxJSONDepth is refused as JSON before any
+// recursive parser sees it: megabytes of '[' took seconds of CPU each and,
+// past about 9 MiB, overflowed the stack and killed the gateway. Every
+// verifier that reads the body as JSON is reached before a signature is
+// checked.
+func TestDeeplyNestedBodyIsNotJSON(t *testing.T) {
+	deep := bytes.Repeat([]byte("["), 10<<20)
+	zoom := zoomOptions("k")
+	zoom.Challenge = verify.ChallengeZoom
+	inBody := verify.Options{Scheme: verify.SchemeHMAC, Secrets: []string{"k"}, JSON: "signature.signature",
+		Template: "{json:signature.timestamp}{json:signature.token}"}
+	lark := verify.Options{Scheme: verify.SchemeToken, Secrets: []string{"vtok"}, JSON: "header.token", Challenge: verify.ChallengeLark}
+
+	if ans, err := newVerifier(t, zoom).(verify.Challenger).Challenge(req(nil, deep)); ans != nil || err != nil {
+		t.Errorf("zoom: taken for a handshake: %v, %v", ans, err)
+	}
+	if ans, err := newVerifier(t, lark).(verify.Challenger).Challenge(req(nil, deep)); ans != nil || err != nil {
+		t.Errorf("lark: taken for a handshake: %v, %v", ans, err)
+	}
+	wantVerdict(t, newVerifier(t, inBody).Verify(req(nil, deep)), "not valid JSON")
+	wantVerdict(t, newVerifier(t, lark).Verify(req(nil, deep)), "not valid JSON")
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/hookstamp/hookstamp/internal/extract"
 )
 
 // sigSource is where the signature is read: a header or a member of the
@@ -52,8 +54,8 @@ func (s sigSource) read(r Request) ([]byte, error) {
 // jsonAt returns the value at path in body, refusing a body that is not
 // JSON or names a member on the path twice.
 func jsonAt(body []byte, path string) (gjson.Result, error) {
-	if !gjson.ValidBytes(body) {
-		return gjson.Result{}, reject("body is not valid JSON")
+	if !extract.ValidJSON(body) {
+		return gjson.Result{}, reject("body is not valid JSON or nests deeper than %d", extract.MaxJSONDepth)
 	}
 	if DuplicateOnPath(body, path) {
 		return gjson.Result{}, reject("body names a member on %s more than once", path)
