@@ -17,8 +17,8 @@ func (e *Engine) acquire(ctx context.Context, p *Policy, d Delivery, fwd Forward
 	if f := e.flights.get(d.Ref); f != nil {
 		return claim{Claim: Claim{Status: InFlight, Fingerprint: f.fingerprint}, e: e, ref: d.Ref, local: f}, nil
 	}
-	req := ClaimRequest{Ref: d.Ref, Owner: owner, Fingerprint: d.Fingerprint,
-		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source}
+	req := ClaimRequest{Ref: d.Ref, Owner: owner, Fingerprint: d.Fingerprint, Also: d.Also,
+		Lease: e.o.Lease, Retention: p.Retention, Source: d.Source, RefuseReuse: !p.ReplayOnMismatch}
 	if e.o.Screen == nil {
 		return e.ledgerClaim(ctx, req, fwd)
 	}

@@ -297,13 +297,19 @@ func EntryOf(rec *Record) *Entry {
 // matches reports whether fp, of the record or claim holding d's key, is a
 // retry's of d; a missing fingerprint matches.
 func (d *Delivery) matches(fp []byte) bool {
-	if fp == nil || d.Fingerprint == nil || bytes.Equal(fp, d.Fingerprint) {
+	return sameEvent(fp, d.Fingerprint, d.Also)
+}
+
+// sameEvent reports whether fingerprint fp is own's event's: equal, one of
+// also's, or either missing.
+func sameEvent(fp, own []byte, also func() [][]byte) bool {
+	if fp == nil || own == nil || bytes.Equal(fp, own) {
 		return true
 	}
-	if d.Also == nil {
+	if also == nil {
 		return false
 	}
-	for _, a := range d.Also() {
+	for _, a := range also() {
 		if bytes.Equal(fp, a) {
 			return true
 		}

@@ -176,9 +176,26 @@ type ClaimRequest struct {
 	Ref
 	Owner       string
 	Fingerprint []byte
-	Lease       time.Duration
-	Retention   time.Duration // of a ledger row
-	Source      string
+	// Also is Delivery.Also: digests that are Fingerprint's event too.
+	Also      func() [][]byte
+	Lease     time.Duration
+	Retention time.Duration // of a ledger row
+	Source    string
+	// RefuseReuse keeps an expired claim that holds another event's
+	// fingerprint: it is reported InFlight with that fingerprint, which
+	// the caller answers as key reuse, instead of being taken over (see
+	// MayTakeOver). A screen confirmed by a ledger claim may ignore it.
+	RefuseReuse bool
+}
+
+// MayTakeOver reports whether r may take over an expired claim holding
+// fingerprint fp: always, unless r.RefuseReuse and fp is another event's.
+// A body sent under a key whose first delivery never settled is still key
+// reuse: taken over, it would reach the upstream under the first
+// delivery's Idempotency-Key, and the first event's own retry would then
+// be refused as the reuse.
+func (r *ClaimRequest) MayTakeOver(fp []byte) bool {
+	return !r.RefuseReuse || sameEvent(fp, r.Fingerprint, r.Also)
 }
 
 // Errors callers branch on.

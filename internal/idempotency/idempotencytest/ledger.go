@@ -39,6 +39,7 @@ func RunLedger(t *testing.T, open func(t *testing.T) idempotency.Ledger) {
 		{"commit by a non-owner on a live claim changes nothing", ledgerCommitNonOwner},
 		{"a done row never changes", ledgerCommitOnDone},
 		{"expired lease is taken over", ledgerTakeover},
+		{"expired lease holding another event is not taken over on RefuseReuse", ledgerTakeoverRefusesReuse},
 		{"stale owner cannot commit after a takeover", ledgerStaleOwnerCommit},
 		{"commit over an expired lease succeeds", ledgerCommitExpiredLease},
 		{"release by owner frees the key", ledgerReleaseByOwner},
@@ -303,6 +304,27 @@ func ledgerTakeover(t *testing.T, l idempotency.Ledger) {
 	if c.Owner != "owner-b" {
 		t.Fatalf("claim after takeover sees owner %q, want owner-b", c.Owner)
 	}
+}
+
+func ledgerTakeoverRefusesReuse(t *testing.T, l idempotency.Ledger) {
+	r := ledgerRef(t)
+	ledgerClaim(t, l, ledgerClaimReq(r, "owner-a", ledgerFPA), ledgerT0)
+	later := ledgerT0.Add(LedgerLease + time.Second)
+	reuse := ledgerClaimReq(r, "owner-b", ledgerFPB)
+	reuse.RefuseReuse = true
+	c := ledgerClaim(t, l, reuse, later)
+	ledgerWantStatus(t, c, idempotency.InFlight)
+	if c.Owner != "owner-a" || !bytes.Equal(c.Fingerprint, ledgerFPA) {
+		t.Fatalf("refused takeover reports owner %q fingerprint %x, want owner-a's %x", c.Owner, c.Fingerprint, ledgerFPA)
+	}
+	if got := ledgerLookup(t, l, r); got.Owner != "owner-a" || !bytes.Equal(got.Fingerprint, ledgerFPA) {
+		t.Fatalf("after a refused takeover: owner %q fingerprint %x, want owner-a's row unchanged", got.Owner, got.Fingerprint)
+	}
+	// A digest of the route's earlier fingerprint settings is the event's.
+	earlier := ledgerClaimReq(r, "owner-c", ledgerFPB)
+	earlier.RefuseReuse = true
+	earlier.Also = func() [][]byte { return [][]byte{ledgerFPA} }
+	ledgerWantStatus(t, ledgerClaim(t, l, earlier, later), idempotency.TakenOver)
 }
 
 func ledgerStaleOwnerCommit(t *testing.T, l idempotency.Ledger) {

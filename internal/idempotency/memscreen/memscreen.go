@@ -171,7 +171,7 @@ func (s *Screen) Claim(_ context.Context, req idempotency.ClaimRequest) (idempot
 		case e.owner == req.Owner:
 			// The owner claiming again holds it already.
 			return idempotency.Claim{Status: idempotency.Acquired}, nil
-		case now.Before(e.leaseUntil):
+		case now.Before(e.leaseUntil) || !req.MayTakeOver(e.fingerprint):
 			return idempotency.Claim{Status: idempotency.InFlight, Owner: e.owner, Fingerprint: slices.Clone(e.fingerprint)}, nil
 		default:
 			status = idempotency.TakenOver

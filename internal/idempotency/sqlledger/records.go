@@ -226,7 +226,7 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 		case idempotency.StateHeld:
 			return idempotency.Claim{Status: idempotency.Held, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
 		}
-		if !rec.LeaseUntil.Before(now) {
+		if !rec.LeaseUntil.Before(now) || !req.MayTakeOver(rec.Fingerprint) {
 			return idempotency.Claim{Status: idempotency.InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}, nil
 		}
 		res := l.w.WithContext(ctx).Exec(takeoverSQL, req.Owner, lease, fp, req.Source, expires,
