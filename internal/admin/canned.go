@@ -60,15 +60,26 @@ func (c *problemConn) CloseWrite() error {
 	return nil
 }
 
-// cannedStatus reports the status of p when p is a canned refusal: a
-// status line of a 4xx or 5xx followed by cannedHeaders.
+// cannedStatus reports the status of p when p is a canned refusal, whole:
+// "HTTP/1.1 " and a 4xx or 5xx status line, cannedHeaders, and a body
+// that repeats the status line or, for 501, names the transfer encoding.
+// Matching the whole write keeps a page whose text holds such a refusal
+// (a stored request body shown in the console) from being rewritten where
+// a write happens to begin with it.
 func cannedStatus(p []byte) (int, bool) {
-	line, _, ok := bytes.Cut(p, []byte(cannedHeaders))
-	if !ok || len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) || bytes.IndexByte(line, '\n') >= 0 {
+	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
+	if !ok {
 		return 0, false
 	}
-	status, err := strconv.Atoi(string(line[9:12]))
+	line, body, ok := bytes.Cut(rest, []byte(cannedHeaders))
+	if !ok || len(line) < 3 || bytes.IndexByte(line, '\n') >= 0 {
+		return 0, false
+	}
+	status, err := strconv.Atoi(string(line[:3]))
 	if err != nil || status < 400 || status > 599 {
+		return 0, false
+	}
+	if !bytes.Equal(body, line) && (status != http.StatusNotImplemented || string(body) != "Unsupported transfer encoding") {
 		return 0, false
 	}
 	return status, true
