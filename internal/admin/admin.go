@@ -91,9 +91,13 @@ type Options struct {
 	// Queue fills a record's next_attempt_at (async routes); nil: never
 	// shown.
 	Queue Queue
-	// Redeliver delivers stored requests again (redeliver, dead/redrive);
-	// nil answers 404.
+	// Redeliver delivers stored requests again (redeliver, dead/redrive)
+	// on the routes in Stores; nil or a route not in it answers 409: no
+	// worker would deliver what it queued.
 	Redeliver Redeliverer
+	// Stores names the routes storing requests now (record.request, or
+	// async).
+	Stores map[string]bool
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool

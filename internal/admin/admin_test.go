@@ -21,6 +21,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/stats"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 const token = "s3cret-admin-token"
@@ -714,6 +715,46 @@ func TestLedgerCallOfAGoneClientIsNoError(t *testing.T) {
 			}
 			if gone && !strings.Contains(logged, "abandoned by its client") {
 				t.Errorf("the abandoned request was not logged: %s", logged)
+			}
+		})
+	}
+}
+
+// A redrive's key list is checked before the ledger sees it: a key the
+// ledger cannot hold names no dead record (on PostgreSQL a NUL failed the
+// statement, answered 503 as an outage that Retry-After says to retry), a
+// list longer than a statement's parameters is refused, and so is data
+// after the object.
+func TestRedriveRefusesWhatNoLedgerCanRun(t *testing.T) {
+	pg, err := sqlledger.Open(context.Background(), sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: testenv.Postgres(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	if err := pg.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(o *Options) { o.Redeliver, o.Stores = pg, map[string]bool{"pay": true} })
+	many := `{"keys":["k` + strings.Repeat(`","k`, maxRedriveKeys) + `"]}`
+	for _, c := range []struct {
+		name, body string
+		status     int
+		answer     string
+	}{
+		{"a NUL in a key", `{"keys":["evt\u0000x","evt_ok"]}`, http.StatusOK, `{"requeued":0}`},
+		{"only keys no record can have", `{"keys":["","evt\u0000x"]}`, http.StatusOK, `{"requeued":0}`},
+		{"data after the object", `{"keys":["evt_ok"]} trailing`, http.StatusBadRequest, ""},
+		{"a second object", `{"keys":["evt_ok"]}{}`, http.StatusBadRequest, ""},
+		{"more keys than a request may list", many, http.StatusBadRequest, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(t, http.MethodPost, "/admin/routes/pay/dead/redrive", token, c.body)
+			if c.status != http.StatusOK {
+				wantProblem(t, r, c.status)
+				return
+			}
+			if r.status != c.status || strings.TrimSpace(string(r.body)) != c.answer {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, c.status, c.answer)
 			}
 		})
 	}

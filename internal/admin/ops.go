@@ -88,7 +88,13 @@ func (s *Server) checkRef(ref idempotency.Ref) (none bool, err error) {
 	if err := s.checkRoute(ref.Route); err != nil {
 		return false, err
 	}
-	return !utf8.ValidString(ref.Key) || strings.IndexByte(ref.Key, 0) >= 0 || ref.Key == "", nil
+	return !recordable(ref.Key), nil
+}
+
+// recordable reports whether the ledger can hold key: non-empty, valid
+// UTF-8, no NUL (PostgreSQL refuses both in text).
+func recordable(key string) bool {
+	return key != "" && utf8.ValidString(key) && strings.IndexByte(key, 0) < 0
 }
 
 func (s *Server) checkRoute(route string) error {

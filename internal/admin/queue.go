@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
@@ -20,8 +22,22 @@ type Redeliverer interface {
 	Redrive(ctx context.Context, route string, keys []string) (int, error)
 }
 
-// maxRedriveBody bounds a redrive request's body.
-const maxRedriveBody = 1 << 20
+// maxRedriveBody bounds a redrive request's body, and maxRedriveKeys the
+// keys it lists: each is a statement parameter, and PostgreSQL takes at
+// most 65 535 of them.
+const (
+	maxRedriveBody = 1 << 20
+	maxRedriveKeys = 1000
+)
+
+// errNotStoring refuses to queue a delivery on a route that stores no
+// requests now: no worker would run it.
+var errNotStoring = refused(http.StatusConflict, "this route stores no requests now (record.request is off): nothing can be delivered again")
+
+// delivers reports whether route's records can be queued again.
+func (s *Server) delivers(route string) bool {
+	return s.o.Redeliver != nil && s.o.Stores[route]
+}
 
 // redeliver answers POST .../records/{key}/redeliver with Redeliver:
 // 202.
@@ -36,15 +52,20 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request, ref idempoten
 // Redeliver queues a record's stored request to the upstream again, with
 // its key (SPEC §11); a conflict (409) when no request is stored.
 func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
-	if s.o.Redeliver == nil {
-		return refused(http.StatusNotFound, "no route stores requests: nothing can be redelivered")
-	}
 	none, err := s.checkRef(ref)
 	if err != nil {
 		return err
 	}
 	if none {
 		return refused(http.StatusNotFound, "no record for this key on this route")
+	}
+	if !s.delivers(ref.Route) {
+		if _, err := s.o.Ledger.Lookup(ctx, ref); errors.Is(err, idempotency.ErrNotFound) {
+			return refused(http.StatusNotFound, "no record for this key on this route")
+		} else if err != nil {
+			return s.unavailable(ctx, "redeliver", ref, err)
+		}
+		return errNotStoring
 	}
 	queued, err := s.o.Redeliver.Requeue(ctx, ref, false)
 	switch {
@@ -70,7 +91,16 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
 	if r.ContentLength != 0 {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRedriveBody))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		err := dec.Decode(&req)
+		if err == nil {
+			_, err = dec.Token() // nothing may follow the object
+			if errors.Is(err, io.EOF) {
+				err = nil
+			} else if err == nil {
+				err = errors.New("data after the object")
+			}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
 			problem(w, http.StatusBadRequest, `the body must be {"keys": ["…"]} or empty`)
 			return
 		}
@@ -86,11 +116,19 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
 // Redrive queues route's dead records again (keys nil: every one) and
 // returns how many were.
 func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int, error) {
-	if s.o.Redeliver == nil {
-		return 0, refused(http.StatusNotFound, "no route stores requests: nothing can be redriven")
-	}
 	if err := s.checkRoute(route); err != nil {
 		return 0, err
+	}
+	if !s.delivers(route) {
+		return 0, errNotStoring
+	}
+	if len(keys) > maxRedriveKeys {
+		return 0, refused(http.StatusBadRequest, fmt.Sprintf("at most %d keys a request", maxRedriveKeys))
+	}
+	if keys != nil {
+		// A key the ledger cannot hold names no dead record; sent on, a
+		// NUL or invalid UTF-8 fails the statement like an outage.
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !recordable(k) })
 	}
 	n, err := s.o.Redeliver.Redrive(ctx, route, keys)
 	if err != nil {

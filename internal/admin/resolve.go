@@ -72,7 +72,7 @@ func (s *Server) Resolve(ctx context.Context, ref idempotency.Ref, req ResolveRe
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
 	}
-	if req.Action == "release" && s.o.Async[ref.Route] && s.o.Redeliver != nil {
+	if req.Action == "release" && s.o.Async[ref.Route] && s.delivers(ref.Route) {
 		return s.releaseAsync(ctx, rec)
 	}
 	var settle *idempotency.Record

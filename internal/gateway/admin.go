@@ -127,6 +127,7 @@ func (g *Gateway) startAdmin() error {
 	a.srv = admin.New(admin.Options{
 		Queue:       q,
 		Redeliver:   rd,
+		Stores:      g.queue.stores,
 		Async:       g.queue.async,
 		Token:       g.cfg.Admin.Token,
 		Routes:      g.routeNames(),

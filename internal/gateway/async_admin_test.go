@@ -346,3 +346,49 @@ func TestAsyncDetailShowsTheNextAttempt(t *testing.T) {
 		t.Fatalf("detail: %s, next attempt %v; want queued, within the hour's backoff", detail.State, detail.NextAttemptAt)
 	}
 }
+
+// A record whose request was stored while its route kept requests is not
+// queued again once the route stopped keeping them: no worker would run
+// the job, so a 202 would be a promise nobody keeps. Redeliver and redrive
+// answer 409, and nothing reaches the upstream; a key without a record is
+// still 404.
+func TestRedeliverOnARouteThatNoLongerStoresRequests(t *testing.T) {
+	up := newUpstream(t)
+	db := dbPath(t)
+	start := func(record string) *Gateway {
+		cfg := gwConfig(t, up.URL, db, record, "")
+		cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+		return startGatewayWith(t, cfg, asyncOptions(t))
+	}
+	g := start("    record: {request: true}\n")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_stored"}`), http.StatusOK, "forwarded")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another route keeps requests, so the queue runs: only this route's
+	// worker is missing.
+	g = start(`  - name: kept
+    path: /kept
+    upstream: {url: "` + up.URL + `/kept"}
+    key: {sources: [{json: id}]}
+    record: {request: true}
+`)
+	for _, c := range []struct {
+		path   string
+		status int
+	}{
+		{"/admin/routes/hooks/records/evt_stored/redeliver", http.StatusConflict},
+		{"/admin/routes/hooks/dead/redrive", http.StatusConflict},
+		{"/admin/routes/hooks/records/evt_none/redeliver", http.StatusNotFound},
+	} {
+		if status, body := adminPost(t, g, c.path, ""); status != c.status || !strings.Contains(body, `"status":`) {
+			t.Errorf("POST %s = %d %s, want a %d problem", c.path, status, body, c.status)
+		}
+	}
+	if n := up.count("evt_stored"); n != 1 {
+		t.Fatalf("upstream received evt_stored %d times, want once", n)
+	}
+}

@@ -35,8 +35,9 @@ func MigrateStore(ctx context.Context, l *sqlledger.Ledger) error {
 // queueParts deliver the stored requests of async routes, and of any route
 // storing requests redelivered by an operator.
 type queueParts struct {
-	q     *queue.Queue    // nil when no route stores requests
-	async map[string]bool // the async routes
+	q      *queue.Queue    // nil when no route stores requests
+	async  map[string]bool // the async routes
+	stores map[string]bool // the routes storing requests, async ones included
 
 	mu      sync.Mutex // started and stopped change under it, with Start and Stop
 	started bool
@@ -58,11 +59,12 @@ func hasAsync(cfg *config.Config) bool {
 func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	var qr []queue.Route
 	var names []string
-	g.queue.async = map[string]bool{}
+	g.queue.async, g.queue.stores = map[string]bool{}, map[string]bool{}
 	for i, rc := range g.cfg.Routes {
 		if !rc.StoresRequests() {
 			continue
 		}
+		g.queue.stores[rc.Name] = true
 		r := routes[i]
 		a := rc.Async
 		qr = append(qr, queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
