@@ -60,7 +60,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr := r.RemoteAddr
-	if wait := c.throttle.wait(addr); wait > 0 {
+	if wait := c.throttle.try(addr); wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in", Data: loginData{CSRF: ck.Value, Wait: secs}})
@@ -68,7 +68,6 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	got := digest(r.PostFormValue("token"))
 	if subtle.ConstantTimeCompare(got[:], c.token[:]) != 1 {
-		c.throttle.failed(addr)
 		c.o.Logger.WarnContext(r.Context(), "console: sign-in refused", "remote", addr)
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in", Data: loginData{CSRF: ck.Value, Failed: true}})
 		return

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -167,4 +168,48 @@ func setCookie(tb testing.TB, p page, name string) *http.Cookie {
 	}
 	tb.Fatalf("no %s cookie set; Set-Cookie: %q", name, p.header.Values("Set-Cookie"))
 	return nil
+}
+
+// A burst of wrong tokens sent at once gets the free tries and one more
+// compared, as one after another would: the throttle checks and counts a
+// try in one step.
+func TestConcurrentWrongTokensAreThrottledAsOne(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const n = 64
+	wrong := strings.Repeat("w", 1<<19) // slow to read and digest: the tries overlap
+	reqs := make([]*http.Request, n)
+	browsers := make([]*browser, n)
+	for i := range n {
+		b := e.browser(t)
+		form := url.Values{"csrf": {csrf(t, b.get("/ui/login"))}, "token": {wrong}}.Encode()
+		reqs[i], _ = http.NewRequest(http.MethodPost, e.srv.URL+"/ui/login", strings.NewReader(form))
+		reqs[i].Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		browsers[i] = b
+	}
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res, err := browsers[i].c.Do(reqs[i])
+			if err != nil {
+				return
+			}
+			statuses[i] = res.StatusCode
+			res.Body.Close()
+		})
+	}
+	wg.Wait()
+	compared := 0
+	for _, s := range statuses {
+		switch s {
+		case http.StatusUnauthorized:
+			compared++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("statuses %v: want only 401 and 429", statuses)
+		}
+	}
+	if compared != 4 {
+		t.Fatalf("%d of %d concurrent wrong tokens were compared, want 4 (three free tries and the one that starts the wait)", compared, n)
+	}
 }

@@ -44,25 +44,19 @@ func newThrottle(now func() time.Time) *throttle {
 	return &throttle{now: now, m: make(map[string]*strikes)}
 }
 
-// wait is how long addr must still wait before its next try; 0: it may
-// try now.
-func (t *throttle) wait(addr string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.m[t.bucket(addr)]
-	if s == nil {
-		return 0
-	}
-	return max(0, s.until.Sub(t.now()))
-}
-
-// failed counts a wrong token from addr.
-func (t *throttle) failed(addr string) {
+// try takes a try for addr and counts it as a failure until succeeded
+// forgets it, or, taking none, says how long addr must still wait. One
+// step under the lock: checked and counted apart, a burst of concurrent
+// tries would all pass the check before the first was counted.
+func (t *throttle) try(addr string) (wait time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	k := t.bucket(addr)
 	s := t.m[k]
+	if s != nil && s.until.After(now) {
+		return s.until.Sub(now)
+	}
 	if s == nil {
 		t.prune(now)
 		if len(t.m) >= maxAddrs {
@@ -78,6 +72,7 @@ func (t *throttle) failed(addr string) {
 	if n := s.failures - freeTries; n > 0 {
 		s.until = now.Add(delay(n))
 	}
+	return 0
 }
 
 // succeeded forgets addr's failures.
