@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -252,10 +253,31 @@ func deliveryOf(body []byte) int64 {
 	return n
 }
 
+// landed are the resolutions that took effect: each one a gateway
+// answered, and one whose answer was lost (Unsure) when its gateway logged
+// resolving the key after the call began; it then dates from that line.
+func landed(rs []Resolution, logs map[string][]LogLine) []Resolution {
+	out := make([]Resolution, 0, len(rs))
+	for _, r := range rs {
+		if r.Unsure {
+			i := slices.IndexFunc(logs[r.Life], func(l LogLine) bool {
+				return l.Msg == "admin: held record resolved" && l.Route == r.Route && l.Key == r.Key && !l.Time.Before(r.Start)
+			})
+			if i < 0 {
+				continue
+			}
+			r.Start = logs[r.Life][i].Time
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // RunAudit checks every guarantee against the evidence.
 func RunAudit(in *AuditInput) *Audit {
 	a := newAudit()
 	in, async := splitAsync(in)
+	in.Resolutions = landed(in.Resolutions, in.Logs)
 	checkAsync(async, a, a.violate)
 	au := newAuditor(in, a)
 	au.readUpstream()

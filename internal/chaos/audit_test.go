@@ -511,6 +511,35 @@ func TestAudit(t *testing.T) {
 			},
 		},
 		{
+			name: "a held key forwarded once a release whose answer was lost took effect",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				f.resolved(ev, "release", 3*time.Second)
+				f.in.Resolutions[0].Unsure = true
+				f.in.Logs["g2.1"] = append(f.in.Logs["g2.1"],
+					LogLine{Time: f.at(3100 * time.Millisecond), Msg: "admin: held record resolved", Route: ev.Route, Key: ev.Key})
+				up := f.apply(ev, "g2.1", 4*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 4*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+		},
+		{
+			name: "a held key forwarded after a release whose answer was lost and that no gateway logged",
+			build: func(f *fixture) {
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				f.resolved(ev, "release", 3*time.Second)
+				f.in.Resolutions[0].Unsure = true
+				up := f.apply(ev, "g2.1", 4*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 4*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+			wantChecks: []string{CheckHold},
+		},
+		{
 			name: "a held key forwarded before the operator resolved it",
 			build: func(f *fixture) {
 				ev := f.event("e1")

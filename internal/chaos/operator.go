@@ -34,6 +34,9 @@ type Resolution struct {
 	// whose admin API answered it.
 	Start, End time.Time
 	Life       string
+	// Unsure: the call got no answer, or a 5xx, so the gateway may or may
+	// not have resolved the key; the audit lets it explain what follows.
+	Unsure bool
 }
 
 // operator plays the on-call engineer of a hold route: it lists the keys
@@ -129,20 +132,30 @@ func (o *operator) resolve(ctx context.Context, g *GatewayProc, life, key string
 	res.Start = time.Now()
 	path := "/admin/routes/" + holdRoute + "/records/" + url.PathEscape(key) + "/resolve"
 	err := o.call(ctx, g, http.MethodPost, path, body, nil)
-	if err == errNotHeld {
-		return nil // resolved meanwhile, through another gateway
-	}
-	if err != nil {
-		return err
-	}
 	res.End = time.Now()
+	var refused *statusError
+	switch {
+	case err == errNotHeld:
+		return nil // resolved meanwhile, through another gateway
+	case errors.As(err, &refused) && refused.status < 500:
+		return err // refused: nothing changed
+	}
+	res.Unsure = err != nil
 	o.mu.Lock()
 	o.resolved = append(o.resolved, res)
 	o.mu.Unlock()
-	return nil
+	return err
 }
 
 var errNotHeld = errors.New("not held")
+
+// statusError is an admin answer other than 200.
+type statusError struct {
+	status int
+	what   string
+}
+
+func (e *statusError) Error() string { return e.what }
 
 // call makes one admin request; a 404 is errNotHeld.
 func (o *operator) call(ctx context.Context, g *GatewayProc, method, path string, in, out any) error {
@@ -172,7 +185,7 @@ func (o *operator) call(ctx context.Context, g *GatewayProc, method, path string
 	case resp.StatusCode == http.StatusNotFound && method == http.MethodPost:
 		return errNotHeld
 	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		return &statusError{resp.StatusCode, fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, b)}
 	case out != nil:
 		return json.Unmarshal(b, out)
 	}
