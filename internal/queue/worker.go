@@ -110,7 +110,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		}
 		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
-		s.State, s.Job = idempotency.StateHeld, job.ID
+		s.State, s.Job, s.KeepUntil = idempotency.StateHeld, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, nil); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
@@ -121,7 +121,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key, "err", ferr)
 		return nil
 	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
-		s.State, s.Job = idempotency.StateDead, job.ID
+		s.State, s.Job, s.KeepUntil = idempotency.StateDead, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, nil); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}

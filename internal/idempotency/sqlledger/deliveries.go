@@ -78,6 +78,11 @@ type Settlement struct {
 	// in its transaction; 0 for none, as for a retry, whose job runs
 	// again.
 	Job int64
+	// KeepUntil: a dead or held record is kept at least until then. A
+	// queued record is never swept, so one whose delivery outlived its
+	// retention would be swept the moment it ended, its request gone
+	// before an operator could redrive it.
+	KeepUntil time.Time
 	// Again: an earlier Settle of it failed with the ledger unavailable,
 	// which may have been after its commit, the reply lost. Settle then
 	// looks for its attempt first and, found, stores nothing twice.
@@ -92,13 +97,19 @@ const settledSQL = `SELECT COUNT(*) FROM hookstamp_attempts WHERE route = ? AND 
 
 const sameStart = 50 * time.Millisecond
 
+// keptSQL moves a record's expiry to Settlement.KeepUntil when that is
+// later.
+const keptSQL = `expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END `
+
 // settleSQL by Settlement.State: the final answer replaces a queued row's
 // (or, redelivered, a done row's); dead and held end a queued row only.
 var settleSQL = map[idempotency.State]string{
 	idempotency.StateDone: `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
 		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done')`,
-	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
-	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ? WHERE route = ? AND "key" = ? AND state = 'queued'`,
+	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ?, ` + keptSQL +
+		`WHERE route = ? AND "key" = ? AND state = 'queued'`,
+	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ?, ` + keptSQL +
+		`WHERE route = ? AND "key" = ? AND state = 'queued'`,
 }
 
 // deleteJobSQL ends a settled delivery's River job: deleted, not marked
@@ -161,7 +172,8 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		}
 		args = []any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key}
 	case idempotency.StateDead, idempotency.StateHeld:
-		args = []any{now, s.Route, s.Key}
+		keep := dbTime(toDB(s.KeepUntil, shift))
+		args = []any{now, keep, keep, s.Route, s.Key}
 	}
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)

@@ -56,7 +56,7 @@ var sqliteDialect = dialect{
 	// rowid exists because the table is not WITHOUT ROWID; the writer is one
 	// connection, so the statement is atomic and short.
 	sweepSQL: `DELETE FROM hookstamp_records WHERE rowid IN (` +
-		`SELECT rowid FROM hookstamp_records WHERE expires_at < ? LIMIT ?) AND expires_at < ? RETURNING route, "key"`,
+		`SELECT rowid FROM hookstamp_records WHERE expires_at < ? AND state <> 'queued' LIMIT ?) AND expires_at < ? AND state <> 'queued' RETURNING route, "key"`,
 	// The migration transaction starts with BEGIN IMMEDIATE (_txlock), which
 	// already takes SQLite's write lock.
 	migrateLockSQL: "",
@@ -77,7 +77,8 @@ var postgresDialect = dialect{
 	// Statements in WITH run to completion whether or not the query reads
 	// them, so the attempts go in the same statement.
 	sweepSQL: `WITH d AS (DELETE FROM hookstamp_records WHERE (route, "key") IN (` +
-		`SELECT route, "key" FROM hookstamp_records WHERE expires_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) AND expires_at < ? ` +
+		`SELECT route, "key" FROM hookstamp_records WHERE expires_at < ? AND state <> 'queued' LIMIT ? FOR UPDATE SKIP LOCKED) ` +
+		`AND expires_at < ? AND state <> 'queued' ` +
 		`RETURNING route, "key"), ` +
 		`a AS (DELETE FROM hookstamp_attempts t USING d WHERE t.route = d.route AND t."key" = d."key") ` +
 		`SELECT COUNT(*) FROM d`,
