@@ -16,7 +16,19 @@ import (
 // upstream did answer, and what it answered is final or not by its
 // status like any other answer: reporting no answer would have the
 // provider's retry forwarded again after the upstream acted on the first.
-func truncatedAnswer(head []byte) *Response {
+func truncatedAnswer(head []byte) *Response { return finalHead(head, false) }
+
+// unreadableAnswer is the final answer whose whole head net/http refused
+// (a field name or value that is not HTTP, Content-Length given twice or
+// unequal, a transfer coding it does not know), from head: its status and
+// the fields that are valid, without a body, whose framing is not to be
+// trusted. nil when head holds no whole final head. As with
+// truncatedAnswer, the upstream did answer.
+func unreadableAnswer(head []byte) *Response { return finalHead(head, true) }
+
+// finalHead is the first final answer in head: when whole, only one whose
+// head ends in head; otherwise only one whose head does not.
+func finalHead(head []byte, whole bool) *Response {
 	for {
 		line, rest, ok := bytes.Cut(head, []byte("\n"))
 		if !ok {
@@ -31,7 +43,7 @@ func truncatedAnswer(head []byte) *Response {
 			line, rest, ok = bytes.Cut(head, []byte("\n"))
 			if !ok {
 				// The head ends inside this answer's header section.
-				if status < 200 {
+				if status < 200 || whole {
 					return nil
 				}
 				removeHopByHop(h)
@@ -48,7 +60,11 @@ func truncatedAnswer(head []byte) *Response {
 			}
 		}
 		if status >= 200 {
-			return nil // a whole final head: not what overflowed
+			if !whole {
+				return nil // a whole final head: not what overflowed
+			}
+			removeHopByHop(h)
+			return &Response{Status: status, Header: h}
 		}
 	}
 }

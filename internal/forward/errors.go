@@ -25,7 +25,23 @@ var (
 	// final answer's head passes 1 MiB. Do returns status and the headers
 	// that fit: not ambiguous.
 	ErrResponseTooLarge = errors.New("upstream response too large")
+
+	// ErrUnreadableAnswer: a final answer's head is not valid HTTP (a
+	// field that is not HTTP, Content-Length given twice, an unknown
+	// transfer coding). Do returns status and the valid headers: not
+	// ambiguous, since the upstream answered.
+	ErrUnreadableAnswer = errors.New("upstream answer unreadable")
 )
+
+// errUnreadableHead is readAnswer's signal, turned into
+// ErrUnreadableAnswer with context.
+var errUnreadableHead = errors.New("unreadable head")
+
+// HeadOnly reports whether Do's resp and err are an answer without its
+// body (ErrResponseTooLarge, ErrUnreadableAnswer): settle on its status.
+func HeadOnly(resp *Response, err error) bool {
+	return resp != nil && (errors.Is(err, ErrResponseTooLarge) || errors.Is(err, ErrUnreadableAnswer))
+}
 
 // errTooLarge is readBody's signal, turned into ErrResponseTooLarge with context.
 var errTooLarge = errors.New("too large")

@@ -177,9 +177,9 @@ func (f *Forwarder) Close() {
 
 // Do sends r once and returns the upstream's complete response, whatever
 // its status. Errors match ErrUnreachable, ErrTimeout, ErrNoAnswer or
-// ErrResponseTooLarge (with which the Response has Status and the Header
-// that fit, Body nil), or ctx.Err() too when ctx ended; a request that
-// cannot be built matches none.
+// ErrResponseTooLarge or ErrUnreadableAnswer (with which the Response has
+// Status and the Header that fit, Body nil: see HeadOnly), or ctx.Err()
+// too when ctx ended; a request that cannot be built matches none.
 func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {
@@ -236,6 +236,8 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	case err == errHeadTooLarge && resp != nil:
 		return resp, fmt.Errorf("forward %s %s: %w: status %d, headers over %d bytes",
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, maxResponseHead)
+	case errors.Is(err, errUnreadableHead) && resp != nil:
+		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, errors.Unwrap(err))
 	}
 	if err != nil {
 		return nil, x.failure(ctx, tctx, sent, err)
@@ -296,6 +298,11 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
 			if out := truncatedAnswer(c.lim.head); out != nil && errors.Is(err, errHeadTooLarge) {
 				return out, false, errHeadTooLarge
+			}
+			// ReadResponse returns once a head ends: a whole one in
+			// c.lim.head is one it refused.
+			if out := unreadableAnswer(c.lim.head); out != nil {
+				return out, false, fmt.Errorf("%w: %w", errUnreadableHead, err)
 			}
 			return nil, false, err
 		}

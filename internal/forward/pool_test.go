@@ -443,3 +443,45 @@ func lateBodyAfterBodyless(t *testing.T, method, head, late string, status int, 
 		t.Errorf("%d connections for 2 deliveries, want %d", n, conns)
 	}
 }
+
+// A final answer whose head net/http refuses is still the upstream's
+// answer: its status and valid fields come back without a body, not as
+// "no answer", which would release the key (or hold it) and forward the
+// provider's retry after the upstream acted. An interim answer followed by
+// nothing stays no answer.
+func TestDoUnreadableFinalHeadIsAnAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name, answer string
+		status       int
+	}{
+		{"a control byte in a field", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Bad: a\x01b\r\nContent-Length: 2\r\n\r\nok", 200},
+		{"a field without a colon", "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nnot a field\r\nContent-Length: 2\r\n\r\nok", 201},
+		{"two Content-Lengths", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok", 200},
+		{"an unknown transfer coding", "HTTP/1.1 422 Unprocessable Entity\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", 422},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+				_, _ = io.WriteString(conn, c.answer)
+				return false
+			})
+			f := newForwarder(t, forward.Options{})
+			resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "payout"))
+			if !errors.Is(err, forward.ErrUnreadableAnswer) || forward.Ambiguous(err) || !forward.HeadOnly(resp, err) {
+				t.Fatalf("Do = %+v, %v; want the answer's head, ErrUnreadableAnswer, not ambiguous", resp, err)
+			}
+			if resp.Status != c.status || resp.Header.Get("Content-Type") != "application/json" || resp.Body != nil {
+				t.Fatalf("answer %d %v %q, want %d with its valid fields and no body", resp.Status, resp.Header, resp.Body, c.status)
+			}
+		})
+	}
+	t.Run("an interim answer, then nothing", func(t *testing.T) {
+		u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+			_, _ = io.WriteString(conn, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+			return false
+		})
+		f := newForwarder(t, forward.Options{})
+		if resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "payout")); !errors.Is(err, forward.ErrNoAnswer) || resp != nil {
+			t.Fatalf("Do = %+v, %v; want no answer", resp, err)
+		}
+	})
+}

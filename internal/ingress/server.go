@@ -435,9 +435,9 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	if s.o.Observer != nil {
 		s.o.Observer.ObserveUpstream(ctx, route.Name, time.Since(sent))
 	}
-	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
+	if forward.HeadOnly(resp, err) {
 		// The upstream answered: settle on its status, never release a
-		// processed event because its answer was big.
+		// processed event because its answer was big or malformed.
 		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
 	}
 	if err != nil {

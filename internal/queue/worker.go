@@ -269,7 +269,7 @@ func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *ide
 	req.Timeout = r.Timeout
 	req.Header.Set(HeaderAttempt, fmt.Sprint(a.Attempt))
 	resp, err := q.o.Forwarder.Do(ctx, req)
-	if errors.Is(err, forward.ErrResponseTooLarge) && resp != nil {
+	if forward.HeadOnly(resp, err) {
 		a.Status = resp.Status
 		span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
 		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
