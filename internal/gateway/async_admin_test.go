@@ -392,3 +392,43 @@ func TestRedeliverOnARouteThatNoLongerStoresRequests(t *testing.T) {
 		t.Fatalf("upstream received evt_stored %d times, want once", n)
 	}
 }
+
+// A redelivery of a done record that runs out of attempts leaves the
+// record its earlier answer, and its attempt is in the record's history
+// with the status it got: the operator sees why it did not take.
+func TestRedeliveryThatGivesUpKeepsTheAnswerAndItsAttempt(t *testing.T) {
+	up := newUpstream(t)
+	var down atomic.Bool
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), `    delivery: async
+    async: {max_attempts: 1}
+`, "")
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_once"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_once", idempotency.StateDone)
+
+	down.Store(true)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_once/redeliver", ""); status != http.StatusAccepted {
+		t.Fatalf("redeliver = %d %s, want 202", status, body)
+	}
+	testenv.Eventually(t, 10*time.Second, "the redelivery's attempt recorded", func() bool {
+		return len(attemptsOf(t, g, "evt_once")) == 2
+	})
+	atts := attemptsOf(t, g, "evt_once")
+	if atts[0].Status != http.StatusOK || atts[1].Status != http.StatusServiceUnavailable {
+		t.Fatalf("attempts %+v, want 200 then 503", atts)
+	}
+	if rec := lookup(t, g, "hooks", "evt_once"); rec.State != idempotency.StateDone || string(rec.Body) != `{"copy":1}` {
+		t.Fatalf("record %s %q, want done with the first answer", rec.State, rec.Body)
+	}
+	if n := up.count("evt_once"); n != 2 {
+		t.Fatalf("upstream received %d copies, want 2", n)
+	}
+}

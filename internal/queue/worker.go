@@ -109,6 +109,19 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
 		}
 		return nil
+	case st.State == idempotency.StateDone && (run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge ||
+		up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous):
+		// A redelivery that gives up leaves the record its earlier answer:
+		// only a queued row becomes dead or held. Its attempt is recorded
+		// and its job ends.
+		s.Job = job.ID
+		if err := q.settle(sctx, s, nil); err != nil {
+			return fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
+		}
+		q.hookResult(ref.Route, "dead")
+		q.o.Logger.WarnContext(ctx, "redelivery gave up; the record keeps its earlier answer",
+			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
+		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
 		s.State, s.Job, s.KeepUntil = idempotency.StateHeld, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, nil); err != nil {

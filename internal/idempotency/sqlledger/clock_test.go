@@ -2,6 +2,7 @@ package sqlledger_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -72,3 +73,30 @@ func TestLeasesAndExpiryAreOnTheDatabaseClock(t *testing.T) {
 	mustClaim(t, right, idempotency.ClaimRequest{Ref: short, Owner: "right", Lease: 30 * time.Second, Retention: time.Hour},
 		now[0](), idempotency.TakenOver)
 }
+
+// A stored delivery's created_at is read back on the replica's clock, as
+// its attempts are: max_age and the delivery lag compare it with the
+// replica's now. An hour-fast replica reads a delivery enqueued a moment
+// ago by a replica with the right time as a moment old, not an hour.
+func TestStoredCreatedAtIsOnTheReplicasClock(t *testing.T) {
+	ls, clocks := skewedReplicas(t, 0, time.Hour)
+	ls[0].UseJobs(noJobs{})
+	r := idempotency.Ref{Route: "r", Key: "evt_skewed"}
+	rec := &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: clocks[0]().Add(time.Hour),
+		Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}
+	if _, err := ls[0].Enqueue(context.Background(), rec, "", clocks[0]()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ls[1].Stored(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := clocks[1]().Sub(st.CreatedAt); age < 0 || age > time.Minute {
+		t.Fatalf("the fast replica reads the delivery as %v old, want a moment", age)
+	}
+}
+
+// noJobs inserts no delivery job: the tests read the ledger's rows only.
+type noJobs struct{}
+
+func (noJobs) InsertTx(context.Context, *sql.Tx, []idempotency.Ref) error { return nil }

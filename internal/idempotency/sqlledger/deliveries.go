@@ -37,6 +37,10 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	if err := l.check(); err != nil {
 		return nil, fmt.Errorf("read stored %s: %w", ref(r), err)
 	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read stored %s: %w", ref(r), l.fail("clock", err))
+	}
 	db, err := l.r.DB()
 	if err != nil {
 		return nil, l.fail("read stored "+ref(r), err)
@@ -55,7 +59,7 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	if err != nil {
 		return nil, l.fail("read stored "+ref(r), err)
 	}
-	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC()
+	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC().Add(-shift) // max_age and the lag are on the replica's clock
 	if method.Valid {
 		h, err := decodeRequestHeaders(hdrs.String)
 		if err != nil {
