@@ -77,6 +77,14 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "delivery job for a route that is not configured (or not async); it waits", "route", ref.Route, "key", ref.Key)
 		return river.JobSnooze(time.Hour)
 	}
+	// A run still settling when River presumes its replica lost would
+	// meet the rescued run sending the delivery again: settling stops a
+	// quarter of the margin before the rescue (the run then fails, and the
+	// rescue delivers it again with its key, as after a crash).
+	horizon := time.Now().Add(settleFor)
+	if r.Timeout > 0 {
+		horizon = time.Now().Add(r.Timeout + q.o.RescueMargin*3/4)
+	}
 	st, err := q.o.Ledger.Stored(ctx, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
@@ -101,7 +109,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	switch {
 	case up != nil && r.Policy.Settles(up):
 		s.State, s.Response, s.Job = idempotency.StateDone, r.Policy.Recorded(up), job.ID
-		if err := q.settle(sctx, s, nil); err != nil {
+		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
@@ -115,7 +123,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		// only a queued row becomes dead or held. Its attempt is recorded
 		// and its job ends.
 		s.Job = job.ID
-		if err := q.settle(sctx, s, nil); err != nil {
+		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
@@ -124,7 +132,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
 		s.State, s.Job, s.KeepUntil = idempotency.StateHeld, job.ID, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, nil); err != nil {
+		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
@@ -135,7 +143,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
 		s.State, s.Job, s.KeepUntil = idempotency.StateDead, job.ID, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, nil); err != nil {
+		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
@@ -156,7 +164,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		_, err := q.client.JobUpdateTx(ctx, tx, job.ID, &river.JobUpdateParams{Output: recordedRun{Run: run}})
 		return err
 	}
-	if err := q.settle(sctx, s, noted); err != nil {
+	if err := q.settle(sctx, s, horizon, noted); err != nil {
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.hookResult(ref.Route, "retried")
@@ -254,9 +262,15 @@ func previousReplica(by []string) string {
 // the upstream answered is delivered again.
 const settleFor = 30 * time.Second
 
-// settle records s, retrying while the ledger is unavailable.
-func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, then func(context.Context, *sql.Tx) error) error {
+// settle records s, retrying while the ledger is unavailable, until
+// settleFor has passed or until, whichever comes first.
+func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, until time.Time, then func(context.Context, *sql.Tx) error) error {
 	deadline := time.Now().Add(settleFor)
+	if until.Before(deadline) {
+		deadline = until
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		err := q.o.Ledger.Settle(ctx, s, q.o.Now(), then)
 		if err == nil || !errors.Is(err, idempotency.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
