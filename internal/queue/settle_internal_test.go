@@ -2,11 +2,9 @@ package queue
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/hookstamp/hookstamp/internal/faultproxy"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/testenv"
@@ -17,17 +15,8 @@ import (
 // the rescued run delivering it again. Against a hung PostgreSQL one
 // ledger call alone would last its whole operation timeout.
 func TestSettleStopsAtTheRunsHorizon(t *testing.T) {
-	u, err := url.Parse(testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New("postgres", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	u.Host = p.Addr()
-	l, err := sqlledger.Open(context.Background(), sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: u.String()})
+	dsn, p := testenv.PostgresBehindProxy(t)
+	l, err := sqlledger.Open(context.Background(), sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: dsn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +28,7 @@ func TestSettleStopsAtTheRunsHorizon(t *testing.T) {
 	ref := idempotency.Ref{Route: "r", Key: "evt_hung"}
 	s := &sqlledger.Settlement{Ref: ref, Attempt: idempotency.Attempt{Ref: ref, StartedAt: time.Now(), Status: 503}}
 
-	p.Blackhole()
+	p.Hang()
 	start := time.Now()
 	err = q.settle(context.Background(), s, start.Add(300*time.Millisecond), nil)
 	if took := time.Since(start); err == nil || took > sqlledger.DefaultOpTimeout/2 {

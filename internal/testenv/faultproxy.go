@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"net/url"
 	"testing"
 
 	"github.com/hookstamp/hookstamp/internal/faultproxy"
@@ -35,4 +36,17 @@ func (p *FaultProxy) Hang() { p.Blackhole() }
 func (p *FaultProxy) Restore() {
 	p.Proxy.Cut()
 	p.Proxy.Restore()
+}
+
+// PostgresBehindProxy is Postgres (a schema of the test's own) reached
+// through a fault proxy: the DSN to open, and the proxy to cut.
+func PostgresBehindProxy(tb testing.TB) (dsn string, p *FaultProxy) {
+	tb.Helper()
+	u, err := url.Parse(Postgres(tb))
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	p = StartFaultProxy(tb, u.Host)
+	u.Host = p.Addr
+	return u.String(), p
 }

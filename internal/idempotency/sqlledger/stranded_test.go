@@ -2,12 +2,10 @@ package sqlledger_test
 
 import (
 	"context"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hookstamp/hookstamp/internal/faultproxy"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -19,18 +17,9 @@ import (
 // from opening others.
 func TestPoolRecoversFromConnectionsStrandedInStartUp(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New("postgres", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	u.Host = p.Addr()
+	dsn, p := testenv.PostgresBehindProxy(t)
 	const op = time.Second
-	l := openLedger(t, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: u.String(), OpTimeout: op, MaxOpenConns: 2})
+	l := openLedger(t, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: dsn, OpTimeout: op, MaxOpenConns: 2})
 	if err := l.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping before: %v", err)
 	}
@@ -44,7 +33,7 @@ func TestPoolRecoversFromConnectionsStrandedInStartUp(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	p.Restore()
+	p.Proxy.Restore() // stranded connections stay stranded
 	testenv.Eventually(t, 6*op, "the ledger to answer once the database does", func() bool {
 		return l.Ping(context.Background()) == nil
 	})
