@@ -330,6 +330,7 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	// Closing resp.Body early would read the rest of a too-large body:
 	// every path but the full read discards the connection instead.
 	removeHopByHop(resp.Header)
+	removeInvalidNames(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
 	body, err := readBody(resp, f.maxBody)
 	if err != nil {

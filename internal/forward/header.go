@@ -5,6 +5,8 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // hopByHop are never forwarded, in either direction (RFC 9110 §7.6.1), nor
@@ -61,6 +63,19 @@ func removeHopByHop(h http.Header) {
 	}
 	for _, name := range hopByHop {
 		delete(h, name)
+	}
+}
+
+// removeInvalidNames deletes the fields of an answer whose names are not
+// HTTP tokens ("Transfer-Encoding ", "X Bad"), in place. net/http reads
+// them, uncanonicalised, so the hop-by-hop removal misses them, and
+// passed on to the provider, one such name is a framing header to a
+// lenient reader.
+func removeInvalidNames(h http.Header) {
+	for name := range h {
+		if !httpguts.ValidHeaderFieldName(name) {
+			delete(h, name)
+		}
 	}
 }
 

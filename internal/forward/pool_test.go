@@ -485,3 +485,27 @@ func TestDoUnreadableFinalHeadIsAnAnswer(t *testing.T) {
 		}
 	})
 }
+
+// An answer's field whose name is not an HTTP token ("Transfer-Encoding "
+// with its space) is dropped: net/http leaves such names uncanonicalised,
+// so the hop-by-hop removal would miss it, and the provider's client
+// might read it as the framing header it spells.
+func TestDoDropsAnswerFieldsWithInvalidNames(t *testing.T) {
+	u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nX Bad: 1\r\nTransfer-Encoding : chunked\r\nX-Good: 2\r\nContent-Length: 2\r\n\r\nok")
+		return false
+	})
+	f := newForwarder(t, forward.Options{})
+	resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "payout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range resp.Header {
+		if strings.ContainsAny(name, " \t") {
+			t.Errorf("field %q passed on", name)
+		}
+	}
+	if resp.Header.Get("X-Good") != "2" || string(resp.Body) != "ok" {
+		t.Fatalf("answer %v %q, want X-Good and the body", resp.Header, resp.Body)
+	}
+}
