@@ -81,6 +81,10 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 		switch name {
 		case "Content-Length", "Transfer-Encoding", "Connection", HeaderOutcome, HeaderReplayed, HeaderBodyOmitted:
 			continue
+		case "Content-Encoding":
+			if up.BodyOmitted {
+				continue // an empty body marked gzip is not gzip, nor is its replay
+			}
 		}
 		if len(vals) > 1 && keptOnce(name) {
 			// fasthttp's Add replaces the line before: one joined line

@@ -74,3 +74,28 @@ func TestUpstreamCannotSetHookstampHeaders(t *testing.T) {
 		}
 	}
 }
+
+// An answer passed on without its body (too large to keep) drops its
+// Content-Encoding, as its record does: an empty body labelled gzip is
+// not gzip, and a client that decompresses fails on it. With its body the
+// encoding stays.
+func TestOmittedBodyDropsItsContentEncoding(t *testing.T) {
+	for _, omitted := range []bool{true, false} {
+		app := fiber.New()
+		app.Post("/", func(c *fiber.Ctx) error {
+			up := &idempotency.Upstream{Status: 200, BodyOmitted: omitted,
+				Header: map[string][]string{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}}
+			if !omitted {
+				up.Body = []byte{0x1f, 0x8b}
+			}
+			return answer(c, &idempotency.Result{Outcome: idempotency.Forwarded, Upstream: up})
+		})
+		resp, err := app.Test(httptest.NewRequest("POST", "/", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := resp.Header.Get("Content-Encoding"), map[bool]string{true: "", false: "gzip"}[omitted]; got != want {
+			t.Errorf("body omitted %v: Content-Encoding %q, want %q", omitted, got, want)
+		}
+	}
+}
