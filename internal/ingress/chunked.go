@@ -13,19 +13,17 @@ import (
 // dropTrailers takes out of a chunked request's header the trailer fields
 // fasthttp merged into it: they are not header fields (RFC 9110 §6.5.1), so
 // no key or signature may come from them. A name occurring more often than
-// it was received (AllInOrder walks the header as received) is set back
+// it was received (VisitAllInOrder walks the header as received) is set back
 // to its received values. Content-Type, User-Agent and Cookie, kept in one
 // slot each, are always set back.
 func dropTrailers(h *fasthttp.RequestHeader) {
 	received := map[string][]string{}
-	for k, v := range h.AllInOrder() {
+	h.VisitAllInOrder(func(k, v []byte) {
 		name := strings.ToLower(string(k))
 		received[name] = append(received[name], string(v))
-	}
+	})
 	seen := map[string]int{}
-	for k := range h.All() {
-		seen[strings.ToLower(string(k))]++
-	}
+	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
 	for name, n := range seen {
 		values := received[name]
 		switch name {
@@ -65,17 +63,20 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	// Judged on the last line: "gzip" then "chunked" on two lines is
 	// "gzip, chunked" (RFC 9110 §5.3), 501 rather than 400.
 	endsChunked := false
-	for name, value := range h.AllInOrder() {
+	h.VisitAllInOrder(func(name, value []byte) {
+		if problem != "" {
+			return
+		}
 		// As received: fasthttp keeps Transfer-Encoding, Content-Length
-		// and Connection out of the fields All walks, so a control
+		// and Connection out of the fields VisitAll walks, so a control
 		// character around "chunked" (a vertical tab, a form feed) would
 		// not be seen there, and bytes.TrimSpace would read it as space
 		// where a proxy in front may not.
 		if problem = fieldProblem(name, value); problem != "" {
-			break
+			return
 		}
 		if name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h' {
-			continue
+			return
 		}
 		value = trimOWS(value)
 		switch {
@@ -103,10 +104,7 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 				}
 			}
 		}
-		if problem != "" {
-			break
-		}
-	}
+	})
 	if problem == "" && !hasHost && h.IsHTTP11() {
 		// RFC 9112 §3.2: 400. SPEC §4 promises the upstream the Host used.
 		problem = "the HTTP/1.1 request has no Host field (RFC 9112 §3.2)"
@@ -116,11 +114,11 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	}
 	if problem == "" {
 		// As fasthttp keeps them, which is what is forwarded.
-		for name, value := range h.All() {
-			if problem = fieldProblem(name, value); problem != "" {
-				break
+		h.VisitAll(func(name, value []byte) {
+			if problem == "" {
+				problem = fieldProblem(name, value)
 			}
-		}
+		})
 	}
 	status = http.StatusBadRequest
 	switch {
