@@ -187,7 +187,11 @@ func TestAsyncSettlementWhoseReplyWasLostIsStoredOnce(t *testing.T) {
 	up, release := heldUpstream(t)
 	cfg := c.asyncConfig(t, up.URL, "store")
 	cfg.Admin.Listen = "127.0.0.1:0" // for /metrics
-	g := startGatewayWith(t, cfg, asyncOptions(t))
+	o := asyncOptions(t)
+	// The run tries again until its horizon, upstream.timeout plus three
+	// quarters of the margin: past the mute below.
+	o.RescueMargin = 20 * time.Second
+	g := startGatewayWith(t, cfg, o)
 	db, err := sql.Open("pgx", direct)
 	if err != nil {
 		t.Fatal(err)
