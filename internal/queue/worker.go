@@ -117,7 +117,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
 		}
 		return nil
-	case st.State == idempotency.StateDone && (run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge ||
+	case st.State == idempotency.StateDone && (sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge ||
 		up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous):
 		// A redelivery that gives up leaves the record its earlier answer:
 		// only a queued row becomes dead or held. Its attempt is recorded
@@ -141,7 +141,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
 			"route", ref.Route, "key", ref.Key, "err", ferr)
 		return nil
-	case run >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
+	case sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
 		s.State, s.Job, s.KeepUntil = idempotency.StateDead, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
@@ -173,6 +173,18 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		wait = retryAfter(up.Header, q.o.Now())
 	}
 	return river.JobSnooze(r.Backoff.next(run, wait))
+}
+
+// sentRuns is how many of job's runs, run (this one) included, sent their
+// attempt: a run that failed before sending (unsent, the ledger not
+// readable) uses up none of the route's max_attempts.
+func sentRuns(job *river.Job[Args], run int) int {
+	for _, e := range job.Errors {
+		if strings.HasPrefix(e.Error, unsentPrefix) {
+			run--
+		}
+	}
+	return run
 }
 
 // unsent is a run's error from before its attempt was sent: no attempt

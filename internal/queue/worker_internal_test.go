@@ -36,3 +36,15 @@ func TestWasRecordedTellsALostSnoozeFromALostAttempt(t *testing.T) {
 		})
 	}
 }
+
+// A run that failed before sending (the ledger could not be read) is no
+// attempt: the route's max_attempts counts the runs that sent one.
+func TestSentRunsLeaveOutRunsThatSentNothing(t *testing.T) {
+	unsentErr := rivertype.AttemptError{Attempt: 1, Error: unsentPrefix + "read delivery: dependency unavailable"}
+	rescued := rivertype.AttemptError{Attempt: 2, Error: "Stuck job rescued by JobRescuer"}
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{Attempt: 3, Errors: []rivertype.AttemptError{unsentErr, rescued}}}
+	// Run 4: runs 1 (unsent), 2 (rescued, it sent), 3 (snoozed), 4.
+	if got := sentRuns(job, 4); got != 3 {
+		t.Fatalf("sentRuns = %d, want 3", got)
+	}
+}
