@@ -628,9 +628,9 @@ func screenWaitNotHeld(t *testing.T, s idempotency.Screen) {
 func screenWaitCtx(t *testing.T, s idempotency.Screen) {
 	screenWantStatus(t, screenClaim(t, s, screenRef, "a", nil, screenLease), idempotency.Acquired)
 	const d = 100 * time.Millisecond
+	start := time.Now() // before the deadline is set, which is then at least start+d
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	start := time.Now()
 	err := s.Wait(ctx, screenRef, "a")
 	el := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
