@@ -267,9 +267,12 @@ func checkKey(key string) error {
 // line and paragraph separators: the characters hookstamp's own key rule
 // refuses.
 func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false // a literal U+FFFD is valid, and hookstamp forwards it
+	}
 	for _, r := range s {
 		switch {
-		case r == utf8.RuneError, r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x2028, r == 0x2029:
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x2028, r == 0x2029:
 			return false
 		}
 	}

@@ -203,7 +203,7 @@ func TestOnceConsumersAndKeys(t *testing.T) {
 func TestOnceKeysAreExact(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
 		ib := newInbox(t, db, inbox.Options{})
-		for _, key := range []string{"evt_6", "evt_6 ", "EVT_6", "evt_6  "} {
+		for _, key := range []string{"evt_6", "evt_6 ", "EVT_6", "evt_6  ", "evt_6\ufffd"} {
 			if ran, err := ib.Once(context.Background(), key, func(tx *gorm.DB) error { return book(tx, key) }); !ran || err != nil {
 				t.Errorf("key %q: ran=%v err=%v, want a key of its own", key, ran, err)
 			}
