@@ -77,14 +77,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "delivery job for a route that is not configured (or not async); it waits", "route", ref.Route, "key", ref.Key)
 		return river.JobSnooze(time.Hour)
 	}
-	// A run still settling when River presumes its replica lost would
-	// meet the rescued run sending the delivery again: settling stops a
-	// quarter of the margin before the rescue (the run then fails, and the
-	// rescue delivers it again with its key, as after a crash).
-	horizon := time.Now().Add(settleFor)
-	if r.Timeout > 0 {
-		horizon = time.Now().Add(r.Timeout + q.o.RescueMargin*3/4)
-	}
+	horizon := q.horizon(r)
 	st, err := q.o.Ledger.Stored(ctx, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
@@ -106,6 +99,8 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	sctx := context.WithoutCancel(ctx)
 	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
 	s.Attempt.Attempt = 0 // numbered by the ledger: a concurrent redelivery may have taken a's
+	hold := up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous
+	spent := sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge
 	switch {
 	case up != nil && r.Policy.Settles(up):
 		s.State, s.Response, s.Job = idempotency.StateDone, r.Policy.Recorded(up), job.ID
@@ -117,8 +112,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
 		}
 		return nil
-	case st.State == idempotency.StateDone && (sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge ||
-		up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous):
+	case st.State == idempotency.StateDone && (spent || hold):
 		// A redelivery that gives up leaves the record its earlier answer:
 		// only a queued row becomes dead or held. Its attempt is recorded
 		// and its job ends.
@@ -130,7 +124,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "redelivery gave up; the record keeps its earlier answer",
 			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
 		return nil
-	case up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous:
+	case hold:
 		s.State, s.Job, s.KeepUntil = idempotency.StateHeld, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
@@ -141,7 +135,7 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
 			"route", ref.Route, "key", ref.Key, "err", ferr)
 		return nil
-	case sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge:
+	case spent:
 		s.State, s.Job, s.KeepUntil = idempotency.StateDead, job.ID, q.o.Now().Add(r.Policy.Retention)
 		if err := q.settle(sctx, s, horizon, nil); err != nil {
 			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
@@ -173,6 +167,18 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		wait = retryAfter(up.Header, q.o.Now())
 	}
 	return river.JobSnooze(r.Backoff.next(run, wait))
+}
+
+// horizon is when a run that starts now stops settling. A run still
+// settling when River presumes its replica lost would meet the rescued
+// run sending the delivery again: settling stops a quarter of the margin
+// before the rescue (the run then fails, and the rescue delivers it again
+// with its key, as after a crash).
+func (q *Queue) horizon(r *Route) time.Time {
+	if r.Timeout <= 0 {
+		return time.Now().Add(settleFor)
+	}
+	return time.Now().Add(r.Timeout + q.o.RescueMargin*3/4)
 }
 
 // sentRuns is how many of job's runs, run (this one) included, sent their
