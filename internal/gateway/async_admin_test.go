@@ -50,9 +50,10 @@ func adminPost(tb testing.TB, g *Gateway, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestAsyncRedeliverAndRedriveThroughTheAdminAPI(t *testing.T) {
-	up := newUpstream(t)
-	var down atomic.Bool
+// switchedUpstream answers {"copy":n} to its n-th request, or 503 while
+// down is set.
+func switchedUpstream(tb testing.TB) (*upstream, *atomic.Bool) {
+	up, down := newUpstream(tb), new(atomic.Bool)
 	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
 		if down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -60,6 +61,11 @@ func TestAsyncRedeliverAndRedriveThroughTheAdminAPI(t *testing.T) {
 		}
 		fmt.Fprintf(w, `{"copy":%d}`, n)
 	})
+	return up, down
+}
+
+func TestAsyncRedeliverAndRedriveThroughTheAdminAPI(t *testing.T) {
+	up, down := switchedUpstream(t)
 	g := startAsyncAdmin(t, up)
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_a"}`), http.StatusAccepted, "accepted")
 	waitState(t, g, "evt_a", idempotency.StateDone)
@@ -397,15 +403,7 @@ func TestRedeliverOnARouteThatNoLongerStoresRequests(t *testing.T) {
 // record its earlier answer, and its attempt is in the record's history
 // with the status it got: the operator sees why it did not take.
 func TestRedeliveryThatGivesUpKeepsTheAnswerAndItsAttempt(t *testing.T) {
-	up := newUpstream(t)
-	var down atomic.Bool
-	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
-		if down.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, `{"copy":%d}`, n)
-	})
+	up, down := switchedUpstream(t)
 	cfg := gwConfig(t, up.URL, dbPath(t), `    delivery: async
     async: {max_attempts: 1}
 `, "")
