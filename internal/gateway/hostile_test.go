@@ -248,6 +248,25 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
 	})
 
+	t.Run("bare LF in a chunk size line", func(t *testing.T) {
+		// Read up to its CR, "2;\nxx" was one chunk size line to the
+		// gateway; a proxy in front ending lines at a bare LF reads another
+		// chunk there, and the bytes after are one request to it and two
+		// to the gateway: the second, smuggled past the proxy, forwarded.
+		smuggled := rawRequest("/hooks", jsonCT, "", `{"id":"evt_smuggled"}`)
+		inner := "0\r\n\r\n" + smuggled
+		req := "POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"2;\nxx\r\n" + fmt.Sprintf("%x", len(inner)) + "\r\n" + inner + "\r\n0\r\n\r\n"
+		replies := rawExchange(t, g, req, 5*time.Second)
+		if len(replies) != 1 {
+			t.Fatalf("got %d answers, want 1 (nothing behind a malformed chunk is read)", len(replies))
+		}
+		wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
+		if up.total.Load() != 0 {
+			t.Fatalf("forwarded %d requests", up.total.Load())
+		}
+	})
+
 	t.Run("malformed header fields", func(t *testing.T) {
 		// fasthttp keeps a field with an empty name or a control character
 		// in its value; forwarded, the upstream's server (or the

@@ -2,7 +2,9 @@ package ingress
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -10,35 +12,48 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// dropTrailers takes out of a chunked request's header the trailer fields
-// fasthttp merged into it: they are not header fields (RFC 9110 §6.5.1), so
-// no key or signature may come from them. A name occurring more often than
-// it was received (VisitAllInOrder walks the header as received) is set back
-// to its received values. Content-Type, User-Agent and Cookie, kept in one
-// slot each, are always set back.
-func dropTrailers(h *fasthttp.RequestHeader) {
-	received := map[string][]string{}
-	h.VisitAllInOrder(func(k, v []byte) {
-		name := strings.ToLower(string(k))
-		received[name] = append(received[name], string(v))
-	})
-	seen := map[string]int{}
-	h.VisitAll(func(k, _ []byte) { seen[strings.ToLower(string(k))]++ })
-	for name, n := range seen {
-		values := received[name]
-		switch name {
-		case "content-type", "user-agent", "cookie":
-		default:
-			if n <= len(values) {
-				continue
+// dropTrailers takes a chunked request's trailer fields out of its header
+// and reports whether it had any. They are not header fields (RFC 9110
+// §6.5.1), so no key or signature may come from them and none is
+// forwarded; fasthttp keeps them apart from the fields All walks, but Peek
+// still finds them. A name the header also has keeps its values as
+// received; the Trailer field, which announced fields that are dropped, is
+// dropped with them.
+func dropTrailers(h *fasthttp.RequestHeader) (received bool) {
+	var names []string
+	for name := range h.Trailers() {
+		names = append(names, string(name))
+		received = received || len(h.PeekAllTrailer(string(name))) > 0
+	}
+	if len(names) == 0 {
+		return false
+	}
+	values := map[string][]string{}
+	for k, v := range h.AllInOrder() {
+		for _, name := range names {
+			if strings.EqualFold(string(k), name) {
+				values[name] = append(values[name], string(v))
 			}
 		}
+	}
+	for _, name := range names {
 		h.Del(name)
-		for _, v := range values {
+	}
+	h.Del(fasthttp.HeaderTrailer)
+	for _, name := range names {
+		for _, v := range values[name] {
 			h.Add(name, v)
 		}
 	}
+	return received
 }
+
+// Transfer-Encoding faults, as framing and refusedByParser name them.
+const (
+	notEndingInChunked = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+	chunkedTwice       = "the request's Transfer-Encoding applies chunked more than once"
+	otherCoding        = "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
+)
 
 // framing reports whether a request's body came chunked, and what is
 // ambiguous in how it is framed ("" when nothing is) with the status to
@@ -63,20 +78,20 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	// Judged on the last line: "gzip" then "chunked" on two lines is
 	// "gzip, chunked" (RFC 9110 §5.3), 501 rather than 400.
 	endsChunked := false
-	h.VisitAllInOrder(func(name, value []byte) {
+	for name, value := range h.AllInOrder() {
 		if problem != "" {
-			return
+			break
 		}
 		// As received: fasthttp keeps Transfer-Encoding, Content-Length
-		// and Connection out of the fields VisitAll walks, so a control
+		// and Connection out of the fields All walks, so a control
 		// character around "chunked" (a vertical tab, a form feed) would
 		// not be seen there, and bytes.TrimSpace would read it as space
 		// where a proxy in front may not.
 		if problem = fieldProblem(name, value); problem != "" {
-			return
+			break
 		}
 		if name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h' {
-			return
+			continue
 		}
 		value = trimOWS(value)
 		switch {
@@ -104,21 +119,21 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 				}
 			}
 		}
-	})
+	}
 	if problem == "" && !hasHost && h.IsHTTP11() {
 		// RFC 9112 §3.2: 400. SPEC §4 promises the upstream the Host used.
 		problem = "the HTTP/1.1 request has no Host field (RFC 9112 §3.2)"
 	}
 	if problem == "" && hasTE && !endsChunked {
-		problem = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+		problem = notEndingInChunked
 	}
 	if problem == "" {
 		// As fasthttp keeps them, which is what is forwarded.
-		h.VisitAll(func(name, value []byte) {
-			if problem == "" {
-				problem = fieldProblem(name, value)
+		for name, value := range h.All() {
+			if problem = fieldProblem(name, value); problem != "" {
+				break
 			}
-		})
+		}
 	}
 	status = http.StatusBadRequest
 	switch {
@@ -128,10 +143,10 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	case hasTE && !h.IsHTTP11():
 		problem = "the request has Transfer-Encoding in HTTP/1.0"
 	case chunkedCodings > 1:
-		problem = "the request's Transfer-Encoding applies chunked more than once"
+		problem = chunkedTwice
 	case otherCodings > 0:
 		status = http.StatusNotImplemented
-		problem = "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
+		problem = otherCoding
 	}
 	declared = -1
 	if hasCL {
@@ -221,4 +236,78 @@ func fieldProblem(name, value []byte) string {
 		}
 	}
 	return ""
+}
+
+// unreadable is a request fasthttp's parser refused, with the status and
+// problem detail to refuse it with.
+type unreadable struct {
+	status int
+	detail string
+}
+
+func (u *unreadable) Error() string { return u.detail }
+
+// parseRefusals answers what fasthttp's parser refused with a problem that
+// names it; other read errors (431, 408, 413) go to fiberErrors, Fiber's
+// handler. The connection is closed after either.
+func (s *Server) parseRefusals(fiberErrors func(*fasthttp.RequestCtx, error)) func(*fasthttp.RequestCtx, error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		u := refusedByParser(err)
+		if u == nil {
+			fiberErrors(ctx, err)
+			return
+		}
+		c := s.app.AcquireCtx(ctx)
+		defer s.app.ReleaseCtx(c)
+		_ = s.errorHandler(c, u)
+	}
+}
+
+// refusedByParser names the framing and request line faults fasthttp
+// refuses before the header reaches framing, or returns nil. Its errors
+// carry no sentinel for a transfer coding: the coding is read from the
+// message, as a missing one says 400.
+func refusedByParser(err error) *unreadable {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, fasthttp.ErrDuplicateContentLength):
+		return &unreadable{http.StatusBadRequest, "the request has more than one Content-Length field"}
+	case strings.Contains(msg, "too many transfer-encoding headers"):
+		// A Transfer-Encoding line after one naming chunked.
+		return &unreadable{http.StatusBadRequest, "the request's Transfer-Encoding has a coding after chunked"}
+	case strings.Contains(msg, "unsupported transfer-encoding"):
+		codings := unsupportedCodings(msg)
+		chunked := 0
+		for _, c := range codings {
+			if strings.EqualFold(strings.TrimSpace(c), "chunked") {
+				chunked++
+			}
+		}
+		switch {
+		case len(codings) == 0 || !strings.EqualFold(strings.TrimSpace(codings[len(codings)-1]), "chunked"):
+			return &unreadable{http.StatusBadRequest, notEndingInChunked}
+		case chunked > 1:
+			return &unreadable{http.StatusBadRequest, chunkedTwice}
+		}
+		return &unreadable{http.StatusNotImplemented, otherCoding}
+	case errors.Is(err, fasthttp.ErrorInvalidURI), strings.Contains(msg, "invalid request uri"),
+		strings.Contains(msg, "unsupported http version"), strings.Contains(msg, "cannot find whitespace"):
+		return &unreadable{http.StatusBadRequest, "the request line is malformed (RFC 9112 §3)"}
+	}
+	return nil
+}
+
+// unsupportedCodings is the Transfer-Encoding line fasthttp quotes in its
+// refusal, split into codings; nil when the message quotes none.
+func unsupportedCodings(msg string) []string {
+	_, rest, _ := strings.Cut(msg, "unsupported transfer-encoding: ")
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return nil
+	}
+	line, err := strconv.Unquote(quoted)
+	if err != nil {
+		return nil
+	}
+	return strings.Split(line, ",")
 }

@@ -150,6 +150,7 @@ func New(o Options) *Server {
 	s.app.All("/*", s.handle)
 	srv := s.app.Server()
 	srv.HeaderReceived = s.headerReceived
+	srv.ErrorHandler = s.parseRefusals(srv.ErrorHandler)
 	srv.Handler = refuseUnknownMethods(methods, srv.Handler)
 	// Answers while draining say "Connection: close": a client told to keep
 	// the connection would send its next delivery into the closed socket, a
@@ -256,23 +257,16 @@ func (s *Server) handle(c *fiber.Ctx) error {
 		c.Context().SetConnectionClose()
 		return writeProblem(c, status, "", problem, 0)
 	}
-	fields := 0
-	if chunked {
-		fields = c.Request().Header.Len()
-	}
 	release, err := s.readBody(c.Context(), declared)
 	if err != nil {
 		return err // errorHandler: 413 too_large on the route, 408, 400
 	}
 	defer release()
-	if chunked {
-		if c.Request().Header.Len() != fields {
-			// Trailer fields were read after framing checked the header: a
-			// folded one would be misread (obsFolded), so nothing after them is
-			// read.
-			c.Context().SetConnectionClose()
-		}
-		dropTrailers(&c.Request().Header) // read with the last chunk
+	if chunked && dropTrailers(&c.Request().Header) {
+		// Trailer fields were read after framing checked the header: a
+		// folded one would be misread (obsFolded), so nothing after them is
+		// read.
+		c.Context().SetConnectionClose()
 	}
 
 	route, rest := s.router.match(c.Method(), string(c.Request().URI().Path()))
@@ -652,10 +646,20 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		// Refused while reading, before the middleware ran.
 		return s.observed(c, func(c *fiber.Ctx) error { return s.errorHandler(c, err) })
 	}
-	var fe *fiber.Error
-	status := http.StatusInternalServerError
-	if errors.As(err, &fe) {
+	var (
+		fe     *fiber.Error
+		u      *unreadable
+		status = http.StatusInternalServerError
+	)
+	switch {
+	case errors.As(err, &u):
+		status = u.status
+	case errors.As(err, &fe):
 		status = fe.Code
+	}
+	detail := http.StatusText(status)
+	if u != nil {
+		detail = u.detail
 	}
 	method := c.Method()
 	route, _ := s.router.match(method, string(c.Request().URI().Path()))
@@ -667,7 +671,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	case errors.Is(err, errShuttingDown):
 		refusal = refuse(idempotency.Unavailable, fe.Message, nil)
 	}
-	outcome, detail, retryAfter := refusal.Outcome, http.StatusText(status), time.Duration(0)
+	outcome, retryAfter := refusal.Outcome, time.Duration(0)
 	if outcome != "" {
 		status, detail, retryAfter = refusal.Status, refusal.Detail, refusal.RetryAfter
 	}

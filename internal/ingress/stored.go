@@ -16,25 +16,25 @@ import (
 func requestHeader(fr *fasthttp.Request) http.Header {
 	hdr := make(http.Header, fr.Header.Len())
 	cookie := false
-	fr.Header.VisitAll(func(k, v []byte) {
+	for k, v := range fr.Header.All() {
 		name := string(k)
 		switch name {
 		case "Host", "Content-Length":
-			return
+			continue
 		case "Cookie":
 			cookie = true
-			return
+			continue
 		}
 		hdr[name] = append(hdr[name], string(v))
-	})
+	}
 	if cookie {
 		// fasthttp hands Cookie back rebuilt from its parse: the upstream
 		// gets the lines as sent (SPEC §4), from the header as received.
-		fr.Header.VisitAllInOrder(func(k, v []byte) {
+		for k, v := range fr.Header.AllInOrder() {
 			if string(k) == "Cookie" {
 				hdr["Cookie"] = append(hdr["Cookie"], string(v))
 			}
-		})
+		}
 	}
 	return hdr
 }
