@@ -37,10 +37,20 @@ func dialectOf(db *gorm.DB) (*dialect, error) {
 	}
 }
 
+// splitTable parts a table name into its schema (empty when none) and
+// name.
+func splitTable(table string) (schema, name string) {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[:i], table[i+1:]
+	}
+	return "", table
+}
+
 // indexName names the expiry index after the table (without its schema:
 // PostgreSQL puts an index in its table's schema).
 func indexName(table string) string {
-	return table[strings.LastIndexByte(table, '.')+1:] + "_expires_at"
+	_, name := splitTable(table)
+	return name + "_expires_at"
 }
 
 var postgresDialect = dialect{
@@ -120,6 +130,13 @@ var mysqlDialect = dialect{
 var sqliteDialect = dialect{
 	name: "sqlite",
 	migrate: func(table string, q func(string) string) []string {
+		// SQLite takes the schema on the index's name, and refuses it on
+		// the table the index is ON.
+		schema, name := splitTable(table)
+		index := indexName(name)
+		if schema != "" {
+			index = schema + "." + index
+		}
 		return []string{
 			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
 				consumer TEXT NOT NULL,
@@ -130,7 +147,7 @@ var sqliteDialect = dialect{
 				created_at DATETIME NOT NULL,
 				expires_at DATETIME NOT NULL,
 				PRIMARY KEY (consumer, "key"))`,
-			"CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)",
+			"CREATE INDEX IF NOT EXISTS " + q(index) + " ON " + q(name) + " (expires_at)",
 		}
 	},
 	sweepSQL: func(table string, q func(string) string) string {

@@ -137,3 +137,23 @@ func lockWaiters(tb testing.TB, db *gorm.DB, table string) int {
 	}
 	return int(n)
 }
+
+// schemaOf names the schema (PostgreSQL), database (MySQL) or attached
+// database (SQLite) the test's tables are created in.
+func schemaOf(tb testing.TB, db *gorm.DB) string {
+	tb.Helper()
+	var name string
+	switch db.Dialector.Name() {
+	case "postgres":
+		if err := db.Raw("SELECT current_schema()").Scan(&name).Error; err != nil {
+			tb.Fatal(err)
+		}
+	case "mysql":
+		if err := db.Raw("SELECT DATABASE()").Scan(&name).Error; err != nil {
+			tb.Fatal(err)
+		}
+	default:
+		name = "main"
+	}
+	return name
+}

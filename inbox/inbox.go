@@ -21,7 +21,9 @@ type Options struct {
 	// are; two consumers may record the same key independently. Default
 	// "default".
 	Consumer string
-	// Table is the inbox table's name. Default "hookstamp_inbox".
+	// Table is the inbox table's name, optionally with its schema
+	// (PostgreSQL), database (MySQL) or attached database (SQLite):
+	// "app.inbox". Default "hookstamp_inbox".
 	Table string
 	// Retention is how long a recorded key is kept (and honoured) before
 	// Sweep deletes it. It must outlast every provider's retries. Default

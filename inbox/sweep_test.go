@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/hookstamp/hookstamp/inbox"
+	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
 // clock is a settable clock for Options.Now.
@@ -64,6 +65,28 @@ func TestNewTwice(t *testing.T) {
 		ib := newInbox(t, db, inbox.Options{})
 		if ran, err := ib.Once(context.Background(), "evt_32", func(*gorm.DB) error { return nil }); !ran || err != nil {
 			t.Fatalf("ran=%v err=%v", ran, err)
+		}
+	})
+}
+
+// A table named with its schema (SQLite: its attached database; MySQL: its
+// database) is created, migrated again, written and swept there.
+func TestQualifiedTable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		table := schemaOf(t, db) + "." + testenv.Name("inbox_")
+		c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+		ib := newInbox(t, db, inbox.Options{Table: table, Retention: time.Hour, Now: c.now})
+		newInbox(t, db, inbox.Options{Table: table})
+		ctx := context.Background()
+		for i, want := range []bool{true, false} {
+			if ran, err := ib.Once(ctx, "evt_33", func(tx *gorm.DB) error { return book(tx, "evt_33") }); ran != want || err != nil {
+				t.Fatalf("call %d: ran=%v err=%v, want %v, nil", i+1, ran, err, want)
+			}
+		}
+		wantCounts(t, db, table, "evt_33", 1, 1)
+		c.advance(2 * time.Hour)
+		if n, err := ib.Sweep(ctx); n != 1 || err != nil {
+			t.Fatalf("sweep: %d deleted, %v; want 1", n, err)
 		}
 	})
 }
