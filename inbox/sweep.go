@@ -28,9 +28,22 @@ func (in *Inbox) Sweep(ctx context.Context) (int64, error) {
 	}
 }
 
-// RunSweeper sweeps every interval until ctx is done. A failed sweep is
-// logged (Options.Logger) and tried again at the next tick.
+// DefaultSweepInterval is how often RunSweeper sweeps when given no
+// interval.
+const DefaultSweepInterval = time.Hour
+
+// RunSweeper sweeps every interval until ctx is done. An interval of zero
+// or less means DefaultSweepInterval; a negative one is also logged, as
+// the mistake it likely is. A failed sweep is logged (Options.Logger) and
+// tried again at the next tick.
 func (in *Inbox) RunSweeper(ctx context.Context, every time.Duration) {
+	if every < 0 {
+		in.o.Logger.Warn("inbox sweep interval negative; using the default",
+			"table", in.o.Table, "interval", every, "default", DefaultSweepInterval)
+	}
+	if every <= 0 {
+		every = DefaultSweepInterval
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -2,6 +2,8 @@ package inbox_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,4 +91,38 @@ func TestQualifiedTable(t *testing.T) {
 			t.Fatalf("sweep: %d deleted, %v; want 1", n, err)
 		}
 	})
+}
+
+// RunSweeper without an interval (zero or negative) sweeps every
+// DefaultSweepInterval, where time.NewTicker would panic: an expired key
+// outlives a short run of it, and the negative interval is logged. With an
+// interval it sweeps.
+func TestRunSweeperWithoutInterval(t *testing.T) {
+	db := backends[2].open(t)
+	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	var log testenv.Buffer
+	ib := newInbox(t, db, inbox.Options{Retention: time.Hour, Now: c.now, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if _, err := ib.Once(context.Background(), "evt_34", func(tx *gorm.DB) error { return book(tx, "evt_34") }); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(2 * time.Hour)
+	for _, every := range []time.Duration{0, -time.Minute} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		ib.RunSweeper(ctx, every)
+		cancel()
+	}
+	wantCounts(t, db, inbox.DefaultTable, "evt_34", 1, 1)
+	if !strings.Contains(log.String(), "interval=-1m0s") {
+		t.Errorf("the negative interval was not logged; log:\n%s", log.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ib.RunSweeper(ctx, time.Millisecond); close(done) }()
+	waitFor(t, "the sweeper to delete the expired key", func() bool {
+		_, keys := counts(t, db, inbox.DefaultTable, "evt_34")
+		return keys == 0
+	})
+	cancel()
+	<-done
 }
