@@ -19,8 +19,11 @@ type dialect struct {
 	// sweepSQL deletes at most N expired rows of one consumer; arguments:
 	// consumer, now, N.
 	sweepSQL func(table string, quote func(string) string) string
-	// retryable: a deadlock, a lock wait timeout, a busy database — the
-	// transaction was rolled back and may simply be tried again.
+	// retryable: a deadlock, a serialization failure, a busy database —
+	// the transaction was rolled back and may simply be tried again. A
+	// lock wait timeout is not: it comes after the whole wait the
+	// application allows a statement, spent waiting for the copy that
+	// holds the key, and a retry would wait as long again.
 	retryable func(error) bool
 }
 
@@ -85,7 +88,7 @@ var postgresDialect = dialect{
 			return false
 		}
 		switch e.SQLState() {
-		case "40001", "40P01", "55P03": // serialization failure, deadlock, lock not available
+		case "40001", "40P01": // serialization failure, deadlock
 			return true
 		}
 		return false
@@ -119,11 +122,7 @@ var mysqlDialect = dialect{
 		if !errors.As(err, &e) {
 			return false
 		}
-		switch e.Number {
-		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-			return true
-		}
-		return false
+		return e.Number == 1213 // ER_LOCK_DEADLOCK
 	},
 }
 

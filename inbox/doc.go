@@ -24,15 +24,18 @@
 // two concurrent copies runs. There is no read-then-insert. How each
 // database makes the second copy wait:
 //
-//   - PostgreSQL: the second INSERT blocks until the first transaction ends.
-//     If it commits, the second fails on the unique index and runs nothing;
-//     if it rolls back (the effect failed), the second INSERT succeeds and
-//     the second copy runs.
-//   - MySQL/MariaDB (InnoDB): the same wait, on the record lock. When the
-//     first rolls back, the waiters can deadlock each other on their
-//     insert-intention locks; InnoDB picks a victim, and the inbox retries
-//     it (a deadlock or a lock wait timeout never reaches the caller while
-//     the context allows another try).
+//   - PostgreSQL: the second INSERT blocks until the first transaction ends
+//     (or until lock_timeout, when the application sets one: that error is
+//     returned, not retried). If the first commits, the second fails on the
+//     unique index and runs nothing; if it rolls back (the effect failed),
+//     the second INSERT succeeds and the second copy runs.
+//   - MySQL/MariaDB (InnoDB): the same wait, on the record lock, for up to
+//     innodb_lock_wait_timeout (50 s by default), whose error is returned
+//     likewise: a retry would wait as long again for the same first copy.
+//     When the first rolls back, the waiters can deadlock each other on
+//     their insert-intention locks; InnoDB picks a victim, and the inbox
+//     retries it (a deadlock never reaches the caller while the context
+//     allows another try).
 //   - SQLite: one writer at a time. The INSERT is the transaction's first
 //     statement, so it waits for the write lock under the connection's
 //     busy_timeout; an SQLITE_BUSY that still comes back is retried.

@@ -6,7 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	mysqlerr "github.com/go-sql-driver/mysql"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
 	"github.com/hookstamp/hookstamp/inbox"
@@ -174,6 +178,70 @@ func TestOnceWaitersAfterRollback(t *testing.T) {
 		}
 		wantCounts(t, db, table, "evt_4", 1, 1)
 	})
+}
+
+// A copy that waits on a held key past the database's lock wait timeout
+// gets that error after the one wait: a retry would wait as long again for
+// the same holder (InnoDB's default is 50 s, and there were 60 tries).
+func TestOnceLockWaitTimeoutNotRetried(t *testing.T) {
+	cases := []struct {
+		name string
+		// open returns two handles on one database, the waiter's with a
+		// lock wait timeout of 1 s.
+		open    func(tb testing.TB) (holder, waiter *gorm.DB)
+		timeout func(error) bool
+	}{
+		{"postgres", func(tb testing.TB) (*gorm.DB, *gorm.DB) {
+			dsn := testenv.Postgres(tb)
+			return openDB(tb, postgres.Open(dsn)), openDB(tb, postgres.Open(dsn+"&lock_timeout=1s"))
+		}, func(err error) bool {
+			var e interface{ SQLState() string }
+			return errors.As(err, &e) && e.SQLState() == "55P03"
+		}},
+		{"mariadb", func(tb testing.TB) (*gorm.DB, *gorm.DB) {
+			dsn := testenv.MySQL(tb)
+			return openDB(tb, mysql.Open(dsn)), openDB(tb, mysql.Open(dsn+"&innodb_lock_wait_timeout=1"))
+		}, func(err error) bool {
+			var e *mysqlerr.MySQLError
+			return errors.As(err, &e) && e.Number == 1205
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			holderDB, waiterDB := c.open(t)
+			holder := newInbox(t, holderDB, inbox.Options{})
+			waiter := newInbox(t, waiterDB, inbox.Options{})
+			release := make(chan struct{})
+			var releaseOnce sync.Once
+			letGo := func() { releaseOnce.Do(func() { close(release) }) }
+			t.Cleanup(letGo)
+			holding := make(chan struct{})
+			held := make(chan error, 1)
+			go func() {
+				_, err := holder.Once(context.Background(), "evt_35", func(tx *gorm.DB) error {
+					close(holding)
+					<-release
+					return book(tx, "evt_35")
+				})
+				held <- err
+			}()
+			<-holding
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			ran, err := waiter.Once(ctx, "evt_35", func(*gorm.DB) error { t.Error("fn ran while the key was held"); return nil })
+			took := time.Since(start)
+			letGo()
+			if ran || !c.timeout(err) || took > 5*time.Second {
+				t.Errorf("Once on a held key: ran=%v err=%v after %v; want the lock wait timeout after about 1s", ran, err, took.Round(time.Millisecond))
+			}
+			if err := <-held; err != nil {
+				t.Fatalf("the holder: %v", err)
+			}
+			wantCounts(t, holderDB, inbox.DefaultTable, "evt_35", 1, 1)
+		})
+	}
 }
 
 // Consumers keep their own keys; a key longer than the table holds is
