@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +111,29 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// holdKey runs ib.Once(key) in the background and returns once fn's
+// transaction holds the key; it keeps holding it until letGo, then
+// returns then(tx). done receives Once's error. letGo also runs when the
+// test ends: a failed test must not leave the key locked.
+func holdKey(tb testing.TB, ib *inbox.Inbox, key string, then func(tx *gorm.DB) error) (letGo func(), done <-chan error) {
+	release := make(chan struct{})
+	var once sync.Once
+	letGo = func() { once.Do(func() { close(release) }) }
+	tb.Cleanup(letGo)
+	holding := make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		_, err := ib.Once(context.Background(), key, func(tx *gorm.DB) error {
+			close(holding)
+			<-release
+			return then(tx)
+		})
+		result <- err
+	}()
+	<-holding
+	return letGo, result
 }
 
 // lockWaiters is the number of sessions waiting in an INSERT into table

@@ -120,21 +120,7 @@ func TestOnceWaitersAfterRollback(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
 		table := testenv.Name("inbox_")
 		ib := newInbox(t, db, inbox.Options{Table: table})
-		release := make(chan struct{})
-		var releaseOnce sync.Once
-		letGo := func() { releaseOnce.Do(func() { close(release) }) }
-		t.Cleanup(letGo) // a failed wait must not leave the key locked
-		firstIn := make(chan struct{})
-		firstDone := make(chan error, 1)
-		go func() {
-			_, err := ib.Once(context.Background(), "evt_4", func(tx *gorm.DB) error {
-				close(firstIn)
-				<-release
-				return errors.New("first copy fails")
-			})
-			firstDone <- err
-		}()
-		<-firstIn
+		letGo, firstDone := holdKey(t, ib, "evt_4", func(*gorm.DB) error { return errors.New("first copy fails") })
 
 		const waiters = 8
 		var runs, ranTrue, entered atomic.Int32
@@ -211,21 +197,7 @@ func TestOnceLockWaitTimeoutNotRetried(t *testing.T) {
 			holderDB, waiterDB := c.open(t)
 			holder := newInbox(t, holderDB, inbox.Options{})
 			waiter := newInbox(t, waiterDB, inbox.Options{})
-			release := make(chan struct{})
-			var releaseOnce sync.Once
-			letGo := func() { releaseOnce.Do(func() { close(release) }) }
-			t.Cleanup(letGo)
-			holding := make(chan struct{})
-			held := make(chan error, 1)
-			go func() {
-				_, err := holder.Once(context.Background(), "evt_35", func(tx *gorm.DB) error {
-					close(holding)
-					<-release
-					return book(tx, "evt_35")
-				})
-				held <- err
-			}()
-			<-holding
+			letGo, held := holdKey(t, holder, "evt_35", func(tx *gorm.DB) error { return book(tx, "evt_35") })
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
