@@ -3,6 +3,7 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,7 +68,8 @@ func (a *attemptArgs) args(r idempotency.Ref) []any {
 // AddAttempt records one forward of ref's delivery. a.Attempt 0 numbers
 // it one past the record's last attempt; a number already taken is an
 // error. A record need not exist yet (a synchronous forward is recorded
-// before its commit, or its claim is released without one).
+// before its commit, or its claim is released without one); an async
+// delivery's must (AddDeliveryAttempt).
 func (l *Ledger) AddAttempt(ctx context.Context, a idempotency.Attempt) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -103,6 +105,43 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 		}
 		return n == 0, nil
 	})
+}
+
+// recordKeySQL finds the record an attempt belongs to.
+const recordKeySQL = `SELECT 1 FROM hookstamp_records WHERE route = ? AND "key" = ?`
+
+// AddDeliveryAttempt is AddAttempt for an async delivery, whose attempts
+// belong to its record: once the record is gone (deleted by an operator)
+// nothing is recorded, and ErrNotFound returned. Such an attempt would
+// never be swept, and a later record of the key would take it for its
+// own.
+func (l *Ledger) AddDeliveryAttempt(ctx context.Context, a idempotency.Attempt) error {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), err)
+	}
+	err := l.inTx(ctx, func(tx *sql.Tx) error { return l.addDeliveryAttemptTx(ctx, tx, a) })
+	if err != nil {
+		return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
+	}
+	return nil
+}
+
+// addDeliveryAttemptTx is AddDeliveryAttempt in tx. The record is read
+// first and kept until tx ends (keyShareSQL): a Delete either comes
+// before, or deletes the attempt with the record; and an insert that
+// writes nothing still means only that its number was taken.
+func (l *Ledger) addDeliveryAttemptTx(ctx context.Context, tx *sql.Tx, a idempotency.Attempt) error {
+	var found int
+	err := tx.QueryRowContext(ctx, l.d.rebind(recordKeySQL+l.d.keyShareSQL), a.Route, a.Key).Scan(&found)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idempotency.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return l.AddAttemptTx(ctx, tx, a)
 }
 
 // maxNumbering bounds numbered's tries. A number is taken only by a writer

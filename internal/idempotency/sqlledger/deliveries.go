@@ -145,8 +145,10 @@ var settleAtOnceSQL = func() map[idempotency.State]string {
 // Settle records an attempt and what it ended in, deletes s.Job and runs
 // then (nil for none; a retry's note on its job) in the same
 // transaction, so that a record is settled exactly when its job ends. A
-// record changed meanwhile (deleted, or resolved by an operator) gets no
-// attempt; the job is deleted and then runs all the same.
+// final settlement of a record changed meanwhile (deleted, or resolved by
+// an operator) records no attempt; the job is deleted and then runs all
+// the same. A retry of a record deleted meanwhile writes nothing and
+// returns ErrNotFound: its delivery is over.
 func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then func(context.Context, *sql.Tx) error) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -182,7 +184,10 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)
 	}
-	end := func(tx *sql.Tx) error {
+	err = l.inTx(ctx, func(tx *sql.Tx) error {
+		if err := l.settleTx(ctx, tx, s, args); err != nil {
+			return err
+		}
 		if s.Job != 0 {
 			if _, err := tx.ExecContext(ctx, l.d.rebind(deleteJobSQL), s.Job); err != nil {
 				return err
@@ -192,26 +197,30 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 			return nil
 		}
 		return then(ctx, tx)
-	}
-	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		if args != nil {
-			res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				return end(tx) // nothing left to settle: end the job
-			}
-		}
-		if err := l.AddAttemptTx(ctx, tx, s.Attempt); err != nil {
-			return err
-		}
-		return end(tx)
 	})
 	if err != nil {
 		return l.fail("settle "+ref(s.Ref), err)
 	}
 	return nil
+}
+
+// settleTx writes s in tx: a retry's attempt (args nil), or a final
+// settlement bound to args with its attempt, nothing when the record has
+// nothing left to settle.
+func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args []any) error {
+	if args == nil {
+		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt)
+	}
+	res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	// The UPDATE holds the record until tx ends, as addDeliveryAttemptTx
+	// would.
+	return l.AddAttemptTx(ctx, tx, s.Attempt)
 }
 
 // settled reports whether s's attempt is stored already.

@@ -49,6 +49,10 @@ type dialect struct {
 	// the new row's created_at as its argument.
 	insertedSQL string
 	insertedArg bool
+	// keyShareSQL ends a read of a record that a DELETE must wait for
+	// until the reading transaction ends. SQLite needs none: its writer
+	// transactions (BEGIN IMMEDIATE) already exclude each other.
+	keyShareSQL string
 }
 
 var sqliteDialect = dialect{
@@ -94,6 +98,8 @@ var postgresDialect = dialect{
 	// A row's xmax stays 0 until an update or a lock: the upsert's update
 	// sets it.
 	insertedSQL: `xmax = 0`,
+	// The weakest lock a DELETE waits for: a settlement's UPDATE does not.
+	keyShareSQL: ` FOR KEY SHARE`,
 }
 
 // sqlitePools opens SQLite as one writer connection (writes never meet
