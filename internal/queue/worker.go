@@ -89,7 +89,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	}
 	run := job.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
 	recorded, err := q.recordLost(ctx, job, ref)
-	if err != nil {
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return nil // deleted since read: nothing to deliver
+	case err != nil:
 		return unsent{err}
 	}
 	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + recorded + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
@@ -158,7 +161,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		_, err := q.client.JobUpdateTx(ctx, tx, job.ID, &river.JobUpdateParams{Output: recordedRun{Run: run}})
 		return err
 	}
-	if err := q.settle(sctx, s, horizon, noted); err != nil {
+	switch err := q.settle(sctx, s, horizon, noted); {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return nil // deleted during the attempt: nothing left to deliver
+	case err != nil:
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.hookResult(ref.Route, "retried")
@@ -229,7 +235,7 @@ func wasRecorded(job *river.Job[Args], lost rivertype.AttemptError) bool {
 // it and ended without recording it — its replica killed mid-attempt (the
 // job rescued) or the ledger cut before the outcome was stored — so the
 // timeline shows the copy the upstream may have got. It reports how many
-// attempts it recorded (0 or 1).
+// attempts it recorded (0 or 1), ErrNotFound once the record is gone.
 func (q *Queue) recordLost(ctx context.Context, job *river.Job[Args], ref idempotency.Ref) (int, error) {
 	lost, ok := lastSentError(job.Errors)
 	if !ok || wasRecorded(job, lost) {
@@ -245,13 +251,13 @@ func (q *Queue) recordLost(ctx context.Context, job *river.Job[Args], ref idempo
 	if n := len(attempts); n > 0 && !attempts[n-1].StartedAt.Before(at) {
 		return 0, nil // recorded since, by this job or another
 	}
+	a := idempotency.Attempt{Ref: ref, StartedAt: at, Error: interrupted + lost.Error, Replica: previousReplica(job.AttemptedBy)}
+	if err := q.o.Ledger.AddDeliveryAttempt(ctx, a); err != nil {
+		return 0, fmt.Errorf("record the lost attempt of %q: %w", ref.Key, err)
+	}
 	q.hook(q.o.Hooks.Takeover, ref.Route)
 	q.o.Logger.WarnContext(ctx, "delivering again a delivery whose previous attempt was not recorded; the upstream may get it twice, with the same key",
 		"route", ref.Route, "key", ref.Key, "lost", lost.Error)
-	a := idempotency.Attempt{Ref: ref, StartedAt: at, Error: interrupted + lost.Error, Replica: previousReplica(job.AttemptedBy)}
-	if err := q.o.Ledger.AddAttempt(ctx, a); err != nil {
-		return 0, fmt.Errorf("record the lost attempt of %q: %w", ref.Key, err)
-	}
 	return 1, nil
 }
 

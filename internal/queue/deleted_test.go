@@ -1,0 +1,191 @@
+package queue_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/forward"
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/queue"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// heldUpstream tells the test of each attempt (its Hookstamp-Attempt) and
+// answers it with the status the test sends.
+type heldUpstream struct {
+	arrived chan int
+	answers chan int
+	mu      sync.Mutex
+	n       int
+}
+
+func newHeldUpstream() *heldUpstream {
+	return &heldUpstream{arrived: make(chan int), answers: make(chan int)}
+}
+
+func (u *heldUpstream) Do(ctx context.Context, r *forward.Request) (*forward.Response, error) {
+	u.mu.Lock()
+	u.n++
+	u.mu.Unlock()
+	n, _ := strconv.Atoi(r.Header.Get(queue.HeaderAttempt))
+	select {
+	case u.arrived <- n:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case status := <-u.answers:
+		// A retry waits an hour: a job that snoozes does not run again
+		// within the test.
+		return &forward.Response{Status: status, Header: http.Header{"Retry-After": {"3600"}}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (u *heldUpstream) requests() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n
+}
+
+// attempt waits for the next attempt to reach the upstream and returns
+// its number.
+func (u *heldUpstream) attempt(tb testing.TB) int {
+	tb.Helper()
+	select {
+	case n := <-u.arrived:
+		return n
+	case <-time.After(20 * time.Second):
+		tb.Fatal("timed out waiting for an attempt")
+		return 0
+	}
+}
+
+// startQueue runs the async route "hooks" on a fresh ledger of driver,
+// delivering to up.
+func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledger {
+	t.Helper()
+	ctx := context.Background()
+	dsn := t.TempDir() + "/ledger.db"
+	if driver == queue.DriverPostgres {
+		dsn = testenv.Postgres(t)
+	}
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Migrate(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.New(queue.Options{Driver: driver, Ledger: l, Forwarder: up, Replica: "replica-a",
+		Logger: slog.New(slog.DiscardHandler),
+		Routes: []queue.Route{{Name: "hooks", UpstreamURL: "http://upstream.invalid",
+			Policy:  &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour},
+			Timeout: 30 * time.Second, MaxAttempts: 25, MaxAge: time.Hour,
+			Backoff: queue.Backoff{Initial: time.Hour, Max: time.Hour}, Concurrency: 1, PollInterval: 20 * time.Millisecond}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.UseJobs(q)
+	if err := q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.Stop(ctx)
+	})
+	return l
+}
+
+func enqueue(t *testing.T, l *sqlledger.Ledger, r idempotency.Ref) {
+	t.Helper()
+	now := time.Now()
+	rec := &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+		Request: &idempotency.Request{Method: http.MethodPost, Path: "/hooks", Headers: http.Header{}, Body: []byte(`{"id":"` + r.Key + `"}`)}}
+	if _, err := l.Enqueue(context.Background(), rec, "", now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jobsLeft counts the ledger's jobs that may still run, and those that
+// ran more than once.
+func jobsLeft(t *testing.T, l *sqlledger.Ledger) (waiting, rerun int) {
+	t.Helper()
+	db, err := l.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE attempt > 1`).Scan(&rerun); err != nil {
+		t.Fatal(err)
+	}
+	return waiting, rerun
+}
+
+// An operator deletes an async delivery (admin API) while its attempt is
+// out. Whatever the upstream answers, the attempt is not recorded (it
+// would belong to no record, and no sweep would ever delete it), the job
+// ends with that run instead of running again, and a new delivery of the
+// key starts its timeline at attempt 1.
+func TestDeliveryDeletedDuringItsAttemptEndsThere(t *testing.T) {
+	for _, driver := range []string{queue.DriverSQLite, queue.DriverPostgres} {
+		for _, answer := range []int{http.StatusServiceUnavailable, http.StatusOK} {
+			t.Run(driver+"/"+strconv.Itoa(answer), func(t *testing.T) {
+				up := newHeldUpstream()
+				l := startQueue(t, driver, up)
+				ctx := context.Background()
+				r := idempotency.Ref{Route: "hooks", Key: "evt_deleted"}
+				enqueue(t, l, r)
+				if n := up.attempt(t); n != 1 {
+					t.Fatalf("first delivery's attempt is numbered %d, want 1", n)
+				}
+				if err := l.Delete(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+				up.answers <- answer
+				testenv.Eventually(t, 10*time.Second, "the deleted delivery's job to end", func() bool {
+					waiting, _ := jobsLeft(t, l)
+					return waiting == 0
+				})
+				if _, rerun := jobsLeft(t, l); rerun != 0 {
+					t.Fatal("the deleted delivery's job ran again")
+				}
+				if atts, err := l.Attempts(ctx, r); err != nil || len(atts) != 0 {
+					t.Fatalf("attempts of the deleted delivery: %+v, %v; want none", atts, err)
+				}
+
+				enqueue(t, l, r)
+				if n := up.attempt(t); n != 1 {
+					t.Fatalf("the new delivery's attempt is numbered %d, want 1", n)
+				}
+				up.answers <- http.StatusOK
+				testenv.Eventually(t, 10*time.Second, "the new delivery to be done", func() bool {
+					rec, err := l.Lookup(ctx, r)
+					return err == nil && rec.State == idempotency.StateDone
+				})
+				atts, err := l.Attempts(ctx, r)
+				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
+					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
+				}
+				if n := up.requests(); n != 2 {
+					t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
+				}
+			})
+		}
+	}
+}
