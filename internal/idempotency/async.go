@@ -122,12 +122,13 @@ func (e *Engine) peek(ctx context.Context, ref Ref) (Claim, bool, error) {
 // enqueue stores a claimed delivery of an async route — its queued row,
 // request and job in one transaction — and only then acknowledges it
 // (SPEC §10). A queue that cannot store it gets the claim released and
-// 503: nothing is acknowledged that is not stored.
-func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
+// 503: nothing is acknowledged that is not stored. It reports false when
+// the claim was lost before the store: the caller claims again.
+func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) (Result, bool) {
 	e := c.e
 	if e.o.Queue == nil || d.Request == nil {
 		c.release(ctx)
-		return e.unavailable(fmt.Errorf("enqueue %q: the route is async but no queue or request was given", d.Key))
+		return e.unavailable(fmt.Errorf("enqueue %q: the route is async but no queue or request was given", d.Key)), true
 	}
 	now := e.o.Now()
 	rec := &Record{Ref: d.Ref, State: StateQueued, Fingerprint: d.Fingerprint, Source: d.Source,
@@ -148,16 +149,18 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) Result {
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
 		}
-		return Result{Outcome: Accepted, Ack: p.ackCopy(), TakenOver: c.Status == TakenOver}
+		return Result{Outcome: Accepted, Ack: p.ackCopy(), TakenOver: c.Status == TakenOver}, true
 	case errors.Is(err, ErrNotOwner):
-		// The claim expired and another delivery of the key stored it:
-		// it is stored, so this one gets the acknowledgement too.
+		// The claim expired and another delivery of the key holds it: it
+		// may have stored the event, or hold a claim of its own that can
+		// still fail. Claiming again tells them apart (an acknowledgement,
+		// or a wait for the holder).
 		c.settleScreen(sctx, nil)
-		return e.ackReplay(p, ent)
+		return Result{}, false
 	}
 	e.depError("ledger", "enqueue", err)
 	c.release(sctx)
-	return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err))
+	return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
 }
 
 // ackEntry is the screen and cache entry of an async delivery: its

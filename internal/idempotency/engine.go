@@ -213,7 +213,10 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		switch c.Status {
 		case Acquired, TakenOver:
 			if p.Ack != nil && !c.pass {
-				return c.enqueue(ctx, p, d)
+				if r, ok := c.enqueue(ctx, p, d); ok {
+					return r
+				}
+				continue
 			}
 			c.expires = claimedAt.Add(e.o.Lease)
 			fctx, cancel := c.withinLease(ctx, p)
