@@ -98,70 +98,106 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + recorded + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
 	up, ferr := q.send(ctx, r, st, &a)
 	a.Duration = q.o.Now().Sub(a.StartedAt)
-	// Settled even when shutdown cut the attempt.
+	sent := &sentAttempt{job: job, route: r, st: st, a: a, up: up, err: ferr, run: run, horizon: horizon}
+	if ended, err := q.end(ctx, sent); ended {
+		return err
+	}
+	return q.retry(ctx, sent)
+}
+
+// sentAttempt is a run's attempt once sent: what the run read, sent and
+// got back.
+type sentAttempt struct {
+	job     *river.Job[Args]
+	route   *Route
+	st      *sqlledger.Stored
+	a       idempotency.Attempt
+	up      *idempotency.Upstream // nil: no answer (err)
+	err     error
+	run     int // the job's run, snoozes included
+	horizon time.Time
+}
+
+// settlement is the attempt's record, numbered by the ledger: a concurrent
+// redelivery may have taken the attempt's own number.
+func (s *sentAttempt) settlement() *sqlledger.Settlement {
+	out := &sqlledger.Settlement{Ref: s.a.Ref, Attempt: s.a}
+	out.Attempt.Attempt = 0
+	return out
+}
+
+// end settles an attempt that ends its job (ended): delivered, dead, held,
+// or a redelivery that gave up. Settled even when shutdown cut the
+// attempt.
+func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err error) {
+	r, st, a, ref := sent.route, sent.st, sent.a, sent.a.Ref
 	sctx := context.WithoutCancel(ctx)
-	s := &sqlledger.Settlement{Ref: ref, Attempt: a}
-	s.Attempt.Attempt = 0 // numbered by the ledger: a concurrent redelivery may have taken a's
-	hold := up == nil && forward.Ambiguous(ferr) && r.Policy.HoldAmbiguous
-	spent := sentRuns(job, run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge
+	s := sent.settlement()
+	s.Job = sent.job.ID
+	hold := sent.up == nil && forward.Ambiguous(sent.err) && r.Policy.HoldAmbiguous
+	spent := sentRuns(sent.job, sent.run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge
 	switch {
-	case up != nil && r.Policy.Settles(up):
-		s.State, s.Response, s.Job = idempotency.StateDone, r.Policy.Recorded(up), job.ID
-		if err := q.settle(sctx, s, horizon, nil); err != nil {
-			return fmt.Errorf("record delivery %q: %w", ref.Key, err)
+	case sent.up != nil && r.Policy.Settles(sent.up):
+		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(sent.up)
+		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+			return true, fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
 		if q.o.Hooks.Lag != nil && st.State == idempotency.StateQueued {
 			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
 		}
-		return nil
 	case st.State == idempotency.StateDone && (spent || hold):
 		// A redelivery that gives up leaves the record its earlier answer:
 		// only a queued row becomes dead or held. Its attempt is recorded
 		// and its job ends.
-		s.Job = job.ID
-		if err := q.settle(sctx, s, horizon, nil); err != nil {
-			return fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
+		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+			return true, fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
 		q.o.Logger.WarnContext(ctx, "redelivery gave up; the record keeps its earlier answer",
 			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
-		return nil
 	case hold:
-		s.State, s.Job, s.KeepUntil = idempotency.StateHeld, job.ID, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, horizon, nil); err != nil {
-			return fmt.Errorf("hold delivery %q: %w", ref.Key, err)
+		s.State, s.KeepUntil = idempotency.StateHeld, q.o.Now().Add(r.Policy.Retention)
+		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+			return true, fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
 			q.o.Hooks.HeldChanged(ref.Route, 1)
 		}
 		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
-			"route", ref.Route, "key", ref.Key, "err", ferr)
-		return nil
+			"route", ref.Route, "key", ref.Key, "err", sent.err)
 	case spent:
-		s.State, s.Job, s.KeepUntil = idempotency.StateDead, job.ID, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, horizon, nil); err != nil {
-			return fmt.Errorf("give up delivery %q: %w", ref.Key, err)
+		s.State, s.KeepUntil = idempotency.StateDead, q.o.Now().Add(r.Policy.Retention)
+		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+			return true, fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
 		q.o.Logger.WarnContext(ctx, "async delivery is dead: out of attempts or age; redrive it through the admin API",
 			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
-		return nil
+	default:
+		return false, nil
 	}
-	if up == nil && forward.Ambiguous(ferr) {
+	return true, nil
+}
+
+// retry records an attempt that did not end its job and snoozes the job
+// until the next attempt.
+func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
+	ref := sent.a.Ref
+	if sent.up == nil && forward.Ambiguous(sent.err) {
 		// As a synchronous route's release is: the application may have
 		// acted on this attempt, and the next one sends it again.
 		q.o.Logger.InfoContext(ctx, "async attempt sent without an answer; the next attempt delivers it again, with the same key",
-			"route", ref.Route, "key", ref.Key, "attempt", a.Attempt, "err", ferr)
+			"route", ref.Route, "key", ref.Key, "attempt", sent.a.Attempt, "err", sent.err)
 	}
 	// The run's number is noted on the job with its attempt, for a next
 	// run to tell this one from a run that lost its attempt should the
 	// snooze not be stored (recordLost).
 	noted := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := q.client.JobUpdateTx(ctx, tx, job.ID, &river.JobUpdateParams{Output: recordedRun{Run: run}})
+		_, err := q.client.JobUpdateTx(ctx, tx, sent.job.ID, &river.JobUpdateParams{Output: recordedRun{Run: sent.run}})
 		return err
 	}
-	switch err := q.settle(sctx, s, horizon, noted); {
+	switch err := q.settle(context.WithoutCancel(ctx), sent.settlement(), sent.horizon, noted); {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return nil // deleted during the attempt: nothing left to deliver
 	case err != nil:
@@ -169,10 +205,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	}
 	q.hookResult(ref.Route, "retried")
 	var wait time.Duration
-	if up != nil {
-		wait = retryAfter(up.Header, q.o.Now())
+	if sent.up != nil {
+		wait = retryAfter(sent.up.Header, q.o.Now())
 	}
-	return river.JobSnooze(r.Backoff.next(run, wait))
+	return river.JobSnooze(sent.route.Backoff.next(sent.run, wait))
 }
 
 // horizon is when a run that starts now stops settling. A run still
