@@ -262,21 +262,9 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		problem(w, http.StatusNotFound, "no route of that name is configured")
 		return
 	}
-	if rest == "held" {
-		if allow(w, r, http.MethodGet, http.MethodHead) {
-			s.held(w, r, route)
-		}
-		return
-	}
-	if rest == "records" {
-		if allow(w, r, http.MethodGet, http.MethodHead) {
-			s.listRecords(w, r, route)
-		}
-		return
-	}
-	if rest == "dead/redrive" {
-		if allow(w, r, http.MethodPost) {
-			s.redrive(w, r, route)
+	if ep, ok := routeEndpoints[rest]; ok {
+		if allow(w, r, ep.methods...) {
+			ep.serve(s, w, r, route)
 		}
 		return
 	}
@@ -285,6 +273,23 @@ func (s *Server) adminAPI(w http.ResponseWriter, r *http.Request, path string) {
 		problem(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
+	s.recordAPI(w, r, route, escKey)
+}
+
+// routeEndpoints are a route's endpoints other than a record's, by their
+// path after /admin/routes/{route}/.
+var routeEndpoints = map[string]struct {
+	methods []string
+	serve   func(*Server, http.ResponseWriter, *http.Request, string)
+}{
+	"held":         {[]string{http.MethodGet, http.MethodHead}, (*Server).held},
+	"records":      {[]string{http.MethodGet, http.MethodHead}, (*Server).listRecords},
+	"dead/redrive": {[]string{http.MethodPost}, (*Server).redrive},
+}
+
+// recordAPI serves /admin/routes/{route}/records/*, escKey being the
+// escaped path after "records/".
+func (s *Server) recordAPI(w http.ResponseWriter, r *http.Request, route, escKey string) {
 	resolve, redeliver := false, false
 	if r.Method == http.MethodPost {
 		// Only POST has the /resolve and /redeliver suffixes; a GET or
