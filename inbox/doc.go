@@ -34,11 +34,12 @@
 //     likewise: a retry would wait as long again for the same first copy.
 //     When the first rolls back, the waiters can deadlock each other on
 //     their insert-intention locks; InnoDB picks a victim, and the inbox
-//     retries it (a deadlock never reaches the caller while the context
-//     allows another try).
+//     retries it (a deadlock reaches the caller only once the context, or
+//     about five seconds of retries, allow no other try).
 //   - SQLite: one writer at a time. The INSERT is the transaction's first
 //     statement, so it waits for the write lock under the connection's
-//     busy_timeout; an SQLITE_BUSY that still comes back is retried.
+//     busy_timeout; an SQLITE_BUSY that still comes back is retried, for
+//     about five seconds in all, then returned.
 //
 // # What is recorded
 //

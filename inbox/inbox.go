@@ -190,6 +190,7 @@ func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		tx := in.db.WithContext(ctx).Begin()
 		if tx.Error != nil {
@@ -205,7 +206,7 @@ func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
 		switch {
 		case in.d.duplicate(in.db, err):
 			return nil, nil
-		case !in.d.retryable(err) || attempt >= maxAttempts:
+		case !in.d.retryable(err) || attempt >= maxAttempts || time.Since(start) >= retryBudget:
 			return nil, fmt.Errorf("inbox: record %q: %w", key, err)
 		}
 		if err := backoff(ctx, attempt); err != nil {
@@ -214,9 +215,14 @@ func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
 	}
 }
 
-// maxAttempts bounds the retries of a deadlocked or busy insert (with
-// backoff up to 100ms, about five seconds in all).
-const maxAttempts = 60
+// maxAttempts and retryBudget bound the retries of a deadlocked or busy
+// insert (with backoff up to 100ms, about five seconds in all). The budget
+// counts the tries too: on SQLite each one may wait out busy_timeout
+// before it reports the database busy.
+const (
+	maxAttempts = 60
+	retryBudget = 5 * time.Second
+)
 
 func backoff(ctx context.Context, attempt int) error {
 	ceil := min(time.Millisecond<<min(attempt, 7), 100*time.Millisecond)
