@@ -68,6 +68,10 @@ func (u *heldUpstream) attempt(tb testing.TB) int {
 	}
 }
 
+// testJobSlack is the ledger's JobSlack in these tests, shorter than the
+// default's 10 s.
+const testJobSlack = 500 * time.Millisecond
+
 // startQueue runs the async route "hooks" on a fresh ledger of driver,
 // delivering to up.
 func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledger {
@@ -77,7 +81,7 @@ func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledg
 	if driver == queue.DriverPostgres {
 		dsn = testenv.Postgres(t)
 	}
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn})
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn, JobSlack: testJobSlack})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +141,23 @@ func jobsLeft(t *testing.T, l *sqlledger.Ledger) (waiting, rerun int) {
 	return waiting, rerun
 }
 
+// deletedDuringAttempt starts a queue on driver, stores a delivery and
+// deletes it while the upstream holds its first attempt.
+func deletedDuringAttempt(t *testing.T, driver string) (*heldUpstream, *sqlledger.Ledger, idempotency.Ref) {
+	t.Helper()
+	up := newHeldUpstream()
+	l := startQueue(t, driver, up)
+	r := idempotency.Ref{Route: "hooks", Key: "evt_deleted"}
+	enqueue(t, l, r)
+	if n := up.attempt(t); n != 1 {
+		t.Fatalf("first delivery's attempt is numbered %d, want 1", n)
+	}
+	if err := l.Delete(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	return up, l, r
+}
+
 // An operator deletes an async delivery (admin API) while its attempt is
 // out. Whatever the upstream answers, the attempt is not recorded (it
 // would belong to no record, and no sweep would ever delete it), the job
@@ -146,17 +167,8 @@ func TestDeliveryDeletedDuringItsAttemptEndsThere(t *testing.T) {
 	for _, driver := range []string{queue.DriverSQLite, queue.DriverPostgres} {
 		for _, answer := range []int{http.StatusServiceUnavailable, http.StatusOK} {
 			t.Run(driver+"/"+strconv.Itoa(answer), func(t *testing.T) {
-				up := newHeldUpstream()
-				l := startQueue(t, driver, up)
+				up, l, r := deletedDuringAttempt(t, driver)
 				ctx := context.Background()
-				r := idempotency.Ref{Route: "hooks", Key: "evt_deleted"}
-				enqueue(t, l, r)
-				if n := up.attempt(t); n != 1 {
-					t.Fatalf("first delivery's attempt is numbered %d, want 1", n)
-				}
-				if err := l.Delete(ctx, r); err != nil {
-					t.Fatal(err)
-				}
 				up.answers <- answer
 				testenv.Eventually(t, 10*time.Second, "the deleted delivery's job to end", func() bool {
 					waiting, _ := jobsLeft(t, l)
@@ -178,6 +190,51 @@ func TestDeliveryDeletedDuringItsAttemptEndsThere(t *testing.T) {
 					rec, err := l.Lookup(ctx, r)
 					return err == nil && rec.State == idempotency.StateDone
 				})
+				atts, err := l.Attempts(ctx, r)
+				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
+					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
+				}
+				if n := up.requests(); n != 2 {
+					t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
+				}
+			})
+		}
+	}
+}
+
+// An operator deletes an async delivery while its attempt is out, and the
+// provider's retry stores the key again, with a job of its own, before
+// the upstream answers. The old job's answer belongs to the deleted
+// record: it is not recorded on the new one, and the old job ends, so the
+// new delivery is sent once, as attempt 1 (the old job had snoozed and
+// sent it again).
+func TestDeliveryStoredAgainDuringItsAttemptIsItsOwn(t *testing.T) {
+	for _, driver := range []string{queue.DriverSQLite, queue.DriverPostgres} {
+		for _, answer := range []int{http.StatusServiceUnavailable, http.StatusOK} {
+			t.Run(driver+"/"+strconv.Itoa(answer), func(t *testing.T) {
+				up, l, r := deletedDuringAttempt(t, driver)
+				ctx := context.Background()
+				// A record stored within JobSlack of a job is taken for the
+				// job's own.
+				time.Sleep(testJobSlack + 200*time.Millisecond)
+				enqueue(t, l, r)
+				up.answers <- answer // the old attempt's; the route runs one at a time
+
+				if n := up.attempt(t); n != 1 {
+					t.Fatalf("the new delivery's attempt is numbered %d, want 1", n)
+				}
+				if atts, err := l.Attempts(ctx, r); err != nil || len(atts) != 0 {
+					t.Fatalf("attempts of the new delivery before its first answer: %+v, %v; want none", atts, err)
+				}
+				up.answers <- http.StatusOK
+				testenv.Eventually(t, 10*time.Second, "every job to end", func() bool {
+					waiting, _ := jobsLeft(t, l)
+					return waiting == 0
+				})
+				rec, err := l.Lookup(ctx, r)
+				if err != nil || rec.State != idempotency.StateDone || rec.Response.Status != http.StatusOK {
+					t.Fatalf("the new delivery: %+v, %v; want done with its own 200", rec, err)
+				}
 				atts, err := l.Attempts(ctx, r)
 				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
 					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)

@@ -68,7 +68,7 @@ func TestDeliveryAttemptNeedsItsRecord(t *testing.T) {
 		ctx := t.Context()
 		l.UseJobs(noJobs{})
 		r := ref("evt_lost")
-		if err := l.AddDeliveryAttempt(ctx, attempt(r, 0, 0, "interrupted")); !errors.Is(err, idempotency.ErrNotFound) {
+		if err := l.AddDeliveryAttempt(ctx, attempt(r, 0, 0, "interrupted"), time.Time{}); !errors.Is(err, idempotency.ErrNotFound) {
 			t.Fatalf("AddDeliveryAttempt without a record: err = %v, want ErrNotFound", err)
 		}
 		if got := mustAttempts(t, l, r); len(got) != 0 {
@@ -76,7 +76,7 @@ func TestDeliveryAttemptNeedsItsRecord(t *testing.T) {
 		}
 		enqueue(t, l, r)
 		for range 2 {
-			if err := l.AddDeliveryAttempt(ctx, attempt(r, 0, 0, "interrupted")); err != nil {
+			if err := l.AddDeliveryAttempt(ctx, attempt(r, 0, 0, "interrupted"), time.Time{}); err != nil {
 				t.Fatalf("AddDeliveryAttempt: %v", err)
 			}
 		}

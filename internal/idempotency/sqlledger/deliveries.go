@@ -20,8 +20,12 @@ type Stored struct {
 	State     idempotency.State
 	Request   *idempotency.Request // nil when none is stored
 	CreatedAt time.Time
-	TraceID   string
-	SpanID    string
+	// createdInDB is CreatedAt on the database's clock, as River's job
+	// times are, and slack the ledger's Options.JobSlack (StoredAfter).
+	createdInDB time.Time
+	slack       time.Duration
+	TraceID     string
+	SpanID      string
 	// Attempts is the highest attempt number recorded so far.
 	Attempts int
 }
@@ -59,6 +63,7 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	if err != nil {
 		return nil, l.fail("read stored "+ref(r), err)
 	}
+	s.createdInDB, s.slack = s.CreatedAt.UTC(), l.jobSlack
 	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC().Add(-shift) // max_age and the lag are on the replica's clock
 	if method.Valid {
 		h, err := decodeRequestHeaders(hdrs.String)
@@ -82,6 +87,11 @@ type Settlement struct {
 	// in its transaction; 0 for none, as for a retry, whose job runs
 	// again.
 	Job int64
+	// JobCreated is when the attempt's job was inserted (River's
+	// created_at, on the database's clock): a record stored after it is
+	// another delivery's (Stored.StoredAfter), and gets nothing from this
+	// attempt. Zero: any record of the key.
+	JobCreated time.Time
 	// KeepUntil: a dead or held record is kept at least until then. A
 	// queued record is never swept, so one whose delivery outlived its
 	// retention would be swept the moment it ended, its request gone
@@ -91,6 +101,33 @@ type Settlement struct {
 	// which may have been after its commit, the reply lost. Settle then
 	// looks for its attempt first and, found, stores nothing twice.
 	Again bool
+}
+
+// DefaultJobSlack is how much later than its job a record may have been
+// created and still be the job's. The intake writes both in one
+// transaction, the record's time taken on the replica's clock a moment
+// before and mapped to the database's, by an offset measured every 15 s: a
+// record created later is another delivery of the key, stored after the
+// job's own record was deleted. Generous, as a replica's clock may step
+// between two measurements, and a job taken for another record's ends,
+// its delivery left queued without one; a record stored again within it
+// is taken for the job's own.
+const DefaultJobSlack = 10 * time.Second
+
+// StoredAfter reports whether s was stored after a job inserted at
+// jobCreated (River's created_at), beyond Options.JobSlack: the job's
+// record was deleted, and s is another delivery's, with a job of its own.
+func (s *Stored) StoredAfter(jobCreated time.Time) bool {
+	return !jobCreated.IsZero() && s.createdInDB.After(jobCreated.Add(s.slack))
+}
+
+// newestRecord is the latest created_at a record of a job inserted at
+// jobCreated may have (StoredAfter); any, for a zero time.
+func (l *Ledger) newestRecord(jobCreated time.Time) time.Time {
+	if jobCreated.IsZero() {
+		return time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	}
+	return dbTime(jobCreated.Add(l.jobSlack))
 }
 
 // settledSQL finds a settlement's attempt: the same record, replica and
@@ -109,11 +146,11 @@ const keptSQL = `expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at EN
 // (or, redelivered, a done row's); dead and held end a queued row only.
 var settleSQL = map[idempotency.State]string{
 	idempotency.StateDone: `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
-		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done')`,
+		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done') AND created_at <= ?`,
 	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ?, ` + keptSQL +
-		`WHERE route = ? AND "key" = ? AND state = 'queued'`,
+		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at <= ?`,
 	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ?, ` + keptSQL +
-		`WHERE route = ? AND "key" = ? AND state = 'queued'`,
+		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at <= ?`,
 }
 
 // deleteJobSQL ends a settled delivery's River job: deleted, not marked
@@ -176,10 +213,10 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		if s.Response.BodyOmitted {
 			body = nil
 		}
-		args = []any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key}
+		args = []any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key, l.newestRecord(s.JobCreated)}
 	case idempotency.StateDead, idempotency.StateHeld:
 		keep := dbTime(toDB(s.KeepUntil, shift))
-		args = []any{now, keep, keep, s.Route, s.Key}
+		args = []any{now, keep, keep, s.Route, s.Key, l.newestRecord(s.JobCreated)}
 	}
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)
@@ -209,7 +246,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 // nothing left to settle.
 func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args []any) error {
 	if args == nil {
-		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt)
+		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.JobCreated)
 	}
 	res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
 	if err != nil {
