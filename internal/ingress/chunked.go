@@ -264,43 +264,60 @@ func (s *Server) parseRefusals(fiberErrors func(*fasthttp.RequestCtx, error)) fu
 }
 
 // refusedByParser names the framing and request line faults fasthttp
-// refuses before the header reaches framing, or returns nil. Its errors
-// carry no sentinel for a transfer coding: the coding is read from the
-// message, as a missing one says 400.
+// refuses before the header reaches framing, or returns nil. Most carry no
+// sentinel: each error in the chain is judged by how its message begins,
+// which names the fault (the request's bytes are quoted after it), and a
+// transfer coding is read from the message.
 func refusedByParser(err error) *unreadable {
-	msg := err.Error()
 	switch {
 	case errors.Is(err, fasthttp.ErrDuplicateContentLength):
 		return &unreadable{http.StatusBadRequest, "the request has more than one Content-Length field"}
-	case strings.Contains(msg, "too many transfer-encoding headers"):
-		// A Transfer-Encoding line after one naming chunked.
-		return &unreadable{http.StatusBadRequest, "the request's Transfer-Encoding has a coding after chunked"}
-	case strings.Contains(msg, "unsupported transfer-encoding"):
-		codings := unsupportedCodings(msg)
-		chunked := 0
-		for _, c := range codings {
-			if strings.EqualFold(strings.TrimSpace(c), "chunked") {
-				chunked++
-			}
-		}
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		return &unreadable{http.StatusBadRequest, "the request has Transfer-Encoding in HTTP/1.0"}
+	case errors.Is(err, fasthttp.ErrorInvalidURI):
+		return &unreadable{http.StatusBadRequest, malformedLine}
+	}
+	for ; err != nil; err = errors.Unwrap(err) {
+		msg := err.Error()
 		switch {
-		case len(codings) == 0 || !strings.EqualFold(strings.TrimSpace(codings[len(codings)-1]), "chunked"):
-			return &unreadable{http.StatusBadRequest, notEndingInChunked}
-		case chunked > 1:
-			return &unreadable{http.StatusBadRequest, chunkedTwice}
+		case strings.HasPrefix(msg, "too many transfer-encoding headers"):
+			// A Transfer-Encoding line after one naming chunked.
+			return &unreadable{http.StatusBadRequest, "the request's Transfer-Encoding has a coding after chunked"}
+		case strings.HasPrefix(msg, "unsupported transfer-encoding: "):
+			return codingsRefusal(unsupportedCodings(msg))
+		case strings.HasPrefix(msg, "invalid request uri"), strings.HasPrefix(msg, "unsupported http version"),
+			strings.HasPrefix(msg, "cannot find whitespace"):
+			return &unreadable{http.StatusBadRequest, malformedLine}
 		}
-		return &unreadable{http.StatusNotImplemented, otherCoding}
-	case errors.Is(err, fasthttp.ErrorInvalidURI), strings.Contains(msg, "invalid request uri"),
-		strings.Contains(msg, "unsupported http version"), strings.Contains(msg, "cannot find whitespace"):
-		return &unreadable{http.StatusBadRequest, "the request line is malformed (RFC 9112 §3)"}
 	}
 	return nil
+}
+
+const malformedLine = "the request line is malformed (RFC 9112 §3)"
+
+// codingsRefusal refuses the codings of a Transfer-Encoding line the
+// parser would not read: 400 when the body's length cannot be known, 501
+// for a coding the gateway does not decode.
+func codingsRefusal(codings []string) *unreadable {
+	chunked := 0
+	for _, c := range codings {
+		if strings.EqualFold(strings.TrimSpace(c), "chunked") {
+			chunked++
+		}
+	}
+	switch {
+	case len(codings) == 0 || !strings.EqualFold(strings.TrimSpace(codings[len(codings)-1]), "chunked"):
+		return &unreadable{http.StatusBadRequest, notEndingInChunked}
+	case chunked > 1:
+		return &unreadable{http.StatusBadRequest, chunkedTwice}
+	}
+	return &unreadable{http.StatusNotImplemented, otherCoding}
 }
 
 // unsupportedCodings is the Transfer-Encoding line fasthttp quotes in its
 // refusal, split into codings; nil when the message quotes none.
 func unsupportedCodings(msg string) []string {
-	_, rest, _ := strings.Cut(msg, "unsupported transfer-encoding: ")
+	rest := strings.TrimPrefix(msg, "unsupported transfer-encoding: ")
 	quoted, err := strconv.QuotedPrefix(rest)
 	if err != nil {
 		return nil
