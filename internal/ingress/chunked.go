@@ -75,8 +75,9 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	cl := clBuf[:0]
 	hasCL, hasTE, hasHost := false, false, false
 	chunkedCodings, otherCodings := 0, 0
-	// Judged on the last line: "gzip" then "chunked" on two lines is
-	// "gzip, chunked" (RFC 9110 §5.3), 501 rather than 400.
+	// Judged on the last line, the lines being one list (RFC 9110 §5.3).
+	// The parser refuses every coding but chunked and identity before
+	// the header gets here (refusedByParser).
 	endsChunked := false
 	for name, value := range h.AllInOrder() {
 		if problem != "" {
