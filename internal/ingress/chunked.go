@@ -289,6 +289,12 @@ func refusedByParser(err error) *unreadable {
 		case strings.HasPrefix(msg, "invalid request uri"), strings.HasPrefix(msg, "unsupported http version"),
 			strings.HasPrefix(msg, "cannot find whitespace"):
 			return &unreadable{http.StatusBadRequest, malformedLine}
+		case strings.HasPrefix(msg, "too many host headers"):
+			return &unreadable{http.StatusBadRequest, "the request has more than one Host field"}
+		case strings.HasPrefix(msg, "missing required host header"):
+			return &unreadable{http.StatusBadRequest, "the HTTP/1.1 request has no Host field, or an empty one (RFC 9112 §3.2)"}
+		case strings.HasPrefix(msg, "conflicting content-type headers"):
+			return &unreadable{http.StatusBadRequest, "the request has conflicting Content-Type fields"}
 		}
 	}
 	return nil
