@@ -48,12 +48,43 @@ func dropTrailers(h *fasthttp.RequestHeader) (received bool) {
 	return received
 }
 
-// Transfer-Encoding faults, as framing and refusedByParser name them.
-const (
-	notEndingInChunked = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
-	chunkedTwice       = "the request's Transfer-Encoding applies chunked more than once"
-	otherCoding        = "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
-)
+// codings tallies a request's Transfer-Encoding lines, which are one
+// list (RFC 9110 §5.3): framing adds each line it reads, refusedByParser
+// the line the parser refused.
+type codings struct {
+	seen, endsChunked bool // endsChunked: judged on the last line
+	chunked, other    int
+}
+
+func (c *codings) add(line []byte) {
+	list := bytes.Split(trimOWS(line), []byte(","))
+	c.seen = true
+	c.endsChunked = bytes.EqualFold(trimOWS(list[len(list)-1]), []byte("chunked"))
+	for _, e := range list {
+		switch e = trimOWS(e); {
+		case len(e) == 0: // an empty list element (RFC 9110 §5.6.1)
+		case bytes.EqualFold(e, []byte("chunked")):
+			c.chunked++
+		default:
+			c.other++
+		}
+	}
+}
+
+// problem is what makes the list unusable, with the status to refuse it
+// with: 400 when the body's length cannot be known, 501 for a coding the
+// gateway does not decode; "" for chunked alone.
+func (c *codings) problem() (int, string) {
+	switch {
+	case !c.endsChunked:
+		return http.StatusBadRequest, "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+	case c.chunked > 1:
+		return http.StatusBadRequest, "the request's Transfer-Encoding applies chunked more than once"
+	case c.other > 0:
+		return http.StatusNotImplemented, "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
+	}
+	return http.StatusBadRequest, ""
+}
 
 // framing reports whether a request's body came chunked, and what is
 // ambiguous in how it is framed ("" when nothing is) with the status to
@@ -73,12 +104,10 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	}
 	var clBuf [32]byte // the first Content-Length value, copied: f must not keep it
 	cl := clBuf[:0]
-	hasCL, hasTE, hasHost := false, false, false
-	chunkedCodings, otherCodings := 0, 0
-	// Judged on the last line, the lines being one list (RFC 9110 §5.3).
-	// The parser refuses every coding but chunked and identity before
-	// the header gets here (refusedByParser).
-	endsChunked := false
+	hasCL, hasHost := false, false
+	// The parser refuses every coding but chunked and identity before the
+	// header gets here (refusedByParser).
+	var te codings
 	for name, value := range h.AllInOrder() {
 		if problem != "" {
 			break
@@ -94,8 +123,7 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 		if name[0]|0x20 != 'c' && name[0]|0x20 != 't' && name[0]|0x20 != 'h' {
 			continue
 		}
-		value = trimOWS(value)
-		switch {
+		switch value := trimOWS(value); {
 		case bytes.EqualFold(name, []byte("Host")):
 			if hasHost {
 				problem = "the request has more than one Host field"
@@ -107,26 +135,12 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 			}
 			hasCL, cl = true, append(cl[:0], value...)
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			hasTE = true
-			codings := bytes.Split(value, []byte(","))
-			endsChunked = bytes.EqualFold(trimOWS(codings[len(codings)-1]), []byte("chunked"))
-			for _, c := range codings {
-				switch c = trimOWS(c); {
-				case len(c) == 0: // an empty list element (RFC 9110 §5.6.1)
-				case bytes.EqualFold(c, []byte("chunked")):
-					chunkedCodings++
-				default:
-					otherCodings++
-				}
-			}
+			te.add(value)
 		}
 	}
 	if problem == "" && !hasHost && h.IsHTTP11() {
 		// RFC 9112 §3.2: 400. SPEC §4 promises the upstream the Host used.
 		problem = "the HTTP/1.1 request has no Host field (RFC 9112 §3.2)"
-	}
-	if problem == "" && hasTE && !endsChunked {
-		problem = notEndingInChunked
 	}
 	if problem == "" {
 		// As fasthttp keeps them, which is what is forwarded.
@@ -139,15 +153,12 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 	status = http.StatusBadRequest
 	switch {
 	case problem != "":
-	case hasCL && hasTE:
+	case hasCL && te.seen:
 		problem = "the request has both Content-Length and Transfer-Encoding"
-	case hasTE && !h.IsHTTP11():
+	case te.seen && !h.IsHTTP11():
 		problem = "the request has Transfer-Encoding in HTTP/1.0"
-	case chunkedCodings > 1:
-		problem = chunkedTwice
-	case otherCodings > 0:
-		status = http.StatusNotImplemented
-		problem = otherCoding
+	case te.seen:
+		status, problem = te.problem()
 	}
 	declared = -1
 	if hasCL {
@@ -155,7 +166,7 @@ func framing(h *fasthttp.RequestHeader) (chunked bool, declared, status int, pro
 			declared = n
 		}
 	}
-	return hasTE, declared, status, problem
+	return te.seen, declared, status, problem
 }
 
 // version says what is wrong with a request line's HTTP version, with
@@ -285,7 +296,7 @@ func refusedByParser(err error) *unreadable {
 			// A Transfer-Encoding line after one naming chunked.
 			return &unreadable{http.StatusBadRequest, "the request's Transfer-Encoding has a coding after chunked"}
 		case strings.HasPrefix(msg, "unsupported transfer-encoding: "):
-			return codingsRefusal(unsupportedCodings(msg))
+			return codingsRefusal(msg)
 		case strings.HasPrefix(msg, "invalid request uri"), strings.HasPrefix(msg, "unsupported http version"),
 			strings.HasPrefix(msg, "cannot find whitespace"):
 			return &unreadable{http.StatusBadRequest, malformedLine}
@@ -302,36 +313,15 @@ func refusedByParser(err error) *unreadable {
 
 const malformedLine = "the request line is malformed (RFC 9112 §3)"
 
-// codingsRefusal refuses the codings of a Transfer-Encoding line the
-// parser would not read: 400 when the body's length cannot be known, 501
-// for a coding the gateway does not decode.
-func codingsRefusal(codings []string) *unreadable {
-	chunked := 0
-	for _, c := range codings {
-		if strings.EqualFold(strings.TrimSpace(c), "chunked") {
-			chunked++
+// codingsRefusal refuses the Transfer-Encoding line fasthttp quotes in
+// its refusal msg, judged as framing judges one.
+func codingsRefusal(msg string) *unreadable {
+	var te codings
+	if quoted, err := strconv.QuotedPrefix(strings.TrimPrefix(msg, "unsupported transfer-encoding: ")); err == nil {
+		if line, err := strconv.Unquote(quoted); err == nil {
+			te.add([]byte(line))
 		}
 	}
-	switch {
-	case len(codings) == 0 || !strings.EqualFold(strings.TrimSpace(codings[len(codings)-1]), "chunked"):
-		return &unreadable{http.StatusBadRequest, notEndingInChunked}
-	case chunked > 1:
-		return &unreadable{http.StatusBadRequest, chunkedTwice}
-	}
-	return &unreadable{http.StatusNotImplemented, otherCoding}
-}
-
-// unsupportedCodings is the Transfer-Encoding line fasthttp quotes in its
-// refusal, split into codings; nil when the message quotes none.
-func unsupportedCodings(msg string) []string {
-	rest := strings.TrimPrefix(msg, "unsupported transfer-encoding: ")
-	quoted, err := strconv.QuotedPrefix(rest)
-	if err != nil {
-		return nil
-	}
-	line, err := strconv.Unquote(quoted)
-	if err != nil {
-		return nil
-	}
-	return strings.Split(line, ",")
+	status, problem := te.problem()
+	return &unreadable{status, problem}
 }

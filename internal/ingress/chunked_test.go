@@ -13,6 +13,11 @@ import (
 // begins, never from the request's bytes the error quotes: a header value
 // holding a fault's words is not that fault.
 func TestRefusedByParser(t *testing.T) {
+	const (
+		notEndingInChunked = "the request's Transfer-Encoding does not end in chunked: its length cannot be known"
+		chunkedTwice       = "the request's Transfer-Encoding applies chunked more than once"
+		otherCoding        = "the request's Transfer-Encoding has a coding other than chunked, which the gateway does not decode"
+	)
 	head := "POST /hooks HTTP/1.1\r\nHost: gw\r\n"
 	for _, c := range []struct {
 		name, raw string
