@@ -15,8 +15,8 @@ import (
 // countedJobs counts the delivery jobs the ledger inserts.
 type countedJobs struct{ n atomic.Int64 }
 
-func (j *countedJobs) InsertTx(_ context.Context, _ *sql.Tx, refs []idempotency.Ref) error {
-	j.n.Add(int64(len(refs)))
+func (j *countedJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []sqlledger.Delivery) error {
+	j.n.Add(int64(len(ds)))
 	return nil
 }
 

@@ -68,10 +68,6 @@ func (u *heldUpstream) attempt(tb testing.TB) int {
 	}
 }
 
-// testJobSlack is the ledger's JobSlack in these tests, shorter than the
-// default's 10 s.
-const testJobSlack = 500 * time.Millisecond
-
 // startQueue runs the async route "hooks" on a fresh ledger of driver,
 // delivering to up.
 func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledger {
@@ -81,7 +77,7 @@ func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledg
 	if driver == queue.DriverPostgres {
 		dsn = testenv.Postgres(t)
 	}
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn, JobSlack: testJobSlack})
+	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +137,21 @@ func jobsLeft(t *testing.T, l *sqlledger.Ledger) (waiting, rerun int) {
 	return waiting, rerun
 }
 
+// storeAgain stores r, deleted, once more and sees it delivered: its
+// first attempt numbered 1, answered 200.
+func storeAgain(t *testing.T, up *heldUpstream, l *sqlledger.Ledger, r idempotency.Ref) {
+	t.Helper()
+	enqueue(t, l, r)
+	if n := up.attempt(t); n != 1 {
+		t.Fatalf("the new delivery's attempt is numbered %d, want 1", n)
+	}
+	up.answers <- http.StatusOK
+	testenv.Eventually(t, 10*time.Second, "the new delivery to be done", func() bool {
+		rec, err := l.Lookup(context.Background(), r)
+		return err == nil && rec.State == idempotency.StateDone
+	})
+}
+
 // deletedDuringAttempt starts a queue on driver, stores a delivery and
 // deletes it while the upstream holds its first attempt.
 func deletedDuringAttempt(t *testing.T, driver string) (*heldUpstream, *sqlledger.Ledger, idempotency.Ref) {
@@ -181,15 +192,7 @@ func TestDeliveryDeletedDuringItsAttemptEndsThere(t *testing.T) {
 					t.Fatalf("attempts of the deleted delivery: %+v, %v; want none", atts, err)
 				}
 
-				enqueue(t, l, r)
-				if n := up.attempt(t); n != 1 {
-					t.Fatalf("the new delivery's attempt is numbered %d, want 1", n)
-				}
-				up.answers <- http.StatusOK
-				testenv.Eventually(t, 10*time.Second, "the new delivery to be done", func() bool {
-					rec, err := l.Lookup(ctx, r)
-					return err == nil && rec.State == idempotency.StateDone
-				})
+				storeAgain(t, up, l, r)
 				atts, err := l.Attempts(ctx, r)
 				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
 					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
@@ -214,9 +217,6 @@ func TestDeliveryStoredAgainDuringItsAttemptIsItsOwn(t *testing.T) {
 			t.Run(driver+"/"+strconv.Itoa(answer), func(t *testing.T) {
 				up, l, r := deletedDuringAttempt(t, driver)
 				ctx := context.Background()
-				// A record stored within JobSlack of a job is taken for the
-				// job's own.
-				time.Sleep(testJobSlack + 200*time.Millisecond)
 				enqueue(t, l, r)
 				up.answers <- answer // the old attempt's; the route runs one at a time
 
@@ -244,5 +244,57 @@ func TestDeliveryStoredAgainDuringItsAttemptIsItsOwn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A delivery waits out its backoff after a 503, is deleted meanwhile, and
+// the provider's retry stores the key again and is delivered. When the old
+// job's turn comes it finds a record of its key, done, but not its own: it
+// ends without sending the new delivery's request a second time.
+func TestOldJobOfADeletedDeliveryLeavesItsSuccessorAlone(t *testing.T) {
+	for _, driver := range []string{queue.DriverSQLite, queue.DriverPostgres} {
+		t.Run(driver, func(t *testing.T) {
+			up := newHeldUpstream()
+			l := startQueue(t, driver, up)
+			ctx := context.Background()
+			r := idempotency.Ref{Route: "hooks", Key: "evt_successor"}
+			enqueue(t, l, r)
+			up.attempt(t)
+			up.answers <- http.StatusServiceUnavailable // retried in an hour
+			db, err := l.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, "the job to wait out its backoff", func() bool {
+				var n int
+				err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE state = 'scheduled'`).Scan(&n)
+				return err == nil && n == 1
+			})
+			if err := l.Delete(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			storeAgain(t, up, l, r)
+
+			due := `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'scheduled'`
+			if driver == queue.DriverSQLite {
+				due = `UPDATE river_job SET state = 'available', scheduled_at = datetime('now', 'subsec') WHERE state = 'scheduled'`
+			}
+			if res, err := db.Exec(due); err != nil {
+				t.Fatal(err)
+			} else if n, _ := res.RowsAffected(); n != 1 {
+				t.Fatalf("%d jobs waiting out a backoff, want the old delivery's", n)
+			}
+			testenv.Eventually(t, 10*time.Second, "the old job to end", func() bool {
+				waiting, _ := jobsLeft(t, l)
+				return waiting == 0
+			})
+			if n := up.requests(); n != 2 {
+				t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
+			}
+			atts, err := l.Attempts(ctx, r)
+			if err != nil || len(atts) != 1 || atts[0].Status != http.StatusOK {
+				t.Fatalf("the new delivery's attempts: %+v, %v; want its own 200", atts, err)
+			}
+		})
 	}
 }

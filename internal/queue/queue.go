@@ -243,11 +243,11 @@ func (q *Queue) Stop(ctx context.Context) error {
 	return q.client.StopAndCancel(cctx)
 }
 
-// InsertTx queues a delivery job for each ref in tx (sqlledger.Jobs).
-func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, refs []idempotency.Ref) error {
-	params := make([]river.InsertManyParams, len(refs))
-	for i, r := range refs {
-		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key},
+// InsertTx queues a delivery job for each record in tx (sqlledger.Jobs).
+func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, ds []sqlledger.Delivery) error {
+	params := make([]river.InsertManyParams, len(ds))
+	for i, r := range ds {
+		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key, Created: r.Created},
 			InsertOpts: &river.InsertOpts{Queue: QueueName(r.Route), MaxAttempts: riverMaxAttempts}}
 	}
 	// The fast insert returns no rows to decode: nothing here reads them,

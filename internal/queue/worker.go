@@ -86,10 +86,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return unsent{fmt.Errorf("read delivery %q: %w", ref.Key, err)}
 	case st.Request == nil || (st.State != idempotency.StateQueued && st.State != idempotency.StateDone):
 		return nil // resolved or already settled by an operator
-	case st.StoredAfter(job.CreatedAt):
+	case !st.Is(job.Args.Created):
 		// Deleted by an operator and stored again, with a job of its own.
 		q.o.Logger.WarnContext(ctx, "delivery job ended: its record was deleted and the key stored again since; the new record's job delivers it",
-			"route", ref.Route, "key", ref.Key, "job_created", job.CreatedAt, "record_created", st.CreatedAt)
+			"route", ref.Route, "key", ref.Key)
 		return nil
 	}
 	run := job.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
@@ -126,7 +126,7 @@ type sentAttempt struct {
 // settlement is the attempt's record, numbered by the ledger: a concurrent
 // redelivery may have taken the attempt's own number.
 func (s *sentAttempt) settlement() *sqlledger.Settlement {
-	out := &sqlledger.Settlement{Ref: s.a.Ref, Attempt: s.a, JobCreated: s.job.CreatedAt}
+	out := &sqlledger.Settlement{Ref: s.a.Ref, Attempt: s.a, Created: s.job.Args.Created}
 	out.Attempt.Attempt = 0
 	return out
 }
@@ -293,7 +293,7 @@ func (q *Queue) recordLost(ctx context.Context, job *river.Job[Args], ref idempo
 		return 0, nil // recorded since, by this job or another
 	}
 	a := idempotency.Attempt{Ref: ref, StartedAt: at, Error: interrupted + lost.Error, Replica: previousReplica(job.AttemptedBy)}
-	if err := q.o.Ledger.AddDeliveryAttempt(ctx, a, job.CreatedAt); err != nil {
+	if err := q.o.Ledger.AddDeliveryAttempt(ctx, a, job.Args.Created); err != nil {
 		return 0, fmt.Errorf("record the lost attempt of %q: %w", ref.Key, err)
 	}
 	q.hook(q.o.Hooks.Takeover, ref.Route)

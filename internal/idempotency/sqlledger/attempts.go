@@ -107,23 +107,22 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 	})
 }
 
-// recordKeySQL finds the record an attempt belongs to, created no later
-// than its job allows (newestRecord).
-const recordKeySQL = `SELECT 1 FROM hookstamp_records WHERE route = ? AND "key" = ? AND created_at <= ?`
+// recordKeySQL finds the record an attempt belongs to (createdRange).
+const recordKeySQL = `SELECT 1 FROM hookstamp_records WHERE route = ? AND "key" = ? AND created_at BETWEEN ? AND ?`
 
 // AddDeliveryAttempt is AddAttempt for an async delivery, whose attempts
-// belong to its record: once the record is gone (deleted by an operator,
-// and perhaps stored again by another delivery after jobCreated, see
-// Stored.StoredAfter) nothing is recorded, and ErrNotFound returned. Such
-// an attempt would never be swept, and a later record of the key would
-// take it for its own.
-func (l *Ledger) AddDeliveryAttempt(ctx context.Context, a idempotency.Attempt, jobCreated time.Time) error {
+// belong to the record created names (Delivery.Created): once it is gone
+// (deleted by an operator, and perhaps stored again by another delivery)
+// nothing is recorded, and ErrNotFound returned. Such an attempt would
+// never be swept, and a later record of the key would take it for its
+// own.
+func (l *Ledger) AddDeliveryAttempt(ctx context.Context, a idempotency.Attempt, created time.Time) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
 		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), err)
 	}
-	err := l.inTx(ctx, func(tx *sql.Tx) error { return l.addDeliveryAttemptTx(ctx, tx, a, jobCreated) })
+	err := l.inTx(ctx, func(tx *sql.Tx) error { return l.addDeliveryAttemptTx(ctx, tx, a, created) })
 	if err != nil {
 		return l.fail(fmt.Sprintf("add attempt %s", ref(a.Ref)), err)
 	}
@@ -134,9 +133,10 @@ func (l *Ledger) AddDeliveryAttempt(ctx context.Context, a idempotency.Attempt, 
 // first and kept until tx ends (keyShareSQL): a Delete either comes
 // before, or deletes the attempt with the record; and an insert that
 // writes nothing still means only that its number was taken.
-func (l *Ledger) addDeliveryAttemptTx(ctx context.Context, tx *sql.Tx, a idempotency.Attempt, jobCreated time.Time) error {
+func (l *Ledger) addDeliveryAttemptTx(ctx context.Context, tx *sql.Tx, a idempotency.Attempt, created time.Time) error {
 	var found int
-	err := tx.QueryRowContext(ctx, l.d.rebind(recordKeySQL+l.d.keyShareSQL), a.Route, a.Key, l.newestRecord(jobCreated)).Scan(&found)
+	args := append([]any{a.Route, a.Key}, createdRange(created)...)
+	err := tx.QueryRowContext(ctx, l.d.rebind(recordKeySQL+l.d.keyShareSQL), args...).Scan(&found)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.ErrNotFound
 	}

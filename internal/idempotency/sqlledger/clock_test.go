@@ -99,4 +99,4 @@ func TestStoredCreatedAtIsOnTheReplicasClock(t *testing.T) {
 // noJobs inserts no delivery job: the tests read the ledger's rows only.
 type noJobs struct{}
 
-func (noJobs) InsertTx(context.Context, *sql.Tx, []idempotency.Ref) error { return nil }
+func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error { return nil }

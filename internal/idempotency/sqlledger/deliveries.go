@@ -20,10 +20,8 @@ type Stored struct {
 	State     idempotency.State
 	Request   *idempotency.Request // nil when none is stored
 	CreatedAt time.Time
-	// createdInDB is CreatedAt on the database's clock, as River's job
-	// times are, and slack the ledger's Options.JobSlack (StoredAfter).
+	// createdInDB is CreatedAt as the database holds it (Is).
 	createdInDB time.Time
-	slack       time.Duration
 	TraceID     string
 	SpanID      string
 	// Attempts is the highest attempt number recorded so far.
@@ -63,7 +61,7 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	if err != nil {
 		return nil, l.fail("read stored "+ref(r), err)
 	}
-	s.createdInDB, s.slack = s.CreatedAt.UTC(), l.jobSlack
+	s.createdInDB = s.CreatedAt
 	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC().Add(-shift) // max_age and the lag are on the replica's clock
 	if method.Valid {
 		h, err := decodeRequestHeaders(hdrs.String)
@@ -87,11 +85,10 @@ type Settlement struct {
 	// in its transaction; 0 for none, as for a retry, whose job runs
 	// again.
 	Job int64
-	// JobCreated is when the attempt's job was inserted (River's
-	// created_at, on the database's clock): a record stored after it is
-	// another delivery's (Stored.StoredAfter), and gets nothing from this
-	// attempt. Zero: any record of the key.
-	JobCreated time.Time
+	// Created is the job's record (Delivery.Created): a record of the key
+	// created at another time is another delivery's, and gets nothing
+	// from this attempt. Zero: any record of the key.
+	Created time.Time
 	// KeepUntil: a dead or held record is kept at least until then. A
 	// queued record is never swept, so one whose delivery outlived its
 	// retention would be swept the moment it ended, its request gone
@@ -103,31 +100,22 @@ type Settlement struct {
 	Again bool
 }
 
-// DefaultJobSlack is how much later than its job a record may have been
-// created and still be the job's. The intake writes both in one
-// transaction, the record's time taken on the replica's clock a moment
-// before and mapped to the database's, by an offset measured every 15 s: a
-// record created later is another delivery of the key, stored after the
-// job's own record was deleted. Generous, as a replica's clock may step
-// between two measurements, and a job taken for another record's ends,
-// its delivery left queued without one; a record stored again within it
-// is taken for the job's own.
-const DefaultJobSlack = 10 * time.Second
-
-// StoredAfter reports whether s was stored after a job inserted at
-// jobCreated (River's created_at), beyond Options.JobSlack: the job's
-// record was deleted, and s is another delivery's, with a job of its own.
-func (s *Stored) StoredAfter(jobCreated time.Time) bool {
-	return !jobCreated.IsZero() && s.createdInDB.After(jobCreated.Add(s.slack))
+// Is reports whether s is the record a job was queued for
+// (Delivery.Created); any record of the key is, for a zero time. One that
+// is not was stored after the job's own was deleted, with a job of its
+// own.
+func (s *Stored) Is(created time.Time) bool {
+	return created.IsZero() || s.createdInDB.Equal(created)
 }
 
-// newestRecord is the latest created_at a record of a job inserted at
-// jobCreated may have (StoredAfter); any, for a zero time.
-func (l *Ledger) newestRecord(jobCreated time.Time) time.Time {
-	if jobCreated.IsZero() {
-		return time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+// createdRange bounds the created_at of the record created names (Is):
+// both ends created, which times at microsecond precision compare exactly;
+// any, for a zero time.
+func createdRange(created time.Time) []any {
+	if created.IsZero() {
+		return []any{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}
 	}
-	return dbTime(jobCreated.Add(l.jobSlack))
+	return []any{dbTime(created), dbTime(created)}
 }
 
 // settledSQL finds a settlement's attempt: the same record, replica and
@@ -146,11 +134,11 @@ const keptSQL = `expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at EN
 // (or, redelivered, a done row's); dead and held end a queued row only.
 var settleSQL = map[idempotency.State]string{
 	idempotency.StateDone: `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
-		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done') AND created_at <= ?`,
+		`WHERE route = ? AND "key" = ? AND state IN ('queued', 'done') AND created_at BETWEEN ? AND ?`,
 	idempotency.StateDead: `UPDATE hookstamp_records SET state = 'dead', completed_at = ?, ` + keptSQL +
-		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at <= ?`,
+		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at BETWEEN ? AND ?`,
 	idempotency.StateHeld: `UPDATE hookstamp_records SET state = 'held', completed_at = ?, ` + keptSQL +
-		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at <= ?`,
+		`WHERE route = ? AND "key" = ? AND state = 'queued' AND created_at BETWEEN ? AND ?`,
 }
 
 // deleteJobSQL ends a settled delivery's River job: deleted, not marked
@@ -213,10 +201,10 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		if s.Response.BodyOmitted {
 			body = nil
 		}
-		args = []any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key, l.newestRecord(s.JobCreated)}
+		args = append([]any{s.Response.Status, headers, body, s.Response.BodyOmitted, now, s.Route, s.Key}, createdRange(s.Created)...)
 	case idempotency.StateDead, idempotency.StateHeld:
 		keep := dbTime(toDB(s.KeepUntil, shift))
-		args = []any{now, keep, keep, s.Route, s.Key, l.newestRecord(s.JobCreated)}
+		args = append([]any{now, keep, keep, s.Route, s.Key}, createdRange(s.Created)...)
 	}
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)
@@ -246,7 +234,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 // nothing left to settle.
 func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args []any) error {
 	if args == nil {
-		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.JobCreated)
+		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.Created)
 	}
 	res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
 	if err != nil {
@@ -323,12 +311,13 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		var state string
 		var method sql.NullString
+		var created time.Time
 		lock := ""
 		if l.d.name == DriverPostgres {
 			lock = " FOR UPDATE"
 		}
-		err := tx.QueryRowContext(ctx, l.d.rebind(`SELECT state, request_method FROM hookstamp_records WHERE route = ? AND "key" = ?`+lock),
-			r.Route, r.Key).Scan(&state, &method)
+		err := tx.QueryRowContext(ctx, l.d.rebind(`SELECT state, request_method, created_at FROM hookstamp_records WHERE route = ? AND "key" = ?`+lock),
+			r.Route, r.Key).Scan(&state, &method, &created)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return idempotency.ErrNotFound
@@ -353,7 +342,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 			return idempotency.ErrNotOwner
 		}
 		queued = true
-		return l.jobs.InsertTx(ctx, tx, []idempotency.Ref{r})
+		return l.jobs.InsertTx(ctx, tx, []Delivery{{Ref: r, Created: created}})
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, ErrNoRequest), errors.Is(err, idempotency.ErrNotOwner):
@@ -385,28 +374,28 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string) (int,
 				args = append(args, k)
 			}
 		}
-		rows, err := tx.QueryContext(ctx, l.d.rebind(q+` RETURNING "key"`), args...)
+		rows, err := tx.QueryContext(ctx, l.d.rebind(q+` RETURNING "key", created_at`), args...)
 		if err != nil {
 			return err
 		}
-		var refs []idempotency.Ref
+		var ds []Delivery
 		for rows.Next() {
-			r := idempotency.Ref{Route: route}
-			if err := rows.Scan(&r.Key); err != nil {
+			d := Delivery{Ref: idempotency.Ref{Route: route}}
+			if err := rows.Scan(&d.Key, &d.Created); err != nil {
 				rows.Close()
 				return err
 			}
-			refs = append(refs, r)
+			ds = append(ds, d)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		n = len(refs)
+		n = len(ds)
 		if n == 0 {
 			return nil
 		}
-		return l.jobs.InsertTx(ctx, tx, refs)
+		return l.jobs.InsertTx(ctx, tx, ds)
 	})
 	if err != nil {
 		return 0, l.fail(fmt.Sprintf("redrive %q", route), err)

@@ -14,8 +14,17 @@ import (
 // Jobs inserts delivery jobs inside the ledger's own transactions: the
 // queue (River) beside the ledger in one database.
 type Jobs interface {
-	// InsertTx queues a delivery job for each ref, in tx.
-	InsertTx(ctx context.Context, tx *sql.Tx, refs []idempotency.Ref) error
+	// InsertTx queues a delivery job for each record, in tx.
+	InsertTx(ctx context.Context, tx *sql.Tx, ds []Delivery) error
+}
+
+// Delivery is a queued record as its job names it. Created is the
+// record's created_at as the database holds it: a record of the key
+// stored again after this one was deleted has another, and is not the
+// job's (Stored.Is).
+type Delivery struct {
+	idempotency.Ref
+	Created time.Time
 }
 
 var _ idempotency.Queue = (*Ledger)(nil)
@@ -145,30 +154,30 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 	// theirs: overlapping transactions wait instead of deadlocking.
 	slices.SortStableFunc(batch, func(a, b *intakeJob) int { return byRef(a.ref, b.ref) })
 	results := make([]error, len(batch))
-	var writes []intakeWrite
+	var writes []intakeWritten
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if writes, err = l.writeIntakes(ctx, tx, batch); err != nil {
 			return err
 		}
-		var refs []idempotency.Ref
+		var ds []Delivery
 		for i, j := range batch {
-			if writes[i] == notWritten {
+			if writes[i].wrote == notWritten {
 				results[i] = fmt.Errorf("enqueue %s: %w", ref(j.ref), idempotency.ErrNotOwner)
 				continue
 			}
-			refs = append(refs, j.ref)
+			ds = append(ds, Delivery{Ref: j.ref, Created: writes[i].created})
 		}
-		if len(refs) == 0 {
+		if len(ds) == 0 {
 			return nil
 		}
-		return l.jobs.InsertTx(ctx, tx, refs)
+		return l.jobs.InsertTx(ctx, tx, ds)
 	})
 	if err != nil {
 		return l.fail("enqueue", err)
 	}
 	for i, j := range batch {
-		j.wrote = writes[i]
+		j.wrote = writes[i].wrote
 	}
 	if len(batch) == 1 {
 		return results[0]
@@ -180,30 +189,43 @@ func (l *Ledger) runIntake(ctx context.Context, batch []*intakeJob) error {
 	return nil
 }
 
+// intakeWritten is what an intake's upsert did, and the created_at of
+// the row it wrote (a pending row written over keeps its own).
+type intakeWritten struct {
+	wrote   intakeWrite
+	created time.Time
+}
+
+func newIntakeWritten(isNew bool, created time.Time) intakeWritten {
+	if isNew {
+		return intakeWritten{inserted, created}
+	}
+	return intakeWritten{replaced, created}
+}
+
 // writeIntakes writes batch's rows in tx and reports what each did: one
 // statement on PostgreSQL when the keys are distinct, a statement each
 // otherwise.
-func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]intakeWrite, error) {
-	writes := make([]intakeWrite, len(batch))
+func (l *Ledger) writeIntakes(ctx context.Context, tx *sql.Tx, batch []*intakeJob) ([]intakeWritten, error) {
+	writes := make([]intakeWritten, len(batch))
 	if l.d.name == DriverPostgres && len(batch) > 1 && distinct(batch) {
 		return writes, l.writeIntakeArrays(ctx, tx, batch, writes)
 	}
-	q := l.d.rebind(enqueueSQL + ` RETURNING ` + l.d.insertedSQL)
+	q := l.d.rebind(enqueueSQL + ` RETURNING ` + l.d.insertedSQL + `, created_at`)
 	for i, j := range batch {
 		args := j.args
 		if l.d.insertedArg {
 			args = append(args[:len(args):len(args)], j.args[enqueueCreatedAt])
 		}
 		var isNew bool
-		switch err := tx.QueryRowContext(ctx, q, args...).Scan(&isNew); {
+		var created time.Time
+		switch err := tx.QueryRowContext(ctx, q, args...).Scan(&isNew, &created); {
 		case errors.Is(err, sql.ErrNoRows):
-			writes[i] = notWritten
+			writes[i] = intakeWritten{wrote: notWritten}
 		case err != nil:
 			return nil, err
-		case isNew:
-			writes[i] = inserted
 		default:
-			writes[i] = replaced
+			writes[i] = newIntakeWritten(isNew, created)
 		}
 	}
 	return writes, nil
@@ -238,10 +260,10 @@ const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[],
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
 	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
 	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
-	`RETURNING r.route, r."key", r.xmax = 0`
+	`RETURNING r.route, r."key", r.xmax = 0, r.created_at`
 
 // writeIntakeArrays writes batch (distinct keys) in one statement.
-func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, writes []intakeWrite) error {
+func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*intakeJob, writes []intakeWritten) error {
 	n := len(batch)
 	cols := make([][]any, 14)
 	for c := range cols {
@@ -259,18 +281,15 @@ func (l *Ledger) writeIntakeArrays(ctx context.Context, tx *sql.Tx, batch []*int
 		return err
 	}
 	defer rows.Close()
-	got := make(map[idempotency.Ref]intakeWrite, n)
+	got := make(map[idempotency.Ref]intakeWritten, n)
 	for rows.Next() {
 		var r idempotency.Ref
 		var isNew bool
-		if err := rows.Scan(&r.Route, &r.Key, &isNew); err != nil {
+		var created time.Time
+		if err := rows.Scan(&r.Route, &r.Key, &isNew, &created); err != nil {
 			return err
 		}
-		w := replaced
-		if isNew {
-			w = inserted
-		}
-		got[r] = w
+		got[r] = newIntakeWritten(isNew, created)
 	}
 	for i, j := range batch {
 		writes[i] = got[j.ref]

@@ -12,17 +12,23 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
-// insertedJobs keeps the refs whose delivery jobs the ledger inserted.
+// insertedJobs keeps the keys whose delivery jobs the ledger inserted,
+// and the record each job names.
 type insertedJobs struct {
-	mu   sync.Mutex
-	refs []string
+	mu      sync.Mutex
+	refs    []string
+	created map[string]time.Time
 }
 
-func (j *insertedJobs) InsertTx(_ context.Context, _ *sql.Tx, refs []idempotency.Ref) error {
+func (j *insertedJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []Delivery) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, r := range refs {
-		j.refs = append(j.refs, r.Key)
+	if j.created == nil {
+		j.created = map[string]time.Time{}
+	}
+	for _, d := range ds {
+		j.refs = append(j.refs, d.Key)
+		j.created[d.Key] = d.Created
 	}
 	return nil
 }
@@ -105,6 +111,17 @@ func TestIntakeTellsTakeoversFromNewRows(t *testing.T) {
 			}
 			if r, err := l.Lookup(ctx, ref("live")); err != nil || r.State != idempotency.StatePending || r.Owner != "o-live" {
 				t.Errorf("live: %+v %v, want still pending for o-live", r, err)
+			}
+			// Each job names its record as stored: a row written over a
+			// claim keeps the claim's created_at.
+			for k, created := range jobs.created {
+				st, err := l.Stored(ctx, ref(k))
+				if err != nil || !st.Is(created) {
+					t.Errorf("%s: the job names the record created at %v; stored %+v, %v", k, created, st, err)
+				}
+				if replaced := k == "expired" || k == "expired-alone"; replaced != created.Before(now.Add(-30*time.Second)) {
+					t.Errorf("%s: the job names the record created at %v, the intake ran at %v", k, created, now)
+				}
 			}
 		})
 	}

@@ -70,10 +70,6 @@ type Options struct {
 	// not record argument values: they carry keys, headers and bodies
 	// (gorm.io/plugin/opentelemetry/tracing: WithoutQueryVariables).
 	Plugins []gorm.Plugin
-	// JobSlack is how much later than its delivery job a record may have
-	// been created and still be the job's (Stored.StoredAfter). Default
-	// DefaultJobSlack; tests shorten it.
-	JobSlack time.Duration
 	// Now is the clock of the times callers pass and of Resolve's; on
 	// PostgreSQL they are stored on the server's clock (clock.go). nil =
 	// time.Now.
@@ -112,7 +108,6 @@ type Ledger struct {
 	w, r      *gorm.DB
 	d         dialect
 	opTimeout time.Duration
-	jobSlack  time.Duration
 	now       func() time.Time
 	closed    atomic.Bool
 	// rest is SweepAll's pause between batches (tests observe it).
@@ -151,7 +146,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.DSN == "" {
 		return nil, errors.New("sqlledger: empty DSN")
 	}
-	l := &Ledger{opTimeout: o.OpTimeout, jobSlack: o.JobSlack, now: o.Now, rest: sleepCtx}
+	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
 	if err := l.openPools(o); err != nil {
 		return nil, err
 	}
@@ -186,9 +181,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.JobSlack <= 0 {
-		o.JobSlack = DefaultJobSlack
 	}
 	if o.CommitBatch == 0 {
 		o.CommitBatch = DefaultCommitBatch
