@@ -187,7 +187,9 @@ func TestChunkedTrailersAreNotHeaderFields(t *testing.T) {
 	forwarded := up.total.Load()
 	for _, trailer := range []string{"Cookie: c=3\r\n", "Authorization: Bearer x\r\n", "Content-Length: 5\r\n"} {
 		r := exchange(chunked("X-Event-Id: evt_forbidden\r\n", `{"n":5}`, trailer))
-		wantProblem(t, r.reply(), http.StatusBadRequest, "")
+		if p := wantProblem(t, r.reply(), http.StatusBadRequest, ""); !strings.Contains(p.Detail, "RFC 9110 §6.5.1") {
+			t.Fatalf("trailer %q: detail %q, want it to name the forbidden trailer field", trailer, p.Detail)
+		}
 	}
 	if n := up.total.Load() - forwarded; n != 0 {
 		t.Fatalf("forwarded %d requests with forbidden trailer fields", n)

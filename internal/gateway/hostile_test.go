@@ -272,13 +272,17 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		// in its value; forwarded, the upstream's server (or the
 		// forwarder) refused it, so every retry was answered 502 released,
 		// for ever. Found by FuzzRawRequest.
-		for _, head := range []string{": v\r\n", ":\r\n", "X-Ev\x01nt: 1\r\n", "X-Note: a\x01b\r\n", "X-Note: a\x7fb\r\n"} {
+		const name, value = "a field line is malformed", "a field's value holds a control character"
+		for head, detail := range map[string]string{": v\r\n": name, ":\r\n": name, "X-Ev\x01nt: 1\r\n": name,
+			"X-Note: a\x01b\r\n": value, "X-Note: a\x7fb\r\n": value} {
 			req := rawRequest("/hooks", jsonCT, head, `{"id":"evt_field"}`)
 			replies := rawExchange(t, g, req, 5*time.Second)
 			if len(replies) != 1 {
 				t.Fatalf("header %q: got %d answers, want 1", head, len(replies))
 			}
-			wantProblem(t, replies[0].reply(), http.StatusBadRequest, "")
+			if p := wantProblem(t, replies[0].reply(), http.StatusBadRequest, ""); !strings.HasPrefix(p.Detail, detail) {
+				t.Fatalf("header %q: detail %q, want it to say %q", head, p.Detail, detail)
+			}
 		}
 	})
 

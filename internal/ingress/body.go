@@ -104,11 +104,15 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 }
 
 // bodyReadError is the answer to a body that could not be read, as Fiber
-// maps fasthttp's errors: 408 for a timeout, else 400.
+// maps fasthttp's errors: 408 for a timeout, else 400, naming what the
+// parser refused in a chunked body's trailer (refusedByParser).
 func bodyReadError(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return fiber.ErrRequestTimeout
+	}
+	if u := refusedByParser(err); u != nil {
+		return u
 	}
 	return fiber.ErrBadRequest
 }

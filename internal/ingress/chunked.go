@@ -288,6 +288,8 @@ func refusedByParser(err error) *unreadable {
 		return &unreadable{http.StatusBadRequest, "the request has Transfer-Encoding in HTTP/1.0"}
 	case errors.Is(err, fasthttp.ErrorInvalidURI):
 		return &unreadable{http.StatusBadRequest, malformedLine}
+	case errors.Is(err, fasthttp.ErrBadTrailer):
+		return &unreadable{http.StatusBadRequest, "the request's Trailer field names a field no sender may put in a trailer (RFC 9110 §6.5.1)"}
 	}
 	for ; err != nil; err = errors.Unwrap(err) {
 		msg := err.Error()
@@ -306,12 +308,24 @@ func refusedByParser(err error) *unreadable {
 			return &unreadable{http.StatusBadRequest, "the HTTP/1.1 request has no Host field, or an empty one (RFC 9112 §3.2)"}
 		case strings.HasPrefix(msg, "conflicting content-type headers"):
 			return &unreadable{http.StatusBadRequest, "the request has conflicting Content-Type fields"}
+		case strings.HasPrefix(msg, "invalid header key"), strings.HasPrefix(msg, "malformed mime header line"):
+			return &unreadable{http.StatusBadRequest, malformedField}
+		case strings.HasPrefix(msg, "invalid header value"), strings.HasPrefix(msg, "invalid trailer value"):
+			return &unreadable{http.StatusBadRequest, controlInValue}
+		case strings.HasPrefix(msg, "forbidden trailer key"):
+			return &unreadable{http.StatusBadRequest, forbiddenTrailer}
 		}
 	}
 	return nil
 }
 
 const malformedLine = "the request line is malformed (RFC 9112 §3)"
+
+const (
+	malformedField   = "a field line is malformed: no colon, or a name that is not a token (RFC 9112 §5)"
+	controlInValue   = "a field's value holds a control character (RFC 9110 §5.5)"
+	forbiddenTrailer = "the request's trailer has a field no sender may put in one, such as Cookie or Authorization (RFC 9110 §6.5.1)"
+)
 
 // codingsRefusal refuses the Transfer-Encoding line fasthttp quotes in
 // its refusal msg, judged as framing judges one.

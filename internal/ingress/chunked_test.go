@@ -36,8 +36,13 @@ func TestRefusedByParser(t *testing.T) {
 		{"two Hosts", head + "Host: other\r\n\r\n", 400, "the request has more than one Host field"},
 		{"no Host", "POST /hooks HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400, "the HTTP/1.1 request has no Host field, or an empty one (RFC 9112 §3.2)"},
 		{"two Content-Types", head + "Content-Type: a\r\nContent-Type: b\r\n\r\n", 400, "the request has conflicting Content-Type fields"},
-		{"a fault's words in a bad value", head + "X-A: cannot find whitespace\x01\r\n\r\n", 0, ""},
-		{"a coding's words in a bad value", head + "X-A: unsupported transfer-encoding: \"gzip, chunked\"\x01\r\n\r\n", 0, ""},
+		{"a control character in a value", head + "X-A: a\x7fb\r\n\r\n", 400, controlInValue},
+		{"a control character in a name", head + "X-\x01A: b\r\n\r\n", 400, malformedField},
+		{"an empty name", head + ": b\r\n\r\n", 400, malformedField},
+		{"Cookie announced as a trailer", head + "Trailer: Cookie\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+			"the request's Trailer field names a field no sender may put in a trailer (RFC 9110 §6.5.1)"},
+		{"a fault's words in a bad value", head + "X-A: cannot find whitespace\x01\r\n\r\n", 400, controlInValue},
+		{"a coding's words in a bad value", head + "X-A: unsupported transfer-encoding: \"gzip, chunked\"\x01\r\n\r\n", 400, controlInValue},
 		{"a fault's words in a large header", head + "X-A: cannot find whitespace " + strings.Repeat("a", 8<<10) + "\r\n\r\n", 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
