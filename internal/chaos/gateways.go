@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"text/template"
 	"time"
 )
 
@@ -69,37 +70,51 @@ type GatewaySettings struct {
 // Redis cannot be reached (screen.on_unavailable: store); holdRoute holds
 // ambiguous results (record.ambiguous: hold), the others release them.
 func configYAML(s GatewaySettings, listen, admin, incarnation string) string {
-	up := func(route string) string { return upstreamURL(s.UpstreamURL, incarnation, route) }
-	return fmt.Sprintf(`# chaos harness: gateway incarnation %[1]s
+	var b strings.Builder
+	err := gatewayConfig.Execute(&b, struct {
+		GatewaySettings
+		Listen, Admin, Incarnation, AdminToken, HoldRoute, AsyncRoute string
+	}{s, listen, admin, incarnation, adminToken, holdRoute, asyncRoute})
+	if err != nil {
+		panic(err) // the template is fixed and its data plain values
+	}
+	return b.String()
+}
+
+// gatewayConfig is configYAML's template; up is a route's upstreamURL.
+var gatewayConfig = template.Must(template.New("gateway").Funcs(template.FuncMap{
+	"q":  strconv.Quote,
+	"up": upstreamURL,
+}).Parse(`# chaos harness: gateway incarnation {{.Incarnation}}
 server:
-  listen: %[2]q
-  shutdown_timeout: %[3]s
+  listen: {{q .Listen}}
+  shutdown_timeout: {{.Shutdown}}
   read_timeout: 5s
   write_timeout: 30s
 admin:
-  listen: %[4]q
-  token: %[18]q
+  listen: {{q .Admin}}
+  token: {{q .AdminToken}}
 store:
   driver: postgres
-  dsn: %[5]q
+  dsn: {{q .PostgresDSN}}
   max_open_conns: 8
   auto_migrate: false
   sweep_interval: 1m
-  on_unavailable: %[6]s
+  on_unavailable: {{.StoreFailMode}}
 screen:
   driver: redis
   redis:
-    addrs: [%[7]q]
+    addrs: [{{q .RedisAddr}}]
   prefix: "chaos:"
-  lease: %[8]s
+  lease: {{.Lease}}
   ttl: 24h
-  local_cache: %[9]s
+  local_cache: {{.LocalCache}}
   on_unavailable: store
 telemetry:
   metrics:
     prometheus: true
   log:
-    level: %[10]s
+    level: {{.LogLevel}}
     format: json
 routes:
   # Stripe-style: key = json id, Stripe-Signature verified, repeats wait.
@@ -107,30 +122,30 @@ routes:
     path: /webhooks/stripe
     preset: stripe
     verify:
-      secrets: [%[11]q]
+      secrets: [{{q .StripeSecret}}]
     upstream:
-      url: %[12]q
-      timeout: %[13]s
-    wait_timeout: %[14]s
+      url: {{q (up .UpstreamURL .Incarnation "stripe")}}
+      timeout: {{.Timeout}}
+    wait_timeout: {{.WaitTimeout}}
     source: header:X-Sender
   # The seed's classic key, business id + event + sequence; the sender is
   # its loopback address.
   - name: orders
     path: /webhooks/orders
     upstream:
-      url: %[15]q
-      timeout: %[13]s
+      url: {{q (up .UpstreamURL .Incarnation "orders")}}
+      timeout: {{.Timeout}}
     key:
       sources:
         - template: "{json:order_id}-{json:event}-{json:seq}"
-    wait_timeout: %[14]s
+    wait_timeout: {{.WaitTimeout}}
     source: ip
   # A prefix route keyed by a header; repeats in flight get 409 at once.
   - name: generic
     path: /hooks/*
     upstream:
-      url: %[16]q
-      timeout: %[13]s
+      url: {{q (up .UpstreamURL .Incarnation "generic")}}
+      timeout: {{.Timeout}}
     key:
       sources:
         - header: X-Event-Id
@@ -138,31 +153,21 @@ routes:
     source: header:X-Sender
   # Payouts must happen at most once: a forward that got no answer holds
   # its key until the harness's operator resolves it (admin API).
-  - name: %[19]s
+  - name: {{.HoldRoute}}
     path: /webhooks/payouts
     upstream:
-      url: %[17]q
-      timeout: %[13]s
+      url: {{q (up .UpstreamURL .Incarnation .HoldRoute)}}
+      timeout: {{.Timeout}}
     key:
       sources:
         - json: payout_id
     record:
       ambiguous: hold
-    wait_timeout: %[14]s
+    wait_timeout: {{.WaitTimeout}}
     source: header:X-Sender
-`, incarnation, listen, s.Shutdown, admin, s.PostgresDSN, s.StoreFailMode, s.RedisAddr, s.Lease,
-		s.LocalCache, s.LogLevel, s.StripeSecret, up("stripe"), s.Timeout, s.WaitTimeout, up("orders"), up("generic"),
-		up(holdRoute), adminToken, holdRoute) + asyncYAML(s, up(asyncRoute))
-}
-
-// asyncYAML is the store-and-forward route, when s.Async: acknowledged at
-// once, delivered by the queues with short backoffs.
-func asyncYAML(s GatewaySettings, upstream string) string {
-	if !s.Async {
-		return ""
-	}
-	return fmt.Sprintf(`  # Store-and-forward: stored, acknowledged at once, delivered by the queue.
-  - name: %s
+{{- if .Async}}
+  # Store-and-forward: stored, acknowledged at once, delivered by the queue.
+  - name: {{.AsyncRoute}}
     path: /webhooks/relay
     delivery: async
     async:
@@ -170,14 +175,14 @@ func asyncYAML(s GatewaySettings, upstream string) string {
       backoff: {initial: 50ms, max: 2s}
       concurrency: 4
     upstream:
-      url: %q
-      timeout: %s
+      url: {{q (up .UpstreamURL .Incarnation .AsyncRoute)}}
+      timeout: {{.Timeout}}
     key:
       sources:
         - json: relay_id
     source: header:X-Sender
-`, asyncRoute, upstream, s.Timeout)
-}
+{{- end}}
+`))
 
 // upstreamURL is route's upstream for incarnation. The path names the
 // gateway that took a delivery in, and the credentials (sent as Basic
