@@ -191,8 +191,12 @@ func TestChunkedTrailersAreNotHeaderFields(t *testing.T) {
 			t.Fatalf("trailer %q: detail %q, want it to name the forbidden trailer field", trailer, p.Detail)
 		}
 	}
+	r = exchange(chunked("X-Event-Id: evt_forbidden\r\n", `{"n":5}`, "X-Sig\r\n"))
+	if p := wantProblem(t, r.reply(), http.StatusBadRequest, ""); !strings.HasPrefix(p.Detail, "a field line is malformed") {
+		t.Fatalf("a trailer line without a colon: detail %q, want it named", p.Detail)
+	}
 	if n := up.total.Load() - forwarded; n != 0 {
-		t.Fatalf("forwarded %d requests with forbidden trailer fields", n)
+		t.Fatalf("forwarded %d requests with forbidden or malformed trailer fields", n)
 	}
 
 	// A field declared as a trailer but sent only as a header is forwarded.

@@ -273,7 +273,7 @@ func TestHostileInputChangesNothing(t *testing.T) {
 		// forwarder) refused it, so every retry was answered 502 released,
 		// for ever. Found by FuzzRawRequest.
 		const name, value = "a field line is malformed", "a field's value holds a control character"
-		for head, detail := range map[string]string{": v\r\n": name, ":\r\n": name, "X-Ev\x01nt: 1\r\n": name,
+		for head, detail := range map[string]string{": v\r\n": name, ":\r\n": name, "X-Ev\x01nt: 1\r\n": name, "X-Note\r\n": name,
 			"X-Note: a\x01b\r\n": value, "X-Note: a\x7fb\r\n": value} {
 			req := rawRequest("/hooks", jsonCT, head, `{"id":"evt_field"}`)
 			replies := rawExchange(t, g, req, 5*time.Second)

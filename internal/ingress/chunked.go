@@ -289,7 +289,8 @@ func refusedByParser(err error) *unreadable {
 	case errors.Is(err, fasthttp.ErrorInvalidURI):
 		return &unreadable{http.StatusBadRequest, malformedLine}
 	case errors.Is(err, fasthttp.ErrBadTrailer):
-		return &unreadable{http.StatusBadRequest, "the request's Trailer field names a field no sender may put in a trailer (RFC 9110 §6.5.1)"}
+		// fasthttp refuses a malformed name and a forbidden one alike.
+		return &unreadable{http.StatusBadRequest, "the request's Trailer field names a field that is malformed or may not be sent in a trailer (RFC 9110 §6.5.1)"}
 	}
 	for ; err != nil; err = errors.Unwrap(err) {
 		msg := err.Error()
@@ -308,7 +309,7 @@ func refusedByParser(err error) *unreadable {
 			return &unreadable{http.StatusBadRequest, "the HTTP/1.1 request has no Host field, or an empty one (RFC 9112 §3.2)"}
 		case strings.HasPrefix(msg, "conflicting content-type headers"):
 			return &unreadable{http.StatusBadRequest, "the request has conflicting Content-Type fields"}
-		case strings.HasPrefix(msg, "invalid header key"), strings.HasPrefix(msg, "malformed mime header line"):
+		case strings.HasPrefix(msg, "invalid header key"), strings.HasPrefix(msg, "malformed mime header"):
 			return &unreadable{http.StatusBadRequest, malformedField}
 		case strings.HasPrefix(msg, "invalid header value"), strings.HasPrefix(msg, "invalid trailer value"):
 			return &unreadable{http.StatusBadRequest, controlInValue}
