@@ -109,6 +109,16 @@ var postgresDialect = dialect{
 func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) {
 	cfg = prepared(cfg)
 	path, file, query, memory := splitSQLiteDSN(o.DSN)
+	if q, _ := url.ParseQuery(query); q != nil {
+		// SQLite compares the times the ledger stores as text: written
+		// another way by a later start, they would no longer compare (a
+		// delivery's job would no longer find its record).
+		for _, k := range []string{"_time_format", "_time_integer_format", "_timezone"} {
+			if q.Has(k) {
+				return nil, nil, fmt.Errorf("sqlite dsn: %s is not supported: the ledger's times are stored one way", k)
+			}
+		}
+	}
 	if !memory {
 		if dir := filepath.Dir(file); dir != "." && dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -523,6 +523,8 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		{"unknown driver", sqlledger.Options{Driver: "mysql", DSN: "x"}, `unknown driver "mysql"`},
 		{"empty DSN", sqlledger.Options{Driver: sqlledger.DriverSQLite}, "empty DSN"},
 		{"bad postgres DSN", sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: "postgres://%zz"}, "open postgres"},
+		{"SQLite time format", sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: "file::memory:?_time_format=sqlite"}, "_time_format is not supported"},
+		{"SQLite time zone", sqlledger.Options{Driver: sqlledger.DriverSQLite, DSN: "ledger.db?_timezone=Europe/Berlin"}, "_timezone is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := sqlledger.Open(t.Context(), tc.o)
