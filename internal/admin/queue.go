@@ -77,8 +77,12 @@ func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
 		return refused(http.StatusConflict, "the record is in flight or held; resolve a held record instead")
 	case err != nil:
 		return s.unavailable(ctx, "redeliver", ref, err)
+	case !queued:
+		// Its job may be on its last attempt: promising another would be
+		// false, and a second job would send it twice.
+		return refused(http.StatusConflict, "the delivery is still queued, its attempts under way; redeliver it once it is done or dead")
 	}
-	s.o.Logger.InfoContext(ctx, "admin: redelivery queued", "route", ref.Route, "key", ref.Key, "new_job", queued)
+	s.o.Logger.InfoContext(ctx, "admin: redelivery queued", "route", ref.Route, "key", ref.Key)
 	return nil
 }
 

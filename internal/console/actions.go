@@ -76,7 +76,10 @@ var actions = map[string]action{
 		Explain: "The delivery gets a fresh set of attempts: it is delivered to the upstream again, with the same idempotency key header, until it takes it or the attempts run out again.",
 		Button:  "Redrive",
 		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
-			_, err := c.queue().Redrive(ctx, ref.Route, []string{ref.Key})
+			n, err := c.queue().Redrive(ctx, ref.Route, []string{ref.Key})
+			if err == nil && n == 0 {
+				return errNotDead
+			}
 			return err
 		},
 		back: deadPage,
@@ -87,7 +90,10 @@ var actions = map[string]action{
 		Button:  "Redrive all",
 		Route:   true,
 		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
-			_, err := c.queue().Redrive(ctx, ref.Route, nil)
+			n, err := c.queue().Redrive(ctx, ref.Route, nil)
+			if err == nil && n == 0 {
+				return errNoneDead
+			}
 			return err
 		},
 		back: deadPage,
@@ -119,6 +125,13 @@ func eventsPage(ref idempotency.Ref) string {
 func eventPage(ref idempotency.Ref) string {
 	return "/ui/event?" + url.Values{"route": {ref.Route}, "key": {ref.Key}}.Encode()
 }
+
+// errNotDead and errNoneDead: a redrive that queued nothing (redriven or
+// swept meanwhile, or a form sent twice).
+var (
+	errNotDead  = &admin.OpError{Status: http.StatusConflict, Detail: "the delivery is not dead (redriven, delivered or swept meanwhile): nothing was queued"}
+	errNoneDead = &admin.OpError{Status: http.StatusConflict, Detail: "the route has no dead delivery: nothing was queued"}
+)
 
 // noQueue refuses the queue's actions where nothing is queued.
 type noQueue struct{}

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -149,5 +150,32 @@ func TestUnknownActionOrRoute(t *testing.T) {
 	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"release"}, "route": {"pay"}, "key": {"never-held"}}); p.status != http.StatusNotFound ||
 		!strings.Contains(p.body, "no held record for this key") {
 		t.Errorf("release of a key that is not held: %d\n%s", p.status, p.body)
+	}
+}
+
+// deadGone is a queue whose dead deliveries were all redriven or swept
+// already: a redrive queues none.
+type deadGone struct{}
+
+func (deadGone) Redeliver(context.Context, idempotency.Ref) error { return nil }
+func (deadGone) Redrive(context.Context, string, []string) (int, error) {
+	return 0, nil
+}
+
+// A redrive that queued nothing (the delivery redriven meanwhile, or the
+// form sent twice) says so instead of "Queued again".
+func TestRedriveThatQueuedNothingSaysSo(t *testing.T) {
+	e := newEnv(t, envOptions{queue: deadGone{}})
+	b := e.browser(t)
+	tok := b.mustSignIn()
+	for do, want := range map[string]string{"redrive": "not dead", "redrive-all": "no dead delivery"} {
+		form := url.Values{"csrf": {tok}, "do": {do}, "route": {"pay"}}
+		if do == "redrive" {
+			form.Set("key", "k")
+		}
+		p := b.post("/ui/act", form)
+		if p.status != http.StatusConflict || !strings.Contains(p.body, want) || !strings.Contains(p.body, "nothing was queued") {
+			t.Fatalf("%s: %d, want 409 saying %q and that nothing was queued; body %s", do, p.status, want, p.body)
+		}
 	}
 }

@@ -39,6 +39,7 @@ type envOptions struct {
 	noUI     bool
 	noToken  bool
 	traceURL string
+	queue    console.Queue // nil: none
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -61,7 +62,7 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 	if !eo.noUI {
 		o.Console = func(s *admin.Server) http.Handler {
 			return console.New(console.Options{
-				Token: eo.token, Admin: s, EventLog: s, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
+				Token: eo.token, Admin: s, EventLog: s, Queue: eo.queue, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
 				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
 			})
 		}

@@ -430,3 +430,25 @@ func TestRedeliveryThatGivesUpKeepsTheAnswerAndItsAttempt(t *testing.T) {
 		t.Fatalf("upstream received %d copies, want 2", n)
 	}
 }
+
+// A redelivery asked for while the delivery is still queued (its attempt
+// out at the upstream, perhaps its last) is refused: no second job is
+// made, and the operator is not told of one that will not come.
+func TestRedeliverOfAQueuedDeliveryIsRefused(t *testing.T) {
+	up, release := heldUpstream(t)
+	g := startAsyncAdmin(t, up)
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before the gateway's shutdown, should the test fail
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_busy"}`), http.StatusAccepted, "accepted")
+	testenv.Eventually(t, 10*time.Second, "the attempt in flight", func() bool { return up.count("evt_busy") == 1 })
+	if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_busy/redeliver", ""); status != http.StatusConflict ||
+		!strings.Contains(body, "still queued") {
+		t.Fatalf("redeliver of a queued delivery = %d %s, want 409", status, body)
+	}
+	free()
+	waitState(t, g, "evt_busy", idempotency.StateDone)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_busy/redeliver", ""); status != http.StatusAccepted {
+		t.Fatalf("redeliver once done = %d %s, want 202", status, body)
+	}
+	testenv.Eventually(t, 10*time.Second, "the redelivery", func() bool { return up.count("evt_busy") == 2 })
+}

@@ -295,12 +295,12 @@ func attemptTaken(err error) bool {
 }
 
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
-// row is revived (queued), and so is a held one with held set (an async
-// route's release); a done row stays done until the new final answer
-// replaces its answer; a queued row has its job already. It reports
+// row is revived (queued); a done row stays done until the new final
+// answer replaces its answer; a queued row has its job already. With held
+// set (an async route's release) only a held row is, revived. It reports
 // whether a job was inserted; ErrNotFound without a row, ErrNoRequest
 // when no request is stored, ErrNotOwner for a row no delivery may be
-// queued for (pending, or held without held).
+// queued for (pending; held without held; any other with it).
 func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (bool, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -326,13 +326,15 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 		case !method.Valid:
 			return ErrNoRequest
 		}
+		if held != (state == string(idempotency.StateHeld)) {
+			// A release of a row resolved meanwhile, or released twice,
+			// must not deliver it again.
+			return idempotency.ErrNotOwner
+		}
 		switch idempotency.State(state) {
 		case idempotency.StateQueued:
 			return nil
 		case idempotency.StateDead, idempotency.StateHeld:
-			if state == string(idempotency.StateHeld) && !held {
-				return idempotency.ErrNotOwner
-			}
 			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL `+
 				`WHERE route = ? AND "key" = ?`), r.Route, r.Key); err != nil {
 				return err

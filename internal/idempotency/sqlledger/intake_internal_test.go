@@ -33,6 +33,24 @@ func (j *insertedJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []Delivery) err
 	return nil
 }
 
+// onBothWithJobs runs fn on a PostgreSQL and a SQLite ledger, in
+// parallel, each inserting its delivery jobs into its own insertedJobs.
+func onBothWithJobs(t *testing.T, fn func(t *testing.T, l *Ledger, jobs *insertedJobs)) {
+	for name, open := range map[string]func(t *testing.T) *Ledger{
+		"postgres": func(t *testing.T) *Ledger { return openPGWith(t, Options{}) },
+		"sqlite": func(t *testing.T) *Ledger {
+			return openMigrated(t, Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db"})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l, jobs := open(t), &insertedJobs{}
+			l.UseJobs(jobs)
+			fn(t, l, jobs)
+		})
+	}
+}
+
 // One intake batch (PostgreSQL's multi-row statement, SQLite's statement
 // a row) tells a new row from one written over an expired claim, which
 // the engine counts as a takeover, and writes over neither a live claim
@@ -132,47 +150,34 @@ func TestIntakeTellsTakeoversFromNewRows(t *testing.T) {
 // dead it is kept until Settlement.KeepUntil, for an operator to redrive;
 // a done record past its retention is swept as before.
 func TestQueuedDeliveryOutlivesItsRetention(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) *Ledger
-	}{
-		{"postgres", func(t *testing.T) *Ledger { return openPGWith(t, Options{}) }},
-		{"sqlite", func(t *testing.T) *Ledger {
-			return openMigrated(t, Options{Driver: DriverSQLite, DSN: t.TempDir() + "/l.db"})
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			l := tc.open(t)
-			l.UseJobs(&insertedJobs{})
-			ctx := context.Background()
-			now := time.Now()
-			ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
-			for _, k := range []string{"evt_waiting", "evt_dies"} {
-				rec := &idempotency.Record{Ref: ref(k), State: idempotency.StateQueued, ExpiresAt: now.Add(time.Minute),
-					Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(k)}}
-				if _, err := l.Enqueue(ctx, rec, "", now); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := l.Commit(ctx, &idempotency.Record{Ref: ref("evt_done"), State: idempotency.StateDone,
-				Response: idempotency.Response{Status: 200}, ExpiresAt: now.Add(time.Minute)}, "o", now); err != nil {
+	onBothWithJobs(t, func(t *testing.T, l *Ledger, _ *insertedJobs) {
+		ctx := context.Background()
+		now := time.Now()
+		ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+		for _, k := range []string{"evt_waiting", "evt_dies"} {
+			rec := &idempotency.Record{Ref: ref(k), State: idempotency.StateQueued, ExpiresAt: now.Add(time.Minute),
+				Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(k)}}
+			if _, err := l.Enqueue(ctx, rec, "", now); err != nil {
 				t.Fatal(err)
 			}
-			later := now.Add(time.Hour)
-			s := &Settlement{Ref: ref("evt_dies"), State: idempotency.StateDead, KeepUntil: later.Add(time.Hour),
-				Attempt: idempotency.Attempt{Ref: ref("evt_dies"), StartedAt: later, Status: 503}}
-			if err := l.Settle(ctx, s, later, nil); err != nil {
-				t.Fatal(err)
+		}
+		if err := l.Commit(ctx, &idempotency.Record{Ref: ref("evt_done"), State: idempotency.StateDone,
+			Response: idempotency.Response{Status: 200}, ExpiresAt: now.Add(time.Minute)}, "o", now); err != nil {
+			t.Fatal(err)
+		}
+		later := now.Add(time.Hour)
+		s := &Settlement{Ref: ref("evt_dies"), State: idempotency.StateDead, KeepUntil: later.Add(time.Hour),
+			Attempt: idempotency.Attempt{Ref: ref("evt_dies"), StartedAt: later, Status: 503}}
+		if err := l.Settle(ctx, s, later, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.SweepAll(ctx, later.Add(time.Minute), 10); err != nil || n != 1 {
+			t.Fatalf("SweepAll an hour past retention: %d rows, %v; want only the done record", n, err)
+		}
+		for k, want := range map[string]idempotency.State{"evt_waiting": idempotency.StateQueued, "evt_dies": idempotency.StateDead} {
+			if r, err := l.Lookup(ctx, ref(k)); err != nil || r.State != want {
+				t.Errorf("%s: %+v, %v; want it kept, %s", k, r, err, want)
 			}
-			if n, err := l.SweepAll(ctx, later.Add(time.Minute), 10); err != nil || n != 1 {
-				t.Fatalf("SweepAll an hour past retention: %d rows, %v; want only the done record", n, err)
-			}
-			for k, want := range map[string]idempotency.State{"evt_waiting": idempotency.StateQueued, "evt_dies": idempotency.StateDead} {
-				if r, err := l.Lookup(ctx, ref(k)); err != nil || r.State != want {
-					t.Errorf("%s: %+v, %v; want it kept, %s", k, r, err, want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
