@@ -421,6 +421,12 @@ func validateKey(errs *Errors, p, route string, k Key) {
 // calls, under the configuration key its message starts with (or under
 // fallback).
 func addBuildError(errs *Errors, p, fallback string, err error) {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			addBuildError(errs, p, fallback, e)
+		}
+		return
+	}
 	key, msg, ok := strings.Cut(err.Error(), ": ")
 	if !ok {
 		key, msg = fallback, err.Error()

@@ -36,6 +36,23 @@ routes:
 	}
 }
 
+// Keys of scheme hmac set on a built-in scheme are each named, in one
+// run: they would otherwise be ignored, the route verifying otherwise
+// than its file says.
+func TestHMACKeysOnABuiltInSchemeAreEachRefused(t *testing.T) {
+	errs := mustFail(t, `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+    verify: {scheme: github, secrets: [s], header: X-My-Sig, algorithm: sha1, encoding: base64, prefix: "v1=", separator: ","}
+`)
+	for _, key := range []string{"header", "algorithm", "encoding", "prefix", "separator"} {
+		assertProblem(t, errs, "routes[0].verify."+key, "only used by")
+	}
+}
+
 // verify.challenge_token is a secret: trimmed like verify.secrets (a file
 // read through ${NAME} ends in a newline) and never printed.
 func TestChallengeTokenIsASecret(t *testing.T) {

@@ -281,6 +281,7 @@ func checkOwnOptions(o Options) error {
 		return nil
 	}
 	configured := TakesTemplate(o.Scheme)
+	var errs []error // each, for `gateway check` to list them all
 	for _, f := range []struct {
 		key    string
 		set    bool
@@ -289,13 +290,18 @@ func checkOwnOptions(o Options) error {
 		{"template", o.Template != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"timestamp", o.Timestamp != (TimestampSource{}) && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"json", o.JSON != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		{"header", o.Header != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		{"prefix", o.Prefix != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
+		// A default value changes nothing (and configuration fills them in).
+		{"encoding", o.Encoding != "" && o.Encoding != "hex" && !configured, "schemes hmac, ed25519 and ecdsa"},
+		{"algorithm", o.Algorithm != "" && o.Algorithm != "sha256", "scheme hmac"},
 		{"separator", o.Separator != "", "scheme hmac"},
 		{"secret_encoding", o.SecretEncoding != "", "scheme hmac"},
 		{"single", len(o.Single) > 0, "scheme hmac"},
 	} {
 		if f.set {
-			return fmt.Errorf("%s: only used by %s, not %s", f.key, f.usedBy, o.Scheme)
+			errs = append(errs, fmt.Errorf("%s: only used by %s, not %s", f.key, f.usedBy, o.Scheme))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
