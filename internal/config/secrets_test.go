@@ -156,6 +156,10 @@ func TestStoreDriverAndDSNAgree(t *testing.T) {
 		}
 		assertProblem(t, mustFail(t, doc), "store.dsn", "postgres")
 	}
+	// `gateway check` refuses what opening the SQLite ledger refuses.
+	for _, dsn := range []string{"file:hooks.db?_time_format=sqlite", "hooks.db?_pragma=foreign_keys(1)&_timezone=UTC"} {
+		assertProblem(t, mustFail(t, minimal+"store: {dsn: \""+dsn+"\"}\n"), "store.dsn", "is not supported")
+	}
 	// What is right still loads.
 	for _, doc := range []string{
 		minimal + "store: {driver: sqlite, dsn: \"file:data/hooks.db?_pragma=foreign_keys(1)\"}\n",

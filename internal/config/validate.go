@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
@@ -157,6 +158,10 @@ func (c *Config) validateStore(errs *Errors) {
 		// SQLite would take the URL for a file name and serve on a local
 		// file: each replica with a ledger of its own.
 		errs.add("store.dsn", "%q is a PostgreSQL URL but store.driver is %q: set store.driver: postgres", RedactDSN(s.DSN), s.Driver)
+	case s.Driver == StoreSQLite:
+		if err := sqlledger.CheckSQLiteDSN(s.DSN); err != nil {
+			errs.add("store.dsn", "%v", err)
+		}
 	}
 	if s.MaxOpenConns <= 0 {
 		errs.add("store.max_open_conns", "must be at least 1, got %d", s.MaxOpenConns)

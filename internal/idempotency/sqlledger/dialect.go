@@ -108,17 +108,10 @@ var postgresDialect = dialect{
 // once per connection, which SQLite would otherwise compile every call.
 func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) {
 	cfg = prepared(cfg)
-	path, file, query, memory := splitSQLiteDSN(o.DSN)
-	if q, _ := url.ParseQuery(query); q != nil {
-		// SQLite compares the times the ledger stores as text: written
-		// another way by a later start, they would no longer compare (a
-		// delivery's job would no longer find its record).
-		for _, k := range []string{"_time_format", "_time_integer_format", "_timezone"} {
-			if q.Has(k) {
-				return nil, nil, fmt.Errorf("sqlite dsn: %s is not supported: the ledger's times are stored one way", k)
-			}
-		}
+	if err := CheckSQLiteDSN(o.DSN); err != nil {
+		return nil, nil, err
 	}
+	path, file, query, memory := splitSQLiteDSN(o.DSN)
 	if !memory {
 		if dir := filepath.Dir(file); dir != "." && dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -209,6 +202,21 @@ func prepared(cfg func() *gorm.Config) func() *gorm.Config {
 // splitSQLiteDSN separates "path?query" (or "file:path?query") into the
 // path as SQLite opens it, the file on disk, and the query, and tells whether
 // the database lives in memory.
+// CheckSQLiteDSN refuses the driver's parameters that change how times
+// are written. SQLite compares the times the ledger stores as text:
+// written another way by a later start, they would no longer compare (a
+// delivery's job would no longer find its record).
+func CheckSQLiteDSN(dsn string) error {
+	_, _, query, _ := splitSQLiteDSN(dsn)
+	q, _ := url.ParseQuery(query)
+	for _, k := range []string{"_time_format", "_time_integer_format", "_timezone"} {
+		if q.Has(k) {
+			return fmt.Errorf("sqlite dsn: %s is not supported: the ledger's times are stored one way", k)
+		}
+	}
+	return nil
+}
+
 func splitSQLiteDSN(dsn string) (path, file, query string, memory bool) {
 	path, query, _ = strings.Cut(dsn, "?")
 	q, _ := url.ParseQuery(query)
