@@ -54,9 +54,9 @@ func TestChunkedBodyCutShortIsNoDelivery(t *testing.T) {
 						// The sender is gone before any answer: once the
 						// gateway has read the request, and closed the
 						// connection, it has dealt with it.
-						testenv.Eventually(t, 5*time.Second, "the request read", func() bool { _, used := g.server.Conns(); return used > used0 })
+						testenv.Eventually(t, 15*time.Second, "the request read", func() bool { _, used := g.server.Conns(); return used > used0 })
 						_ = conn.Close()
-						testenv.Eventually(t, 5*time.Second, "the connection closed", func() bool { open, _ := g.server.Conns(); return open <= open0 })
+						testenv.Eventually(t, 15*time.Second, "the connection closed", func() bool { open, _ := g.server.Conns(); return open <= open0 })
 					} else {
 						_ = conn.CloseWrite()
 						replies := readReplies(conn)
