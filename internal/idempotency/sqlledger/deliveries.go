@@ -297,10 +297,11 @@ func attemptTaken(err error) bool {
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
 // row is revived (queued); a done row stays done until the new final
 // answer replaces its answer; a queued row has its job already. With held
-// set (an async route's release) only a held row is, revived. It reports
-// whether a job was inserted; ErrNotFound without a row, ErrNoRequest
-// when no request is stored, ErrNotOwner for a row no delivery may be
-// queued for (pending; held without held; any other with it).
+// set (an async route's release) it revives a held row and nothing else.
+// It reports whether a job was inserted; ErrNotFound without a row,
+// ErrNoRequest when no request is stored, ErrNotOwner for a row no
+// delivery may be queued for (pending; held without held; any other with
+// it).
 func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (bool, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
