@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -137,6 +138,30 @@ func jobsLeft(t *testing.T, l *sqlledger.Ledger) (waiting, rerun int) {
 	return waiting, rerun
 }
 
+// waitBackoff waits until the one job on db is waiting out a backoff.
+func waitBackoff(t *testing.T, db *sql.DB) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "the job to wait out its backoff", func() bool {
+		var n int
+		err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE state = 'scheduled'`).Scan(&n)
+		return err == nil && n == 1
+	})
+}
+
+// makeDue makes the one job waiting out a backoff on db due now.
+func makeDue(t *testing.T, db *sql.DB, driver string) {
+	t.Helper()
+	due := `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'scheduled'`
+	if driver == queue.DriverSQLite {
+		due = `UPDATE river_job SET state = 'available', scheduled_at = datetime('now', 'subsec') WHERE state = 'scheduled'`
+	}
+	if res, err := db.Exec(due); err != nil {
+		t.Fatal(err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("%d jobs made due, want the one waiting out its backoff", n)
+	}
+}
+
 // storeAgain stores r, deleted, once more and sees it delivered: its
 // first attempt numbered 1, answered 200.
 func storeAgain(t *testing.T, up *heldUpstream, l *sqlledger.Ledger, r idempotency.Ref) {
@@ -265,25 +290,13 @@ func TestOldJobOfADeletedDeliveryLeavesItsSuccessorAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testenv.Eventually(t, 10*time.Second, "the job to wait out its backoff", func() bool {
-				var n int
-				err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE state = 'scheduled'`).Scan(&n)
-				return err == nil && n == 1
-			})
+			waitBackoff(t, db)
 			if err := l.Delete(ctx, r); err != nil {
 				t.Fatal(err)
 			}
 			storeAgain(t, up, l, r)
 
-			due := `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'scheduled'`
-			if driver == queue.DriverSQLite {
-				due = `UPDATE river_job SET state = 'available', scheduled_at = datetime('now', 'subsec') WHERE state = 'scheduled'`
-			}
-			if res, err := db.Exec(due); err != nil {
-				t.Fatal(err)
-			} else if n, _ := res.RowsAffected(); n != 1 {
-				t.Fatalf("%d jobs waiting out a backoff, want the old delivery's", n)
-			}
+			makeDue(t, db, driver)
 			testenv.Eventually(t, 10*time.Second, "the old job to end", func() bool {
 				waiting, _ := jobsLeft(t, l)
 				return waiting == 0
@@ -295,6 +308,43 @@ func TestOldJobOfADeletedDeliveryLeavesItsSuccessorAlone(t *testing.T) {
 			if err != nil || len(atts) != 1 || atts[0].Status != http.StatusOK {
 				t.Fatalf("the new delivery's attempts: %+v, %v; want its own 200", atts, err)
 			}
+		})
+	}
+}
+
+// A redelivery of a done record waits out a backoff after a 503. Its
+// record is not queued, so the sweeper may take it at its expiry: it is
+// kept past the next attempt, which comes and records its answer.
+func TestRedeliveryOutlivesItsRecordsExpiry(t *testing.T) {
+	for _, driver := range []string{queue.DriverSQLite, queue.DriverPostgres} {
+		t.Run(driver, func(t *testing.T) {
+			up := newHeldUpstream()
+			l := startQueue(t, driver, up)
+			ctx := context.Background()
+			r := idempotency.Ref{Route: "hooks", Key: "evt_redelivered"}
+			storeAgain(t, up, l, r) // stored and delivered: done
+			if queued, err := l.Requeue(ctx, r, false); err != nil || !queued {
+				t.Fatalf("redeliver: %v, %v", queued, err)
+			}
+			up.attempt(t)
+			up.answers <- http.StatusServiceUnavailable // Retry-After: an hour
+			db, err := l.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitBackoff(t, db)
+			// The sweeper runs when the next attempt is due, past the
+			// record's retention (an hour from its store).
+			if n, err := l.Sweep(ctx, time.Now().Add(time.Hour+time.Minute), 100); err != nil || n != 0 {
+				t.Fatalf("the sweep took %d records (%v), want none: the redelivery's record is kept", n, err)
+			}
+			makeDue(t, db, driver)
+			up.attempt(t)
+			up.answers <- http.StatusCreated
+			testenv.Eventually(t, 10*time.Second, "the redelivery's answer recorded", func() bool {
+				rec, err := l.Lookup(ctx, r)
+				return err == nil && rec.Response.Status == http.StatusCreated
+			})
 		})
 	}
 }

@@ -202,18 +202,25 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 		_, err := q.client.JobUpdateTx(ctx, tx, sent.job.ID, &river.JobUpdateParams{Output: recordedRun{Run: sent.run}})
 		return err
 	}
-	switch err := q.settle(context.WithoutCancel(ctx), sent.settlement(), sent.horizon, noted); {
+	var wait time.Duration
+	if sent.up != nil {
+		wait = retryAfter(sent.up.Header, q.o.Now())
+	}
+	snooze := sent.route.Backoff.next(sent.run, wait)
+	s := sent.settlement()
+	if sent.st.State == idempotency.StateDone {
+		// A redelivery: the record is not queued, so the sweeper may take
+		// it at its expiry; it is kept past the next attempt.
+		s.KeepUntil = q.o.Now().Add(snooze + sent.route.Policy.Retention)
+	}
+	switch err := q.settle(context.WithoutCancel(ctx), s, sent.horizon, noted); {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return nil // deleted during the attempt: nothing left to deliver
 	case err != nil:
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.hookResult(ref.Route, "retried")
-	var wait time.Duration
-	if sent.up != nil {
-		wait = retryAfter(sent.up.Header, q.o.Now())
-	}
-	return river.JobSnooze(sent.route.Backoff.next(sent.run, wait))
+	return river.JobSnooze(snooze)
 }
 
 // horizon is when a run that starts now stops settling. A run still

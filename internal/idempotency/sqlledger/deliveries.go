@@ -92,7 +92,9 @@ type Settlement struct {
 	// KeepUntil: a dead or held record is kept at least until then. A
 	// queued record is never swept, so one whose delivery outlived its
 	// retention would be swept the moment it ended, its request gone
-	// before an operator could redrive it.
+	// before an operator could redrive it. On a retry (State ""), a done
+	// record being redelivered is kept until then: it is not queued, and
+	// swept before its next attempt, that attempt would never come.
 	KeepUntil time.Time
 	// Again: an earlier Settle of it failed with the ledger unavailable,
 	// which may have been after its commit, the reply lost. Settle then
@@ -127,8 +129,11 @@ const settledSQL = `SELECT COUNT(*) FROM hookstamp_attempts WHERE route = ? AND 
 const sameStart = 50 * time.Millisecond
 
 // keptSQL moves a record's expiry to Settlement.KeepUntil when that is
-// later.
-const keptSQL = `expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END `
+// later; keptRetrySQL does it for a retry.
+const (
+	keptSQL      = `expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END `
+	keptRetrySQL = `UPDATE hookstamp_records SET ` + keptSQL + `WHERE route = ? AND "key" = ? AND created_at BETWEEN ? AND ?`
+)
 
 // settleSQL by Settlement.State: the final answer replaces a queued row's
 // (or, redelivered, a done row's); dead and held end a queued row only.
@@ -206,11 +211,16 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		keep := dbTime(toDB(s.KeepUntil, shift))
 		args = append([]any{now, keep, keep, s.Route, s.Key}, createdRange(s.Created)...)
 	}
+	var kept []any // a retry's KeepUntil
+	if s.State == "" && !s.KeepUntil.IsZero() {
+		keep := dbTime(toDB(s.KeepUntil, shift))
+		kept = append([]any{keep, keep, s.Route, s.Key}, createdRange(s.Created)...)
+	}
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)
 	}
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		if err := l.settleTx(ctx, tx, s, args); err != nil {
+		if err := l.settleTx(ctx, tx, s, args, kept); err != nil {
 			return err
 		}
 		if s.Job != 0 {
@@ -229,12 +239,16 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	return nil
 }
 
-// settleTx writes s in tx: a retry's attempt (args nil), or a final
-// settlement bound to args with its attempt, nothing when the record has
-// nothing left to settle.
-func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args []any) error {
+// settleTx writes s in tx: a retry's attempt (args nil) and its record's
+// expiry moved to kept (nil: left), or a final settlement bound to args
+// with its attempt, nothing when the record has nothing left to settle.
+func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args, kept []any) error {
 	if args == nil {
-		return l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.Created)
+		if err := l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.Created); err != nil || kept == nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, l.d.rebind(keptRetrySQL), kept...)
+		return err
 	}
 	res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
 	if err != nil {
