@@ -162,6 +162,20 @@ func makeDue(t *testing.T, db *sql.DB, driver string) {
 	}
 }
 
+// wantOneSendEach checks that the upstream got two requests, one per
+// delivery of r, and that r's record holds only the new delivery's
+// attempt: attempt 1, answered 200.
+func wantOneSendEach(t *testing.T, up *heldUpstream, l *sqlledger.Ledger, r idempotency.Ref) {
+	t.Helper()
+	if n := up.requests(); n != 2 {
+		t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
+	}
+	atts, err := l.Attempts(context.Background(), r)
+	if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
+		t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
+	}
+}
+
 // storeAgain stores r, deleted, once more and sees it delivered: its
 // first attempt numbered 1, answered 200.
 func storeAgain(t *testing.T, up *heldUpstream, l *sqlledger.Ledger, r idempotency.Ref) {
@@ -218,13 +232,7 @@ func TestDeliveryDeletedDuringItsAttemptEndsThere(t *testing.T) {
 				}
 
 				storeAgain(t, up, l, r)
-				atts, err := l.Attempts(ctx, r)
-				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
-					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
-				}
-				if n := up.requests(); n != 2 {
-					t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
-				}
+				wantOneSendEach(t, up, l, r)
 			})
 		}
 	}
@@ -260,13 +268,7 @@ func TestDeliveryStoredAgainDuringItsAttemptIsItsOwn(t *testing.T) {
 				if err != nil || rec.State != idempotency.StateDone || rec.Response.Status != http.StatusOK {
 					t.Fatalf("the new delivery: %+v, %v; want done with its own 200", rec, err)
 				}
-				atts, err := l.Attempts(ctx, r)
-				if err != nil || len(atts) != 1 || atts[0].Attempt != 1 || atts[0].Status != http.StatusOK {
-					t.Fatalf("the new delivery's attempts: %+v, %v; want attempt 1, 200", atts, err)
-				}
-				if n := up.requests(); n != 2 {
-					t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
-				}
+				wantOneSendEach(t, up, l, r)
 			})
 		}
 	}
@@ -301,13 +303,7 @@ func TestOldJobOfADeletedDeliveryLeavesItsSuccessorAlone(t *testing.T) {
 				waiting, _ := jobsLeft(t, l)
 				return waiting == 0
 			})
-			if n := up.requests(); n != 2 {
-				t.Fatalf("upstream got %d requests, want 2: one per delivery", n)
-			}
-			atts, err := l.Attempts(ctx, r)
-			if err != nil || len(atts) != 1 || atts[0].Status != http.StatusOK {
-				t.Fatalf("the new delivery's attempts: %+v, %v; want its own 200", atts, err)
-			}
+			wantOneSendEach(t, up, l, r)
 		})
 	}
 }
