@@ -53,6 +53,25 @@ routes:
 	}
 }
 
+// The reference configuration of SPEC §3 lists hmac's keys, at their
+// defaults, beside scheme stripe: it loads.
+func TestHMACDefaultsBesideABuiltInSchemeLoad(t *testing.T) {
+	mustLoad(t, `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "http://127.0.0.1:9000/a"}
+    key: {sources: [{header: X-Event-Id}]}
+    verify:
+      scheme: stripe
+      secrets: [whsec_abc]
+      header: X-Signature
+      algorithm: sha256
+      encoding: hex
+      prefix: ""
+`)
+}
+
 // verify.challenge_token is a secret: trimmed like verify.secrets (a file
 // read through ${NAME} ends in a newline) and never printed.
 func TestChallengeTokenIsASecret(t *testing.T) {

@@ -141,6 +141,10 @@ func TakesTemplate(scheme string) bool {
 	return scheme == SchemeHMAC || scheme == SchemeEd25519 || scheme == SchemeECDSA
 }
 
+// defaultHeader carries the signature of schemes hmac, ed25519 and ecdsa
+// when Options.Header and JSON are empty.
+const defaultHeader = "X-Signature"
+
 // DefaultTolerance is the timestamp tolerance used when Options.Tolerance is
 // zero, for every timed scheme but Twitch.
 const DefaultTolerance = 5 * time.Minute
@@ -181,7 +185,7 @@ type Options struct {
 	// hmac without Timestamp.
 	Tolerance time.Duration
 	// Header names the signature header for schemes hmac, ed25519 and
-	// ecdsa (default "X-Signature") and the token header for scheme token.
+	// ecdsa (default defaultHeader) and the token header for scheme token.
 	Header string
 	// JSON is, instead of Header, the plain GJSON path of the signature
 	// (hmac, ed25519, ecdsa) or token (token) inside the JSON body:
@@ -290,9 +294,10 @@ func checkOwnOptions(o Options) error {
 		{"template", o.Template != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"timestamp", o.Timestamp != (TimestampSource{}) && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"json", o.JSON != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
-		{"header", o.Header != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		// A default value changes nothing (configuration fills some in, and
+		// SPEC §3's reference lists them beside a built-in scheme).
+		{"header", o.Header != "" && o.Header != defaultHeader && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
 		{"prefix", o.Prefix != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
-		// A default value changes nothing (and configuration fills them in).
 		{"encoding", o.Encoding != "" && o.Encoding != "hex" && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"algorithm", o.Algorithm != "" && o.Algorithm != "sha256", "scheme hmac"},
 		{"separator", o.Separator != "", "scheme hmac"},
