@@ -96,8 +96,9 @@ type Options struct {
 	// worker would deliver what it queued.
 	Redeliver Redeliverer
 	// Stores names the routes storing requests now (record.request, or
-	// async).
-	Stores map[string]bool
+	// async), each with its retention: a record queued again is kept that
+	// long at least.
+	Stores map[string]time.Duration
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool

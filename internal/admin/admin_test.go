@@ -734,7 +734,7 @@ func TestRedriveRefusesWhatNoLedgerCanRun(t *testing.T) {
 	if err := pg.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(o *Options) { o.Redeliver, o.Stores = pg, map[string]bool{"pay": true} })
+	e := newEnv(t, func(o *Options) { o.Redeliver, o.Stores = pg, map[string]time.Duration{"pay": time.Hour} })
 	many := `{"keys":["k` + strings.Repeat(`","k`, maxRedriveKeys) + `"]}`
 	for _, c := range []struct {
 		name, body string
@@ -757,5 +757,38 @@ func TestRedriveRefusesWhatNoLedgerCanRun(t *testing.T) {
 				t.Fatalf("got %d %s, want %d %s", r.status, r.body, c.status, c.answer)
 			}
 		})
+	}
+}
+
+// keptRequeues records what each Requeue was asked to keep.
+type keptRequeues struct {
+	Redeliverer
+	mu   sync.Mutex
+	keep []time.Time
+}
+
+func (k *keptRequeues) Requeue(_ context.Context, _ idempotency.Ref, _ bool, keep time.Time) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.keep = append(k.keep, keep)
+	return true, nil
+}
+
+// A redelivery keeps its record the route's retention from the gateway's
+// now: a record past its expiry would otherwise be swept before its job
+// ran.
+func TestRedeliveryKeepsTheRecordARetention(t *testing.T) {
+	clock := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	k := &keptRequeues{}
+	e := newEnv(t, func(o *Options) {
+		o.Redeliver, o.Stores = k, map[string]time.Duration{"pay": 72 * time.Hour}
+		o.Now = func() time.Time { return clock }
+	})
+	e.commit(t, &idempotency.Record{Ref: idempotency.Ref{Route: "pay", Key: "k"}, State: idempotency.StateDone})
+	if r := e.do(t, http.MethodPost, recordPath("pay", "k")+"/redeliver", token, ""); r.status != http.StatusAccepted {
+		t.Fatalf("redeliver %d %s", r.status, r.body)
+	}
+	if want := clock.Add(72 * time.Hour); len(k.keep) != 1 || !k.keep[0].Equal(want) {
+		t.Fatalf("requeued to keep %v, want [%s]", k.keep, want)
 	}
 }

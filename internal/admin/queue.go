@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
@@ -17,7 +18,7 @@ import (
 // again (*sqlledger.Ledger).
 type Redeliverer interface {
 	// Requeue queues ref's stored request again (see sqlledger).
-	Requeue(ctx context.Context, ref idempotency.Ref, held bool) (bool, error)
+	Requeue(ctx context.Context, ref idempotency.Ref, held bool, keep time.Time) (bool, error)
 	// Redrive queues route's dead records again, or those of keys.
 	Redrive(ctx context.Context, route string, keys []string) (int, error)
 }
@@ -36,7 +37,14 @@ var errNotStoring = refused(http.StatusConflict, "this route stores no requests 
 
 // delivers reports whether route's records can be queued again.
 func (s *Server) delivers(route string) bool {
-	return s.o.Redeliver != nil && s.o.Stores[route]
+	_, ok := s.o.Stores[route]
+	return s.o.Redeliver != nil && ok
+}
+
+// keep is how long a record of route queued again now is kept at least:
+// its route's retention from now.
+func (s *Server) keep(route string) time.Time {
+	return s.o.Now().Add(s.o.Stores[route])
 }
 
 // redeliver answers POST .../records/{key}/redeliver with Redeliver:
@@ -67,7 +75,7 @@ func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
 		}
 		return errNotStoring
 	}
-	queued, err := s.o.Redeliver.Requeue(ctx, ref, false)
+	queued, err := s.o.Redeliver.Requeue(ctx, ref, false, s.keep(ref.Route))
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return refused(http.StatusNotFound, "no record for this key on this route")
@@ -145,7 +153,7 @@ func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int,
 // releaseAsync releases a held record of an async route by delivering it
 // again: its provider was acknowledged and will not send it again.
 func (s *Server) releaseAsync(ctx context.Context, rec *idempotency.Record) (Record, error) {
-	_, err := s.o.Redeliver.Requeue(ctx, rec.Ref, true)
+	_, err := s.o.Redeliver.Requeue(ctx, rec.Ref, true, s.keep(rec.Route))
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
 		return Record{}, refused(http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")

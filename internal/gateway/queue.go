@@ -35,9 +35,9 @@ func MigrateStore(ctx context.Context, l *sqlledger.Ledger) error {
 // queueParts deliver the stored requests of async routes, and of any route
 // storing requests redelivered by an operator.
 type queueParts struct {
-	q      *queue.Queue    // nil when no route stores requests
-	async  map[string]bool // the async routes
-	stores map[string]bool // the routes storing requests, async ones included
+	q      *queue.Queue             // nil when no route stores requests
+	async  map[string]bool          // the async routes
+	stores map[string]time.Duration // the routes storing requests, async ones included, and their retention
 
 	mu      sync.Mutex // started and stopped change under it, with Start and Stop
 	started bool
@@ -59,13 +59,13 @@ func hasAsync(cfg *config.Config) bool {
 func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	var qr []queue.Route
 	var names []string
-	g.queue.async, g.queue.stores = map[string]bool{}, map[string]bool{}
+	g.queue.async, g.queue.stores = map[string]bool{}, map[string]time.Duration{}
 	for i, rc := range g.cfg.Routes {
 		if !rc.StoresRequests() {
 			continue
 		}
-		g.queue.stores[rc.Name] = true
 		r := routes[i]
+		g.queue.stores[rc.Name] = r.Policy.Retention
 		a := rc.Async
 		qr = append(qr, queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
 			Timeout: r.UpstreamTimeout, MaxAttempts: a.MaxAttempts, MaxAge: a.MaxAge,

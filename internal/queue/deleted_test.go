@@ -319,7 +319,7 @@ func TestRedeliveryOutlivesItsRecordsExpiry(t *testing.T) {
 			ctx := context.Background()
 			r := idempotency.Ref{Route: "hooks", Key: "evt_redelivered"}
 			storeAgain(t, up, l, r) // stored and delivered: done
-			if queued, err := l.Requeue(ctx, r, false); err != nil || !queued {
+			if queued, err := l.Requeue(ctx, r, false, time.Now().Add(time.Hour)); err != nil || !queued {
 				t.Fatalf("redeliver: %v, %v", queued, err)
 			}
 			up.attempt(t)

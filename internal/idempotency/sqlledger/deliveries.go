@@ -310,20 +310,26 @@ func attemptTaken(err error) bool {
 
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
 // row is revived (queued); a done row stays done until the new final
-// answer replaces its answer; a queued row has its job already. With held
-// set (an async route's release) it revives a held row and nothing else.
-// It reports whether a job was inserted; ErrNotFound without a row,
-// ErrNoRequest when no request is stored, ErrNotOwner for a row no
-// delivery may be queued for (pending; held without held; any other with
-// it).
-func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (bool, error) {
+// answer replaces its answer; a queued row has its job already. A row
+// queued again is kept at least until keep: a done one is not safe from
+// the sweeper while its job waits. With held set (an async route's release) it revives a
+// held row and nothing else. It reports whether a job was inserted;
+// ErrNotFound without a row, ErrNoRequest when no request is stored,
+// ErrNotOwner for a row no delivery may be queued for (pending; held
+// without held; any other with it).
+func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep time.Time) (bool, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
 		return false, fmt.Errorf("requeue %s: %w", ref(r), err)
 	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return false, fmt.Errorf("requeue %s: %w", ref(r), l.fail("clock", err))
+	}
+	kept := toDB(keep, shift)
 	queued := false
-	err := l.inTx(ctx, func(tx *sql.Tx) error {
+	err = l.inTx(ctx, func(tx *sql.Tx) error {
 		var state string
 		var method sql.NullString
 		var created time.Time
@@ -350,11 +356,15 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool) (boo
 		case idempotency.StateQueued:
 			return nil
 		case idempotency.StateDead, idempotency.StateHeld:
-			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL `+
-				`WHERE route = ? AND "key" = ?`), r.Route, r.Key); err != nil {
+			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, `+keptSQL+
+				`WHERE route = ? AND "key" = ?`), kept, kept, r.Route, r.Key); err != nil {
 				return err
 			}
 		case idempotency.StateDone:
+			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET `+keptSQL+`WHERE route = ? AND "key" = ?`),
+				kept, kept, r.Route, r.Key); err != nil {
+				return err
+			}
 		default:
 			return idempotency.ErrNotOwner
 		}

@@ -39,16 +39,16 @@ func TestReleaseQueuesOnlyAHeldDelivery(t *testing.T) {
 		}
 		held := settled("held", idempotency.StateHeld)
 		before := len(jobs.refs)
-		if queued, err := l.Requeue(ctx, held, true); err != nil || !queued {
+		if queued, err := l.Requeue(ctx, held, true, now.Add(time.Hour)); err != nil || !queued {
 			t.Fatalf("release of a held delivery: %v, %v; want queued", queued, err)
 		}
-		if _, err := l.Requeue(ctx, held, true); !errors.Is(err, idempotency.ErrNotOwner) {
+		if _, err := l.Requeue(ctx, held, true, now.Add(time.Hour)); !errors.Is(err, idempotency.ErrNotOwner) {
 			t.Fatalf("a second release: %v, want ErrNotOwner", err)
 		}
 		for _, st := range []idempotency.State{idempotency.StateDone, idempotency.StateDead, idempotency.StateQueued} {
 			r := settled(string(st), st)
 			before = len(jobs.refs)
-			if _, err := l.Requeue(ctx, r, true); !errors.Is(err, idempotency.ErrNotOwner) {
+			if _, err := l.Requeue(ctx, r, true, now.Add(time.Hour)); !errors.Is(err, idempotency.ErrNotOwner) {
 				t.Fatalf("release of a %s delivery: %v, want ErrNotOwner", st, err)
 			}
 			if rec, err := l.Lookup(ctx, r); err != nil || rec.State != st {
@@ -57,6 +57,38 @@ func TestReleaseQueuesOnlyAHeldDelivery(t *testing.T) {
 		}
 		if n := len(jobs.refs) - before; n != 0 {
 			t.Fatalf("%d jobs inserted by refused releases", n)
+		}
+	})
+}
+
+// A done record redelivered after its expiry, before the sweeper took it,
+// stays until its job has run: swept in between, the job would find no
+// record and end without sending what the operator was told is queued.
+func TestRedeliveryOfAnExpiredRecordOutlivesTheSweep(t *testing.T) {
+	onBothWithJobs(t, func(t *testing.T, l *Ledger, jobs *insertedJobs) {
+		ctx := context.Background()
+		now := time.Now()
+		r := idempotency.Ref{Route: "r", Key: "expired"}
+		if _, err := l.Enqueue(ctx, &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(-time.Minute),
+			Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}, "", now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Settle(ctx, &Settlement{Ref: r, State: idempotency.StateDone, Response: idempotency.Response{Status: http.StatusOK},
+			Attempt: idempotency.Attempt{Ref: r, StartedAt: now.Add(-time.Hour), Status: http.StatusOK, Replica: "a"}}, now.Add(-time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+		before := len(jobs.refs)
+		if queued, err := l.Requeue(ctx, r, false, now.Add(time.Hour)); err != nil || !queued {
+			t.Fatalf("redeliver: %v, %v; want queued", queued, err)
+		}
+		if n := len(jobs.refs) - before; n != 1 {
+			t.Fatalf("%d jobs inserted, want 1", n)
+		}
+		if n, err := l.Sweep(ctx, now, 100); err != nil || n != 0 {
+			t.Fatalf("the sweep took %d records (%v), want none: the redelivery's job has yet to run", n, err)
+		}
+		if rec, err := l.Lookup(ctx, r); err != nil || rec.State != idempotency.StateDone {
+			t.Fatalf("the redelivered record: %+v, %v; want it done, kept", rec, err)
 		}
 	})
 }
