@@ -29,7 +29,7 @@ type eventsData struct {
 	// NoneStore: no route stores requests.
 	NoneStore bool
 	Rows      []eventRow
-	Next      string // query of the next page; "" on the last
+	Next      string // the next page's URL; "" on the last
 	Paged     bool   // this is not the first page
 	Error     string
 }
@@ -64,7 +64,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 		if page.NextCursor != nil {
 			next := url.Values{"route": {d.Route}, "state": {d.State}, "key_prefix": {d.KeyPrefix},
 				"since": {d.Since}, "until": {d.Until}, "cursor": {*page.NextCursor}}
-			d.Next = next.Encode()
+			d.Next = "/ui/events?" + next.Encode()
 		}
 	}
 	c.render(w, r, status, "events", page{Title: "Events", Nav: "events", CSRF: s.csrf,

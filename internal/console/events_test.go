@@ -2,8 +2,11 @@ package console_test
 
 import (
 	"context"
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +56,31 @@ func TestEventsListFiltersAndLinks(t *testing.T) {
 	}
 	if p := b.get("/ui/events?route=pay&key_prefix=zzz"); !strings.Contains(p.body, "No events on pay match these filters.") {
 		t.Errorf("no match has no empty state:\n%s", p.body)
+	}
+}
+
+// The list's "Next page" link leads to the next page of the same route
+// and filters.
+func TestEventsNextPageFollowsOn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Minute)
+	const n = 51 // one past a page
+	for i := range n {
+		e.done(t, fmt.Sprintf("order-%02d", i), base.Add(time.Duration(i)*time.Second))
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	first := b.get("/ui/events?route=pay&key_prefix=order-")
+	if !strings.Contains(first.body, "order-50") || strings.Contains(first.body, "order-00") {
+		t.Fatalf("first page: want order-50 and not order-00:\n%s", first.body)
+	}
+	m := regexp.MustCompile(`<a href="([^"]*)" rel="next">`).FindStringSubmatch(first.body)
+	if m == nil {
+		t.Fatalf("first page has no next link:\n%s", first.body)
+	}
+	next := b.get(html.UnescapeString(m[1]))
+	if next.status != http.StatusOK || !strings.Contains(next.body, "order-00") || strings.Contains(next.body, "order-50") {
+		t.Fatalf("next page (%s): %d, want order-00 alone:\n%s", m[1], next.status, next.body)
 	}
 }
 
