@@ -135,8 +135,14 @@ func decodeCursor(s string) (time.Time, string, error) {
 		return time.Time{}, "", idempotency.ErrBadCursor
 	}
 	var c cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.At == 0 {
+	if err := json.Unmarshal(b, &c); err != nil || c.At == 0 || c.Key == "" || strings.IndexByte(c.Key, 0) >= 0 {
 		return time.Time{}, "", idempotency.ErrBadCursor
 	}
-	return time.UnixMicro(c.At).UTC(), c.Key, nil
+	// No list writes a time outside years 1-9999, and PostgreSQL would
+	// fail its statement on some of them, as if it were down.
+	at := time.UnixMicro(c.At).UTC()
+	if y := at.Year(); y < 1 || y > 9999 {
+		return time.Time{}, "", idempotency.ErrBadCursor
+	}
+	return at, c.Key, nil
 }

@@ -2,6 +2,7 @@ package sqlledger_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -86,9 +87,18 @@ func TestListPagesNewestFirstWithFilters(t *testing.T) {
 				}
 			})
 		}
-		_, err := l.List(t.Context(), idempotency.ListQuery{Route: "stripe", Limit: 3, Cursor: "not-a-cursor"})
-		if !errors.Is(err, idempotency.ErrBadCursor) {
-			t.Errorf("List with a forged cursor: err = %v, want ErrBadCursor", err)
+		// A cursor the ledger cannot compare would fail its statement like
+		// an outage (503); it is the client's fault (400).
+		for _, forged := range []string{"not-a-cursor", `{"t":1,"k":"evt\u0000x"}`, `{"t":1,"k":""}`,
+			`{"t":-9223372036854775807,"k":"evt_01"}`, `{"t":9223372036854775807,"k":"evt_01"}`} {
+			c := forged
+			if forged[0] == '{' {
+				c = base64.RawURLEncoding.EncodeToString([]byte(forged))
+			}
+			_, err := l.List(t.Context(), idempotency.ListQuery{Route: "stripe", Limit: 3, Cursor: c})
+			if !errors.Is(err, idempotency.ErrBadCursor) {
+				t.Errorf("List with the forged cursor %s: err = %v, want ErrBadCursor", forged, err)
+			}
 		}
 	})
 }
