@@ -99,6 +99,9 @@ type Options struct {
 	// async), each with its retention: a record queued again is kept that
 	// long at least.
 	Stores map[string]time.Duration
+	// Secrets are where each route's deliveries carry its verify secret
+	// itself, which a stored request shows redacted.
+	Secrets map[string]Secret
 	// Async names the async routes: releasing one of their held records
 	// queues it again, as nobody would send it again.
 	Async map[string]bool

@@ -1,23 +1,27 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
 // The event log (SPEC §11): the paged record list and a record's detail
-// with its stored request and attempts. List and Detail are exported so
-// that the console serves the same answers as the API.
+// with its stored request and attempts, which the console reads through
+// the Server's methods, so that it serves the same answers as the API.
 
 // Queue tells when an async route's record is next attempted.
 type Queue interface {
@@ -159,9 +163,10 @@ func List(ctx context.Context, l Ledger, q idempotency.ListQuery) (RecordList, e
 	return out, nil
 }
 
-// Detail returns ref's record with its stored request, attempts and, when
-// q is not nil, next attempt; idempotency.ErrNotFound when there is none.
-func Detail(ctx context.Context, l Ledger, q Queue, ref idempotency.Ref) (RecordDetail, error) {
+// detail returns ref's record with its stored request, attempts and, on
+// async routes, next attempt; idempotency.ErrNotFound when there is none.
+func (s *Server) detail(ctx context.Context, ref idempotency.Ref) (RecordDetail, error) {
+	l, q := s.o.Ledger, s.o.Queue
 	rec, err := l.Lookup(ctx, ref)
 	if err != nil {
 		return RecordDetail{}, err
@@ -174,7 +179,7 @@ func Detail(ctx context.Context, l Ledger, q Queue, ref idempotency.Ref) (Record
 	if err != nil {
 		return RecordDetail{}, err
 	}
-	out := RecordDetail{Record: RecordOf(rec), Request: storedRequestOf(req), Attempts: make([]Attempt, 0, len(atts))}
+	out := RecordDetail{Record: RecordOf(rec), Request: storedRequestOf(req, s.o.Secrets[ref.Route]), Attempts: make([]Attempt, 0, len(atts))}
 	for _, a := range atts {
 		out.Attempts = append(out.Attempts, attemptOf(a))
 	}
@@ -190,15 +195,36 @@ func Detail(ctx context.Context, l Ledger, q Queue, ref idempotency.Ref) (Record
 	return out, nil
 }
 
-func storedRequestOf(r *idempotency.Request) *StoredRequest {
+// Secret is where a route's deliveries carry its verify secret itself
+// (scheme token): a header, or a GJSON path in the JSON body.
+type Secret struct{ Header, JSON string }
+
+// redacted stands for a secret in a stored request shown.
+const redacted = "[redacted]"
+
+// storedRequestOf is r as shown, sec's secret redacted: whoever reads the
+// event log could otherwise forge deliveries that pass verification. The
+// ledger keeps it, so that a redelivery carries it as the original did.
+func storedRequestOf(r *idempotency.Request, sec Secret) *StoredRequest {
 	if r == nil {
 		return nil
 	}
 	h := make(map[string][]string, len(r.Headers))
 	for name, v := range r.Headers {
+		if sec.Header != "" && strings.EqualFold(name, sec.Header) {
+			v = slices.Repeat([]string{redacted}, len(v))
+		}
 		h[name] = v
 	}
-	return &StoredRequest{Method: r.Method, Path: r.Path, Headers: h, BodyBase64: base64.StdEncoding.EncodeToString(r.Body)}
+	body := r.Body
+	if sec.JSON != "" {
+		// Every copy of the token's JSON string, wherever it is: a few
+		// equal strings too many redacted leak nothing.
+		if tok := gjson.GetBytes(body, sec.JSON); tok.Type == gjson.String {
+			body = bytes.ReplaceAll(body, []byte(tok.Raw), []byte(`"`+redacted+`"`))
+		}
+	}
+	return &StoredRequest{Method: r.Method, Path: r.Path, Headers: h, BodyBase64: base64.StdEncoding.EncodeToString(body)}
 }
 
 func attemptOf(a idempotency.Attempt) Attempt {

@@ -215,7 +215,7 @@ func (s *Server) EventDetail(ctx context.Context, ref idempotency.Ref) (RecordDe
 	if none {
 		return RecordDetail{}, refused(http.StatusNotFound, "no record for this key on this route")
 	}
-	out, err := Detail(ctx, s.o.Ledger, s.o.Queue, ref)
+	out, err := s.detail(ctx, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return RecordDetail{}, refused(http.StatusNotFound, "no record for this key on this route")

@@ -75,7 +75,7 @@ func (s *Server) ledgerFailed(w http.ResponseWriter, r *http.Request, op string,
 }
 
 func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	rec, err := Detail(r.Context(), s.o.Ledger, s.o.Queue, ref)
+	rec, err := s.detail(r.Context(), ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		problem(w, http.StatusNotFound, "no record for this key on this route")

@@ -99,6 +99,18 @@ func (g *Gateway) routeNames() []string {
 	return names
 }
 
+// verifySecrets are where the routes verified by scheme token carry the
+// token, for the event log to redact.
+func (g *Gateway) verifySecrets() map[string]admin.Secret {
+	out := map[string]admin.Secret{}
+	for _, rc := range g.cfg.Routes {
+		if rc.Verify.Scheme == config.SchemeToken {
+			out[rc.Name] = admin.Secret{Header: rc.Verify.Header, JSON: rc.Verify.JSON}
+		}
+	}
+	return out
+}
+
 // startAdmin listens on admin.listen ("" = no admin listener) and serves
 // the admin API in the background; closeAll shuts it down first.
 func (g *Gateway) startAdmin() error {
@@ -129,6 +141,7 @@ func (g *Gateway) startAdmin() error {
 		Redeliver:   rd,
 		Stores:      g.queue.stores,
 		Async:       g.queue.async,
+		Secrets:     g.verifySecrets(),
 		Token:       g.cfg.Admin.Token,
 		Routes:      g.routeNames(),
 		Ledger:      g.ledger,
