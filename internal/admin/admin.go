@@ -20,14 +20,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 	"github.com/hookstamp/hookstamp/internal/stats"
+	"github.com/hookstamp/hookstamp/internal/throttle"
 )
 
 // Ledger is what the admin API needs of the durable ledger
@@ -140,7 +143,14 @@ type Server struct {
 	token  [32]byte // SHA-256 of Options.Token
 	srv    *http.Server
 	ui     http.Handler // nil: no console
+	// wrong slows down addresses sending wrong tokens; the console's
+	// sign-in shares it (Throttle).
+	wrong *throttle.Throttle
 }
+
+// Throttle is the table of wrong tokens per address, for the console's
+// sign-in to share: guesses split between the two count together.
+func (s *Server) Throttle() *throttle.Throttle { return s.wrong }
 
 // New returns a Server; call Serve to listen, or use it as an http.Handler.
 func New(o Options) *Server {
@@ -156,7 +166,7 @@ func New(o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token)}
+	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token), wrong: throttle.New(o.Now)}
 	for _, r := range o.Routes {
 		s.routes[r] = true
 	}
@@ -235,7 +245,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "the request has more than one Authorization field")
 		return
 	}
+	// An address made to wait is refused whatever its token, so that its
+	// guesses meanwhile tell it nothing.
+	if wait := s.wrong.Wait(r.RemoteAddr); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later")
+		return
+	}
 	if !s.authorized(r) {
+		s.wrong.Failed(r.RemoteAddr)
+		s.o.Logger.WarnContext(r.Context(), "admin: wrong or missing bearer token", "remote", r.RemoteAddr, "path", path)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookstamp admin"`)
 		problem(w, http.StatusUnauthorized, "a valid bearer token is required")
 		return

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,7 +148,6 @@ func recordPath(route, key string) string {
 }
 
 func TestAuth(t *testing.T) {
-	e := newEnv(t, nil)
 	tests := []struct {
 		name   string
 		header string
@@ -163,6 +163,7 @@ func TestAuth(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil) // each its own throttle
 			req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/admin/stats", nil)
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
@@ -185,6 +186,31 @@ func TestAuth(t *testing.T) {
 				t.Fatalf("status %d: %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// An address that keeps sending wrong tokens is made to wait, and while
+// it waits even the right token is refused, so that its guesses tell it
+// nothing; the wait ends.
+func TestWrongTokensAreSlowedDown(t *testing.T) {
+	clock := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	var mu sync.Mutex
+	e := newEnv(t, func(o *Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	})
+	for i := range 4 { // three free tries, then a second's wait
+		wantProblem(t, e.do(t, http.MethodGet, "/admin/stats", "guess"+strconv.Itoa(i), ""), http.StatusUnauthorized)
+	}
+	r := e.do(t, http.MethodGet, "/admin/stats", token, "")
+	wantProblem(t, r, http.StatusTooManyRequests)
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q, want 1", got)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Second)
+	mu.Unlock()
+	if r := e.do(t, http.MethodGet, "/admin/stats", token, ""); r.status != http.StatusOK {
+		t.Fatalf("the right token once the wait is over: %d %s", r.status, r.body)
 	}
 }
 

@@ -60,7 +60,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr := r.RemoteAddr
-	if wait := c.throttle.try(addr); wait > 0 {
+	if wait := c.throttle.Try(addr); wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in", Data: loginData{CSRF: ck.Value, Wait: secs}})
@@ -72,7 +72,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in", Data: loginData{CSRF: ck.Value, Failed: true}})
 		return
 	}
-	c.throttle.succeeded(addr)
+	c.throttle.Succeeded(addr)
 	// A new session at every sign-in: an id planted before it is never
 	// promoted.
 	if old, err := r.Cookie(sessionCookie); err == nil {

@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +132,28 @@ func TestRepeatedWrongTokensAreSlowedDown(t *testing.T) {
 		if p := other.signIn("wrong"); p.status != http.StatusUnauthorized {
 			t.Fatalf("after a sign-in, wrong token %d: %d, want 401 (the count starts again)", i+1, p.status)
 		}
+	}
+}
+
+// Wrong tokens sent to the admin API count against the console's sign-in
+// from the same address: guesses split between the two are slowed down as
+// one.
+func TestWrongAPITokensSlowDownTheSignIn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i := range 4 {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/admin/stats", nil)
+		req.Header.Set("Authorization", "Bearer guess"+strconv.Itoa(i))
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong API token %d: %d, want 401", i, res.StatusCode)
+		}
+	}
+	if p := e.browser(t).signIn(token); p.status != http.StatusTooManyRequests {
+		t.Fatalf("sign-in after four wrong API tokens: %d, want 429", p.status)
 	}
 }
 

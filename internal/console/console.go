@@ -23,6 +23,7 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/admin"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/throttle"
 )
 
 // Admin is what the console needs of the admin API (*admin.Server).
@@ -68,6 +69,9 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives sign-ins, refusals and failures (slog.Default).
 	Logger *slog.Logger
+	// Throttle counts wrong tokens per address; the admin API's, so that
+	// guesses split between the two count together (nil: one of its own).
+	Throttle *throttle.Throttle
 	// Now is the clock of sessions and sign-in backoff (time.Now).
 	Now func() time.Time
 }
@@ -77,7 +81,7 @@ type Console struct {
 	o        Options
 	token    [32]byte // SHA-256 of Options.Token
 	sessions *sessions
-	throttle *throttle
+	throttle *throttle.Throttle
 	pages    pages
 	mux      *http.ServeMux
 }
@@ -99,10 +103,13 @@ func New(o Options) *Console {
 	if o.EventLog == nil {
 		o.EventLog = noEventLog{}
 	}
+	if o.Throttle == nil {
+		o.Throttle = throttle.New(o.Now)
+	}
 	c := &Console{
 		o: o, token: digest(o.Token), pages: parsed,
 		sessions: newSessions(o.SessionTTL, o.Now),
-		throttle: newThrottle(o.Now),
+		throttle: o.Throttle,
 	}
 	c.routes()
 	return c

@@ -58,12 +58,13 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 	}
 	e := &env{ledger: l, stats: stats.NewMemory(stats.MemoryOptions{}), clock: testenv.NewClock(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))}
 	log := slog.New(slog.DiscardHandler)
-	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: e.stats, Logger: log}
+	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: e.stats, Logger: log, Now: e.clock.Now}
 	if !eo.noUI {
 		o.Console = func(s *admin.Server) http.Handler {
 			return console.New(console.Options{
 				Token: eo.token, Admin: s, EventLog: s, Queue: eo.queue, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
-				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
+				Throttle: s.Throttle(),
+				Routes:   []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
 			})
 		}
 	}

@@ -1,4 +1,7 @@
-package console
+// Package throttle slows down wrong admin tokens per client address, for
+// the console's sign-in and the admin API alike: one table, so that
+// guesses split between them count together.
+package throttle
 
 import (
 	"net"
@@ -31,32 +34,65 @@ type strikes struct {
 	until    time.Time // no try before
 }
 
-// throttle slows down wrong sign-ins per client address (IPv6 per /64, a
+// Throttle slows down wrong tokens per client address (IPv6 per /64, a
 // host's usual allocation).
-type throttle struct {
+type Throttle struct {
 	now func() time.Time
 
 	mu sync.Mutex
 	m  map[string]*strikes
 }
 
-func newThrottle(now func() time.Time) *throttle {
-	return &throttle{now: now, m: make(map[string]*strikes)}
+// New returns an empty Throttle on clock now (time.Now when nil).
+func New(now func() time.Time) *Throttle {
+	if now == nil {
+		now = time.Now
+	}
+	return &Throttle{now: now, m: make(map[string]*strikes)}
 }
 
-// try takes a try for addr and counts it as a failure until succeeded
+// Try takes a try for addr and counts it as a failure until Succeeded
 // forgets it, or, taking none, says how long addr must still wait. One
 // step under the lock: checked and counted apart, a burst of concurrent
 // tries would all pass the check before the first was counted.
-func (t *throttle) try(addr string) (wait time.Duration) {
+func (t *Throttle) Try(addr string) (wait time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if wait := t.wait(addr); wait > 0 {
+		return wait
+	}
+	t.fail(addr)
+	return 0
+}
+
+// Wait says how long addr must still wait before its next try, counting
+// nothing: for requests that carry a token each (the admin API), whose
+// failures Failed counts once the token was found wrong.
+func (t *Throttle) Wait(addr string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.wait(addr)
+}
+
+// Failed counts a wrong token from addr.
+func (t *Throttle) Failed(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fail(addr)
+}
+
+func (t *Throttle) wait(addr string) time.Duration {
+	now := t.now()
+	if s := t.m[t.bucket(addr)]; s != nil && s.until.After(now) {
+		return s.until.Sub(now)
+	}
+	return 0
+}
+
+func (t *Throttle) fail(addr string) {
 	now := t.now()
 	k := t.bucket(addr)
 	s := t.m[k]
-	if s != nil && s.until.After(now) {
-		return s.until.Sub(now)
-	}
 	if s == nil {
 		t.prune(now)
 		if len(t.m) >= maxAddrs {
@@ -72,11 +108,10 @@ func (t *throttle) try(addr string) (wait time.Duration) {
 	if n := s.failures - freeTries; n > 0 {
 		s.until = now.Add(delay(n))
 	}
-	return 0
 }
 
-// succeeded forgets addr's failures.
-func (t *throttle) succeeded(addr string) {
+// Succeeded forgets addr's failures.
+func (t *Throttle) Succeeded(addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.m, t.bucket(addr))
@@ -91,7 +126,7 @@ func delay(n int) time.Duration {
 	return min(d, maxDelay)
 }
 
-func (t *throttle) prune(now time.Time) {
+func (t *Throttle) prune(now time.Time) {
 	for k, s := range t.m {
 		if now.Sub(s.last) >= forgetAfter && !now.Before(s.until) {
 			delete(t.m, k)
@@ -101,7 +136,7 @@ func (t *throttle) prune(now time.Time) {
 
 // bucket is addr's entry: its IP (IPv6: its /64), or the overflow entry
 // when the table is full and addr is not in it. Called with mu held.
-func (t *throttle) bucket(addr string) string {
+func (t *Throttle) bucket(addr string) string {
 	k := clientKey(addr)
 	if _, ok := t.m[k]; !ok && len(t.m) >= maxAddrs {
 		return overflow
