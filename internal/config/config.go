@@ -103,6 +103,10 @@ type Admin struct {
 	// TraceURL links an event's trace id in the console: an http(s) URL
 	// in which "{trace_id}" is replaced by it. Default "" (no link).
 	TraceURL string `koanf:"trace_url" yaml:"trace_url"`
+	// SecureCookies marks the console's cookies Secure: for a console
+	// reached over HTTPS through a proxy, the admin listener itself
+	// serving plain HTTP. Default false.
+	SecureCookies bool `koanf:"secure_cookies" yaml:"secure_cookies"`
 }
 
 // Store is the durable ledger (GORM).

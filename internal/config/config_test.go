@@ -83,6 +83,7 @@ func TestDefaultValuesMatchSpec(t *testing.T) {
 		{"admin.listen", c.Admin.Listen, "127.0.0.1:9090"},
 		{"admin.console", c.Admin.Console, true},
 		{"admin.trace_url", c.Admin.TraceURL, ""},
+		{"admin.secure_cookies", c.Admin.SecureCookies, false},
 		{"admin.token", c.Admin.Token, ""},
 		{"store.driver", c.Store.Driver, "sqlite"},
 		{"store.dsn", c.Store.DSN, "data/hookstamp.db"},

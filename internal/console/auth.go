@@ -38,6 +38,13 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: d})
 }
 
+// secure reports whether the console's cookies are to be sent over HTTPS
+// only: the request came over TLS, or admin.secure_cookies says a proxy
+// in front serves HTTPS.
+func (c *Console) secure(r *http.Request) bool {
+	return r.TLS != nil || c.o.SecureCookies
+}
+
 // loginCSRF returns the sign-in form's token, set in its cookie when the
 // browser has none yet.
 func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
@@ -46,7 +53,7 @@ func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
 	}
 	tok := randomToken()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: tok, Path: "/ui/login", MaxAge: int(loginTTL / time.Second),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 	return tok
 }
 
@@ -80,8 +87,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id, sess := c.sessions.create()
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/ui/", Expires: sess.expires,
-		MaxAge: int(c.o.SessionTTL / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Path: "/ui/login", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		MaxAge: int(c.o.SessionTTL / time.Second), HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Path: "/ui/login", MaxAge: -1, HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 	c.o.Logger.InfoContext(r.Context(), "console: signed in", "remote", addr)
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
@@ -90,7 +97,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ *session) {
 	if ck, err := r.Cookie(sessionCookie); err == nil {
 		c.sessions.drop(ck.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/ui/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/ui/", MaxAge: -1, HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/ui/login?signed_out=1", http.StatusSeeOther)
 }
 

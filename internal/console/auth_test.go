@@ -57,6 +57,22 @@ func TestSessionCookieIsSecureOverTLS(t *testing.T) {
 	}
 }
 
+// Behind a proxy serving HTTPS the listener sees plain HTTP: the cookies
+// are Secure when admin.secure_cookies says so, and only then.
+func TestCookiesAreSecureWhenConfigured(t *testing.T) {
+	for _, secure := range []bool{true, false} {
+		e := newEnv(t, envOptions{secureCookies: secure})
+		b := e.browser(t)
+		login := b.get("/ui/login")
+		p := b.post("/ui/login", url.Values{"csrf": {csrf(t, login)}, "token": {token}})
+		for name, ck := range map[string]*http.Cookie{"sign-in": setCookie(t, login, "hookstamp_login"), "session": setCookie(t, p, "hookstamp_session")} {
+			if ck.Secure != secure {
+				t.Errorf("secure_cookies %v: the %s cookie's Secure is %v", secure, name, ck.Secure)
+			}
+		}
+	}
+}
+
 func TestSessionExpires(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	b := e.browser(t)

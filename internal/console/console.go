@@ -69,6 +69,9 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives sign-ins, refusals and failures (slog.Default).
 	Logger *slog.Logger
+	// SecureCookies marks every cookie Secure, the request over TLS or
+	// not (admin.secure_cookies).
+	SecureCookies bool
 	// Throttle counts wrong tokens per address; the admin API's, so that
 	// guesses split between the two count together (nil: one of its own).
 	Throttle *throttle.Throttle

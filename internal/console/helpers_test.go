@@ -34,12 +34,13 @@ type env struct {
 }
 
 type envOptions struct {
-	tls      bool
-	token    string
-	noUI     bool
-	noToken  bool
-	traceURL string
-	queue    console.Queue // nil: none
+	tls           bool
+	token         string
+	noUI          bool
+	noToken       bool
+	traceURL      string
+	queue         console.Queue // nil: none
+	secureCookies bool
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -63,8 +64,8 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 		o.Console = func(s *admin.Server) http.Handler {
 			return console.New(console.Options{
 				Token: eo.token, Admin: s, EventLog: s, Queue: eo.queue, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
-				Throttle: s.Throttle(),
-				Routes:   []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
+				Throttle: s.Throttle(), SecureCookies: eo.secureCookies,
+				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
 			})
 		}
 	}
