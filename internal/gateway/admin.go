@@ -189,8 +189,7 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 	}
 	o := console.Options{
 		Token: g.cfg.Admin.Token, Admin: ops, EventLog: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
-		SecureCookies: g.cfg.Admin.SecureCookies,
-		Logger: g.log.With("component", "console"), Now: g.now, Throttle: ops.Throttle(),
+		Logger: g.log.With("component", "console"), Now: g.now, Throttle: ops.Throttle(), SecureCookies: g.cfg.Admin.SecureCookies,
 	}
 	if g.queue.q != nil {
 		o.Queue, o.Depths = ops, g.queueDepths
