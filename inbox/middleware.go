@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 )
@@ -32,15 +34,56 @@ type answer struct {
 	body   []byte
 }
 
+// binaryHeaders marks recorded headers whose values are base64: JSON would
+// replace a value's bytes that are not UTF-8, and a repeat would not get
+// them back.
+const binaryHeaders = "b64:"
+
 func (in *Inbox) encodeHeader(h http.Header) string {
 	kept := map[string][]string{}
+	utf := true
 	for _, name := range in.o.Headers {
 		if v := h.Values(name); len(v) > 0 {
 			kept[http.CanonicalHeaderKey(name)] = v
+			for _, s := range v {
+				utf = utf && utf8.ValidString(s)
+			}
 		}
 	}
-	b, _ := json.Marshal(kept) // a map of strings always marshals
-	return string(b)
+	if utf {
+		b, _ := json.Marshal(kept) // a map of strings always marshals
+		return string(b)
+	}
+	raw := make(map[string][][]byte, len(kept))
+	for name, v := range kept {
+		for _, s := range v {
+			raw[name] = append(raw[name], []byte(s))
+		}
+	}
+	b, _ := json.Marshal(raw)
+	return binaryHeaders + string(b)
+}
+
+func decodeHeader(s string) (http.Header, error) {
+	h := http.Header{}
+	switch {
+	case s == "":
+	case strings.HasPrefix(s, binaryHeaders):
+		var raw map[string][][]byte
+		if err := json.Unmarshal([]byte(s[len(binaryHeaders):]), &raw); err != nil {
+			return nil, err
+		}
+		for name, v := range raw {
+			for _, b := range v {
+				h[name] = append(h[name], string(b))
+			}
+		}
+	default:
+		if err := json.Unmarshal([]byte(s), &h); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
 }
 
 // record writes an answer's status, headers and body to key's row in tx.
@@ -66,11 +109,8 @@ func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool
 		}
 		return a, false, fmt.Errorf("inbox: read %q: %w", key, err)
 	}
-	a.header = http.Header{}
-	if headers != "" {
-		if err := json.Unmarshal([]byte(headers), &a.header); err != nil {
-			return a, false, fmt.Errorf("inbox: read %q: headers: %w", key, err)
-		}
+	if a.header, err = decodeHeader(headers); err != nil {
+		return a, false, fmt.Errorf("inbox: read %q: headers: %w", key, err)
 	}
 	if a.status == 0 { // recorded by Once: no answer of its own
 		a.status = http.StatusOK
@@ -145,7 +185,7 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 		}
 		rec := &recorder{header: http.Header{}}
 		if in.run(tx, key, func() int {
-			next.ServeHTTP(rec, r.WithContext(withTx(r.Context(), tx)))
+			next.ServeHTTP(rec, r.WithContext(in.withTx(r.Context(), key, tx)))
 			return rec.code()
 		}, func() (string, []byte) { return in.encodeHeader(rec.header), rec.body.Bytes() }) {
 			rec.writeTo(w)

@@ -1,6 +1,8 @@
 package inbox_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -96,6 +99,49 @@ func TestMiddlewareReplaysFirstAnswer(t *testing.T) {
 			t.Errorf("the handler ran %d times, want 1", n)
 		}
 		wantCounts(t, db, inbox.DefaultTable, "evt_10", 1, 1)
+	})
+}
+
+// A recorded header whose value is not UTF-8 (a Latin-1 file name) comes
+// back to a repeat byte for byte, as JSON alone would not bring it.
+func TestMiddlewareReplaysHeaderBytes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		const disposition = "attachment; filename=caf\xe9.txt"
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Disposition"] = []string{disposition, "inline"}
+			w.WriteHeader(http.StatusCreated)
+		})
+		mw := newInbox(t, db, inbox.Options{Headers: []string{"Content-Disposition"}}).Middleware(h)
+		for i := range 2 {
+			req := httptest.NewRequest(http.MethodPost, "/", nil)
+			req.Header.Set("Idempotency-Key", "evt_latin1")
+			rec := httptest.NewRecorder()
+			mw.ServeHTTP(rec, req)
+			if got := rec.Header()["Content-Disposition"]; rec.Code != http.StatusCreated || len(got) != 2 || got[0] != disposition || got[1] != "inline" {
+				t.Fatalf("answer %d: %d %q, want 201 [%q inline]", i, rec.Code, got, disposition)
+			}
+		}
+	})
+}
+
+// Once called from a middleware handler with the key the middleware holds
+// would wait for the handler's own transaction: it is refused at once.
+func TestOnceInsideItsOwnKeysHandlerIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		ib := newInbox(t, db, inbox.Options{})
+		var onceErr error
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			_, onceErr = ib.Once(ctx, r.Header.Get("Idempotency-Key"), func(*gorm.DB) error { return nil })
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		req := httptest.NewRequest(http.MethodPost, "/", nil)
+		req.Header.Set("Idempotency-Key", "evt_nested")
+		ib.Middleware(h).ServeHTTP(httptest.NewRecorder(), req)
+		if !errors.Is(onceErr, inbox.ErrHeldByHandler) {
+			t.Fatalf("Once inside its key's handler: %v, want ErrHeldByHandler", onceErr)
+		}
 	})
 }
 
