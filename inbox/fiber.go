@@ -35,7 +35,7 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 			return c.Status(replay.status).Send(replay.body)
 		}
 		var handlerErr error
-		c.SetUserContext(withTx(ctx, tx))
+		c.SetUserContext(in.withTx(ctx, key, tx))
 		defer c.SetUserContext(ctx)
 		ok := in.run(tx, key, func() int {
 			if handlerErr = next(c); handlerErr != nil {

@@ -66,6 +66,10 @@ var (
 	// ErrInvalidKey: the key is not valid UTF-8 or holds a control
 	// character, which hookstamp never forwards (SPEC §2, invalid_key).
 	ErrInvalidKey = errors.New("inbox: key not valid UTF-8 or holding a control character")
+	// ErrHeldByHandler: Once was called, from a handler the middleware
+	// runs, with the key the middleware holds for it; it would wait for
+	// the handler's own transaction forever. Write through Tx instead.
+	ErrHeldByHandler = errors.New("inbox: Once with the key the middleware holds for this handler; write through inbox.Tx")
 )
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
@@ -163,6 +167,9 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 // transaction; the key and fn's writes still committed or not together,
 // so calling Once again is safe: it runs fn only if they did not.
 func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) error) (ran bool, err error) {
+	if in.holds(ctx, key) {
+		return false, ErrHeldByHandler
+	}
 	tx, err := in.claim(ctx, key)
 	if err != nil || tx == nil {
 		return false, err
@@ -238,16 +245,29 @@ func backoff(ctx context.Context, attempt int) error {
 
 type txKey struct{}
 
+// held is the middleware's transaction, with the key it holds.
+type held struct {
+	tx                   *gorm.DB
+	table, consumer, key string
+}
+
 // Tx is the transaction the middleware runs its handler in: the handler's
 // business writes go through it, so that they commit or roll back with the
 // key. It is nil outside such a handler.
 func Tx(ctx context.Context) *gorm.DB {
-	tx, _ := ctx.Value(txKey{}).(*gorm.DB)
-	return tx
+	h, _ := ctx.Value(txKey{}).(held)
+	return h.tx
 }
 
-func withTx(ctx context.Context, tx *gorm.DB) context.Context {
-	return context.WithValue(ctx, txKey{}, tx)
+func (in *Inbox) withTx(ctx context.Context, key string, tx *gorm.DB) context.Context {
+	return context.WithValue(ctx, txKey{}, held{tx: tx, table: in.o.Table, consumer: in.o.Consumer, key: key})
+}
+
+// holds reports whether ctx is a middleware handler's holding key in
+// in's table: a second insert of it would wait for that very transaction.
+func (in *Inbox) holds(ctx context.Context, key string) bool {
+	h, ok := ctx.Value(txKey{}).(held)
+	return ok && h.key == key && h.consumer == in.o.Consumer && h.table == in.o.Table
 }
 
 func (in *Inbox) quote(name string) string {
