@@ -15,7 +15,10 @@
 //
 // or, for an HTTP handler, ib.Middleware(handler) (net/http) or
 // ib.Fiber(handler) (Fiber), where the handler writes through inbox.Tx and
-// its answer is recorded with the key and replayed to every repeat.
+// its answer is recorded with the key and replayed to every repeat. Such a
+// handler must answer a non-final status (see Final) when a write fails:
+// on MySQL/MariaDB and SQLite a failed statement leaves the transaction
+// open, and a final answer would commit the key without the write.
 //
 // # The unique index decides
 //
