@@ -270,6 +270,7 @@ func TestAsyncQueueMetrics(t *testing.T) {
 		`hookstamp_delivery_attempts_total{result="dead",route="hooks"} 1`,
 		`hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 0`,
 		`hookstamp_requests_total{outcome="accepted",route="hooks"} 1`,
+		`hookstamp_upstream_duration_seconds_count{route="hooks"} 5`, // every attempt's forward
 	)
 	down.Store(false)
 	if status, body := adminPost(t, g, "/admin/routes/hooks/dead/redrive", ""); status != 200 {
@@ -280,7 +281,33 @@ func TestAsyncQueueMetrics(t *testing.T) {
 		`hookstamp_queue_depth{route="hooks",state="dead"} 0`,
 		`hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 1`,
 		`hookstamp_delivery_lag_seconds_count{route="hooks"} 1`,
+		`hookstamp_upstream_duration_seconds_count{route="hooks"} 6`,
 	)
+}
+
+// An async attempt sent without an answer, on a record.ambiguous: hold
+// route, holds the delivery and counts as a held attempt, with its
+// forward's duration.
+func TestAsyncAmbiguousAttemptIsHeldAndCounted(t *testing.T) {
+	up := newUpstream(t)
+	gone := make(chan struct{})
+	t.Cleanup(func() { close(gone) })
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { <-gone })
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute+"    record: {ambiguous: hold}\n", "")
+	cfg.Routes[0].Upstream.Timeout = 200 * time.Millisecond
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_h"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_h", idempotency.StateHeld)
+	waitMetrics(t, g,
+		`hookstamp_delivery_attempts_total{result="held",route="hooks"} 1`,
+		`hookstamp_delivery_attempts_total{result="retried",route="hooks"} 0`,
+		`hookstamp_held_keys{route="hooks"} 1`,
+		`hookstamp_upstream_duration_seconds_count{route="hooks"} 1`,
+	)
+	if n := up.count("evt_h"); n != 1 {
+		t.Errorf("the upstream received evt_h %d times, want 1: a held delivery waits for an operator", n)
+	}
 }
 
 // waitMetrics waits until g's /metrics holds every line of wants: a run

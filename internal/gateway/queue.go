@@ -87,8 +87,9 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr,
 		Replica:      replicaName(),
 		RescueMargin: o.RescueMargin,
-		Hooks:        queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld},
-		Tracer:       g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
+		Hooks: queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld,
+			Upstream: g.tel.ObserveUpstream},
+		Tracer: g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
 	})
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ type Options struct {
 
 // Hooks receive what metrics count; nil fields are ignored.
 type Hooks struct {
-	// Attempt: one attempt ended: "delivered", "retried" or "dead".
+	// Attempt: one attempt ended: "delivered", "retried", "dead" or "held".
 	Attempt func(route, result string)
 	// Lag: an acknowledged delivery reached the upstream with a final
 	// answer, lag after its intake.
@@ -83,6 +83,8 @@ type Hooks struct {
 	// died mid-attempt) is run again: the upstream may get a second copy.
 	Takeover    func(route string)
 	HeldChanged func(route string, delta int)
+	// Upstream: an attempt's forward took d, answered or not.
+	Upstream func(ctx context.Context, route string, d time.Duration)
 }
 
 // Queue is the River client delivering async routes' jobs. It is safe for

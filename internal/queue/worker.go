@@ -169,6 +169,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
 			q.o.Hooks.HeldChanged(ref.Route, 1)
 		}
+		q.hookResult(ref.Route, "held")
 		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
 			"route", ref.Route, "key", ref.Key, "err", sent.err)
 	case spent:
@@ -367,7 +368,11 @@ func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *ide
 	req := stored.Request(r.UpstreamURL, r.KeyHeader, a.Key)
 	req.Timeout = r.Timeout
 	req.Header.Set(HeaderAttempt, fmt.Sprint(a.Attempt))
+	start := time.Now()
 	resp, err := q.o.Forwarder.Do(ctx, req)
+	if q.o.Hooks.Upstream != nil {
+		q.o.Hooks.Upstream(ctx, r.Name, time.Since(start))
+	}
 	if forward.HeadOnly(resp, err) {
 		a.Status = resp.Status
 		span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
