@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/textproto"
 	"os"
 	"sync"
 	"time"
@@ -213,8 +214,13 @@ func (t *Telemetry) TracerProvider() trace.TracerProvider { return t.tp }
 func (t *Telemetry) Propagator() propagation.TextMapPropagator { return t.prop }
 
 // InjectTrace writes the trace context of ctx into h (forward.Options.InjectTrace):
-// the upstream sees the forward span as its parent.
+// the upstream sees the forward span as its parent. The sender's own
+// fields go first: a tracestate or baggage the propagators did not take
+// up (its traceparent unreadable) belongs to no trace hookstamp sends.
 func (t *Telemetry) InjectTrace(ctx context.Context, h http.Header) {
+	for _, f := range t.prop.Fields() {
+		delete(h, textproto.CanonicalMIMEHeaderKey(f))
+	}
 	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
 }
 

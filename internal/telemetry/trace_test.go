@@ -129,6 +129,26 @@ func TestIncomingTraceContextIsContinued(t *testing.T) {
 	}
 }
 
+// A traceparent that cannot be parsed starts a new trace, and the
+// sender's tracestate, which belongs to the trace it named, is not sent on.
+func TestUnreadTraceStateIsNotSentOn(t *testing.T) {
+	up := newUpstream(t)
+	var mu sync.Mutex
+	var state []string
+	up.reply = func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		state = append(state, r.Header.Get("Tracestate"))
+		mu.Unlock()
+	}
+	g := startGateway(t, gatewayConfig(t, up.URL, oneRoute, ""), gateway.Options{})
+	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_garbage", "Traceparent", "garbage", "Tracestate", "vendor=attacker"), 200, "forwarded")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(state) != 1 || state[0] != "" {
+		t.Errorf("the upstream got Tracestate %q under a trace the sender did not name, want none", state)
+	}
+}
+
 // A replay, and a mismatch, answered from a record carry a span link to
 // the original delivery's server span, whichever store the record came
 // from (the trace and span ids survive each), and are not forwarded.
