@@ -59,11 +59,19 @@ func indexName(table string) string {
 var postgresDialect = dialect{
 	name: "postgres",
 	migrate: func(table string, q func(string) string) []string {
+		// The lock's key names the table whatever the search_path: a
+		// qualified name as it is, an unqualified one with the schema it
+		// is created in. current_schema() is NULL when the search_path
+		// names no existing schema, and a NULL key takes no lock.
+		key := "coalesce(current_schema(), '') || '." + table + "'"
+		if schema, _ := splitTable(table); schema != "" {
+			key = "'" + table + "'"
+		}
 		return []string{
 			// CREATE TABLE IF NOT EXISTS is not safe against itself in
 			// PostgreSQL (two can race on the catalog): the lock serialises
 			// processes migrating together, until the transaction ends.
-			"SELECT pg_advisory_xact_lock(hashtext(current_schema() || '." + table + "'))",
+			"SELECT pg_advisory_xact_lock(hashtext(" + key + "))",
 			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
 				consumer VARCHAR(100) NOT NULL,
 				"key" VARCHAR(255) NOT NULL,
