@@ -13,9 +13,18 @@ import (
 // bounded sweep, and which errors mean "the key is taken" or "try again".
 type dialect struct {
 	name string
-	// migrate returns the statements that create the table and its index
-	// when missing, run in one transaction.
-	migrate func(table string, quote func(string) string) []string
+	// exists reports whether the table and its index exist, reading the
+	// catalog only: DDL on them, even IF NOT EXISTS, may need privileges
+	// the application's user lacks, and take locks. nil where it needs
+	// neither (SQLite).
+	exists func(db *gorm.DB, table string) (bool, bool, error)
+	// lock returns the statement that serialises the processes creating
+	// the table, until the transaction ends; nil where the DDL is safe
+	// against itself.
+	lock func(table string) string
+	// createTable and createIndex create them when missing; createIndex
+	// is nil where createTable declares the index.
+	createTable, createIndex func(table string, quote func(string) string) string
 	// sweepSQL deletes at most N expired rows of one consumer; arguments:
 	// consumer, now, N.
 	sweepSQL func(table string, quote func(string) string) string
@@ -58,31 +67,49 @@ func indexName(table string) string {
 
 var postgresDialect = dialect{
 	name: "postgres",
-	migrate: func(table string, q func(string) string) []string {
-		// The lock's key names the table whatever the search_path: a
-		// qualified name as it is, an unqualified one with the schema it
-		// is created in. current_schema() is NULL when the search_path
-		// names no existing schema, and a NULL key takes no lock.
+	exists: func(db *gorm.DB, table string) (bool, bool, error) {
+		// A scan of the catalog, not to_regclass: that reads the session's
+		// cache, which waiting for an advisory lock does not refresh, and
+		// misses a table the lock's holder created meanwhile. The index is
+		// looked for in its table's schema.
+		schema, name := splitTable(table)
+		visible, args := "pg_table_is_visible(c.oid)", []any{name}
+		if schema != "" {
+			visible, args = "n.nspname = ?", append(args, schema)
+		}
+		var t, i bool
+		err := db.Raw(`WITH t AS (SELECT c.relnamespace FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relname = ? AND `+visible+`)
+			SELECT EXISTS (SELECT FROM t), EXISTS (SELECT FROM pg_class i JOIN t USING (relnamespace) WHERE i.relname = ?)`,
+			append(args, indexName(table))...).Row().Scan(&t, &i)
+		return t, i, err
+	},
+	// CREATE TABLE IF NOT EXISTS is not safe against itself in PostgreSQL
+	// (two can race on the catalog). The lock's key names the table
+	// whatever the search_path: a qualified name as it is, an unqualified
+	// one with the schema it is created in. current_schema() is NULL when
+	// the search_path names no existing schema, and a NULL key takes no
+	// lock.
+	lock: func(table string) string {
 		key := "coalesce(current_schema(), '') || '." + table + "'"
 		if schema, _ := splitTable(table); schema != "" {
 			key = "'" + table + "'"
 		}
-		return []string{
-			// CREATE TABLE IF NOT EXISTS is not safe against itself in
-			// PostgreSQL (two can race on the catalog): the lock serialises
-			// processes migrating together, until the transaction ends.
-			"SELECT pg_advisory_xact_lock(hashtext(" + key + "))",
-			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
-				consumer VARCHAR(100) NOT NULL,
-				"key" VARCHAR(255) NOT NULL,
-				status INTEGER NOT NULL,
-				headers TEXT NOT NULL,
-				body BYTEA NOT NULL,
-				created_at TIMESTAMPTZ NOT NULL,
-				expires_at TIMESTAMPTZ NOT NULL,
-				PRIMARY KEY (consumer, "key"))`,
-			"CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)",
-		}
+		return "SELECT pg_advisory_xact_lock(hashtext(" + key + "))"
+	},
+	createTable: func(table string, q func(string) string) string {
+		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+			consumer VARCHAR(100) NOT NULL,
+			"key" VARCHAR(255) NOT NULL,
+			status INTEGER NOT NULL,
+			headers TEXT NOT NULL,
+			body BYTEA NOT NULL,
+			created_at TIMESTAMPTZ NOT NULL,
+			expires_at TIMESTAMPTZ NOT NULL,
+			PRIMARY KEY (consumer, "key"))`
+	},
+	createIndex: func(table string, q func(string) string) string {
+		return "CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)"
 	},
 	sweepSQL: func(table string, q func(string) string) string {
 		// SKIP LOCKED: a row a live transaction is writing is left for the
@@ -105,12 +132,19 @@ var postgresDialect = dialect{
 
 var mysqlDialect = dialect{
 	name: "mysql",
-	migrate: func(table string, q func(string) string) []string {
+	exists: func(db *gorm.DB, table string) (bool, bool, error) {
+		schema, name := splitTable(table)
+		var n int64
+		err := db.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(nullif(?, ''), DATABASE()) AND table_name = ?",
+			schema, name).Scan(&n).Error
+		return n > 0, n > 0, err // the index comes with the table
+	},
+	createTable: func(table string, q func(string) string) string {
 		// The index is declared inside CREATE TABLE: MySQL has no CREATE
 		// INDEX IF NOT EXISTS. The key is binary because every _bin
 		// collation of utf8mb4 but MySQL 8's 0900 one pads: "a" and "a "
 		// would be one key.
-		return []string{"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
 			consumer VARBINARY(100) NOT NULL,
 			` + "`key`" + ` VARBINARY(255) NOT NULL,
 			status INT NOT NULL,
@@ -120,7 +154,7 @@ var mysqlDialect = dialect{
 			expires_at DATETIME(6) NOT NULL,
 			PRIMARY KEY (consumer, ` + "`key`" + `),
 			INDEX ` + q(indexName(table)) + ` (expires_at)
-		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`}
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 	},
 	sweepSQL: func(table string, q func(string) string) string {
 		return "DELETE FROM " + q(table) + " WHERE consumer = ? AND expires_at < ? ORDER BY expires_at LIMIT ?"
@@ -136,7 +170,18 @@ var mysqlDialect = dialect{
 
 var sqliteDialect = dialect{
 	name: "sqlite",
-	migrate: func(table string, q func(string) string) []string {
+	createTable: func(table string, q func(string) string) string {
+		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
+			consumer TEXT NOT NULL,
+			"key" TEXT NOT NULL,
+			status INTEGER NOT NULL,
+			headers TEXT NOT NULL,
+			body BLOB NOT NULL,
+			created_at DATETIME NOT NULL,
+			expires_at DATETIME NOT NULL,
+			PRIMARY KEY (consumer, "key"))`
+	},
+	createIndex: func(table string, q func(string) string) string {
 		// SQLite takes the schema on the index's name, and refuses it on
 		// the table the index is ON.
 		schema, name := splitTable(table)
@@ -144,18 +189,7 @@ var sqliteDialect = dialect{
 		if schema != "" {
 			index = schema + "." + index
 		}
-		return []string{
-			"CREATE TABLE IF NOT EXISTS " + q(table) + ` (
-				consumer TEXT NOT NULL,
-				"key" TEXT NOT NULL,
-				status INTEGER NOT NULL,
-				headers TEXT NOT NULL,
-				body BLOB NOT NULL,
-				created_at DATETIME NOT NULL,
-				expires_at DATETIME NOT NULL,
-				PRIMARY KEY (consumer, "key"))`,
-			"CREATE INDEX IF NOT EXISTS " + q(index) + " ON " + q(name) + " (expires_at)",
-		}
+		return "CREATE INDEX IF NOT EXISTS " + q(index) + " ON " + q(name) + " (expires_at)"
 	},
 	sweepSQL: func(table string, q func(string) string) string {
 		return "DELETE FROM " + q(table) + " WHERE rowid IN (SELECT rowid FROM " + q(table) +

@@ -52,4 +52,9 @@
 // the handler's final answer. Rows live for Options.Retention and are then
 // deleted by Sweep (or RunSweeper); until it runs, an expired key is still
 // honoured.
+//
+// New creates the table and its index when they are missing (Migrate).
+// Once they exist it only looks them up, so the application's database
+// user needs no privilege to create tables: a migration role may create
+// them first, by calling New or Migrate.
 package inbox

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,20 +140,54 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 }
 
 // Migrate creates the inbox table and its index when they are missing. New
-// calls it; it is safe to run from several processes at once.
+// calls it; it is safe to run from several processes at once. When both
+// exist it only looks them up: it takes no lock, and the application's
+// database user needs no privilege to create tables (a migration role may
+// create them first, with New or Migrate).
 func (in *Inbox) Migrate(ctx context.Context) error {
-	err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for _, stmt := range in.d.migrate(in.o.Table, in.quote) {
-			if err := tx.Exec(stmt).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	db := in.db.WithContext(ctx)
+	table, index, err := in.exists(db)
+	if err == nil && !(table && index) {
+		// Read committed, so that the check after the lock sees what the
+		// lock's holder committed.
+		err = db.Transaction(func(tx *gorm.DB) error { return in.create(tx, table, index) },
+			&sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	}
 	if err != nil {
 		return fmt.Errorf("inbox: migrate %s: %w", in.o.Table, err)
 	}
 	return nil
+}
+
+// create creates the table and the index, those of them found missing, in
+// tx.
+func (in *Inbox) create(tx *gorm.DB, table, index bool) error {
+	if in.d.lock != nil {
+		if err := tx.Exec(in.d.lock(in.o.Table)).Error; err != nil {
+			return err
+		}
+		// Another process may have created them while this one waited.
+		var err error
+		if table, index, err = in.exists(tx); err != nil {
+			return err
+		}
+	}
+	if !table {
+		if err := tx.Exec(in.d.createTable(in.o.Table, in.quote)).Error; err != nil {
+			return err
+		}
+	}
+	if !index && in.d.createIndex != nil {
+		return tx.Exec(in.d.createIndex(in.o.Table, in.quote)).Error
+	}
+	return nil
+}
+
+func (in *Inbox) exists(db *gorm.DB) (table, index bool, err error) {
+	if in.d.exists == nil {
+		return false, false, nil
+	}
+	return in.d.exists(db, in.o.Table)
 }
 
 // Once runs fn and records key in one transaction, and reports whether fn
