@@ -299,6 +299,46 @@ func TestReadyzHidesErrors(t *testing.T) {
 	}
 }
 
+// /readyz?optional=screen reports the screen down and still answers 200,
+// for a replica that serves every delivery without Redis (on_unavailable:
+// store); any other member down, or a shutting-down server, is still 503.
+func TestReadyzOptionalMembers(t *testing.T) {
+	var draining, ledgerDown atomic.Bool
+	e := newEnv(t, func(o *Options) {
+		o.Checks = []Check{
+			{Name: "ledger", Ping: func(context.Context) error {
+				if ledgerDown.Load() {
+					return io.ErrUnexpectedEOF
+				}
+				return nil
+			}},
+			{Name: "screen", Ping: func(context.Context) error { return io.ErrUnexpectedEOF }},
+		}
+		o.Draining = draining.Load
+	})
+	for _, c := range []struct {
+		path              string
+		ledgerDown, drain bool
+		want              int
+	}{
+		{"/readyz", false, false, http.StatusServiceUnavailable},
+		{"/readyz?optional=screen", false, false, http.StatusOK},
+		{"/readyz?optional=tls,%20screen", false, false, http.StatusOK},
+		{"/readyz?optional=screen", true, false, http.StatusServiceUnavailable},
+		{"/readyz?optional=screen,server", false, true, http.StatusServiceUnavailable},
+	} {
+		ledgerDown.Store(c.ledgerDown)
+		draining.Store(c.drain)
+		r := e.do(t, http.MethodGet, c.path, "", "")
+		if r.status != c.want {
+			t.Errorf("%s (ledger down %v, draining %v): %d %s, want %d", c.path, c.ledgerDown, c.drain, r.status, r.body, c.want)
+		}
+		if got := decode[map[string]depStatus](t, r); got["screen"].OK {
+			t.Errorf("%s: the screen reported ok: %s", c.path, r.body)
+		}
+	}
+}
+
 // TestKeysInPaths: any key, percent-encoded in the path, decoded exactly
 // once.
 func TestKeysInPaths(t *testing.T) {

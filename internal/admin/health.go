@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -15,7 +16,18 @@ type depStatus struct {
 // readyz asks every dependency concurrently, each within ReadyTimeout:
 // 200 when all answer, else 503. Errors are summarised ("unreachable",
 // "no answer in time"), never shown: a driver's error may quote its DSN.
+// ?optional=screen (names, comma-separated) reports those members without
+// letting them fail the answer: a replica that serves every delivery
+// while Redis is down (screen.on_unavailable: store) stays in rotation.
+// A shutting-down server is never optional.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	optional := map[string]bool{}
+	for _, v := range r.URL.Query()["optional"] {
+		for name := range strings.SplitSeq(v, ",") {
+			optional[strings.TrimSpace(name)] = true
+		}
+	}
+	delete(optional, "server")
 	out := make(map[string]depStatus, len(s.o.Checks))
 	var (
 		mu sync.Mutex
@@ -45,8 +57,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		out["server"] = depStatus{Error: "shutting down"}
 	}
 	status := http.StatusOK
-	for _, st := range out {
-		if !st.OK {
+	for name, st := range out {
+		if !st.OK && !optional[name] {
 			status = http.StatusServiceUnavailable
 		}
 	}

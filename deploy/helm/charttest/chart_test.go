@@ -191,6 +191,7 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"no pre-stop pause", `terminationGrace: {preStopSleepSeconds: 0}`, 15 + 10},
 		{"longer release window", `terminationGrace: {releaseSeconds: 20}`, 5 + 15 + 20},
 		{"hard anti-affinity", `podAntiAffinity: hard`, 5 + 15 + 10},
+		{"Redis required", `config: {screen: {on_unavailable: reject}}`, 5 + 15 + 10},
 		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}
 	for _, tt := range tests {

@@ -55,6 +55,10 @@ type effectiveConfig struct {
 	Store struct {
 		Driver string `json:"driver"`
 	} `json:"store"`
+	Screen struct {
+		Driver        string `json:"driver"`
+		OnUnavailable string `json:"on_unavailable"`
+	} `json:"screen"`
 	Telemetry struct {
 		Metrics struct {
 			Prometheus bool `json:"prometheus"`

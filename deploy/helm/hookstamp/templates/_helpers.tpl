@@ -251,3 +251,18 @@ read back from the cluster on upgrade, so it does not change.
   emptyDir: {}
 {{- end }}
 {{- end }}
+
+{{/*
+The readiness probe's path. With a Redis screen whose on_unavailable is
+store (the default), a replica serves every delivery while Redis is down:
+the screen's member is then reported but does not take the replica out of
+the Service, which would turn a Redis outage into a full one.
+*/}}
+{{- define "hookstamp.readyzPath" -}}
+{{- $s := .Values.config.screen | default dict -}}
+{{- if and (eq ($s.driver | default "memory") "redis") (eq ($s.on_unavailable | default "store") "store") -}}
+/readyz?optional=screen
+{{- else -}}
+/readyz
+{{- end -}}
+{{- end }}
