@@ -253,20 +253,26 @@ func deliveryOf(body []byte) int64 {
 	return n
 }
 
-// landed are the resolutions that took effect: each one a gateway
-// answered, and one whose answer was lost (Unsure) when its gateway logged
-// resolving the key after the call began; it then dates from that line.
+// landed are the resolutions that took effect, each with the time it did
+// (Took): each one a gateway answered, and one whose answer was lost
+// (Unsure) when its gateway logged resolving the key after the call
+// began; it then dates from that line.
 func landed(rs []Resolution, logs map[string][]LogLine) []Resolution {
 	out := make([]Resolution, 0, len(rs))
 	for _, r := range rs {
+		i := slices.IndexFunc(logs[r.Life], func(l LogLine) bool {
+			return l.Msg == "admin: held record resolved" && l.Route == r.Route && l.Key == r.Key && !l.Time.Before(r.Start)
+		})
+		switch {
+		case i >= 0:
+			r.Took = logs[r.Life][i].Time
+		case r.Unsure:
+			continue
+		default:
+			r.Took = r.End
+		}
 		if r.Unsure {
-			i := slices.IndexFunc(logs[r.Life], func(l LogLine) bool {
-				return l.Msg == "admin: held record resolved" && l.Route == r.Route && l.Key == r.Key && !l.Time.Before(r.Start)
-			})
-			if i < 0 {
-				continue
-			}
-			r.Start = logs[r.Life][i].Time
+			r.Start = r.Took
 		}
 		out = append(out, r)
 	}
@@ -1031,9 +1037,13 @@ func checkHolds(in *AuditInput, events map[string]*Event, violate func(check, ev
 			if !up.Time.After(h) {
 				continue
 			}
-			var end time.Time // the first resolution after the hold; zero: none
+			// The first resolution to take effect after the hold; zero: none.
+			// Its call may have begun before h: the operator can list the
+			// held row between its commit and the line that logs it. A copy
+			// after the call began may follow its effect.
+			var end time.Time
 			for _, r := range resolved[ref] {
-				if r.Start.After(h) && (end.IsZero() || r.Start.Before(end)) {
+				if r.Took.After(h) && (end.IsZero() || r.Start.Before(end)) {
 					end = r.Start
 				}
 			}

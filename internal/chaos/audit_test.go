@@ -540,6 +540,22 @@ func TestAudit(t *testing.T) {
 			wantChecks: []string{CheckHold},
 		},
 		{
+			name: "a held key forwarded once released by a call begun before the hold was logged",
+			build: func(f *fixture) {
+				// The operator listed the held row between its commit and
+				// the gateway's line that logged it.
+				ev := f.event("e1")
+				ev.Route = holdRoute
+				f.heldAt(ev, "g1.1", ActHang, time.Second)
+				f.resolved(ev, "release", 990*time.Millisecond)
+				f.in.Logs["g2.1"] = append(f.in.Logs["g2.1"],
+					LogLine{Time: f.at(1200 * time.Millisecond), Msg: "admin: held record resolved", Route: ev.Route, Key: ev.Key})
+				up := f.apply(ev, "g2.1", 2*time.Second)
+				f.answer(ev, KindGenuine, "g2.1", 2*time.Second, up, "forwarded")
+				f.record(ev, up)
+			},
+		},
+		{
 			name: "a held key forwarded before the operator resolved it",
 			build: func(f *fixture) {
 				ev := f.event("e1")

@@ -34,6 +34,9 @@ type Resolution struct {
 	// whose admin API answered it.
 	Start, End time.Time
 	Life       string
+	// Took is when it took effect, as far as the audit can tell: the
+	// line Life logged resolving the key, else End.
+	Took time.Time
 	// Unsure: the call got no answer, or a 5xx, so the gateway may or may
 	// not have resolved the key; the audit lets it explain what follows.
 	Unsure bool
