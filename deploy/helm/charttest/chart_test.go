@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	release "helm.sh/helm/v4/pkg/release/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -150,6 +151,24 @@ func checkMigrationJob(t *testing.T, r *rendered, existing map[string]map[string
 		}
 	}
 	checkSecurity(t, spec.SecurityContext, c.SecurityContext)
+
+	// The Job's pods are none of the replicas: a Service would send them
+	// deliveries, and the PodDisruptionBudget, finding a pod whose owner
+	// cannot scale, would allow no disruption while a failed Job's pods
+	// remain (node drains blocked).
+	podLabels := labels.Set(job.Spec.Template.Labels)
+	selectors := map[string]map[string]string{"Deployment": r.deployment(t).Spec.Selector.MatchLabels}
+	for _, s := range r.Services {
+		selectors["Service "+s.Name] = s.Spec.Selector
+	}
+	for _, p := range r.PDBs {
+		selectors["PodDisruptionBudget "+p.Name] = p.Spec.Selector.MatchLabels
+	}
+	for what, sel := range selectors {
+		if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(podLabels) {
+			t.Errorf("the %s selects the migration Job's pods (%v)", what, podLabels)
+		}
+	}
 }
 
 func hasEvents(h *release.Hook, want ...release.HookEvent) bool {
@@ -177,6 +196,26 @@ func TestMigrationHookWithTheChartsSecret(t *testing.T) {
 	}
 }
 
+// The migration Job runs where the replicas may, labelled and annotated
+// as they are: a dedicated node pool, or a NetworkPolicy that lets only
+// labelled pods reach PostgreSQL, would otherwise keep it from the
+// database until the hook timed out.
+func TestMigrationJobRunsWhereTheReplicasRun(t *testing.T) {
+	var vals map[string]any
+	if err := yamlUnmarshal(`{migration: {enabled: true}, nodeSelector: {pool: hooks}, tolerations: [{key: dedicated, value: hooks, effect: NoSchedule}],
+podLabels: {db-access: "true"}, podAnnotations: {team: payments}}`, &vals); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRender(t, vals)
+	checkMigrationJob(t, r, nil, "postgres://hookstamp@")
+	pod := r.Jobs[0].Spec.Template
+	if pod.Spec.NodeSelector["pool"] != "hooks" || len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "dedicated" ||
+		pod.Labels["db-access"] != "true" || pod.Annotations["team"] != "payments" {
+		t.Errorf("the migration Job's pod: nodeSelector %v, tolerations %v, labels %v, annotations %v",
+			pod.Spec.NodeSelector, pod.Spec.Tolerations, pod.Labels, pod.Annotations)
+	}
+}
+
 func TestInvariantsFollowValues(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -192,6 +231,7 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"longer release window", `terminationGrace: {releaseSeconds: 20}`, 5 + 15 + 20},
 		{"hard anti-affinity", `podAntiAffinity: hard`, 5 + 15 + 10},
 		{"Redis required", `config: {screen: {on_unavailable: reject}}`, 5 + 15 + 10},
+		{"upstream password from the Secret", `{secrets: {env: {UP_PASS: pw}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
 		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}
 	for _, tt := range tests {
@@ -238,6 +278,8 @@ func TestRefusedValues(t *testing.T) {
 		{"literal DSN", `config: {store: {dsn: "postgres://u:pw@db/x"}}`, "config.store.dsn holds a literal value"},
 		{"literal Redis password", `config: {screen: {redis: {password: s3cret}}}`, "config.screen.redis.password holds a literal value"},
 		{"literal signing secret", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: [whsec_x]}}]}`, "config.routes[0].verify.secrets[0] holds a literal value"},
+		{"literal challenge token", `config: {routes: [{name: m, path: /m, preset: meta, upstream: {url: "http://a:1/"}, verify: {secrets: ["${META_APP_SECRET}"], challenge_token: my-verify-token}}]}`, "config.routes[0].verify.challenge_token holds a literal value"},
+		{"literal password in an upstream URL", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:Sup3rS3cret@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value"},
 		{"secret variable not set", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}`, "config references ${STRIPE_SECRET}"},
 		{"memory screen on 3 replicas", `config: {screen: {driver: memory}}`, "config.screen.driver: redis"},
 		{"SQLite on 3 replicas", `config: {store: {driver: sqlite, dsn: data/x.db}}`, "config.store.driver: postgres"},

@@ -28,6 +28,21 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{- /*
+The migration Job's labels: the release's, under a name of their own, so
+that no Service, PodDisruptionBudget or anti-affinity term of the replicas
+selects its pods (a PodDisruptionBudget over a pod whose owner cannot
+scale allows no disruption at all).
+*/}}
+{{- define "hookstamp.migrateLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ printf "%s-migrate" (include "hookstamp.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: migrate
+{{- end }}
+
 {{- define "hookstamp.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "hookstamp.fullname" .) .Values.serviceAccount.name }}
@@ -122,6 +137,13 @@ without a default): a value the ConfigMap may hold.
 {{- range $j, $s := (.secrets | default list) }}
 {{- $checks = append $checks (list (printf "routes[%d].verify.secrets[%d]" $i $j) $s) }}
 {{- end }}
+{{- with .challenge_token }}{{ $checks = append $checks (list (printf "routes[%d].verify.challenge_token" $i) .) }}{{ end }}
+{{- end }}
+{{- /* The password of an upstream URL's user information. */}}
+{{- $url := toString (dig "upstream" "url" "" $r) }}
+{{- $userinfo := "^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@" }}
+{{- if regexMatch $userinfo $url }}
+{{- $checks = append $checks (list (printf "routes[%d].upstream.url's password" $i) (regexReplaceAll (printf "%s.*$" $userinfo) $url "${1}")) }}
 {{- end }}
 {{- end }}
 {{- range $checks }}
