@@ -164,6 +164,14 @@ func checkSpread(t *testing.T, r *rendered, replicas *int32, podLabels map[strin
 	for _, w := range aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
 		terms = append(terms, w.PodAffinityTerm)
 	}
+	// A required one-per-node leaves a rollout's surge replica no node
+	// where there are as many nodes as replicas: it replaces in place.
+	ru := r.deployment(t).Spec.Strategy.RollingUpdate
+	if hard := len(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0; ru == nil ||
+		hard && (ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1) ||
+		!hard && (ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0) {
+		t.Errorf("rolling update %+v with required anti-affinity %v", ru, hard)
+	}
 	for _, term := range terms {
 		if term.TopologyKey == "kubernetes.io/hostname" && selects(t, term.LabelSelector, podLabels) {
 			return
