@@ -243,7 +243,6 @@ func TestEnvironmentOverrides(t *testing.T) {
 		{"env beats file", []string{"HOOKSTAMP_TELEMETRY__LOG__LEVEL=debug"}, func(c *Config) any { return c.Telemetry.Log.Level }, "debug"},
 		{"ADMIN_TOKEN names no key: ignored", []string{"HOOKSTAMP_ADMIN_TOKEN=secret"}, func(c *Config) any { return c.Admin.Token }, ""},
 		{"CONFIG names no key: ignored", []string{"HOOKSTAMP_CONFIG=/etc/x.yaml"}, func(c *Config) any { return c.Store.DSN }, "data/hookstamp.db"},
-		{"routes cannot be set", []string{"HOOKSTAMP_ROUTES=x", "HOOKSTAMP_ROUTES__0__NAME=x"}, func(c *Config) any { return c.Routes[0].Name }, "a"},
 		{"other prefixes ignored", []string{"STORE__DSN=/nope"}, func(c *Config) any { return c.Store.DSN }, "data/hookstamp.db"},
 	}
 	doc := minimal + "telemetry: {log: {level: warn}}\n"
@@ -254,6 +253,15 @@ func TestEnvironmentOverrides(t *testing.T) {
 				t.Errorf("got %#v, want %#v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A route's values cannot be set from the environment: a variable naming
+// one is an error rather than silently ignored, and names itself.
+func TestRouteOverridesAreRefused(t *testing.T) {
+	for _, v := range []string{"HOOKSTAMP_ROUTES__0__PATH=/z", "HOOKSTAMP_ROUTES=x"} {
+		assertProblem(t, mustFail(t, minimal, v), strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(strings.Split(v, "=")[0], "HOOKSTAMP_"), "__", ".")),
+			"set by "+strings.Split(v, "=")[0]+": routes cannot be set from the environment")
 	}
 }
 
@@ -307,6 +315,8 @@ func TestInterpolation(t *testing.T) {
 		{"not rescanned", "${X}", []string{"X=${Y}"}, "${Y}"},
 		{"last definition wins", "${X}", []string{"X=1", "X=2"}, "2"},
 		{"plain dollar kept", "$X and $", nil, "$X and $"},
+		{"braces in a default", `${ACK:-{"ok":{"a":1}}}`, nil, `{"ok":{"a":1}}`},
+		{"braces in a default, set", `${ACK:-{"ok":true}}!`, []string{"ACK=x"}, "x!"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,10 +344,15 @@ func TestInterpolationErrors(t *testing.T) {
 			"routes[0].verify.secrets[1]", "GH_SECRET is not set"},
 		{"unterminated", minimal + "server: {listen: 'x${NOPE'}\n", "server.listen", `unterminated "${NOPE"`},
 		{"bad name", minimal + "server: {listen: '${1X}'}\n", "server.listen", `bad variable reference "${1X}"`},
+		{"a reference in a default", minimal + "server: {listen: '${A:-${B}}'}\n", "server.listen", `a reference in a default, "${A:-${B}}": not supported`},
 		// At a secret's path the text after "${" may be the rest of a
 		// password: the problem is named, the text is not.
 		{"unterminated secret", minimal + "admin: {token: 'x${NOPE'}\n", "admin.token", "malformed ${…} reference (not shown"},
 		{"bad name in a secret", minimal + "admin: {token: '${1X}'}\n", "admin.token", "malformed ${…} reference (not shown"},
+		// No override sets a route's value: the way to a "${" in it is a
+		// variable's text.
+		{"unterminated route secret", strings.Replace(minimal, "sources: [{header: X-Event-Id}]", "sources: [{header: X-Event-Id}]\n    verify: {scheme: github, secrets: ['pa${ss']}", 1),
+			"routes[0].verify.secrets[0]", "through a ${NAME} whose variable holds it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -704,7 +719,7 @@ func TestRedacted(t *testing.T) {
 	c := mustLoad(t, `
 admin: {token: t0ken}
 store: {driver: postgres, dsn: "postgres://hook:pa55word@db:5432/hs?sslmode=disable"}
-screen: {redis: {password: r3dis}}
+screen: {redis: {password: r3dis, addrs: ["redis://:addrpw@r1:6379", "r2:6379"]}}
 routes:
   - name: a
     path: /a
@@ -720,6 +735,7 @@ routes:
 		{"admin.token", r.Admin.Token, RedactedValue},
 		{"store.dsn", r.Store.DSN, "postgres://hook:[redacted]@db:5432/hs?sslmode=disable"},
 		{"screen.redis.password", r.Screen.Redis.Password, RedactedValue},
+		{"screen.redis.addrs", r.Screen.Redis.Addrs, []string{"redis://:[redacted]@r1:6379", "r2:6379"}},
 		{"verify.secrets (empty stays empty)", r.Routes[0].Verify.Secrets, []string{RedactedValue, ""}},
 		{"upstream.url", r.Routes[0].Upstream.URL, "http://user:[redacted]@127.0.0.1:9000/a"},
 		{"original untouched", c.Routes[0].Verify.Secrets[0], "gh1"},
@@ -736,7 +752,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"t0ken", "pa55word", "r3dis", "gh1", "upw"} {
+	for _, secret := range []string{"t0ken", "pa55word", "r3dis", "gh1", "upw", "addrpw"} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("YAML output leaks %q:\n%s", secret, out)
 		}
@@ -761,6 +777,9 @@ func TestRedactDSN(t *testing.T) {
 		{"postgres://app:pa/ss@db:5432/hooks", "postgres://app:[redacted]@db:5432/hooks"},
 		{"postgres://app:p?s#s@db/hooks", "postgres://app:[redacted]@db/hooks"},
 		{"http://h:8080/a", "http://h:8080/a"},
+		// libpq's backslash escape inside an unquoted value (pgx takes it).
+		{`host=db password=pa\ TOPSECRET dbname=x`, "host=db password=[redacted] dbname=x"},
+		{"redis://:r3dis@h:6379", "redis://:[redacted]@h:6379"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -841,6 +860,23 @@ func TestLoadFileErrors(t *testing.T) {
 	}
 	if _, err := Load(dup, nil); err == nil || !strings.Contains(err.Error(), "already defined") {
 		t.Errorf("duplicate key should be an error, got %v", err)
+	}
+	// A second document would be ignored whole, with its mistakes.
+	two := filepath.Join(dir, "two.yaml")
+	if err := os.WriteFile(two, []byte(minimal+"---\nstore: {driver: postgress}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(two, nil); err == nil || !strings.Contains(err.Error(), "a second YAML document") {
+		t.Errorf("a second document should be an error, got %v", err)
+	}
+	for name, doc := range map[string]string{"empty": "", "comments only": "# nothing yet\n", "one document marked": "---\n" + minimal} {
+		f := filepath.Join(dir, "ok.yaml")
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(f, nil); err != nil && strings.Contains(err.Error(), "YAML") {
+			t.Errorf("%s file: %v", name, err)
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"slices"
@@ -50,7 +52,8 @@ func Load(path string, environ []string) (*Config, error) {
 //     keys outside routes can be set this way: scalars, and the string lists
 //     server.trusted_proxies and screen.redis.addrs as comma-separated text.
 //     A HOOKSTAMP_ variable that names no such key is ignored, so
-//     HOOKSTAMP_ADMIN_TOKEN or HOOKSTAMP_CONFIG can serve other purposes;
+//     HOOKSTAMP_ADMIN_TOKEN or HOOKSTAMP_CONFIG can serve other purposes,
+//     except one naming routes (HOOKSTAMP_ROUTES__0__PATH), an error;
 //  4. ${NAME} and ${NAME:-default} in string values, from environ; an unset
 //     NAME without default is an error (":-" also applies to an empty NAME);
 //  5. each route's preset, under the keys the route sets itself;
@@ -91,6 +94,12 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 			key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__", ".")
 			t, ok := envKeys[key]
 			if !ok {
+				if key == "routes" || strings.HasPrefix(key, "routes.") {
+					// It names route values, which no override sets: silently
+					// ignored, the route would serve otherwise than its
+					// author believes.
+					phases[1].add(key, "set by %s: routes cannot be set from the environment; write ${NAME} in the route's value instead", name)
+				}
 				return "", nil // names no configuration key: not ours
 			}
 			fromEnv[key] = name
@@ -155,9 +164,20 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 // text written. A string field (a token, a secret, a route name) then gets
 // exactly what the user typed; a numeric field parses the text itself.
 func parseYAML(data []byte) (map[string]any, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	if err := dec.Decode(&root); errors.Is(err, io.EOF) {
+		return nil, nil // an empty file
+	} else if err != nil {
 		return nil, err
+	}
+	// A second document would be ignored whole, its errors with it.
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("line %d: a second YAML document (after ---): the configuration is one document", next.Line)
 	}
 	if root.Kind == 0 {
 		return nil, nil // an empty document
@@ -385,8 +405,12 @@ func interpolate(v any, path string, lookup func(string) (string, bool), errs *E
 		case errors.Is(err, errMalformedRef) && secretPath.MatchString(path):
 			// The text after "${" may be the rest of a password pasted
 			// as is: name the problem, not the text.
+			how := "its HOOKSTAMP_… environment override"
+			if strings.HasPrefix(path, "routes[") {
+				how = "a ${NAME} whose variable holds it (substituted text is not read again)"
+			}
 			errs.add(path, "malformed ${…} reference (not shown: it may be a secret; want ${NAME} or ${NAME:-default}, "+
-				"or set a value holding \"${\" through its HOOKSTAMP_… environment override)")
+				"or set a value holding \"${\" through %s)", how)
 		default:
 			errs.add(path, "%v", err)
 		}
@@ -412,14 +436,19 @@ func expand(s string, lookup func(string) (string, bool)) (string, error) {
 			return b.String(), nil
 		}
 		b.WriteString(s[:start])
-		end := strings.IndexByte(s[start:], '}')
+		end := closingBrace(s[start+2:])
 		if end < 0 {
 			return "", fmt.Errorf("%w: unterminated %q (want ${NAME} or ${NAME:-default})", errMalformedRef, s[start:])
 		}
-		ref := s[start : start+end+1]
+		ref := s[start : start+2+end+1]
 		name, def, hasDef := strings.Cut(ref[2:len(ref)-1], ":-")
 		if !validEnvName(name) {
 			return "", fmt.Errorf("%w: bad variable reference %q (want ${NAME} or ${NAME:-default})", errMalformedRef, ref)
+		}
+		if strings.Contains(def, "${") {
+			// Taken as text, the inner reference would be a secret's
+			// value, passing check and failing every signature.
+			return "", fmt.Errorf("%w: a reference in a default, %q: not supported", errMalformedRef, ref)
 		}
 		val, ok := lookup(name)
 		switch {
@@ -429,8 +458,27 @@ func expand(s string, lookup func(string) (string, bool)) (string, error) {
 			return "", fmt.Errorf("environment variable %s is not set (write ${%s:-} to default to empty)", name, name)
 		}
 		b.WriteString(val)
-		s = s[start+end+1:]
+		s = s[start+2+end+1:]
 	}
+}
+
+// closingBrace is the index in s of the "}" that ends a reference whose
+// "${" precedes s: braces in a default pair up (`${ACK:-{"ok":true}}`),
+// -1 without one.
+func closingBrace(s string) int {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '{':
+			depth++
+		case '}':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		}
+	}
+	return -1
 }
 
 func validEnvName(s string) bool {

@@ -7,13 +7,16 @@ import (
 
 // Redacted returns a deep copy of c with every secret replaced by
 // RedactedValue: verify.secrets, verify.challenge_token, admin.token, screen.redis.password, and the
-// passwords inside store.dsn and upstream URLs. An empty secret stays empty,
+// passwords inside store.dsn, screen.redis.addrs and upstream URLs. An empty secret stays empty,
 // so an unset one is visible as such.
 func (c *Config) Redacted() *Config {
 	r := c.clone()
 	r.Admin.Token = redact(r.Admin.Token)
 	r.Screen.Redis.Password = redact(r.Screen.Redis.Password)
 	r.Store.DSN = RedactDSN(r.Store.DSN)
+	for i, a := range r.Screen.Redis.Addrs {
+		r.Screen.Redis.Addrs[i] = RedactDSN(a) // a redis:// URL's userinfo
+	}
 	for i := range r.Routes {
 		rt := &r.Routes[i]
 		for j := range rt.Verify.Secrets {
@@ -34,7 +37,7 @@ func redact(s string) string {
 
 // dsnPassword finds password values in keyword/value DSNs
 // ("host=db password='p w' dbname=x") and URL query strings (&password=…).
-var dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+var dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s&\\]|\\.)*)`)
 
 // RedactDSN replaces the password of a connection string (URL userinfo,
 // password= keyword or query parameter) with RedactedValue; other text is

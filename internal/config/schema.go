@@ -246,7 +246,7 @@ func (s *schema) bad(path string, t reflect.Type, def any, format string, args .
 // secretPath matches the paths whose values are secrets (or may hold one,
 // as a URL's userinfo does): error messages name their kind, never their
 // text — the error list goes to a terminal or a log (SPEC §9, §7).
-var secretPath = regexp.MustCompile(`^(admin\.token|screen\.redis\.password|store\.dsn|routes\[\d+\]\.(verify\.secrets(\[\d+\])?|verify\.challenge_token|upstream\.url))$`)
+var secretPath = regexp.MustCompile(`^(admin\.token|screen\.redis\.(password|addrs(\[\d+\])?)|store\.dsn|routes\[\d+\]\.(verify\.secrets(\[\d+\])?|verify\.challenge_token|upstream\.url))$`)
 
 // notShown stands for the text of a secret in an error message.
 const notShown = "a text value (not shown: it may be a secret)"

@@ -39,7 +39,14 @@ routes:
     path: /a
     upstream: {url: "ftp://app:` + secret + `@127.0.0.1:9000/a"}
     key: {sources: [{header: X-Event-Id}]}
-`, `routes[0].upstream.url: "ftp://app:xxxxx@127.0.0.1:9000/a" is not an absolute http`},
+`, `routes[0].upstream.url: "ftp://app:[redacted]@127.0.0.1:9000/a" is not an absolute http`},
+		{"upstream url with a password in its query and a fragment", `
+routes:
+  - name: a
+    path: /a
+    upstream: {url: "http://u:9000/x?password=` + secret + `#frag"}
+    key: {sources: [{header: X-Event-Id}]}
+`, `routes[0].upstream.url: "http://u:9000/x?password=[redacted]" has a fragment`},
 		{"admin token written as a list", `
 admin: {token: ["` + secret + `"]}
 ` + minimal, "admin.token: want a text value, got a list"},
@@ -137,6 +144,8 @@ func TestStoreDriverAndDSNAgree(t *testing.T) {
 	}{
 		{"postgres URL, driver left sqlite", minimal + "store: {dsn: \"postgres://app:TOPSECRET@db:5432/hooks?sslmode=disable\"}\n", nil},
 		{"postgresql URL through the environment", minimal, []string{"HOOKSTAMP_STORE__DSN=postgresql://app:TOPSECRET@db/hooks"}},
+		{"keyword=value DSN through the environment", minimal, []string{"HOOKSTAMP_STORE__DSN=host=db.internal user=app password=TOPSECRET dbname=hooks sslmode=require"}},
+		{"keyword=value DSN, password first", minimal + "store: {dsn: \"password=TOPSECRET host=db\"}\n", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := mustFail(t, tc.doc, tc.environ...)
@@ -164,6 +173,7 @@ func TestStoreDriverAndDSNAgree(t *testing.T) {
 	for _, doc := range []string{
 		minimal + "store: {driver: sqlite, dsn: \"file:data/hooks.db?_pragma=foreign_keys(1)\"}\n",
 		minimal + "store: {driver: sqlite, dsn: \":memory:\"}\n",
+		minimal + "store: {driver: sqlite, dsn: \"data/host=a.db\"}\n",
 		minimal + "store: {driver: postgres, dsn: \"host=db dbname=hooks\"}\n",
 	} {
 		mustLoad(t, doc)

@@ -146,6 +146,16 @@ func isPostgresURL(dsn string) bool {
 	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
 }
 
+// postgresKeyword matches a libpq connection keyword that a PostgreSQL
+// DSN in key=value form starts with or holds after a space.
+var postgresKeyword = regexp.MustCompile(`(^|\s)(host|hostaddr|port|dbname|user|password|sslmode|connect_timeout)\s*=`)
+
+// isPostgresKeywords reports a DSN in libpq's key=value form, which no
+// SQLite file name or URI is.
+func isPostgresKeywords(dsn string) bool {
+	return !strings.HasPrefix(dsn, "file:") && postgresKeyword.MatchString(dsn)
+}
+
 func (c *Config) validateStore(errs *Errors) {
 	s := c.Store
 	oneOf(errs, "store.driver", s.Driver, StoreSQLite, StorePostgres)
@@ -154,10 +164,11 @@ func (c *Config) validateStore(errs *Errors) {
 		errs.add("store.dsn", "required (a file for sqlite, a URL for postgres)")
 	case s.Driver == StorePostgres:
 		checkPostgresDSN(errs, s.DSN)
-	case s.Driver == StoreSQLite && isPostgresURL(s.DSN):
-		// SQLite would take the URL for a file name and serve on a local
-		// file: each replica with a ledger of its own.
-		errs.add("store.dsn", "%q is a PostgreSQL URL but store.driver is %q: set store.driver: postgres", RedactDSN(s.DSN), s.Driver)
+	case s.Driver == StoreSQLite && (isPostgresURL(s.DSN) || isPostgresKeywords(s.DSN)):
+		// SQLite would take the DSN for a file name and serve on a local
+		// file: each replica with a ledger of its own, a password in a
+		// file name.
+		errs.add("store.dsn", "%q is a PostgreSQL DSN but store.driver is %q: set store.driver: postgres", RedactDSN(s.DSN), s.Driver)
 	case s.Driver == StoreSQLite:
 		if err := sqlledger.CheckSQLiteDSN(s.DSN); err != nil {
 			errs.add("store.dsn", "%v", err)
@@ -368,10 +379,10 @@ func checkHTTPURL(s string) error {
 		return fmt.Errorf("bad URL %q: %s", RedactDSN(s), urlProblem(s, err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an absolute http:// or https:// URL", u.Redacted())
+		return fmt.Errorf("%q is not an absolute http:// or https:// URL", RedactDSN(s))
 	}
 	if u.Fragment != "" {
-		return fmt.Errorf("%q has a fragment, which is never sent", u.Redacted())
+		return fmt.Errorf("%q has a fragment, which is never sent", RedactDSN(s))
 	}
 	return nil
 }
