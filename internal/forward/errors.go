@@ -28,14 +28,25 @@ var (
 
 	// ErrUnreadableAnswer: a final answer's head is not valid HTTP (a
 	// field that is not HTTP, Content-Length given twice, an unknown
-	// transfer coding). Do returns status and the valid headers: not
-	// ambiguous, since the upstream answered.
+	// transfer coding), or its body was cut short (a reset, a malformed
+	// chunk, the time running out). Do returns status and the valid
+	// headers: not ambiguous, since the upstream answered.
 	ErrUnreadableAnswer = errors.New("upstream answer unreadable")
 )
 
 // errUnreadableHead is readAnswer's signal, turned into
 // ErrUnreadableAnswer with context.
 var errUnreadableHead = errors.New("unreadable head")
+
+// errBrokenBody is readAnswer's signal of a body that failed after a
+// final head, turned into ErrUnreadableAnswer.
+var errBrokenBody = errors.New("body cut short")
+
+// answered reports a readAnswer error after which its answer still
+// stands: a final head was read, only what followed it failed.
+func answered(err error) bool {
+	return err == errTooLarge || err == errHeadTooLarge || errors.Is(err, errUnreadableHead) || errors.Is(err, errBrokenBody)
+}
 
 // HeadOnly reports whether Do's resp and err are an answer without its
 // body (ErrResponseTooLarge, ErrUnreadableAnswer): settle on its status.

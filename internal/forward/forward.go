@@ -237,7 +237,11 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 		return resp, fmt.Errorf("forward %s %s: %w: status %d, headers over %d bytes",
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, maxResponseHead)
 	case errors.Is(err, errUnreadableHead) && resp != nil:
-		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, errors.Unwrap(err))
+		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, err)
+	case errors.Is(err, errBrokenBody) && resp != nil:
+		// The upstream answered, and may have acted: reported as no
+		// answer, the provider's retry would be forwarded again.
+		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, err)
 	}
 	if err != nil {
 		return nil, x.failure(ctx, tctx, sent, err)
@@ -252,8 +256,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // says whether c can carry another request.
 func (f *Forwarder) roundTrip(ctx context.Context, c *conn, r *Request, u *url.URL, h http.Header) (_ *Response, reuse bool, _ error) {
 	if err := writeRequest(c.bw, r, u, h); err != nil {
-		if resp, ok := f.earlyAnswer(ctx, c, r); ok {
-			return resp, false, nil
+		if resp, aerr := f.earlyAnswer(ctx, c, r); resp != nil {
+			return resp, false, aerr
 		}
 		return nil, false, err
 	}
@@ -268,17 +272,20 @@ const earlyAnswerWait = time.Second
 // answer the upstream may have sent already: one refusing a delivery from
 // its headers alone (401, 413) closes without reading the body. That
 // answer is its word on the delivery, not "no answer".
-func (f *Forwarder) earlyAnswer(ctx context.Context, c *conn, r *Request) (*Response, bool) {
+func (f *Forwarder) earlyAnswer(ctx context.Context, c *conn, r *Request) (*Response, error) {
 	wait := time.Now().Add(earlyAnswerWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(wait) {
 		wait = d
 	}
 	_ = c.nc.SetReadDeadline(wait)
 	if ctx.Err() != nil {
-		return nil, false // Do's AfterFunc may have set the deadline first
+		return nil, nil // Do's AfterFunc may have set the deadline first
 	}
 	resp, _, err := f.readAnswer(c, r)
-	return resp, err == nil && resp.Status >= 200
+	if resp == nil || resp.Status < 200 || err != nil && !answered(err) {
+		return nil, nil
+	}
+	return resp, err
 }
 
 // readAnswer reads the complete answer to the request just written on c.
@@ -333,11 +340,14 @@ func (f *Forwarder) readAnswer(c *conn, r *Request) (_ *Response, reuse bool, _ 
 	removeInvalidNames(resp.Header)
 	out := &Response{Status: resp.StatusCode, Header: resp.Header}
 	body, err := readBody(resp, f.maxBody)
-	if err != nil {
+	if err == errTooLarge {
 		return out, false, err
 	}
-	if err := resp.Body.Close(); err != nil {
-		return out, false, err
+	if err == nil {
+		err = resp.Body.Close()
+	}
+	if err != nil {
+		return out, false, fmt.Errorf("%w: %w", errBrokenBody, err)
 	}
 	out.Body = body
 	framed := resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked") || resp.Body == http.NoBody

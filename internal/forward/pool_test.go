@@ -184,24 +184,38 @@ func TestDoResponseFraming(t *testing.T) {
 	})
 }
 
-// A connection reset in the middle of a body is a failed exchange, never a
-// shorter body: chunked, and read-until-close.
-func TestDoResetMidBodyIsNoAnswer(t *testing.T) {
+// A body cut short after a final head — a connection reset, a malformed
+// chunk, the time running out — is never a shorter body, and not "no
+// answer" either: the upstream answered, and may have acted. Reported as
+// no answer, the provider's retry would be forwarded again; the status
+// stands, the body omitted.
+func TestDoBodyCutShortKeepsTheStatus(t *testing.T) {
 	for name, raw := range map[string]string{
-		"chunked":     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
-		"until close": "HTTP/1.1 200 OK\r\n\r\nhel",
+		"chunked, reset":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+		"until close, reset":    "HTTP/1.1 200 OK\r\n\r\nhel",
+		"content-length, reset": "HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\nhel",
+		"malformed chunk":       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+		"slow body":             "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhel",
 	} {
 		t.Run(name, func(t *testing.T) {
 			u := newRawUpstream(t, func(conn net.Conn, _ *http.Request, _ []byte) bool {
 				_, _ = io.WriteString(conn, raw)
+				if name == "slow body" {
+					time.Sleep(time.Second) // past the forward's timeout
+				}
 				time.Sleep(20 * time.Millisecond)
 				_ = conn.(*net.TCPConn).SetLinger(0) // close with RST
 				return false
 			})
 			f := newForwarder(t, forward.Options{})
-			resp, err := f.Do(context.Background(), post("http://"+u.addr+"/x", "rst"))
-			if !errors.Is(err, forward.ErrNoAnswer) || !forward.Ambiguous(err) {
-				t.Fatalf("Do = %+v, %v; want ambiguous ErrNoAnswer", resp, err)
+			r := post("http://"+u.addr+"/x", "cut")
+			r.Timeout = 300 * time.Millisecond
+			resp, err := f.Do(context.Background(), r)
+			if !forward.HeadOnly(resp, err) || forward.Ambiguous(err) || !errors.Is(err, forward.ErrUnreadableAnswer) {
+				t.Fatalf("Do = %+v, %v; want the status alone (HeadOnly), not ambiguous", resp, err)
+			}
+			if want := map[bool]int{true: 201, false: 200}[strings.HasPrefix(raw, "HTTP/1.1 201")]; resp.Status != want || resp.Body != nil {
+				t.Errorf("answer %d, body %q; want %d without a body", resp.Status, resp.Body, want)
 			}
 		})
 	}

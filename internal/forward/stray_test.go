@@ -108,6 +108,20 @@ func TestStrayBytesAfterAnswerNeverAnswerTheNextDelivery(t *testing.T) {
 // answer, not "no answer" (which would hold the key or have the provider
 // retry a delivery the upstream refused).
 func TestEarlyAnswerToALargeDeliveryIsTheAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name, answer string
+		maxBody      int64
+		body         string // "" when only the status stands
+	}{
+		{"whole", "HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!", 0, "too big!"},
+		{"its body over MaxResponseBody", "HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!", 4, ""},
+		{"its body cut short", "HTTP/1.1 413 Content Too Large\r\nContent-Length: 80\r\nConnection: close\r\n\r\ntoo big!", 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) { earlyAnswer(t, c.answer, c.maxBody, c.body) })
+	}
+}
+
+func earlyAnswer(t *testing.T, answer string, maxBody int64, wantBody string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -124,19 +138,25 @@ func TestEarlyAnswerToALargeDeliveryIsTheAnswer(t *testing.T) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
 		}
-		_, _ = io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!")
+		_, _ = io.WriteString(c, answer)
 		time.Sleep(50 * time.Millisecond)
 	})
-	f := forward.New(forward.Options{})
+	f := forward.New(forward.Options{MaxResponseBody: maxBody})
 	defer f.Close()
 	r := &forward.Request{Method: "POST", URL: "http://" + ln.Addr().String() + "/x",
 		Header: http.Header{"Content-Type": {"application/json"}},
 		Body:   []byte(strings.Repeat("a", 16<<20)), Timeout: 5 * time.Second}
 	resp, err := f.Do(context.Background(), r)
+	if wantBody == "" {
+		if !forward.HeadOnly(resp, err) || resp.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("Do = %+v, %v (ambiguous %v); want the upstream's 413 alone", resp, err, forward.Ambiguous(err))
+		}
+		return
+	}
 	if err != nil {
 		t.Fatalf("Do = %v (ambiguous %v); want the upstream's 413", err, forward.Ambiguous(err))
 	}
-	if resp.Status != http.StatusRequestEntityTooLarge || string(resp.Body) != "too big!" {
-		t.Fatalf("Do = %d %q, want 413 \"too big!\"", resp.Status, resp.Body)
+	if resp.Status != http.StatusRequestEntityTooLarge || string(resp.Body) != wantBody {
+		t.Fatalf("Do = %d %q, want 413 %q", resp.Status, resp.Body, wantBody)
 	}
 }
