@@ -576,6 +576,7 @@ routes:
 		{"missing upstream url", edit(`upstream: {url: "http://127.0.0.1:9000/b"}`, `upstream: {timeout: 5s}`), "routes[1].upstream.url", "required"},
 		{"relative upstream url", edit(`url: "http://127.0.0.1:9000/b"`, `url: "/b"`), "routes[1].upstream.url", "not an absolute http"},
 		{"ftp upstream url", edit(`url: "http://127.0.0.1:9000/b"`, `url: "ftp://h/b"`), "routes[1].upstream.url", "not an absolute http"},
+		{"upstream host not ASCII", edit(`url: "http://127.0.0.1:9000/b"`, `url: "https://bücher.example/b"`), "routes[1].upstream.url", `host "bücher.example" is not ASCII: write its A-label`},
 		{"path without slash", edit("path: /b", "path: b"), "routes[1].path", `must start with "/"`},
 		{"dot-dot segment", edit("path: /b", "path: /b/../c"), "routes[1].path", `".." segment`},
 		{"empty segment", edit("path: /b", "path: /b//c"), "routes[1].path", `empty segment`},

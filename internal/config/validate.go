@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -370,6 +371,15 @@ func (c *Config) validateUpstream(errs *Errors, p string, u Upstream) {
 	}
 }
 
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 func checkHTTPURL(s string) error {
 	if s == "" {
 		return errors.New("required (an absolute http:// or https:// URL)")
@@ -380,6 +390,11 @@ func checkHTTPURL(s string) error {
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an absolute http:// or https:// URL", RedactDSN(s))
+	}
+	if h := u.Hostname(); !isASCII(h) {
+		// The forwarder dials, names (Host, SNI) the host as written: a
+		// name outside ASCII is found by no resolver.
+		return fmt.Errorf("host %q is not ASCII: write its A-label (xn--…) form", h)
 	}
 	if u.Fragment != "" {
 		return fmt.Errorf("%q has a fragment, which is never sent", RedactDSN(s))
