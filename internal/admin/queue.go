@@ -41,8 +41,8 @@ func (s *Server) delivers(route string) bool {
 	return s.o.Redeliver != nil && ok
 }
 
-// keep is how long a record of route queued again now is kept at least:
-// its route's retention from now.
+// keep is the earliest a record of route queued again now may expire: its
+// route's retention from now.
 func (s *Server) keep(route string) time.Time {
 	return s.o.Now().Add(s.o.Stores[route])
 }

@@ -312,8 +312,9 @@ func attemptTaken(err error) bool {
 // row is revived (queued); a done row stays done until the new final
 // answer replaces its answer; a queued row has its job already. A row
 // queued again is kept at least until keep: a done one is not safe from
-// the sweeper while its job waits. With held set (an async route's release) it revives a
-// held row and nothing else. It reports whether a job was inserted;
+// the sweeper while its job waits. With held set (an async route's
+// release) it revives a held row and nothing else. It reports whether a
+// job was inserted;
 // ErrNotFound without a row, ErrNoRequest when no request is stored,
 // ErrNotOwner for a row no delivery may be queued for (pending; held
 // without held; any other with it).
