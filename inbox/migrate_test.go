@@ -74,22 +74,13 @@ func TestNewWithoutDDLPrivilege(t *testing.T) {
 // as opens a pool of it with params (search_path, …) set in the DSN.
 func pgRole(tb testing.TB, owner *gorm.DB, dsn string) (role string, as func(params url.Values) *gorm.DB) {
 	tb.Helper()
-	role = testenv.Name("hs_app_")
-	mustExec(tb, owner, "CREATE ROLE "+role+" LOGIN")
-	tb.Cleanup(func() {
-		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
-			if err := owner.Exec(stmt).Error; err != nil {
-				tb.Errorf("%s: %v", stmt, err)
-			}
-		}
-	})
+	role = testenv.PostgresRole(tb, "hs_app_")
 	mustExec(tb, owner, "GRANT USAGE ON SCHEMA "+schemaOf(tb, owner)+" TO "+role)
 	return role, func(params url.Values) *gorm.DB {
-		u, err := url.Parse(dsn)
+		u, err := url.Parse(testenv.AsRole(tb, dsn, role))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		u.User = url.User(role)
 		q := u.Query()
 		for k, v := range params {
 			q[k] = v

@@ -236,9 +236,7 @@ func (f *Forwarder) Do(ctx context.Context, r *Request) (*Response, error) {
 	case err == errHeadTooLarge && resp != nil:
 		return resp, fmt.Errorf("forward %s %s: %w: status %d, headers over %d bytes",
 			r.Method, u.Host, ErrResponseTooLarge, resp.Status, maxResponseHead)
-	case errors.Is(err, errUnreadableHead) && resp != nil:
-		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, err)
-	case errors.Is(err, errBrokenBody) && resp != nil:
+	case (errors.Is(err, errUnreadableHead) || errors.Is(err, errBrokenBody)) && resp != nil:
 		// The upstream answered, and may have acted: reported as no
 		// answer, the provider's retry would be forwarded again.
 		return resp, fmt.Errorf("forward %s %s: %w: status %d: %w", r.Method, u.Host, ErrUnreadableAnswer, resp.Status, err)

@@ -12,7 +12,8 @@ import (
 // PostgresRole creates a login role (no password: the tests' server trusts
 // loopback) and returns its name. It is dropped when the test ends, after
 // whatever the test creates later with a cleanup of its own, such as a
-// database it owns.
+// database it owns, and with the privileges it was granted in the admin
+// database (a schema from Postgres still holding them would keep it).
 func PostgresRole(tb testing.TB, prefix string) string {
 	tb.Helper()
 	role := Name(prefix)
@@ -20,8 +21,10 @@ func PostgresRole(tb testing.TB, prefix string) string {
 		tb.Fatalf("testenv: %v", err)
 	}
 	tb.Cleanup(func() {
-		if err := adminExec("DROP ROLE " + role); err != nil {
-			tb.Errorf("testenv: %v", err)
+		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if err := adminExec(stmt); err != nil {
+				tb.Errorf("testenv: %v", err)
+			}
 		}
 	})
 	return role
