@@ -85,30 +85,7 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	if err := k.Load(confmap.Provider(doc, ""), nil); err != nil {
 		return nil, fmt.Errorf("load YAML: %w", err)
 	}
-	envKeys := envKeys()
-	fromEnv := map[string]string{} // key path → variable that set it
-	envProvider := env.Provider(".", env.Opt{
-		Prefix:      EnvPrefix,
-		EnvironFunc: func() []string { return environ },
-		TransformFunc: func(name, value string) (string, any) {
-			key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__", ".")
-			t, ok := envKeys[key]
-			if !ok {
-				if key == "routes" || strings.HasPrefix(key, "routes.") {
-					// It names route values, which no override sets: silently
-					// ignored, the route would serve otherwise than its
-					// author believes.
-					phases[1].add(key, "set by %s: routes cannot be set from the environment; write ${NAME} in the route's value instead", name)
-				}
-				return "", nil // names no configuration key: not ours
-			}
-			fromEnv[key] = name
-			if t.Kind() == reflect.Slice {
-				return key, splitList(value)
-			}
-			return key, value
-		},
-	})
+	envProvider, fromEnv := overrides(environ, &phases[1])
 	if err := k.Load(envProvider, nil); err != nil {
 		return nil, fmt.Errorf("load environment: %w", err)
 	}
@@ -155,6 +132,36 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		return nil, problems
 	}
 	return &c, nil
+}
+
+// overrides is the provider of the HOOKSTAMP_* variables of environ, and
+// the map it fills as it loads: key path → variable that set it. A
+// variable naming a route's value is a problem in errs.
+func overrides(environ []string, errs *Errors) (*env.Env, map[string]string) {
+	keys := envKeys()
+	fromEnv := map[string]string{}
+	return env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, value string) (string, any) {
+			key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__", ".")
+			t, ok := keys[key]
+			if !ok {
+				if key == "routes" || strings.HasPrefix(key, "routes.") {
+					// No override sets a route's value: silently ignored,
+					// the route would serve otherwise than its author
+					// believes.
+					errs.add(key, "set by %s: routes cannot be set from the environment; write ${NAME} in the route's value instead", name)
+				}
+				return "", nil // names no configuration key: not ours
+			}
+			fromEnv[key] = name
+			if t.Kind() == reflect.Slice {
+				return key, splitList(value)
+			}
+			return key, value
+		},
+	}), fromEnv
 }
 
 // parseYAML reads the YAML document into a raw tree, as koanf's YAML
