@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/libtnb/sqlite"
@@ -114,16 +116,16 @@ type paymentRequest struct {
 
 // book books the event's payment inside the inbox's transaction. A body
 // that is not a payment is answered 422, which is final: the event is
-// recorded as refused and its repeats get the same 422.
+// recorded as refused and its repeats get the same 422. Whatever the
+// database would refuse is checked here, so that a failed write (503,
+// retried by the provider) is always a passing fault, never the event.
 func (a *App) book(w http.ResponseWriter, r *http.Request) {
 	var req paymentRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Amount <= 0 {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "want {\"amount\": positive cents, \"currency\": ...}"})
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Amount <= 0 || !currencyCode(req.Currency) {
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "want {\"amount\": positive cents, \"currency\": three letters, default eur}"})
 		return
 	}
-	if req.Currency == "" {
-		req.Currency = "eur"
-	}
+	req.Currency = strings.ToLower(cmp.Or(req.Currency, "eur"))
 	p := Payment{EventID: r.Header.Get("Idempotency-Key"), Amount: req.Amount, Currency: req.Currency}
 	if err := inbox.Tx(r.Context()).Create(&p).Error; err != nil {
 		a.log.Error("book payment", "event", p.EventID, "err", err)
@@ -142,6 +144,23 @@ func (a *App) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ps)
+}
+
+// currencyCode reports whether c is empty (the default) or three ASCII
+// letters, as ISO 4217 codes are and as the payments table's column holds.
+func currencyCode(c string) bool {
+	if c == "" {
+		return true
+	}
+	if len(c) != 3 {
+		return false
+	}
+	for i := range len(c) {
+		if b := c[i] | 0x20; b < 'a' || b > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

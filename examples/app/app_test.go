@@ -162,10 +162,18 @@ func TestAppOnPostgres(t *testing.T) {
 	if again := send(t, appURL+"/demo", key, `{"amount":700}`); again != bad {
 		t.Errorf("the refused event again: %v, want the recorded %v", again, bad)
 	}
-	if ok := send(t, appURL+"/demo", map[string]string{"Idempotency-Key": "evt_4"}, `{"amount":700}`); ok.status != http.StatusCreated {
+	// PostgreSQL would refuse the row (varchar(3)); the event is refused
+	// for good, not answered 503 and retried by the provider forever.
+	long := map[string]string{"Idempotency-Key": "evt_5"}
+	if cur := send(t, appURL+"/demo", long, `{"amount":5,"currency":"euro"}`); cur.status != http.StatusUnprocessableEntity {
+		t.Errorf("a four-letter currency: %v, want 422", cur)
+	} else if again := send(t, appURL+"/demo", long, `{"amount":5,"currency":"euro"}`); again != cur {
+		t.Errorf("the refused currency again: %v, want the recorded %v", again, cur)
+	}
+	if ok := send(t, appURL+"/demo", map[string]string{"Idempotency-Key": "evt_4"}, `{"amount":700,"currency":"USD"}`); ok.status != http.StatusCreated {
 		t.Errorf("a payment: %v, want 201", ok)
 	}
-	if ps := payments(t, appURL); len(ps) != 1 || ps[0].EventID != "evt_4" || ps[0].Amount != 700 {
-		t.Errorf("payments %+v, want evt_4's alone", ps)
+	if ps := payments(t, appURL); len(ps) != 1 || ps[0].EventID != "evt_4" || ps[0].Amount != 700 || ps[0].Currency != "usd" {
+		t.Errorf("payments %+v, want evt_4's alone, in usd", ps)
 	}
 }
