@@ -88,7 +88,7 @@ func (s *Server) Redeliver(ctx context.Context, ref idempotency.Ref) error {
 	case !queued:
 		// Its job may be on its last attempt: promising another would be
 		// false, and a second job would send it twice.
-		return refused(http.StatusConflict, "the delivery is still queued, its attempts under way; redeliver it once it is done or dead")
+		return refused(http.StatusConflict, "a delivery of this record is still queued, its attempts under way; redeliver it once they end")
 	}
 	s.o.Logger.InfoContext(ctx, "admin: redelivery queued", "route", ref.Route, "key", ref.Key)
 	return nil

@@ -456,6 +456,11 @@ func TestRedeliveryThatGivesUpKeepsTheAnswerAndItsAttempt(t *testing.T) {
 	if n := up.count("evt_once"); n != 2 {
 		t.Fatalf("upstream received %d copies, want 2", n)
 	}
+	waitMetrics(t, g,
+		`hookstamp_delivery_attempts_total{result="gave_up",route="hooks"} 1`,
+		`hookstamp_delivery_attempts_total{result="dead",route="hooks"} 0`,
+		`hookstamp_delivery_attempts_total{result="delivered",route="hooks"} 1`,
+	)
 }
 
 // A redelivery asked for while the delivery is still queued (its attempt
@@ -478,4 +483,118 @@ func TestRedeliverOfAQueuedDeliveryIsRefused(t *testing.T) {
 		t.Fatalf("redeliver once done = %d %s, want 202", status, body)
 	}
 	testenv.Eventually(t, 10*time.Second, "the redelivery", func() bool { return up.count("evt_busy") == 2 })
+}
+
+// Redeliveries of a done record asked for together, or while one is
+// under way, make one job: a second would send the request twice at once.
+// On PostgreSQL the calls race on the record's row lock.
+func TestRedeliverOfADoneRecordOnceAtATime(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t)
+			hold := make(chan struct{})
+			free := sync.OnceFunc(func() { close(hold) })
+			t.Cleanup(free)
+			up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+				if n == 2 {
+					<-hold
+				}
+				fmt.Fprintf(w, `{"copy":%d}`, n)
+			})
+			cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
+			if driver == "postgres" {
+				cfg.Store.Driver, cfg.Store.DSN = driver, testenv.Postgres(t)
+			}
+			cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+			g := startGatewayWith(t, cfg, asyncOptions(t))
+			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_r"}`), http.StatusAccepted, "accepted")
+			waitState(t, g, "evt_r", idempotency.StateDone)
+
+			asked := race(t, 8, func(int) reply {
+				status, _ := adminPost(t, g, "/admin/routes/hooks/records/evt_r/redeliver", "")
+				return reply{status: status}
+			})
+			byStatus := map[int]int{}
+			for _, r := range asked {
+				byStatus[r.status]++
+			}
+			if byStatus[http.StatusAccepted] != 1 || byStatus[http.StatusConflict] != 7 {
+				t.Fatalf("8 redeliveries at once answered %v, want one 202 and seven 409", byStatus)
+			}
+			testenv.Eventually(t, 10*time.Second, "the redelivery at the upstream", func() bool { return up.count("evt_r") == 2 })
+			if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_r/redeliver", ""); status != http.StatusConflict {
+				t.Fatalf("redeliver during the redelivery = %d %s, want 409", status, body)
+			}
+			free()
+			testenv.Eventually(t, 10*time.Second, "the redelivery's answer recorded", func() bool {
+				return string(lookup(t, g, "hooks", "evt_r").Body) == `{"copy":2}`
+			})
+			// Once it has ended, the record can be redelivered again.
+			testenv.Eventually(t, 10*time.Second, "a redelivery accepted again", func() bool {
+				status, _ := adminPost(t, g, "/admin/routes/hooks/records/evt_r/redeliver", "")
+				return status == http.StatusAccepted
+			})
+			testenv.Eventually(t, 10*time.Second, "the second redelivery's answer recorded", func() bool {
+				return string(lookup(t, g, "hooks", "evt_r").Body) == `{"copy":3}`
+			})
+			if n := up.count("evt_r"); n != 3 {
+				t.Fatalf("upstream received %d copies, want 3", n)
+			}
+		})
+	}
+}
+
+// A record queued again by an operator gets the route's max_age anew:
+// redriven or redelivered after max_age, it is not given up after its
+// first attempt.
+func TestRequeuedRecordsGetTheirMaxAgeAnew(t *testing.T) {
+	up := newUpstream(t)
+	var failing atomic.Int32
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		if failing.Add(-1) >= 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"copy":%d}`, n)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute+"      max_age: 1s\n", "")
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+
+	failing.Store(1000)
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_dead"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_dead", idempotency.StateDead)
+	failing.Store(0)
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_done"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_done", idempotency.StateDone)
+	time.Sleep(1100 * time.Millisecond) // both records older than max_age
+
+	failing.Store(2)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/dead/redrive", ""); status != http.StatusOK || strings.TrimSpace(body) != `{"requeued":1}` {
+		t.Fatalf("redrive = %d %s", status, body)
+	}
+	waitState(t, g, "evt_dead", idempotency.StateDone)
+	failing.Store(2)
+	if status, body := adminPost(t, g, "/admin/routes/hooks/records/evt_done/redeliver", ""); status != http.StatusAccepted {
+		t.Fatalf("redeliver = %d %s", status, body)
+	}
+	testenv.Eventually(t, 10*time.Second, "the redelivery's answer recorded", func() bool {
+		return len(attemptsOf(t, g, "evt_done")) == 4 && lookup(t, g, "hooks", "evt_done").Status == http.StatusOK
+	})
+	if got := statusesOf(attemptsOf(t, g, "evt_done")); got != "200 503 503 200" {
+		t.Fatalf("evt_done's attempts %s, want 200 503 503 200", got)
+	}
+	if got := statusesOf(attemptsOf(t, g, "evt_dead")); !strings.HasSuffix(got, " 503 503 200") {
+		t.Fatalf("evt_dead's attempts %s, want the redrive's 503 503 200 last", got)
+	}
+}
+
+// statusesOf lists attempts' statuses, in order.
+func statusesOf(atts []idempotency.Attempt) string {
+	s := make([]string, len(atts))
+	for i, a := range atts {
+		s[i] = fmt.Sprint(a.Status)
+	}
+	return strings.Join(s, " ")
 }

@@ -20,6 +20,10 @@ func (j *countedJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []sqlledger.Deli
 	return nil
 }
 
+func (*countedJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) {
+	return false, nil
+}
+
 // claimStealingQueue runs steal once, before the first Enqueue of a claim
 // (owner not ""): another delivery of the key takes that claim over.
 type claimStealingQueue struct {

@@ -249,7 +249,7 @@ func (q *Queue) Stop(ctx context.Context) error {
 func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, ds []sqlledger.Delivery) error {
 	params := make([]river.InsertManyParams, len(ds))
 	for i, r := range ds {
-		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key, Created: r.Created},
+		params[i] = river.InsertManyParams{Args: Args{Route: r.Route, Key: r.Key, Created: r.Created, Requeued: r.Requeued},
 			InsertOpts: &river.InsertOpts{Queue: QueueName(r.Route), MaxAttempts: riverMaxAttempts}}
 	}
 	// The fast insert returns no rows to decode: nothing here reads them,
@@ -285,6 +285,23 @@ var nextAttemptSQL = map[string]string{
 		`AND args->>'route' = $2 AND args->>'key' = $3`,
 	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable') ` +
 		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
+}
+
+// pendingSQL finds a record's delivery job waiting or running, by driver.
+var pendingSQL = map[string]string{
+	DriverPostgres: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
+		`AND args->>'route' = $2 AND args->>'key' = $3)`,
+	DriverSQLite: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
+		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?)`,
+}
+
+// PendingTx reports whether a delivery job of r waits or runs, in tx.
+func (q *Queue) PendingTx(ctx context.Context, tx *sql.Tx, r idempotency.Ref) (bool, error) {
+	var pending bool
+	if err := tx.QueryRowContext(ctx, pendingSQL[q.o.Driver], Args{}.Kind(), r.Route, r.Key).Scan(&pending); err != nil {
+		return false, fmt.Errorf("pending delivery jobs of %q: %w", r.Key, err)
+	}
+	return pending, nil
 }
 
 // NextAttempt returns when ref's delivery is next attempted, and false

@@ -19,7 +19,8 @@ import (
 // noJobs inserts no delivery job: the test runs its job by hand.
 type noJobs struct{}
 
-func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error { return nil }
+func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error     { return nil }
+func (noJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) { return false, nil }
 
 // A rescued job's lost attempt is recorded for its record only. An
 // operator may delete the delivery between the run's read of it and that

@@ -140,7 +140,8 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 	s := sent.settlement()
 	s.Job = sent.job.ID
 	hold := sent.up == nil && forward.Ambiguous(sent.err) && r.Policy.HoldAmbiguous
-	spent := sentRuns(sent.job, sent.run) >= r.MaxAttempts || q.o.Now().Sub(st.CreatedAt) >= r.MaxAge
+	queued := sent.job.Args.queuedAt(st.CreatedAt)
+	spent := sentRuns(sent.job, sent.run) >= r.MaxAttempts || q.o.Now().Sub(queued) >= r.MaxAge
 	switch {
 	case sent.up != nil && r.Policy.Settles(sent.up):
 		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(sent.up)
@@ -149,7 +150,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		}
 		q.hookResult(ref.Route, "delivered")
 		if q.o.Hooks.Lag != nil && st.State == idempotency.StateQueued {
-			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(st.CreatedAt))
+			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(queued))
 		}
 	case st.State == idempotency.StateDone && (spent || hold):
 		// A redelivery that gives up leaves the record its earlier answer:
@@ -158,7 +159,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
 		}
-		q.hookResult(ref.Route, "dead")
+		q.hookResult(ref.Route, "gave_up")
 		q.o.Logger.WarnContext(ctx, "redelivery gave up; the record keeps its earlier answer",
 			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
 	case hold:

@@ -21,7 +21,7 @@ const (
 
 // AttemptResults are the result label values of
 // hookstamp_delivery_attempts_total.
-var AttemptResults = []string{"delivered", "retried", "dead", "held"}
+var AttemptResults = []string{"delivered", "retried", "dead", "held", "gave_up"}
 
 // lagBuckets (seconds) span a delivery made at once to one that waited
 // out a day-long outage.

@@ -99,4 +99,5 @@ func TestStoredCreatedAtIsOnTheReplicasClock(t *testing.T) {
 // noJobs inserts no delivery job: the tests read the ledger's rows only.
 type noJobs struct{}
 
-func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error { return nil }
+func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error     { return nil }
+func (noJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) { return false, nil }

@@ -310,7 +310,8 @@ func attemptTaken(err error) bool {
 
 // Requeue queues ref's stored request again (redeliver, SPEC §11): a dead
 // row is revived (queued); a done row stays done until the new final
-// answer replaces its answer; a queued row has its job already. A row
+// answer replaces its answer; a queued row, or a done one whose
+// redelivery waits or runs, has its job already. A row
 // queued again is kept at least until keep: a done one is not safe from
 // the sweeper while its job waits. With held set (an async route's
 // release) it revives a held row and nothing else. It reports whether a
@@ -362,6 +363,11 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 				return err
 			}
 		case idempotency.StateDone:
+			// A redelivery already queued or under way: a second job
+			// would send the request twice at once.
+			if pending, err := l.jobs.PendingTx(ctx, tx, r); err != nil || pending {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET `+keptSQL+`WHERE route = ? AND "key" = ?`),
 				kept, kept, r.Route, r.Key); err != nil {
 				return err
@@ -370,7 +376,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 			return idempotency.ErrNotOwner
 		}
 		queued = true
-		return l.jobs.InsertTx(ctx, tx, []Delivery{{Ref: r, Created: created}})
+		return l.jobs.InsertTx(ctx, tx, []Delivery{{Ref: r, Created: created, Requeued: l.now()}})
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, ErrNoRequest), errors.Is(err, idempotency.ErrNotOwner):
@@ -407,8 +413,9 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string) (int,
 			return err
 		}
 		var ds []Delivery
+		now := l.now()
 		for rows.Next() {
-			d := Delivery{Ref: idempotency.Ref{Route: route}}
+			d := Delivery{Ref: idempotency.Ref{Route: route}, Requeued: now}
 			if err := rows.Scan(&d.Key, &d.Created); err != nil {
 				rows.Close()
 				return err

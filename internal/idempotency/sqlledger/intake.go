@@ -16,15 +16,20 @@ import (
 type Jobs interface {
 	// InsertTx queues a delivery job for each record, in tx.
 	InsertTx(ctx context.Context, tx *sql.Tx, ds []Delivery) error
+	// PendingTx reports whether a delivery job of r waits or runs, in tx.
+	PendingTx(ctx context.Context, tx *sql.Tx, r idempotency.Ref) (bool, error)
 }
 
 // Delivery is a queued record as its job names it. Created is the
 // record's created_at as the database holds it: a record of the key
 // stored again after this one was deleted has another, and is not the
-// job's (Stored.Is).
+// job's (Stored.Is). Requeued is when an operator queued the record
+// again (redeliver, redrive, release), on the replica's clock; zero for
+// its intake.
 type Delivery struct {
 	idempotency.Ref
-	Created time.Time
+	Created  time.Time
+	Requeued time.Time
 }
 
 var _ idempotency.Queue = (*Ledger)(nil)

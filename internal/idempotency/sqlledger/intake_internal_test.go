@@ -33,6 +33,10 @@ func (j *insertedJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []Delivery) err
 	return nil
 }
 
+func (*insertedJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) {
+	return false, nil
+}
+
 // onBothWithJobs runs fn on a PostgreSQL and a SQLite ledger, in
 // parallel, each inserting its delivery jobs into its own insertedJobs.
 func onBothWithJobs(t *testing.T, fn func(t *testing.T, l *Ledger, jobs *insertedJobs)) {
