@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,8 +58,26 @@ type RecordDetail struct {
 	// Request is the stored request; absent when none is stored.
 	Request  *StoredRequest `json:"request,omitempty"`
 	Attempts []Attempt      `json:"attempts"`
-	// NextAttemptAt is when a queued async delivery is next attempted.
-	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// NextAttemptAt is when the record's delivery is next attempted: on
+	// async routes always shown, null when none waits; elsewhere shown
+	// only while a redelivery waits.
+	NextAttemptAt ShownTime `json:"next_attempt_at,omitzero"`
+}
+
+// ShownTime is a member shown as a time or null, or left out when not
+// Shown.
+type ShownTime struct {
+	Shown bool
+	At    *time.Time
+}
+
+func (t ShownTime) IsZero() bool { return !t.Shown }
+
+func (t ShownTime) MarshalJSON() ([]byte, error) { return json.Marshal(t.At) }
+
+func (t *ShownTime) UnmarshalJSON(b []byte) error {
+	t.Shown = true
+	return json.Unmarshal(b, &t.At)
 }
 
 // StoredRequest is a stored request as the API shows it.
@@ -189,7 +208,9 @@ func (s *Server) detail(ctx context.Context, ref idempotency.Ref) (RecordDetail,
 			return RecordDetail{}, fmt.Errorf("next attempt: %w", err)
 		}
 		if ok {
-			out.NextAttemptAt = timeOrNull(at)
+			out.NextAttemptAt = ShownTime{Shown: true, At: timeOrNull(at)}
+		} else if s.o.Async[ref.Route] {
+			out.NextAttemptAt.Shown = true
 		}
 	}
 	return out, nil

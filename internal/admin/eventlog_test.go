@@ -149,7 +149,7 @@ func TestRecordDetailShowsRequestAttemptsAndNextAttempt(t *testing.T) {
 		got.Attempts[1].Status == nil || *got.Attempts[1].Status != 200 || got.Attempts[1].DurationMS != 1200 {
 		t.Errorf("attempts = %s", mustJSON(got.Attempts))
 	}
-	if got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(next) {
+	if got.NextAttemptAt.At == nil || !got.NextAttemptAt.At.Equal(next) {
 		t.Errorf("next_attempt_at = %v, want %v", got.NextAttemptAt, next)
 	}
 
@@ -162,5 +162,21 @@ func TestRecordDetailShowsRequestAttemptsAndNextAttempt(t *testing.T) {
 	if plain.status != http.StatusOK || strings.Contains(body, `"request"`) || strings.Contains(body, "next_attempt_at") ||
 		!strings.Contains(body, `"attempts":[]`) {
 		t.Errorf("detail without a request: %d %s", plain.status, body)
+	}
+}
+
+// On an async route the detail always has next_attempt_at, null when no
+// attempt waits (SPEC §11).
+func TestRecordDetailOfAnAsyncRouteShowsNoNextAttemptAsNull(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Queue, o.Async = nextAttempts{}, map[string]bool{"ship": true} })
+	for _, route := range []string{"pay", "ship"} {
+		e.commit(t, &idempotency.Record{Ref: idempotency.Ref{Route: route, Key: "evt_done"}, State: idempotency.StateDone,
+			Response: idempotency.Response{Status: 200}})
+	}
+	if r := e.do(t, http.MethodGet, recordPath("ship", "evt_done"), token, ""); r.status != http.StatusOK || !strings.Contains(string(r.body), `"next_attempt_at":null`) {
+		t.Errorf("async route's done record: %d %s, want \"next_attempt_at\":null", r.status, r.body)
+	}
+	if r := e.do(t, http.MethodGet, recordPath("pay", "evt_done"), token, ""); r.status != http.StatusOK || strings.Contains(string(r.body), "next_attempt_at") {
+		t.Errorf("sync route's record: %d %s, want no next_attempt_at", r.status, r.body)
 	}
 }

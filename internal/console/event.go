@@ -80,8 +80,8 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, a := range ev.Attempts {
 		d.Attempts = append(d.Attempts, attemptOf(a))
 	}
-	if ev.NextAttemptAt != nil {
-		d.NextAt = when(ev.NextAttemptAt)
+	if ev.NextAttemptAt.At != nil {
+		d.NextAt = when(ev.NextAttemptAt.At)
 	}
 	d.Repeats, d.RepeatsKnown, d.RepeatsNote = c.repeats(r, ref)
 	state := idempotency.State(ev.State)
