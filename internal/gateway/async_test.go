@@ -117,6 +117,26 @@ func TestAsyncPollIntervalIsTheRoutesOwn(t *testing.T) {
 	}
 }
 
+// River refuses queue names over 64 characters, and "route_" takes six:
+// a route name of the longest kind still gets a queue.
+func TestAsyncRouteWithTheLongestNameStartsAndDelivers(t *testing.T) {
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
+	name := strings.Repeat("n", 64)
+	cfg.Routes[0].Name = name
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_long"}`), http.StatusAccepted, "accepted")
+	testenv.Eventually(t, 20*time.Second, "the delivery done", func() bool {
+		return lookup(t, g, name, "evt_long").State == idempotency.StateDone
+	})
+	if n := up.count("evt_long"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+}
+
 func TestAsyncRetriesUntilTheUpstreamTakesIt(t *testing.T) {
 	up := newUpstream(t)
 	fourth := make(chan struct{})

@@ -1,7 +1,10 @@
 package queue
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -70,18 +73,37 @@ func TestRetryAfterReadsSecondsAndDates(t *testing.T) {
 }
 
 func TestQueueNamesAreRiverValid(t *testing.T) {
+	fits := strings.Repeat("a", 58) // "route_" and 58: River's 64
 	tests := []struct{ route, want string }{
 		{"github", "route_github"},
 		{"pay-in_eu", "route_pay-in_eu"},
+		{fits, "route_" + fits},
+		// Queued jobs keep the queue they were inserted in: these must not change.
+		{"a__b", "route_" + digest("a__b", 8)},
+		{"a__" + fits, "route_" + digest("a__"+fits, 8)},
 	}
 	for _, tt := range tests {
 		if got := QueueName(tt.route); got != tt.want {
 			t.Errorf("QueueName(%q) = %q, want %q", tt.route, got, tt.want)
 		}
 	}
-	for _, odd := range []string{"a__b", "-x", "x-", "a-_b"} {
-		if got := QueueName(odd); !queueNameOK.MatchString(got) || got == QueueName("a__c") && odd != "a__c" {
-			t.Errorf("QueueName(%q) = %q, not a River queue name or not distinct", odd, got)
+	long := strings.Repeat("b", 64)
+	odd := []string{"a__b", "-x", "x-", "a-_b", fits + "b", long, long[:63] + "c", QueueName(long)[len("route_"):]}
+	seen := map[string]string{}
+	for _, route := range odd {
+		got := QueueName(route)
+		if !queueNameOK.MatchString(got) || len(got) > 64 {
+			t.Errorf("QueueName(%q) = %q, not a River queue name", route, got)
 		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("QueueName(%q) = QueueName(%q) = %q", route, other, got)
+		}
+		seen[got] = route
 	}
+}
+
+// digest is the first n bytes of name's SHA-256, in hex.
+func digest(name string, n int) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:n])
 }

@@ -268,14 +268,29 @@ const riverMaxAttempts = 1000
 // queueNameOK is what River accepts as a queue name.
 var queueNameOK = regexp.MustCompile(`^[a-z0-9]+(?:[_-][a-z0-9]+)*$`)
 
-// QueueName is route's River queue: its name when River accepts it, a
-// digest of it otherwise (route names may hold "__" or lead with "-").
+// queueNameMax is the longest queue name River accepts.
+const queueNameMax = 64
+
+// QueueName is route's River queue: "route_" and its name when River
+// accepts that, a digest of the name otherwise. A name River refuses for
+// its characters (route names may hold "__" or lead with "-") keeps the
+// "route_" digest it always had, so that its queued jobs are still run
+// after an upgrade. A name only too long gets "route-": no route's queue
+// name can be that, whereas a route may be named like a digest.
 func QueueName(route string) string {
-	if queueNameOK.MatchString(route) {
-		return "route_" + route
+	switch {
+	case !queueNameOK.MatchString(route):
+		return "route_" + nameDigest(route, 8)
+	case len("route_")+len(route) > queueNameMax:
+		return "route-" + nameDigest(route, 16)
 	}
+	return "route_" + route
+}
+
+// nameDigest is the first n bytes of route's SHA-256, in hex.
+func nameDigest(route string, n int) string {
 	sum := sha256.Sum256([]byte(route))
-	return "route_" + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:n])
 }
 
 // nextAttemptSQL finds when a record's pending delivery job runs next, by
