@@ -48,6 +48,7 @@ routes:
 		{"    async: {max_attempts: 0}\n", "routes[0].async.max_attempts", "at least 1"},
 		{"    async: {backoff: {initial: 1m, max: 1s}}\n", "routes[0].async.backoff.max", "shorter"},
 		{"    async: {concurrency: 0}\n", "routes[0].async.concurrency", "at least 1"},
+		{"    async: {concurrency: 10001}\n", "routes[0].async.concurrency", "at most 10000"},
 		{"    async: {poll_interval: 1ms}\n", "routes[0].async.poll_interval", "at least 10ms"},
 		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
 		{"    delivery: later\n", "routes[0].delivery", "unknown value"},

@@ -411,6 +411,10 @@ type Async struct {
 // MinPollInterval is the shortest Async.PollInterval.
 const MinPollInterval = 10 * time.Millisecond
 
+// MaxConcurrency is the largest Async.Concurrency: River's
+// QueueNumWorkersMax, which refuses to start a queue with more.
+const MaxConcurrency = 10_000
+
 // Ack is the fixed answer a store-and-forward route gives the provider.
 type Ack struct {
 	// Status is a 2xx status: anything else would make the provider retry a

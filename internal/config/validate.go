@@ -660,8 +660,11 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	if a.Backoff.Max < a.Backoff.Initial {
 		errs.add(join(ap, "backoff.max"), "%s is shorter than backoff.initial (%s)", a.Backoff.Max, a.Backoff.Initial)
 	}
-	if a.Concurrency < 1 {
+	switch {
+	case a.Concurrency < 1:
 		errs.add(join(ap, "concurrency"), "must be at least 1, got %d", a.Concurrency)
+	case a.Concurrency > MaxConcurrency:
+		errs.add(join(ap, "concurrency"), "must be at most %d, got %d: the job queue runs no more workers for one route on one replica", MaxConcurrency, a.Concurrency)
 	}
 	if r.Retention > 0 && a.MaxAge >= r.Retention {
 		// The sweeper deletes a row once its retention ends: a delivery

@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/hookstamp/hookstamp/internal/config"
 )
 
 func TestBackoffStaysWithinItsBoundsAndHonoursRetryAfter(t *testing.T) {
@@ -99,6 +103,12 @@ func TestQueueNamesAreRiverValid(t *testing.T) {
 			t.Errorf("QueueName(%q) = QueueName(%q) = %q", route, other, got)
 		}
 		seen[got] = route
+	}
+}
+
+func TestConfigConcurrencyLimitIsRivers(t *testing.T) {
+	if config.MaxConcurrency != river.QueueNumWorkersMax {
+		t.Fatalf("config.MaxConcurrency = %d, River's QueueNumWorkersMax = %d", config.MaxConcurrency, river.QueueNumWorkersMax)
 	}
 }
 
