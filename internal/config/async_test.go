@@ -32,8 +32,8 @@ routes:
 	}
 }
 
-func TestAsyncRouteRefusals(t *testing.T) {
-	base := `
+// asyncDoc is a file of one async route.
+const asyncDoc = `
 routes:
   - name: a
     path: /a
@@ -41,6 +41,9 @@ routes:
     upstream: {url: "http://127.0.0.1:9000/a"}
     key: {sources: [{header: X-Event-Id}]}
 `
+
+func TestAsyncRouteRefusals(t *testing.T) {
+	const stores = "    delivery: sync\n    record: {request: true}\n"
 	tests := []struct{ extra, path, want string }{
 		{"    mode: shadow\n", "routes[0].delivery", "shadow"},
 		{"    async: {ack: {status: 500}}\n", "routes[0].async.ack.status", "2xx"},
@@ -52,15 +55,31 @@ routes:
 		{"    async: {poll_interval: 1ms}\n", "routes[0].async.poll_interval", "at least 10ms"},
 		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
 		{"    delivery: later\n", "routes[0].delivery", "unknown value"},
-		{"    delivery: sync\n    record: {request: true}\n    async: {poll_interval: 0s}\n", "routes[0].async.poll_interval", "at least 10ms"},
+		// A synchronous route storing requests redelivers them with its
+		// async settings, all but the ack.
+		{stores + "    async: {poll_interval: 0s}\n", "routes[0].async.poll_interval", "at least 10ms"},
+		{stores + "    async: {max_attempts: 0}\n", "routes[0].async.max_attempts", "at least 1"},
+		{stores + "    async: {max_age: 0s}\n", "routes[0].async.max_age", "greater than 0"},
+		{stores + "    async: {backoff: {initial: 0s}}\n", "routes[0].async.backoff.initial", "greater than 0"},
+		{stores + "    async: {backoff: {initial: 1m, max: 1s}}\n", "routes[0].async.backoff.max", "shorter"},
+		{stores + "    async: {concurrency: 0}\n", "routes[0].async.concurrency", "at least 1"},
+		{stores + "    async: {concurrency: 10001}\n", "routes[0].async.concurrency", "at most 10000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path+"/"+tt.want, func(t *testing.T) {
-			doc := base + tt.extra
+			doc := asyncDoc + tt.extra
 			if strings.HasPrefix(tt.extra, "    delivery:") {
-				doc = strings.Replace(base, "    delivery: async\n", tt.extra, 1)
+				doc = strings.Replace(asyncDoc, "    delivery: async\n", tt.extra, 1)
 			}
 			assertProblem(t, mustFail(t, doc), tt.path, tt.want)
 		})
 	}
+}
+
+// The ack is an async route's alone, and a route storing nothing reads no
+// async setting.
+func TestSyncRoutesAsyncSettingsOnlyWhereUsed(t *testing.T) {
+	route := strings.Replace(asyncDoc, "    delivery: async\n", "", 1)
+	mustLoad(t, route+"    record: {request: true}\n    async: {ack: {status: 500, body: ok}}\n")
+	mustLoad(t, route+"    async: {max_attempts: 0, max_age: 0s, concurrency: 0, poll_interval: 1ms, ack: {status: 500}}\n")
 }

@@ -386,7 +386,8 @@ type Record struct {
 }
 
 // Async is a store-and-forward route's acknowledgement and delivery policy
-// (SPEC §10).
+// (SPEC §10); a synchronous route storing requests redelivers them under
+// all of it but Ack.
 type Async struct {
 	// Ack is what the provider gets once the delivery is stored. Default
 	// 202 with no body, or the preset's.

@@ -629,9 +629,11 @@ func validateRecord(errs *Errors, p string, r Record) {
 
 func validateDelivery(errs *Errors, p string, r Route) {
 	oneOf(errs, join(p, "delivery"), r.Delivery, DeliverySync, DeliveryAsync)
-	// A synchronous route storing requests polls too, for its redeliveries.
-	if r.Async.PollInterval < MinPollInterval {
-		errs.add(join(p, "async.poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, r.Async.PollInterval)
+	a, ap := r.Async, join(p, "async")
+	if r.StoresRequests() {
+		// A synchronous route storing requests redelivers them through the
+		// queue with these settings.
+		validateQueueing(errs, ap, a)
 	}
 	if r.Delivery != DeliveryAsync {
 		return
@@ -642,7 +644,6 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	if pr, ok := LookupPreset(r.Preset); ok && pr.SyncOnly {
 		errs.add(join(p, "delivery"), "async cannot be used with preset %s: the provider reads its answer from the upstream's", r.Preset)
 	}
-	a, ap := r.Async, join(p, "async")
 	if a.Ack.Status < 200 || a.Ack.Status > 299 {
 		errs.add(join(ap, "ack.status"), "must be a 2xx status, got %d: any other answer makes the provider send the stored delivery again", a.Ack.Status)
 	}
@@ -652,6 +653,16 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	if a.Ack.ContentType != "" && strings.ContainsAny(a.Ack.ContentType, "\r\n") {
 		errs.add(join(ap, "ack.content_type"), "must not contain line breaks")
 	}
+	if r.Retention > 0 && a.MaxAge >= r.Retention {
+		// The sweeper deletes a row once its retention ends: a delivery
+		// still queued then would vanish undelivered.
+		errs.add(join(ap, "max_age"), "%s is not shorter than retention (%s): the sweeper would delete deliveries still queued", a.MaxAge, r.Retention)
+	}
+}
+
+// validateQueueing checks the async settings by which the queue delivers a
+// route's stored requests.
+func validateQueueing(errs *Errors, ap string, a Async) {
 	if a.MaxAttempts < 1 {
 		errs.add(join(ap, "max_attempts"), "must be at least 1, got %d", a.MaxAttempts)
 	}
@@ -666,10 +677,8 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	case a.Concurrency > MaxConcurrency:
 		errs.add(join(ap, "concurrency"), "must be at most %d, got %d: the job queue runs no more workers for one route on one replica", MaxConcurrency, a.Concurrency)
 	}
-	if r.Retention > 0 && a.MaxAge >= r.Retention {
-		// The sweeper deletes a row once its retention ends: a delivery
-		// still queued then would vanish undelivered.
-		errs.add(join(ap, "max_age"), "%s is not shorter than retention (%s): the sweeper would delete deliveries still queued", a.MaxAge, r.Retention)
+	if a.PollInterval < MinPollInterval {
+		errs.add(join(ap, "poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, a.PollInterval)
 	}
 }
 
