@@ -53,7 +53,6 @@ func TestAsyncRouteRefusals(t *testing.T) {
 		{"    async: {concurrency: 0}\n", "routes[0].async.concurrency", "at least 1"},
 		{"    async: {concurrency: 10001}\n", "routes[0].async.concurrency", "at most 10000"},
 		{"    async: {poll_interval: 1ms}\n", "routes[0].async.poll_interval", "at least 10ms"},
-		{"    retention: 48h\n", "routes[0].async.max_age", "sweeper"},
 		{"    delivery: later\n", "routes[0].delivery", "unknown value"},
 		// A synchronous route storing requests redelivers them with its
 		// async settings, all but the ack.
@@ -82,4 +81,31 @@ func TestSyncRoutesAsyncSettingsOnlyWhereUsed(t *testing.T) {
 	route := strings.Replace(asyncDoc, "    delivery: async\n", "", 1)
 	mustLoad(t, route+"    record: {request: true}\n    async: {ack: {status: 500, body: ok}}\n")
 	mustLoad(t, route+"    async: {max_attempts: 0, max_age: 0s, concurrency: 0, poll_interval: 1ms, ack: {status: 500}}\n")
+}
+
+// An async route's defaults load with any retention and lease: its queued
+// rows are never swept, and its forwards hold no claim. Presets of a
+// three-day retention, as long as max_age's default, are among them.
+func TestAsyncRouteDefaultsLoadWithShortRetentionAndLongTimeout(t *testing.T) {
+	for _, preset := range []string{"shopify", "slack", "razorpay", "twitch"} {
+		t.Run(preset, func(t *testing.T) {
+			c := mustLoad(t, `
+routes:
+  - name: p
+    path: /p
+    preset: `+preset+`
+    delivery: async
+    upstream: {url: "http://127.0.0.1:9000/p"}
+    verify: {secrets: ["s3cret"]}
+`)
+			if r := c.Routes[0]; r.Async.MaxAge < r.Retention {
+				t.Fatalf("max_age %s, retention %s: want a preset whose retention is at most max_age's default", r.Async.MaxAge, r.Retention)
+			}
+		})
+	}
+	mustLoad(t, asyncDoc+"    retention: 1h\n")
+	mustLoad(t, strings.Replace(asyncDoc, `upstream: {url: "http://127.0.0.1:9000/a"}`, `upstream: {url: "http://127.0.0.1:9000/a", timeout: 40s}`, 1))
+	sync := strings.Replace(asyncDoc, "    delivery: async\n", "", 1)
+	assertProblem(t, mustFail(t, strings.Replace(sync, `upstream: {url: "http://127.0.0.1:9000/a"}`, `upstream: {url: "http://127.0.0.1:9000/a", timeout: 40s}`, 1)),
+		"routes[0].upstream.timeout", "not shorter than screen.lease")
 }

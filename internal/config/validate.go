@@ -293,7 +293,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 			errs.add(join(p, "preset"), "unknown preset %q (want %s)", r.Preset, orList(PresetNames()))
 		}
 	}
-	c.validateUpstream(errs, join(p, "upstream"), r.Upstream)
+	c.validateUpstream(errs, join(p, "upstream"), r.Upstream, r.Delivery == DeliveryAsync)
 	validateKey(errs, join(p, "key"), r.Name, r.Key)
 	validateFingerprint(errs, join(p, "fingerprint"), r.Fingerprint)
 	validateVerify(errs, join(p, "verify"), r.Verify)
@@ -356,14 +356,16 @@ func checkRoutePath(path string) error {
 	return nil
 }
 
-func (c *Config) validateUpstream(errs *Errors, p string, u Upstream) {
+// validateUpstream checks u; an async route's forwards hold no claim, so
+// its timeout is not bounded by the lease.
+func (c *Config) validateUpstream(errs *Errors, p string, u Upstream, async bool) {
 	if err := checkHTTPURL(u.URL); err != nil {
 		errs.add(join(p, "url"), "%v", err)
 	}
 	switch {
 	case u.Timeout <= 0:
 		errs.add(join(p, "timeout"), "must be greater than 0, got %s", u.Timeout)
-	case c.Screen.Lease > 0 && u.Timeout >= c.Screen.Lease:
+	case !async && c.Screen.Lease > 0 && u.Timeout >= c.Screen.Lease:
 		errs.add(join(p, "timeout"), "%s is not shorter than screen.lease (%s): a claim would expire while its delivery is still being forwarded, letting a retry through", u.Timeout, c.Screen.Lease)
 	}
 	if u.KeyHeader != "" && !httpguts.ValidHeaderFieldName(u.KeyHeader) {
@@ -652,11 +654,6 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	}
 	if a.Ack.ContentType != "" && strings.ContainsAny(a.Ack.ContentType, "\r\n") {
 		errs.add(join(ap, "ack.content_type"), "must not contain line breaks")
-	}
-	if r.Retention > 0 && a.MaxAge >= r.Retention {
-		// The sweeper deletes a row once its retention ends: a delivery
-		// still queued then would vanish undelivered.
-		errs.add(join(ap, "max_age"), "%s is not shorter than retention (%s): the sweeper would delete deliveries still queued", a.MaxAge, r.Retention)
 	}
 }
 
