@@ -353,10 +353,22 @@ func stripScope(metrics string) string {
 }
 
 func TestAsyncDetailShowsTheNextAttempt(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			detailShowsTheNextAttempt(t, driver)
+		})
+	}
+}
+
+func detailShowsTheNextAttempt(t *testing.T, driver string) {
 	up := newUpstream(t)
 	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
 	cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "max: 50ms", "max: 1h", 1), "")
 	cfg.Routes[0].Async.Backoff.Initial = time.Hour // the next attempt stays scheduled while the test reads it
+	if driver == "postgres" {
+		cfg.Store.Driver, cfg.Store.DSN = driver, testenv.Postgres(t)
+	}
 	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
 	g := startGatewayWith(t, cfg, asyncOptions(t))
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_next"}`), http.StatusAccepted, "accepted")

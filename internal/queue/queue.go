@@ -294,10 +294,11 @@ func nameDigest(route string, n int) string {
 }
 
 // nextAttemptSQL finds when a record's pending delivery job runs next, by
-// driver (River keeps a job's args as JSON).
+// driver (River keeps a job's args as JSON; on PostgreSQL containment is
+// what its GIN index on them answers).
 var nextAttemptSQL = map[string]string{
 	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable') ` +
-		`AND args->>'route' = $2 AND args->>'key' = $3`,
+		`AND args @> jsonb_build_object('route', $2::text, 'key', $3::text)`,
 	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable') ` +
 		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
 }
@@ -305,7 +306,7 @@ var nextAttemptSQL = map[string]string{
 // pendingSQL finds a record's delivery job waiting or running, by driver.
 var pendingSQL = map[string]string{
 	DriverPostgres: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
-		`AND args->>'route' = $2 AND args->>'key' = $3)`,
+		`AND args @> jsonb_build_object('route', $2::text, 'key', $3::text))`,
 	DriverSQLite: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
 		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?)`,
 }
