@@ -87,12 +87,19 @@ type Hooks struct {
 	Upstream func(ctx context.Context, route string, d time.Duration)
 }
 
-// Queue is the River client delivering async routes' jobs. It is safe for
+// Queue is the River clients of async routes' jobs. It is safe for
 // concurrent use.
 type Queue struct {
 	o      Options
-	client *river.Client[*sql.Tx]
 	routes map[string]*Route
+	driver riverdriver.Driver[*sql.Tx]
+	// jobs inserts and updates jobs in the ledger's transactions; it never
+	// runs any.
+	jobs *river.Client[*sql.Tx]
+	// cfg is the runner's, which Start makes: it works the jobs, and its
+	// leader maintains River's tables.
+	cfg    *river.Config
+	runner *river.Client[*sql.Tx]
 }
 
 var _ sqlledger.Jobs = (*Queue)(nil)
@@ -142,7 +149,8 @@ func New(o Options) (*Queue, error) {
 			FetchCooldown: min(poll, fetchCooldown)}
 		longest = max(longest, r.Timeout)
 	}
-	cfg := &river.Config{
+	q.driver = driver
+	q.cfg = &river.Config{
 		ID:                   o.Replica,
 		Queues:               queues,
 		Workers:              workers,
@@ -159,11 +167,9 @@ func New(o Options) (*Queue, error) {
 		// replica polls.
 		PollOnly: true,
 	}
-	if len(queues) == 0 {
-		cfg.Queues, cfg.Workers = nil, nil // an insert-only client: no route is async
-	}
-	q.client, err = river.NewClient(driver, cfg)
-	if err != nil {
+	jobs := *q.cfg
+	jobs.Queues, jobs.Workers = nil, nil
+	if q.jobs, err = river.NewClient(driver, &jobs); err != nil {
 		return nil, fmt.Errorf("queue: river client: %w", err)
 	}
 	return q, nil
@@ -218,31 +224,80 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 // fetchCooldown is the shortest pause between two fetches of one queue.
 const fetchCooldown = 5 * time.Millisecond
 
-// Start begins fetching and working jobs.
+// Start begins fetching and working jobs. Call it again after an error;
+// not after a Stop.
 func (q *Queue) Start(ctx context.Context) error {
 	if len(q.routes) == 0 {
 		return nil
 	}
-	if err := q.client.Start(context.WithoutCancel(ctx)); err != nil {
+	if q.runner == nil {
+		reindex, err := q.mayReindex(ctx)
+		if err != nil {
+			return fmt.Errorf("queue: start: %w", err)
+		}
+		cfg := *q.cfg
+		if !reindex {
+			// River's leader rebuilds river_job's indexes daily, which
+			// takes the table's owner: a replica under the documented
+			// grants would log an error per index every night.
+			cfg.ReindexerIndexNames = []string{}
+			q.o.Logger.InfoContext(ctx, "River's daily reindex of river_job is off on this replica: its database role neither owns the table nor has MAINTAIN on it")
+		}
+		runner, err := river.NewClient(q.driver, &cfg)
+		if err != nil {
+			return fmt.Errorf("queue: river client: %w", err)
+		}
+		q.runner = runner
+	}
+	if err := q.runner.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("queue: start: %w", err)
 	}
 	return nil
+}
+
+// mayReindexSQL reports whether the role may rebuild river_job's indexes
+// (REINDEX): it owns the table, or, from PostgreSQL 17, has MAINTAIN on
+// it. A CASE, so that the privilege PostgreSQL 15 does not know is never
+// asked of it.
+const mayReindexSQL = `SELECT CASE ` +
+	`WHEN to_regclass('river_job') IS NULL THEN false ` +
+	`WHEN pg_has_role((SELECT relowner FROM pg_class WHERE oid = to_regclass('river_job')), 'USAGE') THEN true ` +
+	`WHEN current_setting('server_version_num')::int >= 170000 THEN has_table_privilege('river_job', 'MAINTAIN') ` +
+	`ELSE false END`
+
+// mayReindex reports whether River's reindex can run on the ledger's
+// database: always on SQLite.
+func (q *Queue) mayReindex(ctx context.Context) (bool, error) {
+	if q.o.Driver != DriverPostgres {
+		return true, nil
+	}
+	db, err := q.o.Ledger.DB()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var ok bool
+	if err := db.QueryRowContext(ctx, mayReindexSQL).Scan(&ok); err != nil {
+		return false, fmt.Errorf("privileges on river_job: %w", err)
+	}
+	return ok, nil
 }
 
 // Stop stops fetching jobs and waits for the attempts in flight until ctx
 // is done; then it cuts them (each records its attempt and is retried
 // later, by any replica).
 func (q *Queue) Stop(ctx context.Context) error {
-	if len(q.routes) == 0 {
+	if q.runner == nil {
 		return nil
 	}
-	err := q.client.Stop(ctx)
+	err := q.runner.Stop(ctx)
 	if err == nil || !errors.Is(err, ctx.Err()) {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return q.client.StopAndCancel(cctx)
+	return q.runner.StopAndCancel(cctx)
 }
 
 // InsertTx queues a delivery job for each record in tx (sqlledger.Jobs).
@@ -254,7 +309,7 @@ func (q *Queue) InsertTx(ctx context.Context, tx *sql.Tx, ds []sqlledger.Deliver
 	}
 	// The fast insert returns no rows to decode: nothing here reads them,
 	// and delivery jobs are never unique jobs (the ledger's key is).
-	if _, err := q.client.InsertManyFastTx(ctx, tx, params); err != nil {
+	if _, err := q.jobs.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("insert delivery jobs: %w", err)
 	}
 	return nil

@@ -201,7 +201,7 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 	// run to tell this one from a run that lost its attempt should the
 	// snooze not be stored (recordLost).
 	noted := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := q.client.JobUpdateTx(ctx, tx, sent.job.ID, &river.JobUpdateParams{Output: recordedRun{Run: sent.run}})
+		_, err := q.jobs.JobUpdateTx(ctx, tx, sent.job.ID, &river.JobUpdateParams{Output: recordedRun{Run: sent.run}})
 		return err
 	}
 	var wait time.Duration
