@@ -24,8 +24,14 @@
 //
 // The key is inserted first, in the transaction that then runs the
 // business write; the table's primary key (consumer, key) decides which of
-// two concurrent copies runs. There is no read-then-insert. How each
-// database makes the second copy wait:
+// two concurrent copies runs. There is no read-then-insert. Copies of one
+// key in one process wait in the Inbox, holding no connection, until the
+// copy before them has committed or rolled back: a burst of copies larger
+// than the connection pool cannot starve the first one's transaction, nor
+// a handler that also reads through the application's own *gorm.DB (a
+// second connection; its business writes go through the transaction).
+// Copies in other processes wait in the database, each on a connection of
+// its own. How each database makes them wait:
 //
 //   - PostgreSQL: the second INSERT blocks until the first transaction ends
 //     (or until lock_timeout, when the application sets one: that error is

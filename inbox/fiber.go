@@ -20,7 +20,10 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 			return c.Status(http.StatusBadRequest).SendString(p)
 		}
 		ctx := c.UserContext()
-		tx, replay, err := in.begin(ctx, key)
+		tx, replay, leave, err := in.begin(ctx, key)
+		if leave != nil {
+			defer leave()
+		}
 		switch {
 		case err != nil:
 			in.o.Logger.Error("inbox: could not claim the key", "key", key, "err", err)

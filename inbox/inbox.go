@@ -82,6 +82,7 @@ type Inbox struct {
 	quiet logger.Interface // for statements whose failure is an expected outcome
 	d     *dialect
 	o     Options
+	gate  gate
 	// SQL, built once for the table.
 	insertSQL, answerSQL, selectSQL string
 }
@@ -205,6 +206,14 @@ func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) erro
 	if in.holds(ctx, key) {
 		return false, ErrHeldByHandler
 	}
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	leave, err := in.gate.enter(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("inbox: record %q: %w", key, err)
+	}
+	defer leave()
 	tx, err := in.claim(ctx, key)
 	if err != nil || tx == nil {
 		return false, err

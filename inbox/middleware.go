@@ -119,8 +119,22 @@ func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool
 }
 
 // begin claims key for a handler: it returns the open transaction, or the
-// recorded answer of a key already taken.
-func (in *Inbox) begin(ctx context.Context, key string) (*gorm.DB, *answer, error) {
+// recorded answer of a key already taken. leave, returned with the
+// transaction, ends the key's turn (gate) once the transaction has ended.
+func (in *Inbox) begin(ctx context.Context, key string) (tx *gorm.DB, replay *answer, leave func(), err error) {
+	if leave, err = in.gate.enter(ctx, key); err != nil {
+		return nil, nil, nil, fmt.Errorf("inbox: record %q: %w", key, err)
+	}
+	if tx, replay, err = in.claimOrRead(ctx, key); tx == nil {
+		leave()
+		return nil, replay, nil, err
+	}
+	return tx, nil, leave, nil
+}
+
+// claimOrRead claims key: the open transaction, or the recorded answer
+// of a key already taken.
+func (in *Inbox) claimOrRead(ctx context.Context, key string) (*gorm.DB, *answer, error) {
 	const rounds = 3 // a row swept between the insert and the read, more than once, is a database that does not keep what it reports
 	for range rounds {
 		tx, err := in.claim(ctx, key)
@@ -168,7 +182,10 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 			http.Error(w, p, http.StatusBadRequest)
 			return
 		}
-		tx, replay, err := in.begin(r.Context(), key)
+		tx, replay, leave, err := in.begin(r.Context(), key)
+		if leave != nil {
+			defer leave()
+		}
 		switch {
 		case err != nil:
 			in.o.Logger.Error("inbox: could not claim the key", "key", key, "err", err)

@@ -149,8 +149,25 @@ func TestOnceInsideItsOwnKeysHandlerIsRefused(t *testing.T) {
 // gets its answer.
 func TestMiddlewareConcurrentCopies(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		// A pool smaller than the burst, and a handler that also reads
+		// through the application's own handle (a second connection):
+		// waiting copies must not hold the connections it needs. A stuck
+		// burst ends with the timeout handler's 503.
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxOpenConns(4)
 		h := &payments{}
-		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+		reads := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var n int64
+			if err := db.WithContext(r.Context()).Model(&Payment{}).Count(&n).Error; err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+		srv := httptest.NewServer(http.TimeoutHandler(newInbox(t, db, inbox.Options{}).Middleware(reads), 20*time.Second, "stuck"))
 		defer srv.Close()
 		const copies = 30
 		answers := make(chan got, copies)

@@ -115,9 +115,12 @@ func TestOncePanicRollsBack(t *testing.T) {
 	})
 }
 
-// The first copy holds the key while waiters queue behind it, then rolls
-// back: exactly one waiter runs fn, the others find it recorded, and no
-// deadlock (MariaDB's insert-intention locks) reaches a caller.
+// The first copy holds the key while waiters queue behind it in the
+// database, then rolls back: exactly one waiter runs fn, the others find
+// it recorded, and no deadlock (MariaDB's insert-intention locks) reaches
+// a caller. Each waiter has an Inbox of its own, as in a process of its
+// own: one Inbox's copies of a key wait for each other before the
+// database.
 func TestOnceWaitersAfterRollback(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
 		table := testenv.Name("inbox_")
@@ -130,10 +133,11 @@ func TestOnceWaitersAfterRollback(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := 0; i < waiters; i++ {
 			wg.Add(1)
+			process := newInbox(t, db, inbox.Options{Table: table})
 			go func() {
 				defer wg.Done()
 				entered.Add(1)
-				ran, err := ib.Once(context.Background(), "evt_4", func(tx *gorm.DB) error {
+				ran, err := process.Once(context.Background(), "evt_4", func(tx *gorm.DB) error {
 					runs.Add(1)
 					return book(tx, "evt_4")
 				})
@@ -282,5 +286,51 @@ func TestOnceRefusesInvalidKeys(t *testing.T) {
 		if err := db.Table(inbox.DefaultTable).Count(&rows).Error; err != nil || rows != 0 {
 			t.Errorf("inbox rows %d (%v), want none", rows, err)
 		}
+	})
+}
+
+// A burst of copies of one key larger than the connection pool, whose fn
+// also reads through the application's own handle (a second connection):
+// the copies wait for the first without holding connections, so its fn
+// gets one and the burst ends with one run and no error.
+func TestOnceBurstLargerThanThePool(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxOpenConns(4)
+		ib := newInbox(t, db, inbox.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		errs := make(chan error, 30)
+		for range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := ib.Once(ctx, "evt_burst", func(tx *gorm.DB) error {
+					runs.Add(1)
+					var n int64
+					if err := db.WithContext(ctx).Model(&Payment{}).Count(&n).Error; err != nil {
+						return err
+					}
+					return book(tx, "evt_burst")
+				})
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("Once: %v", err)
+		}
+		if runs.Load() != 1 {
+			t.Errorf("fn ran %d times, want 1", runs.Load())
+		}
+		wantCounts(t, db, inbox.DefaultTable, "evt_burst", 1, 1)
 	})
 }
