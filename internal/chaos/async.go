@@ -74,6 +74,10 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 	}
 	for _, ev := range in.Events {
 		a.Events++
+		if ev.GaveUp != "" {
+			a.GaveUp++
+			a.GaveUpReasons[ev.GaveUp]++
+		}
 		for _, s := range ev.Sends {
 			a.Sends++
 			a.SendsByKind[s.Kind]++
@@ -81,26 +85,10 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 				a.Outcomes[s.Outcome]++
 			}
 		}
-		if !ev.Acked() {
-			continue
-		}
-		a.Acked++
 		recs := applied[ev.Key]
-		row := in.Ledger[refKey(ev.Route, ev.Key)]
-		switch {
-		case ev.Final.Outcome == "passthrough" && in.StorePass:
-			// Forwarded at once with the ledger down: the answer is the
-			// upstream's, and nothing was stored.
-			if !slices.ContainsFunc(recs, func(r *UpRecord) bool { return r.Seq == deliveryOf(ev.Final.Body) }) {
-				violate(CheckAsyncDelivered, ev.ID, "passed through with %d %q, which names no delivery the upstream applied", ev.Final.Status, ev.Final.Body)
-				continue
-			}
-		case row == nil:
-			violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
-			continue
-		case len(recs) == 0:
-			violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
-			continue
+		if ev.Acked() {
+			a.Acked++
+			checkAsyncAcked(in, ev, recs, violate)
 		}
 		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 		for i := 1; i < len(recs); i++ {
@@ -126,6 +114,25 @@ func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string,
 			cause, _ := asyncSecondCopy(in, earlier, later)
 			return cause
 		}, violate)
+	}
+}
+
+// checkAsyncAcked: an acknowledged event was stored and reached the
+// upstream, or passed through (-store-pass) with an answer the upstream
+// gave it.
+func checkAsyncAcked(in *AuditInput, ev *Event, recs []*UpRecord, violate func(check, ev, format string, args ...any)) {
+	row := in.Ledger[refKey(ev.Route, ev.Key)]
+	switch {
+	case ev.Final.Outcome == "passthrough" && in.StorePass:
+		// Forwarded at once with the ledger down: the answer is the
+		// upstream's, and nothing was stored.
+		if !slices.ContainsFunc(recs, func(r *UpRecord) bool { return r.Seq == deliveryOf(ev.Final.Body) }) {
+			violate(CheckAsyncDelivered, ev.ID, "passed through with %d %q, which names no delivery the upstream applied", ev.Final.Status, ev.Final.Body)
+		}
+	case row == nil:
+		violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
+	case len(recs) == 0:
+		violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
 	}
 }
 

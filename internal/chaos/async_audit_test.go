@@ -2,6 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -171,4 +175,50 @@ func TestAsyncEffectsAreAudited(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fixedTarget is a gateway at url with no process behind it to record.
+type fixedTarget string
+
+func (t fixedTarget) URL() string  { return string(t) }
+func (fixedTarget) Current() *Life { return nil }
+
+// A provider takes the async route's acknowledgement as the event's final
+// answer (SPEC §10: 202 accepted, a repeat the same answer replayed), as it
+// takes any 2xx: it neither gives up on it nor sends it again.
+func TestAsyncAcknowledgementSettles(t *testing.T) {
+	var sends atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sends.Add(1)
+		w.Header().Set("Hookstamp-Outcome", "accepted")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	p := NewProviders(ProviderOptions{Seed: 1, Senders: 5, Async: true}, []Target{fixedTarget(srv.URL), fixedTarget(srv.URL)})
+	s := p.newSender(4)
+	if s.route != asyncRoute {
+		t.Fatalf("sender 4 delivers on %s, want %s", s.route, asyncRoute)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	ev := s.newEvent(rng)
+	s.deliver(t.Context(), ev, rng)
+	if !ev.Acked() || ev.GaveUp != "" || sends.Load() != 1 {
+		t.Errorf("final %+v, gave up %q, %d sends: want acknowledged by the one send", ev.Final, ev.GaveUp, sends.Load())
+	}
+}
+
+// An async event its provider gave up on is counted as given up, and its
+// copies are judged all the same: a second application that nothing
+// explains is a violation.
+func TestAsyncEventGivenUpIsAudited(t *testing.T) {
+	f := newFixture()
+	ev := f.asyncEvent("e1")
+	ev.Final, ev.GaveUp = nil, "answered 202 accepted: not retryable"
+	f.apply(ev, "g1.1", time.Second)
+	f.apply(ev, "g2.1", 9*time.Second)
+	a := RunAudit(f.in)
+	if a.GaveUp != 1 || a.GaveUpReasons[ev.GaveUp] != 1 {
+		t.Errorf("gave up %d (%v), want 1", a.GaveUp, a.GaveUpReasons)
+	}
+	wantOneDuplicate(t, a, false, CauseUnexplained)
 }

@@ -65,9 +65,10 @@ type Send struct {
 }
 
 // Settled reports whether the answer is the event's final answer: the
-// upstream's recorded answer, first-hand or replayed.
+// upstream's recorded answer, first-hand or replayed, or an async route's
+// acknowledgement of a stored delivery (SPEC §10).
 func (s *Send) Settled() bool {
-	return s.Answered && (s.Outcome == "forwarded" || s.Outcome == "replayed" ||
+	return s.Answered && (s.Outcome == "forwarded" || s.Outcome == "replayed" || s.Outcome == "accepted" ||
 		(s.Outcome == "passthrough" && s.Status < 500))
 }
 
