@@ -136,18 +136,24 @@ func checkAsyncAcked(in *AuditInput, ev *Event, recs []*UpRecord, violate func(c
 	}
 }
 
-// asyncSecondCopy explains a second application of an async delivery:
-// the gateway that forwarded the first was killed between the two (its
-// job was rescued), or the first attempt got no answer in time and was
-// retried (record.ambiguous release): its gateway logged it unanswered,
-// the upstream was failing to answer when it was sent, or its gateway was
-// stopped while it waited.
+// asyncSecondCopy explains a second application of an async delivery.
+// Unless a copy passed through, the earlier one must have gone
+// unanswered: an answer its gateway recorded ended the delivery's job.
+// Then its gateway was killed, or the host stalled, while it was in
+// flight (its job was rescued, or its attempt timed out), the gateway
+// that sent the later copy logged delivering a lost attempt again, or the
+// attempt got no answer in time and was retried (record.ambiguous
+// release): its gateway logged it unanswered, was stopped while it
+// waited, or the upstream never answered it.
 func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
 	if passedThrough(in, earlier) || passedThrough(in, later) {
 		return CausePassMode, true // a copy that passed through was never stored: no queue knew it
 	}
+	if answerRecorded(in, earlier) {
+		return CauseUnexplained, false
+	}
 	for _, l := range in.Lives {
-		if l.Name == earlier.Gateway && l.Crashed() && !l.Stopping.Before(earlier.Time) && l.Stopping.Before(later.Time) {
+		if l.Name == earlier.Gateway && killedInFlight(l, earlier, later, in.Timeout) {
 			return CauseCrashTakeover, true
 		}
 	}
@@ -155,7 +161,7 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 	if loggedAsync(in.Logs[later.Gateway], later.Key, redeliveryMsg, earlier.Time, later.Time) {
 		return CauseRescued, true
 	}
-	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) {
+	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) || earlier.Action == ActLost {
 		return CauseAmbiguous, true
 	}
 	for _, l := range in.Lives {
@@ -164,20 +170,23 @@ func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, 
 			return CauseAmbiguous, true
 		}
 	}
-	for _, f := range in.Faults {
-		switch f.Kind {
-		case FaultUpSlow, FaultUpHang, FaultUpReset, FaultUpLost:
-			if !earlier.Time.Before(f.Start) && !earlier.Time.After(f.End.Add(in.Timeout)) {
-				return CauseAmbiguous, true
-			}
-		}
-	}
-	for _, s := range in.Stalls {
-		if !earlier.Time.After(s.End) && s.End.Sub(s.Start) > in.Timeout/2 {
-			return CauseStallTakeover, true
-		}
+	if stalled, _ := stalledInFlight(in.Stalls, earlier, later, earlier.Time.Add(in.Timeout+500*time.Millisecond)); stalled > in.Timeout/2 {
+		return CauseStallTakeover, true
 	}
 	return CauseUnexplained, false
+}
+
+// answerRecorded reports whether the ledger's row for r's key holds r's
+// own answer. With the inbox, a copy it absorbed after r was answered
+// with r's answer too, and may be the one recorded.
+func answerRecorded(in *AuditInput, r *UpRecord) bool {
+	row := in.Ledger[refKey(r.Route, r.Key)]
+	if row == nil || row.State != "done" || deliveryOf(row.Body) != r.Seq {
+		return false
+	}
+	return !slices.ContainsFunc(in.Upstream, func(o *UpRecord) bool {
+		return o.Action == ActAbsorbed && o.Route == r.Route && o.Key == r.Key && o.Seq > r.Seq
+	})
 }
 
 // What a gateway logs of the async route (internal/queue): redeliveryMsg

@@ -222,3 +222,95 @@ func TestAsyncEventGivenUpIsAudited(t *testing.T) {
 	}
 	wantOneDuplicate(t, a, false, CauseUnexplained)
 }
+
+// A crash, a host stall, a freeze or an upstream fault explains an async
+// second copy only when it hit the earlier copy while that was in flight
+// (from its arrival to the upstream timeout and half a second after it),
+// and only when that copy went unanswered: an answer its gateway recorded
+// ended the delivery's job.
+func TestAsyncSecondCopyNeedsTheFirstUnansweredInFlight(t *testing.T) {
+	tests := []struct {
+		name     string
+		build    func(f *fixture, first *UpRecord)
+		recorded bool // the ledger holds the first copy's answer
+		allowed  bool
+		cause    DuplicateCause
+	}{
+		{
+			name: "a host stall while it was in flight",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Stalls = []Stall{{Start: first.Time.Add(200 * time.Millisecond), End: first.Time.Add(1500 * time.Millisecond)}}
+			},
+			allowed: true, cause: CauseStallTakeover,
+		},
+		{
+			name: "a host stall long after it",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Stalls = []Stall{{Start: first.Time.Add(30 * time.Second), End: first.Time.Add(31500 * time.Millisecond)}}
+			},
+		},
+		{
+			name: "a host stall while it was in flight, its answer recorded",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Stalls = []Stall{{Start: first.Time.Add(200 * time.Millisecond), End: first.Time.Add(1500 * time.Millisecond)}}
+			},
+			recorded: true,
+		},
+		{
+			name: "its gateway killed between the copies, long after the first",
+			build: func(f *fixture, first *UpRecord) {
+				l := f.life(first.Gateway)
+				l.How, l.Stopping, l.End = "killed", first.Time.Add(4*time.Second), first.Time.Add(4010*time.Millisecond)
+			},
+		},
+		{
+			name: "its gateway killed mid-attempt, its answer recorded",
+			build: func(f *fixture, first *UpRecord) {
+				l := f.life(first.Gateway)
+				l.How, l.Stopping, l.End = "killed", first.Time.Add(300*time.Millisecond), first.Time.Add(310*time.Millisecond)
+			},
+			recorded: true,
+		},
+		{
+			name: "its gateway frozen mid-attempt, its answer recorded",
+			build: func(f *fixture, first *UpRecord) {
+				f.life(first.Gateway).Frozen = []Stall{{Start: first.Time.Add(100 * time.Millisecond), End: first.Time.Add(3 * time.Second)}}
+			},
+			recorded: true,
+		},
+		{
+			name: "the upstream slow over it",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Faults = []FaultRecord{{Fault: Fault{Kind: FaultUpSlow}, Start: first.Time.Add(-time.Second), End: first.Time.Add(time.Second)}}
+			},
+		},
+		{
+			name: "the upstream losing answers over it, though it answered this one",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Faults = []FaultRecord{{Fault: Fault{Kind: FaultUpLost}, Start: first.Time.Add(-time.Second), End: first.Time.Add(time.Second)}}
+			},
+		},
+		{
+			name: "the upstream never answered it",
+			build: func(f *fixture, first *UpRecord) {
+				f.in.Faults = []FaultRecord{{Fault: Fault{Kind: FaultUpLost}, Start: first.Time.Add(-time.Second), End: first.Time.Add(time.Second)}}
+				first.Action, first.AnswerAt = ActLost, time.Time{}
+			},
+			allowed: true, cause: CauseAmbiguous,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture()
+			ev := f.asyncEvent("e1")
+			first := f.apply(ev, "g1.1", 5*time.Second)
+			tc.build(f, first)
+			if tc.recorded {
+				row := f.in.Ledger[refKey(ev.Route, ev.Key)]
+				row.Status, row.Body = first.Status, first.Response
+			}
+			f.apply(ev, "g2.1", 60*time.Second)
+			wantOneDuplicate(t, RunAudit(f.in), tc.allowed, tc.cause)
+		})
+	}
+}

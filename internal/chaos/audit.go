@@ -1156,14 +1156,21 @@ func anySend(*Send) bool { return true }
 func (p *copyPair) crashTakeover() (DuplicateCause, string, bool) {
 	in, earlier, later := p.au.in, p.earlier, p.later
 	life := p.au.lives[earlier.Gateway]
-	if life == nil || !life.Crashed() || p.earlierAnswered ||
-		life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) || !life.Stopping.Before(later.Time) ||
-		!life.Stopping.Before(earlier.Time.Add(in.Timeout+500*time.Millisecond)) ||
+	if p.earlierAnswered || !killedInFlight(life, earlier, later, in.Timeout) ||
 		!p.leaseOverSince(func(s *Send) bool { return !s.Answered }) {
 		return "", "", false
 	}
 	return CauseCrashTakeover, fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", life.Name,
 		life.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq), true
+}
+
+// killedInFlight: life, the gateway that forwarded earlier, was SIGKILLed
+// while that copy was in flight (by the upstream timeout after its
+// arrival, and half a second for the forward begun before it) and before
+// later arrived.
+func killedInFlight(life *Life, earlier, later *UpRecord, timeout time.Duration) bool {
+	return life != nil && life.Crashed() && !life.Stopping.Before(earlier.Time.Add(-10*time.Millisecond)) &&
+		life.Stopping.Before(later.Time) && life.Stopping.Before(earlier.Time.Add(timeout+500*time.Millisecond))
 }
 
 // freezeTakeover: the earlier copy's gateway was stopped while that copy
@@ -1408,21 +1415,27 @@ func (p *copyPair) stallTakeover() (DuplicateCause, string, bool) {
 	if p.earlierAnswered {
 		return "", "", false
 	}
-	var stalled time.Duration
-	var first Stall
-	for _, st := range in.Stalls {
-		if st.Start.Before(later.Time) && st.Start.Before(earlier.Time.Add(in.Timeout)) && st.End.After(earlier.Time) {
+	stalled, first := stalledInFlight(in.Stalls, earlier, later, earlier.Time.Add(in.Timeout))
+	if stalled == 0 || stalled < (in.Lease-in.Timeout)/2 || !p.leaseOverSince(anySend) {
+		return "", "", false
+	}
+	return CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
+		stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq), true
+}
+
+// stalledInFlight is how long the host stalled in the stalls that began
+// while earlier was in flight (before until) and before later arrived,
+// and the first of them.
+func stalledInFlight(stalls []Stall, earlier, later *UpRecord, until time.Time) (stalled time.Duration, first Stall) {
+	for _, st := range stalls {
+		if st.Start.Before(later.Time) && st.Start.Before(until) && st.End.After(earlier.Time) {
 			if stalled == 0 {
 				first = st
 			}
 			stalled += st.End.Sub(st.Start)
 		}
 	}
-	if stalled == 0 || stalled < (in.Lease-in.Timeout)/2 || !p.leaseOverSince(anySend) {
-		return "", "", false
-	}
-	return CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
-		stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq), true
+	return stalled, first
 }
 
 // liveLease: the copies came a lease apart or more, the earlier gateway
