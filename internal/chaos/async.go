@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -52,87 +53,75 @@ func partition[T any](xs []T, match func(T) bool) (yes, no []T) {
 	return yes, no
 }
 
-// checkAsync audits the async route: every acknowledged event is in the
-// ledger and reached the upstream with a final answer, and none twice but
-// for the documented second copies, each with the same key.
-func checkAsync(in *AuditInput, a *Audit, violate func(check, ev, format string, args ...any)) {
-	applied := map[string][]*UpRecord{}
-	for _, r := range in.Upstream {
-		if r.Applied {
-			applied[r.Key] = append(applied[r.Key], r)
-		}
-	}
+// checkAsync audits the async route: its events, sends, upstream
+// requests and ledger rows are checked as the synchronous routes' are
+// (checkEvent), its acknowledgements and its stored deliveries as SPEC
+// §10 says, and no event applied twice but for the documented second
+// copies, each with the same key.
+func checkAsync(in *AuditInput, a *Audit) {
+	au := newAuditor(in, a)
+	au.readUpstream()
 	for _, row := range in.Ledger {
 		a.LedgerByState[row.State]++
 	}
-	for _, r := range in.Upstream {
-		a.UpstreamReceived++
-		a.UpstreamByAction[r.Action]++
-		if r.Applied {
-			a.Applied++
-		}
-	}
 	for _, ev := range in.Events {
-		a.Events++
-		if ev.GaveUp != "" {
-			a.GaveUp++
-			a.GaveUpReasons[ev.GaveUp]++
-		}
-		for _, s := range ev.Sends {
-			a.Sends++
-			a.SendsByKind[s.Kind]++
-			if s.Answered {
-				a.Outcomes[s.Outcome]++
-			}
-		}
-		recs := applied[ev.Key]
-		if ev.Acked() {
-			a.Acked++
-			checkAsyncAcked(in, ev, recs, violate)
-		}
+		au.checkEvent(ev)
+		recs := au.applied[refKey(ev.Route, ev.Key)]
 		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 		for i := 1; i < len(recs); i++ {
 			cause, ok := asyncSecondCopy(in, recs[i-1], recs[i])
-			d := Duplicate{Event: ev.ID, Key: ev.Key, Earlier: recs[i-1], Later: recs[i], Cause: cause, Allowed: ok}
+			d := Duplicate{Event: ev.ID, Route: ev.Route, Key: ev.Key, Earlier: recs[i-1], Later: recs[i], Cause: cause, Allowed: ok}
 			a.Duplicates = append(a.Duplicates, d)
 			a.DuplicatesByCause[cause]++
 			if !ok {
-				violate(CheckAsyncOnce, ev.ID, "applied twice under key %q: delivery %d, then %d %v later, with no crash or ambiguous attempt between",
+				a.violate(CheckAsyncOnce, ev.ID, "applied twice under key %q: delivery %d, then %d %v later, with no crash or ambiguous attempt between",
 					ev.Key, recs[i-1].Seq, recs[i].Seq, recs[i].Time.Sub(recs[i-1].Time).Round(time.Millisecond))
 			}
 		}
 	}
 	if in.Inbox {
-		events, byRef := map[string]*Event{}, map[string][]*UpRecord{}
-		for _, ev := range in.Events {
-			events[refKey(ev.Route, ev.Key)] = ev
-		}
-		for key, recs := range applied {
-			byRef[refKey(asyncRoute, key)] = recs
-		}
-		checkEffects(in, a, events, byRef, func(_ *Event, earlier, later *UpRecord) DuplicateCause {
+		checkEffects(in, a, au.events, au.applied, func(_ *Event, earlier, later *UpRecord) DuplicateCause {
 			cause, _ := asyncSecondCopy(in, earlier, later)
 			return cause
-		}, violate)
+		}, a.violate)
 	}
 }
 
-// checkAsyncAcked: an acknowledged event was stored and reached the
-// upstream, or passed through (-store-pass) with an answer the upstream
-// gave it.
-func checkAsyncAcked(in *AuditInput, ev *Event, recs []*UpRecord, violate func(check, ev, format string, args ...any)) {
-	row := in.Ledger[refKey(ev.Route, ev.Key)]
+// checkStored: an acknowledged async event was stored and reached the
+// upstream, and a stored delivery is done once the harness drained the
+// queue (the route's max_attempts and max_age cannot run out within a
+// run). One that passed through (-store-pass) was not stored: its answer
+// is the upstream's, checked as a synchronous route's is.
+func (au *auditor) checkStored(ev *Event, row *LedgerRow) {
+	acked := ev.Acked() && ev.Final.Outcome != "passthrough"
 	switch {
-	case ev.Final.Outcome == "passthrough" && in.StorePass:
-		// Forwarded at once with the ledger down: the answer is the
-		// upstream's, and nothing was stored.
-		if !slices.ContainsFunc(recs, func(r *UpRecord) bool { return r.Seq == deliveryOf(ev.Final.Body) }) {
-			violate(CheckAsyncDelivered, ev.ID, "passed through with %d %q, which names no delivery the upstream applied", ev.Final.Status, ev.Final.Body)
+	case acked && row == nil:
+		au.a.violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
+	case acked && len(au.applied[refKey(ev.Route, ev.Key)]) == 0:
+		au.a.violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
+	case row != nil && row.State != "done":
+		au.a.violate(CheckAsyncDelivered, ev.ID, "stored, but its ledger row is %s after the queue was drained", row.State)
+	}
+}
+
+// checkAck: every acknowledgement of an async event is its first one,
+// byte for byte (SPEC §10: a repeat gets the same acknowledgement,
+// replayed).
+func (au *auditor) checkAck(ev *Event, s *Send) {
+	first := s
+	for _, o := range ev.Sends {
+		if o.Answered && o.Outcome == "accepted" && o.Kind != KindTamper {
+			first = o
+			break
 		}
-	case row == nil:
-		violate(CheckAsyncStored, ev.ID, "acknowledged (%d) but no ledger row holds key %q", ev.Final.Status, ev.Key)
-	case len(recs) == 0:
-		violate(CheckAsyncDelivered, ev.ID, "acknowledged but never applied by the upstream; the ledger row is %s", row.State)
+	}
+	if s.Status != first.Status || s.ContentType != first.ContentType || !bytes.Equal(s.Body, first.Body) {
+		au.a.violate(CheckReplay, ev.ID, "a %s copy's acknowledgement %d %q %q (%s) differs from the first, %d %q %q",
+			s.Kind, s.Status, s.ContentType, s.Body, s.Outcome, first.Status, first.ContentType, first.Body)
+		return
+	}
+	if s.Replayed {
+		au.a.ReplaysIdentical++
 	}
 }
 

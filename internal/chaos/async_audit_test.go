@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -305,12 +306,100 @@ func TestAsyncSecondCopyNeedsTheFirstUnansweredInFlight(t *testing.T) {
 			ev := f.asyncEvent("e1")
 			first := f.apply(ev, "g1.1", 5*time.Second)
 			tc.build(f, first)
-			if tc.recorded {
-				row := f.in.Ledger[refKey(ev.Route, ev.Key)]
-				row.Status, row.Body = first.Status, first.Response
-			}
 			f.apply(ev, "g2.1", 60*time.Second)
+			if tc.recorded {
+				f.record(ev, first)
+			}
 			wantOneDuplicate(t, RunAudit(f.in), tc.allowed, tc.cause)
 		})
 	}
+}
+
+// The async route is held to the checks of the others where they apply:
+// every upstream request carries an event's key and body, every copy gets
+// an outcome its kind may get, a repeat gets the acknowledgement byte for
+// byte (SPEC §10), and the ledger records what the upstream answered; and
+// to its own: once the harness drained the queue, every stored delivery is
+// done (its max_attempts and max_age cannot run out within a run).
+func TestAsyncRouteIsAuditedLikeTheOthers(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(f *fixture, ev *Event, up *UpRecord)
+		want  []string // the checks violated
+	}{
+		{
+			name: "acknowledged, repeated, reused, delivered and recorded",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				f.ack(ev, KindLate, "replayed")
+				f.ack(ev, KindTamper, "mismatch").Status = 422
+			},
+		},
+		{
+			name: "an upstream request without an Idempotency-Key",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				f.apply(ev, "g2.1", 3*time.Second).Key = ""
+				f.record(ev, up)
+			},
+			want: []string{CheckUpstreamID},
+		},
+		{
+			name: "a key reused with another body, acknowledged and delivered",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				f.ack(ev, KindTamper, "accepted")
+				f.apply(ev, "g2.1", 3*time.Second).Body = tamperedBody(ev)
+			},
+			want: []string{CheckKeyReuse},
+		},
+		{
+			name: "a copy forwarded at intake",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				f.answer(ev, KindDuplicate, "g1.1", time.Second, up, "forwarded")
+			},
+			want: []string{CheckOutcome},
+		},
+		{
+			name: "a repeat acknowledged otherwise",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				s := f.ack(ev, KindLate, "replayed")
+				s.Status, s.Body = 200, []byte(`{"ok":true}`)
+			},
+			want: []string{CheckReplay},
+		},
+		{
+			name: "an acknowledged event left queued",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				row := f.in.Ledger[refKey(ev.Route, ev.Key)]
+				row.State, row.Status, row.Body = "queued", 0, nil
+			},
+			want: []string{CheckAsyncDelivered},
+		},
+		{
+			name: "a delivery recorded with an answer the upstream never gave",
+			build: func(f *fixture, ev *Event, up *UpRecord) {
+				f.in.Ledger[refKey(ev.Route, ev.Key)].Body = []byte(`{"booked":"x","delivery":99}`)
+			},
+			want: []string{CheckAcked},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture()
+			ev := f.asyncEvent("e1")
+			up := f.apply(ev, "g1.1", time.Second)
+			f.record(ev, up)
+			tc.build(f, ev, up)
+			if got := checks(RunAudit(f.in)); !slices.Equal(got, tc.want) {
+				t.Errorf("violated checks %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// ack records a send of the async event ev answered 202 with outcome, as
+// its first acknowledgement was.
+func (f *fixture) ack(ev *Event, kind SendKind, outcome string) *Send {
+	s := &Send{Event: ev, EventID: ev.ID, Kind: kind, Incarnation: "g2.1", Start: f.at(2 * time.Second), End: f.at(2010 * time.Millisecond),
+		Answered: true, Status: 202, Outcome: outcome, Replayed: outcome == "replayed"}
+	ev.Sends = append(ev.Sends, s)
+	return s
 }

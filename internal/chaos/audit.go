@@ -284,7 +284,7 @@ func RunAudit(in *AuditInput) *Audit {
 	a := newAudit()
 	in, async := splitAsync(in)
 	in.Resolutions = landed(in.Resolutions, in.Logs)
-	checkAsync(async, a, a.violate)
+	checkAsync(async, a)
 	au := newAuditor(in, a)
 	au.readUpstream()
 	for _, row := range in.Ledger {
@@ -451,7 +451,10 @@ func (au *auditor) checkEvent(ev *Event) {
 	for _, s := range ev.Sends {
 		au.checkSend(ev, ref, row, s)
 	}
-	if ev.Final != nil && len(au.applied[ref]) == 0 {
+	switch {
+	case ev.Route == asyncRoute:
+		au.checkStored(ev, row)
+	case ev.Final != nil && len(au.applied[ref]) == 0:
 		a.violate(CheckAcked, ev.ID, "settled with %d but the upstream never applied it", ev.Final.Status)
 	}
 	if row != nil && row.State == "done" {
@@ -494,6 +497,10 @@ func (au *auditor) checkSend(ev *Event, ref string, row *LedgerRow, s *Send) {
 		a.Replays++
 	} else if s.Outcome == "replayed" {
 		a.violate(CheckReplay, ev.ID, "a %s copy got a %d replay without Idempotent-Replayed: true", s.Kind, s.Status)
+	}
+	if s.Outcome == "accepted" || ev.Route == asyncRoute && s.Outcome == "replayed" {
+		au.checkAck(ev, s)
+		return
 	}
 	au.checkSettledAnswer(ev, ref, row, s)
 }
@@ -934,7 +941,7 @@ func (au *auditor) answeredAsReused(s *Send) bool {
 		return false
 	}
 	if s.Kind == KindTamper {
-		return s.Outcome == "forwarded" || s.Outcome == "passthrough" || s.Outcome == "replayed"
+		return s.Outcome == "forwarded" || s.Outcome == "passthrough" || s.Outcome == "replayed" || s.Outcome == "accepted"
 	}
 	return s.Outcome == "mismatch"
 }
@@ -971,7 +978,15 @@ func checkOutcome(s *Send, storePass bool, violate func(check, ev, format string
 			// A provider stops on any 2xx: the event would be lost.
 			violate(CheckOutcome, ev.ID, "a %s copy got %d with outcome %q: a provider takes a 2xx as delivered", s.Kind, s.Status, s.Outcome)
 		}
-	case "forwarded", "replayed":
+	case "replayed":
+	case "forwarded":
+		if ev.Route == asyncRoute {
+			violate(CheckOutcome, ev.ID, "a %s copy got %d forwarded on the async route, which forwards nothing on intake", s.Kind, s.Status)
+		}
+	case "accepted":
+		if ev.Route != asyncRoute {
+			violate(CheckOutcome, ev.ID, "a %s copy got %d accepted on route %s, which is not async", s.Kind, s.Status, ev.Route)
+		}
 	case "held":
 		checkHeldAnswer(s, violate)
 	case "passthrough":

@@ -52,6 +52,9 @@ func (f *fixture) apply(ev *Event, gw string, d time.Duration) *UpRecord {
 		Action: ActApply, Applied: true, Status: 200, ContentType: "application/json",
 		Response: fmt.Appendf(nil, `{"booked":%q,"delivery":%d,"gw":%q}`, ev.Key, f.seq, gw)}
 	f.in.Upstream = append(f.in.Upstream, r)
+	if ev.Route == asyncRoute && f.in.Ledger[refKey(ev.Route, ev.Key)] != nil {
+		f.record(ev, r) // the queue records the answer its last attempt got
+	}
 	return r
 }
 
