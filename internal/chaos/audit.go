@@ -886,23 +886,38 @@ func (au *auditor) unrecordedPassSince(ref string, from time.Time) bool {
 }
 
 // passedThrough: with -store-pass, copy r was forwarded without
-// deduplication, as its gateway's delivery line for the key says. Such a
-// copy knew nothing of the key's state: a body the key was first used
-// with, a hold, a record.
+// deduplication, as its gateway's delivery line for the key says, logged
+// while the send that carried r was open: one to r's gateway, under way
+// when r reached the upstream, answered passthrough or not at all (a send
+// answered forwarded was deduplicated). Such a copy knew nothing of the
+// key's state: a body the key was first used with, a hold, a record.
 func passedThrough(in *AuditInput, r *UpRecord) bool {
 	if !in.StorePass {
 		return false
 	}
-	// The line follows the upstream's answer and a try at recording it.
-	reach := in.Timeout + ledgerCallTimeout + time.Second
-	for _, l := range in.Logs[r.Gateway] {
-		if l.Outcome == "passthrough" && l.Route == r.Route && l.Key == r.Key &&
-			!l.Time.Before(r.Time.Add(-100*time.Millisecond)) && l.Time.Before(r.Time.Add(reach)) {
-			return true
+	for _, ev := range in.Events {
+		if ev.Route != r.Route || ev.Key != r.Key {
+			continue
+		}
+		for _, s := range ev.Sends {
+			if s.Incarnation != r.Gateway || s.Start.After(r.Time) || s.End.Before(r.Time) ||
+				s.Answered && s.Outcome != "passthrough" {
+				continue
+			}
+			for _, l := range in.Logs[r.Gateway] {
+				if l.Outcome == "passthrough" && l.Route == r.Route && l.Key == r.Key &&
+					!l.Time.Before(s.Start) && !l.Time.After(s.End.Add(passLineLag)) {
+					return true
+				}
+			}
 		}
 	}
 	return false
 }
+
+// passLineLag is how long after its answer reached the provider a
+// delivery's line can be logged.
+const passLineLag = 100 * time.Millisecond
 
 // expectedSilence: a send may go unanswered when its gateway was down,
 // still starting, or being stopped while it ran.

@@ -78,7 +78,7 @@ func TestStorePassCopiesThatKnewNothingOfTheirKey(t *testing.T) {
 			build: func(f *fixture) {
 				ev := f.asyncEvent("e1")
 				up := f.apply(ev, "g1.1", 0)
-				*ev.Final = Send{Event: ev, EventID: ev.ID, Kind: KindGenuine, Answered: true, Status: 200, Outcome: "passthrough",
+				*ev.Final = Send{Event: ev, EventID: ev.ID, Kind: KindGenuine, Incarnation: "g1.1", Answered: true, Status: 200, Outcome: "passthrough",
 					Start: f.at(0), End: f.at(30 * time.Millisecond), ContentType: "application/json", Body: up.Response}
 				f.passLine(ev, "g1.1", 20*time.Millisecond)
 				f.apply(ev, "g2.1", 5*time.Second) // the queue's delivery of a copy stored later
@@ -101,5 +101,36 @@ func TestStorePassCopiesThatKnewNothingOfTheirKey(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// With -store-pass, the passthrough line that excuses a copy is the one
+// logged while the send that carried it was open, and a copy whose send
+// was answered forwarded was deduplicated: another copy's passthrough
+// through the same gateway a moment later excuses neither.
+func TestStorePassExcusesOnlyTheCopyThatPassedThrough(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		t.Run(fmt.Sprint("cut=", cut), func(t *testing.T) {
+			f := newFixture()
+			f.in.StorePass = true
+			ev, _ := f.delivered("e1")
+			second := f.apply(ev, "g2.1", 5*time.Second)
+			if cut {
+				ev.Sends = append(ev.Sends, &Send{Event: ev, EventID: ev.ID, Kind: KindLate, Incarnation: "g2.1",
+					Start: f.at(4990 * time.Millisecond), End: f.at(5500 * time.Millisecond), Err: "context canceled", Aborted: true})
+			} else {
+				f.answer(ev, KindLate, "g2.1", 5*time.Second, second, "forwarded")
+			}
+			third := f.apply(ev, "g2.1", 6*time.Second)
+			f.answer(ev, KindDuplicate, "g2.1", 6*time.Second, third, "passthrough")
+			f.passLine(ev, "g2.1", 6*time.Second+5*time.Millisecond)
+			a := RunAudit(f.in)
+			if len(a.Duplicates) != 2 || a.Duplicates[0].Allowed || !a.Duplicates[1].Allowed || a.Duplicates[1].Cause != CausePassMode {
+				t.Errorf("duplicates %+v: want the second copy not allowed, the third passed through", a.Duplicates)
+			}
+			if !slices.Contains(checks(a), CheckDuplicate) {
+				t.Errorf("violated checks %v, want %s", checks(a), CheckDuplicate)
+			}
+		})
 	}
 }
