@@ -69,19 +69,19 @@ func checkAsync(in *AuditInput, a *Audit) {
 		recs := au.applied[refKey(ev.Route, ev.Key)]
 		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 		for i := 1; i < len(recs); i++ {
-			cause, ok := asyncSecondCopy(in, recs[i-1], recs[i])
-			d := Duplicate{Event: ev.ID, Route: ev.Route, Key: ev.Key, Earlier: recs[i-1], Later: recs[i], Cause: cause, Allowed: ok}
+			cause, evidence, ok := asyncSecondCopy(in, recs[i-1], recs[i])
+			d := Duplicate{Event: ev.ID, Route: ev.Route, Key: ev.Key, Earlier: recs[i-1], Later: recs[i], Cause: cause, Evidence: evidence, Allowed: ok}
 			a.Duplicates = append(a.Duplicates, d)
 			a.DuplicatesByCause[cause]++
 			if !ok {
-				a.violate(CheckAsyncOnce, ev.ID, "applied twice under key %q: delivery %d, then %d %v later, with no crash or ambiguous attempt between",
-					ev.Key, recs[i-1].Seq, recs[i].Seq, recs[i].Time.Sub(recs[i-1].Time).Round(time.Millisecond))
+				a.violate(CheckAsyncOnce, ev.ID, "applied twice under key %q: delivery %d via %s, then %d via %s %v later — %s",
+					ev.Key, d.Earlier.Seq, d.Earlier.Gateway, d.Later.Seq, d.Later.Gateway, d.Later.Time.Sub(d.Earlier.Time).Round(time.Millisecond), evidence)
 			}
 		}
 	}
 	if in.Inbox {
 		checkEffects(in, a, au.events, au.applied, func(_ *Event, earlier, later *UpRecord) DuplicateCause {
-			cause, _ := asyncSecondCopy(in, earlier, later)
+			cause, _, _ := asyncSecondCopy(in, earlier, later)
 			return cause
 		}, a.violate)
 	}
@@ -134,35 +134,43 @@ func (au *auditor) checkAck(ev *Event, s *Send) {
 // attempt got no answer in time and was retried (record.ambiguous
 // release): its gateway logged it unanswered, was stopped while it
 // waited, or the upstream never answered it.
-func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (DuplicateCause, bool) {
-	if passedThrough(in, earlier) || passedThrough(in, later) {
-		return CausePassMode, true // a copy that passed through was never stored: no queue knew it
+func asyncSecondCopy(in *AuditInput, earlier, later *UpRecord) (cause DuplicateCause, evidence string, ok bool) {
+	for _, c := range []*UpRecord{earlier, later} {
+		if passedThrough(in, c) {
+			// A copy that passed through was never stored: no queue knew it.
+			return CausePassMode, fmt.Sprintf("%s logged delivery %d passed through", c.Gateway, c.Seq), true
+		}
 	}
 	if answerRecorded(in, earlier) {
-		return CauseUnexplained, false
+		return CauseUnexplained, fmt.Sprintf("the ledger holds delivery %d's own answer", earlier.Seq), false
 	}
 	for _, l := range in.Lives {
 		if l.Name == earlier.Gateway && killedInFlight(l, earlier, later, in.Timeout) {
-			return CauseCrashTakeover, true
+			return CauseCrashTakeover, fmt.Sprintf("%s was SIGKILLed %v after delivery %d arrived", l.Name,
+				l.Stopping.Sub(earlier.Time).Round(time.Millisecond), earlier.Seq), true
 		}
 	}
 	// The later copy's run said so: it found River's note of a lost run.
 	if loggedAsync(in.Logs[later.Gateway], later.Key, redeliveryMsg, earlier.Time, later.Time) {
-		return CauseRescued, true
+		return CauseRescued, later.Gateway + " logged delivering it again", true
 	}
-	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) || earlier.Action == ActLost {
-		return CauseAmbiguous, true
+	if loggedUnanswered(in.Logs[earlier.Gateway], earlier, later, in.Timeout) {
+		return CauseAmbiguous, earlier.Gateway + " logged the attempt unanswered", true
+	}
+	if earlier.Action == ActLost {
+		return CauseAmbiguous, "the upstream never answered it", true
 	}
 	for _, l := range in.Lives {
 		// Stopped mid-attempt, it timed the attempt out once continued.
 		if l.Name == earlier.Gateway && stalledWithin(l.Frozen, earlier.Time, earlier.Time.Add(in.Timeout)) > 0 {
-			return CauseAmbiguous, true
+			return CauseAmbiguous, l.Name + " was stopped while it was in flight", true
 		}
 	}
-	if stalled, _ := stalledInFlight(in.Stalls, earlier, later, earlier.Time.Add(in.Timeout+500*time.Millisecond)); stalled > in.Timeout/2 {
-		return CauseStallTakeover, true
+	if stalled, first := stalledInFlight(in.Stalls, earlier, later, earlier.Time.Add(in.Timeout+500*time.Millisecond)); stalled > in.Timeout/2 {
+		return CauseStallTakeover, fmt.Sprintf("the host stalled %v in all (from %s) while delivery %d was in flight",
+			stalled.Round(time.Millisecond), first.Start.Format("15:04:05.000"), earlier.Seq), true
 	}
-	return CauseUnexplained, false
+	return CauseUnexplained, fmt.Sprintf("%v apart", later.Time.Sub(earlier.Time).Round(time.Millisecond)), false
 }
 
 // answerRecorded reports whether the ledger's row for r's key holds r's

@@ -30,6 +30,8 @@ func wantOneDuplicate(t *testing.T, a *Audit, allowed bool, cause DuplicateCause
 	}
 	if d := a.Duplicates[0]; d.Allowed != allowed || (allowed && d.Cause != cause) {
 		t.Errorf("duplicate %s allowed=%v, want allowed=%v", d.Cause, d.Allowed, allowed)
+	} else if d.Evidence == "" {
+		t.Errorf("duplicate %s names no evidence", d.Cause)
 	}
 	if got := len(a.Violations) > 0; got == allowed {
 		t.Errorf("violations %v", a.Violations)
