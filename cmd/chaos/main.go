@@ -28,6 +28,29 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Run(ctx, o)
+	if rep != nil {
+		rep.Write(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "chaos: the harness could not complete:", err)
+		return 2
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+// parse reads the command line into a run's options, saying what is wrong
+// with it on stderr.
+func parse(args []string, stderr io.Writer) (chaos.Options, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o chaos.Options
@@ -53,16 +76,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.SampleEvery, "sample", 0, "resource sampling interval (default 1s; -soak: 5s)")
 	quiet := fs.Bool("q", false, "no progress lines, only the report")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "chaos: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		fmt.Fprintln(stderr, "chaos:", err)
+		return o, err
 	}
 	var err error
 	if o.Faults, err = chaos.ParseFaults(*faults); err != nil {
 		fmt.Fprintln(stderr, "chaos:", err)
-		return 2
+		return o, err
 	}
 	if o.Soak {
 		if *faults == "all" {
@@ -78,19 +102,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !*quiet {
 		o.Progress = stderr
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := chaos.Run(ctx, o)
-	if rep != nil {
-		rep.Write(stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "chaos: the harness could not complete:", err)
-		return 2
-	}
-	if !rep.OK() {
-		return 1
-	}
-	return 0
+	return o, nil
 }

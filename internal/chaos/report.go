@@ -381,6 +381,12 @@ func writeSends(path string, events []*Event) {
 func (r *Report) ReplayCommand() string {
 	o := r.Options
 	args := []string{"go run ./cmd/chaos", fmt.Sprintf("-seed %d", r.Seed), fmt.Sprintf("-duration %v", o.Duration)}
+	if o.Drain != 60*time.Second {
+		args = append(args, fmt.Sprintf("-drain %v", o.Drain))
+	}
+	if !o.Async {
+		args = append(args, "-async=false")
+	}
 	if o.Soak {
 		args = append(args, "-soak")
 	}
