@@ -67,7 +67,7 @@ func parse(args []string, stderr io.Writer) (chaos.Options, error) {
 	fs.BoolVar(&o.Inbox, "inbox", false, "the upstream applies effects through the inbox library in a PostgreSQL database of its own; the audit counts effects")
 	fs.BoolVar(&o.Async, "async", true, "add a store-and-forward route (delivery: async); the audit checks every acknowledged event reached the upstream once")
 	fs.StringVar(&o.GatewayBin, "gateway", "", "gateway binary (default: go build ./cmd/gateway)")
-	fs.BoolVar(&o.Race, "race", false, "build the gateway with the race detector; a reported race is a violation")
+	fs.BoolVar(&o.Race, "race", false, "build the gateway with the race detector (not with -gateway); a reported race is a violation")
 	fs.DurationVar(&o.MaxHold, "max-hold", 0, "cap on how long each fault lasts (default: each kind's own range, up to 5s)")
 	fs.StringVar(&o.WorkDir, "work", "", "directory for logs and artifacts (default: a temporary one, kept on failure)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary work directory after a clean run")

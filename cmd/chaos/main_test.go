@@ -19,6 +19,7 @@ func TestRunRejectsBadArguments(t *testing.T) {
 		{"unknown fault", []string{"-faults", "redis_cut,meteor"}, `unknown fault "meteor"`},
 		{"unknown flag", []string{"-bogus"}, "flag provided but not defined"},
 		{"stray argument", []string{"now"}, "unexpected argument"},
+		{"the race detector for a gateway built already", []string{"-race", "-gateway", "/nonexistent/gateway", "-q"}, "-race"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,7 +56,8 @@ type Options struct {
 	// module into the work directory.
 	GatewayBin string
 	// Race builds the gateway with the race detector; a race it reports
-	// is a violation.
+	// is a violation. It cannot go with GatewayBin: build that binary
+	// with -race instead.
 	Race bool
 	// WorkDir holds the logs, configurations and the upstream log; empty
 	// makes a temporary one, removed after a clean run unless Keep.
@@ -179,6 +180,9 @@ type runner struct {
 // not run (a dependency missing, a gateway that would not start); the
 // gateway's violations are in the Report.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
+	if o.Race && o.GatewayBin != "" {
+		return nil, errors.New("-race builds the gateway with the race detector, and -gateway names one built already: build that one with go build -race, and leave -race out")
+	}
 	o.defaults()
 	r := &runner{o: o, progress: &lockedWriter{w: o.Progress}, metrics: &http.Client{Timeout: 2 * time.Second}}
 	rep = &Report{Seed: o.Seed, Duration: o.Duration, Options: o}
