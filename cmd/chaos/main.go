@@ -59,7 +59,7 @@ func parse(args []string, stderr io.Writer) (chaos.Options, error) {
 	fs.DurationVar(&o.Drain, "drain", 60*time.Second, "how long providers may take to settle their last events")
 	faults := fs.String("faults", "all", "fault kinds: all, none, or a comma-separated list")
 	fs.DurationVar(&o.FaultSpacing, "fault-spacing", 0, "mean quiet time between faults (default 2.5s; -soak: 20s)")
-	fs.IntVar(&o.Senders, "senders", 18, "independent senders, spread over the four routes")
+	fs.IntVar(&o.Senders, "senders", 18, "independent senders, spread over the routes (five, or four with -async=false)")
 	fs.DurationVar(&o.Think, "think", 150*time.Millisecond, "a sender's mean pause between events")
 	fs.DurationVar(&o.Lease, "lease", 3*time.Second, "screen.lease of the gateways")
 	fs.DurationVar(&o.Timeout, "timeout", time.Second, "upstream.timeout of every route")

@@ -106,7 +106,7 @@ func (e *Event) Acked() bool {
 // ProviderOptions shape the simulated providers.
 type ProviderOptions struct {
 	Seed    uint64
-	Senders int // independent senders, spread over the four routes
+	Senders int // independent senders, spread over the routes (Async adds one)
 	// Think is the mean pause between a sender's events.
 	Think time.Duration
 	// ClientTimeout is each request's timeout; a timed-out request is resent.
