@@ -62,11 +62,15 @@ CHAOS_DURATION ?= 2m
 DURATION       ?= 30m
 SEED           ?=
 
-chaos: ## 2-minute chaos run from SEED (printed); exits 1 on any exactly-once violation (needs PostgreSQL, redis-server)
-	$(GO) run ./cmd/chaos -duration $(CHAOS_DURATION) $(if $(SEED),-seed $(SEED))
+# Built, not run with go run, which turns every failing exit into 1: cmd/chaos
+# exits 1 on a violation and 2 when the harness itself could not run.
+chaos: ## 2-minute chaos run from SEED (printed); exits 1 on any exactly-once violation, 2 if the harness could not run (needs PostgreSQL, redis-server)
+	$(GO) build -o bin/chaos ./cmd/chaos
+	bin/chaos -duration $(CHAOS_DURATION) $(if $(SEED),-seed $(SEED))
 
 soak: ## steady mixed load for DURATION (30m) with sparse faults; RSS and goroutines of each gateway must stay flat
-	$(GO) run ./cmd/chaos -soak -duration $(DURATION) $(if $(SEED),-seed $(SEED))
+	$(GO) build -o bin/chaos ./cmd/chaos
+	bin/chaos -soak -duration $(DURATION) $(if $(SEED),-seed $(SEED))
 
 # Load benchmark (bench/, docs/performance.md): a bare Fiber proxy hop, the
 # raw rates of PostgreSQL and Redis, and hookstamp in each configuration,
