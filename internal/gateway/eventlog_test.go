@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func TestRecordRequestKeepsRequestAndAttempts(t *testing.T) {
 		}
 
 		got := attemptsOf(t, g, "evt_1")
-		host, _ := os.Hostname()
+		host := replicaName()
 		if len(got) != 2 || got[0].Attempt != 1 || got[0].Status != 502 || got[1].Attempt != 2 || got[1].Status != 200 {
 			t.Fatalf("attempts = %+v, want 1: 502, 2: 200", got)
 		}

@@ -173,13 +173,11 @@ func (g *Gateway) engineOptions(cache *idempotency.Cache) idempotency.Options {
 		Classify: func(err error) (int, bool) {
 			return forward.StatusFor(err), forward.Ambiguous(err)
 		},
-		Cache:  cache,
-		Now:    g.now,
-		Logger: g.log,
-		Tracer: g.tel.Tracer(),
-		Hooks:  g.tel.Hooks(),
-		// Attempts name the replica that made them: the host (a pod's
-		// name on Kubernetes).
+		Cache:   cache,
+		Now:     g.now,
+		Logger:  g.log,
+		Tracer:  g.tel.Tracer(),
+		Hooks:   g.tel.Hooks(),
 		Replica: replicaName(),
 	}
 	if g.screen == nil {
@@ -469,8 +467,19 @@ func (g *Gateway) localCacheBytes() int {
 	return n
 }
 
-// replicaName is the host's name, or "" when it has none.
+// replicaName names this process in the attempts it records and to
+// River, whose client IDs must differ between the processes on one
+// database (leader election) and hold at most 100 bytes.
 func replicaName() string {
-	name, _ := os.Hostname()
-	return name
+	host, _ := os.Hostname()
+	return replicaNameOf(host, os.Getpid())
+}
+
+// replicaNameOf is host/pid, host cut to 80 bytes: two processes on one
+// host are two replicas.
+func replicaNameOf(host string, pid int) string {
+	if len(host) > 80 {
+		host = host[:80]
+	}
+	return fmt.Sprintf("%s/%d", host, pid)
 }
