@@ -62,6 +62,11 @@ func TestRecordAnAnswerForAHeldKey(t *testing.T) {
 		t.Fatalf("after a refused record the key is %v, want held", rec)
 	}
 	form.Set("status", "200")
+	form.Set("body", strings.Repeat("x", 1<<20))
+	if p := b.post("/ui/act", form); p.status != http.StatusRequestEntityTooLarge || !strings.Contains(p.body, "larger than") {
+		t.Fatalf("a 1 MiB answer to record: %d, want 413 saying the form is too large:\n%s", p.status, p.body)
+	}
+	form.Set("body", `{"ok":true}`)
 	if p := b.post("/ui/act", form); p.status != http.StatusSeeOther {
 		t.Fatalf("record 200: %d\n%s", p.status, p.body)
 	}

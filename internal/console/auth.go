@@ -2,6 +2,7 @@ package console
 
 import (
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -124,6 +125,16 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session))
 			}
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
+		}
+		if r.Method == http.MethodPost {
+			if err := r.ParseForm(); err != nil {
+				if _, large := errors.AsType[*http.MaxBytesError](err); large {
+					c.fail(w, r, s, http.StatusRequestEntityTooLarge, "The form is larger than the console takes (1 MiB): a recorded answer must be smaller.")
+					return
+				}
+				c.fail(w, r, s, http.StatusBadRequest, "The form could not be read. Reload the page and try again.")
+				return
+			}
 		}
 		if r.Method == http.MethodPost && !equal(s.csrf, r.PostFormValue("csrf")) {
 			c.fail(w, r, s, http.StatusForbidden, "The form has expired or did not come from this console. Reload the page and try again.")

@@ -54,6 +54,14 @@ func TestEventsListFiltersAndLinks(t *testing.T) {
 	if p := b.get("/ui/events?route=pay&since=yesterday"); p.status != http.StatusBadRequest || !strings.Contains(p.body, "2026-12-05T14:30") {
 		t.Errorf("a bad since: %d\n%s", p.status, p.body)
 	}
+	for q, want := range map[string]string{
+		"since=2026-12-07T05:03&until=2026-12-07T05:02": "since must be before until",
+		"state=bogus": "state must be",
+	} {
+		if p := b.get("/ui/events?route=pay&" + q); p.status != http.StatusBadRequest || !strings.Contains(p.body, want) {
+			t.Errorf("%s: %d, want 400 saying %q:\n%s", q, p.status, want, p.body)
+		}
+	}
 	if p := b.get("/ui/events?route=pay&key_prefix=zzz"); !strings.Contains(p.body, "No events on pay match these filters.") {
 		t.Errorf("no match has no empty state:\n%s", p.body)
 	}

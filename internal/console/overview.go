@@ -87,12 +87,16 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 // detail is what the console shows of an operation's failure: an
-// admin.OpError's own words, or a generic line (the cause is logged by
-// the operation).
+// admin.OpError's or admin.QueryError's own words, or a generic line (the
+// cause is logged by the operation).
 func detail(err error) string {
 	var oe *admin.OpError
 	if errors.As(err, &oe) {
 		return oe.Detail
+	}
+	var qe *admin.QueryError
+	if errors.As(err, &qe) {
+		return "The filters cannot be used: " + qe.Detail + "."
 	}
 	return "the operation failed; the gateway's log says why"
 }
