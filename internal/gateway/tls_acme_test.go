@@ -126,6 +126,25 @@ func TestACMECertificateFromPebble(t *testing.T) {
 	}
 }
 
+// A domain configured with capitals is obtained, served and, once it is,
+// ready: certmagic keeps it under its lower-case name.
+func TestACMEDomainWithCapitalsBecomesReady(t *testing.T) {
+	port := testenv.FreePort(t)
+	p := startPebble(t, testenv.FreePort(t), port)
+	_, log := newLogTap(t)
+	cfg := acmeConfig(t, p, newUpstream(t), fmt.Sprintf("127.0.0.1:%d", port), "", "sqlite", "memory")
+	cfg.Server.TLS.ACME.Domains = []string{strings.ToUpper(acmeDomain[:2]) + acmeDomain[2:]}
+	g := startGatewayWith(t, cfg, Options{Logger: log, ACMERoots: p.ServerRoots})
+	waitForCertificate(t, g, p)
+	testenv.Eventually(t, 10*time.Second, "/readyz ready", func() bool {
+		status, _ := get(t, "http://"+g.AdminAddr()+"/readyz")
+		return status == http.StatusOK
+	})
+	if _, metrics := get(t, "http://"+g.AdminAddr()+"/metrics"); !strings.Contains(metrics, `domain="`+acmeDomain+`"`) {
+		t.Errorf("no expiry metric for %s:\n%s", acmeDomain, grepLines(metrics, "tls"))
+	}
+}
+
 // Before a certificate is obtained, /readyz says the listener has none.
 func TestACMEReadyzWithoutCertificate(t *testing.T) {
 	listenPort := testenv.FreePort(t)

@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bufio"
 	"crypto/tls"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -93,11 +96,7 @@ func TestTLSFilesServedReloadedAndCorruptKept(t *testing.T) {
 // a client that prefers h2.
 func TestTLSMinVersionAndHTTP1Only(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
-	writeAtomic(t, certFile, c)
-	writeAtomic(t, keyFile, k)
+	certFile, keyFile := ca.files(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
 	up := newUpstream(t)
 	for _, tc := range []struct {
 		name, server string
@@ -140,11 +139,7 @@ func TestTLSMinVersionAndHTTP1Only(t *testing.T) {
 // and query on https, with a 308 that keeps a POST a POST.
 func TestRedirectListenerSendsToHTTPS(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
-	writeAtomic(t, certFile, c)
-	writeAtomic(t, keyFile, k)
+	certFile, keyFile := ca.files(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
 	up := newUpstream(t)
 	g, _ := tlsFilesGateway(t, up, certFile, keyFile, "  redirect_listen: \"127.0.0.1:0\"\n")
 	noFollow := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -174,19 +169,16 @@ func TestTLSReadinessAndExpiryMetric(t *testing.T) {
 	ca := newTestCA(t)
 	now := time.Now()
 	for _, tc := range []struct {
-		name     string
-		notAfter time.Time
-		status   int
+		name                string
+		notBefore, notAfter time.Time
+		status              int
 	}{
-		{"valid", now.Add(90 * time.Minute), http.StatusOK},
-		{"expired", now.Add(-10 * time.Minute), http.StatusServiceUnavailable},
+		{"valid", now.Add(-time.Hour), now.Add(90 * time.Minute), http.StatusOK},
+		{"expired", now.Add(-time.Hour), now.Add(-10 * time.Minute), http.StatusServiceUnavailable},
+		{"not yet valid", now.Add(time.Hour), now.Add(90 * time.Minute), http.StatusServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-			c, k := ca.issue(t, 9, now.Add(-time.Hour), tc.notAfter, "hooks.example.test")
-			writeAtomic(t, certFile, c)
-			writeAtomic(t, keyFile, k)
+			certFile, keyFile := ca.files(t, 9, tc.notBefore, tc.notAfter, "hooks.example.test")
 			g, _ := tlsFilesGateway(t, newUpstream(t), certFile, keyFile, "")
 			status, body := get(t, "http://"+g.AdminAddr()+"/readyz")
 			if status != tc.status || !strings.Contains(body, `"tls"`) {
@@ -214,11 +206,7 @@ func TestTLSReadinessAndExpiryMetric(t *testing.T) {
 // and recorded.
 func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c, k := ca.issue(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
-	writeAtomic(t, certFile, c)
-	writeAtomic(t, keyFile, k)
+	certFile, keyFile := ca.files(t, 7, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "127.0.0.1")
 	up := newUpstream(t)
 	cfg := routesConfig(t, dbPath(t), "  read_timeout: 30s\n  tls: {cert_file: "+strconvQuote(certFile)+", key_file: "+strconvQuote(keyFile)+"}\n", "", `  - name: hooks
     path: /hooks
@@ -247,4 +235,34 @@ func TestTLSShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 		t.Fatalf("upstream received %d deliveries, want 1", up.total.Load())
 	}
 	g.closeAll()
+}
+
+// A provider misconfigured to send plain HTTP to the HTTPS listener is
+// told so (400, a problem body), as Go's own server does, rather than
+// seeing its connection closed without a word; nothing is forwarded.
+func TestTLSPlainHTTPIsToldSo(t *testing.T) {
+	ca := newTestCA(t)
+	certFile, keyFile := ca.files(t, 9, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "hooks.example.test")
+	up := newUpstream(t)
+	g, _ := tlsFilesGateway(t, up, certFile, keyFile, "")
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "POST /hooks HTTP/1.1\r\nHost: x\r\nX-Event-Id: evt_plain\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to plain HTTP on the TLS port: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "HTTPS listener") {
+		t.Errorf("plain HTTP on the TLS port: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if n := up.count("evt_plain"); n != 0 {
+		t.Errorf("upstream received %d copies, want none", n)
+	}
 }

@@ -55,6 +55,18 @@ func newTestCA(tb testing.TB) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool}
 }
 
+// files writes a leaf issued as issue does to tls.crt and tls.key in a
+// directory of the test's, and returns their paths.
+func (ca *testCA) files(tb testing.TB, serial int64, notBefore, notAfter time.Time, names ...string) (certFile, keyFile string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c, k := ca.issue(tb, serial, notBefore, notAfter, names...)
+	writeAtomic(tb, certFile, c)
+	writeAtomic(tb, keyFile, k)
+	return certFile, keyFile
+}
+
 // issue returns the PEM certificate and key of a leaf for names (DNS
 // names or IP addresses), valid from notBefore to notAfter, with serial.
 func (ca *testCA) issue(tb testing.TB, serial int64, notBefore, notAfter time.Time, names ...string) (certPEM, keyPEM []byte) {

@@ -3,9 +3,12 @@ package ingress
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // connListener tracks the connections it accepts so that Shutdown can end
@@ -119,6 +122,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	}
 	if err != nil {
 		c.ended.Store(true)
+		tellPlainHTTP(err)
 	}
 	if !c.lineDone && n > 0 {
 		c.noteFirstLine(p[:n])
@@ -193,4 +197,32 @@ func (c *trackedConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return err
+}
+
+// plainHTTP answers a request sent in plain HTTP to the TLS listener,
+// which would otherwise see its connection closed without a word.
+const plainHTTP = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+
+const plainHTTPProblem = `{"type":"about:blank","title":"Bad Request","status":400,"detail":"a plain HTTP request was sent to the HTTPS listener; send it over TLS"}`
+
+// tellPlainHTTP answers plainHTTP when err is a TLS handshake that met
+// the start of an HTTP request.
+func tellPlainHTTP(err error) {
+	re, ok := errors.AsType[tls.RecordHeaderError](err)
+	if !ok || re.Conn == nil || !looksLikeHTTP(re.RecordHeader[:]) {
+		return
+	}
+	_ = re.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = fmt.Fprintf(re.Conn, plainHTTP, len(plainHTTPProblem), plainHTTPProblem)
+}
+
+// looksLikeHTTP reports whether a TLS record header is the start of an
+// HTTP/1 request line.
+func looksLikeHTTP(hdr []byte) bool {
+	for _, m := range []string{"GET /", "HEAD ", "POST ", "PUT /", "PATCH", "DELET", "OPTIO"} {
+		if string(hdr) == m {
+			return true
+		}
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
@@ -32,7 +33,13 @@ func newACME(a ACME, log *slog.Logger) (*acmeSource, error) {
 	if a.Storage == nil {
 		return nil, fmt.Errorf("tls: ACME without a storage")
 	}
-	s := &acmeSource{domains: a.Domains, log: log}
+	// Certmagic keeps certificates under lower-case names: looked up as
+	// configured, a capital letter would find none (never ready).
+	domains := make([]string, len(a.Domains))
+	for i, d := range a.Domains {
+		domains[i] = strings.ToLower(d)
+	}
+	s := &acmeSource{domains: domains, log: log}
 	zl := zapLogger(log.With("component", "certmagic"))
 	s.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return s.cfg, nil },
@@ -42,7 +49,7 @@ func newACME(a ACME, log *slog.Logger) (*acmeSource, error) {
 	s.cfg = certmagic.New(s.cache, certmagic.Config{
 		Storage:           a.Storage,
 		Logger:            zl,
-		DefaultServerName: a.Domains[0], // a client that sends no SNI (dialled by IP address)
+		DefaultServerName: domains[0], // a client that sends no SNI (dialled by IP address)
 		OCSP:              certmagic.OCSPConfig{DisableStapling: true},
 		OnEvent:           s.onEvent,
 		ShouldEmitFunc:    func(ev string) bool { return ev == "cert_obtained" || ev == "cert_failed" },

@@ -14,15 +14,16 @@ import (
 
 // fileSource serves the certificate of two PEM files and reads them again
 // every interval. A pair that does not load (half written, corrupt, a key
-// that is not the certificate's) is logged once and the one served so far
-// is kept; new connections get a new pair as soon as it loads.
+// that is not the certificate's) twice in a row is logged once, and the
+// one served so far is kept; new connections get a new pair as soon as it loads.
 type fileSource struct {
 	certFile, keyFile string
 	interval          time.Duration
 	log               *slog.Logger
 
 	cert       atomic.Pointer[tls.Certificate]
-	last       [sha256.Size]byte // digest of the files last tried
+	last       [sha256.Size]byte // digest of the files last loaded, or given up on
+	failing    [sha256.Size]byte // digest of the files that last failed to load
 	unreadable int               // consecutive reads that failed
 }
 
@@ -80,13 +81,19 @@ func (s *fileSource) reload() {
 	if d == s.last {
 		return
 	}
-	s.last = d
 	c, err := parsePair(certPEM, keyPEM)
 	if err != nil {
-		s.log.Error("tls certificate files changed but do not load; still serving the previous certificate",
-			"cert_file", s.certFile, "key_file", s.keyFile, "err", err)
+		// A pair replaced file by file does not match for an instant:
+		// logged, and no longer tried, once the next look finds it so.
+		if d == s.failing {
+			s.last = d
+			s.log.Error("tls certificate files changed but do not load; still serving the previous certificate",
+				"cert_file", s.certFile, "key_file", s.keyFile, "err", err)
+		}
+		s.failing = d
 		return
 	}
+	s.last = d
 	s.cert.Store(c)
 	s.log.Info("tls certificate reloaded", "cert_file", s.certFile, "names", leafNames(c.Leaf), "not_after", c.Leaf.NotAfter)
 }

@@ -156,16 +156,22 @@ func (m *Manager) Ready(context.Context) error {
 	now := m.o.Now()
 	if m.acme != nil {
 		for _, d := range m.acme.domains {
-			if leaf := m.acme.leaf(d); leaf == nil || now.After(leaf.NotAfter) {
+			if leaf := m.acme.leaf(d); leaf == nil || !validAt(leaf, now) {
 				return fmt.Errorf("%s: %w", d, ErrNoCertificate)
 			}
 		}
 		return nil
 	}
-	if leaf := m.files.current().Leaf; now.After(leaf.NotAfter) {
-		return fmt.Errorf("%s expired at %s: %w", m.o.CertFile, leaf.NotAfter.Format(time.RFC3339), ErrNoCertificate)
+	if leaf := m.files.current().Leaf; !validAt(leaf, now) {
+		return fmt.Errorf("%s is valid from %s to %s: %w", m.o.CertFile, leaf.NotBefore.Format(time.RFC3339),
+			leaf.NotAfter.Format(time.RFC3339), ErrNoCertificate)
 	}
 	return nil
+}
+
+// validAt reports whether leaf is valid at now.
+func validAt(leaf *x509.Certificate, now time.Time) bool {
+	return !now.Before(leaf.NotBefore) && !now.After(leaf.NotAfter)
 }
 
 // leafNames are the names a certificate is for: its DNS and IP SANs, or
