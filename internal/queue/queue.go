@@ -87,7 +87,7 @@ type Hooks struct {
 	Upstream func(ctx context.Context, route string, d time.Duration)
 }
 
-// Queue is the River clients of async routes' jobs. It is safe for
+// Queue delivers the jobs of async routes with River. It is safe for
 // concurrent use.
 type Queue struct {
 	o      Options
