@@ -53,7 +53,7 @@ docker: ## build the container image
 	docker build --build-arg VERSION=$(VERSION) -t hookstamp:$(VERSION) .
 
 clean:
-	rm -rf bin data/*.db data/*.db-* data/*.db.migrate.lock
+	rm -rf bin data/*.db data/*.db-* data/*.db.migrate.lock data/*.db.serve.lock
 
 # Chaos and soak (internal/chaos, cmd/chaos): three real gateway processes,
 # a Redis and a PostgreSQL database of their own behind fault-injecting

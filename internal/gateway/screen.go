@@ -18,6 +18,13 @@ func (g *Gateway) openScreen() error {
 		// Done records are kept once, in the engine's local cache (which
 		// repeats consult first), not twice in one process; with the cache
 		// off, the screen keeps them.
+		// Claims in this process's memory: a second process on the same
+		// SQLite file would forward the same deliveries beside it.
+		release, err := g.ledger.LockAlone()
+		if err != nil {
+			return fmt.Errorf("screen.driver memory is one process's, and %w; for several processes on one SQLite file use screen.driver none", err)
+		}
+		g.closers = append(g.closers, release)
 		s := memscreen.New(memscreen.Options{MaxCachedBody: int(cfg.Screen.MaxCachedBody), NoDone: g.localCacheBytes() > 0})
 		g.screen = s
 		// The memory screen is this process: it answers while we do.

@@ -2,8 +2,10 @@ package sqlledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -37,4 +39,35 @@ func (l *Ledger) LockMigrations(ctx context.Context) (unlock func(), err error) 
 		case <-time.After(wait):
 		}
 	}
+}
+
+// ErrServedElsewhere: another process holds the ledger's SQLite file alone
+// (LockAlone).
+var ErrServedElsewhere = errors.New("another process serves this SQLite file alone")
+
+// LockAlone keeps other processes from taking the ledger's SQLite file
+// alone until release is called, for a process whose claims live in its
+// own memory: a second one beside it would forward the same deliveries.
+// The lock is a file lock on <file>.serve.lock, released by the system
+// when the process dies; ErrServedElsewhere when another holds it.
+// PostgreSQL and in-memory files: a no-op.
+func (l *Ledger) LockAlone() (release func() error, err error) {
+	if l.lockFile == "" {
+		return func() error { return nil }, nil
+	}
+	name := strings.TrimSuffix(l.lockFile, ".migrate.lock") + ".serve.lock"
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	held, err := tryLock(f)
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	case !held:
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, ErrServedElsewhere)
+	}
+	return func() error { _ = unlockFile(f); return f.Close() }, nil
 }
