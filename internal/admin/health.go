@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,7 +16,8 @@ type depStatus struct {
 
 // readyz asks every dependency concurrently, each within ReadyTimeout:
 // 200 when all answer, else 503. Errors are summarised ("unreachable",
-// "no answer in time"), never shown: a driver's error may quote its DSN.
+// "no answer in time", or an error's own ReadyText), never shown: a
+// driver's error may quote its DSN.
 // ?optional=screen (names, comma-separated) reports those members without
 // letting them fail the answer: a replica that serves every delivery
 // while Redis is down (screen.on_unavailable: store) stays in rotation.
@@ -41,6 +43,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			if err := c.Ping(ctx); err != nil {
 				s.o.Logger.DebugContext(ctx, "readyz: dependency not ready", "dependency", c.Name, "err", err)
 				st = depStatus{Error: "unreachable"}
+				var shown interface{ ReadyText() string }
+				if errors.As(err, &shown) {
+					st.Error = shown.ReadyText()
+				}
 				if c.Show {
 					st.Error = err.Error()
 				} else if ctx.Err() != nil {

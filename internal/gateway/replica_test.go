@@ -39,3 +39,17 @@ func TestMemoryScreenServesItsSQLiteFileAlone(t *testing.T) {
 	wantOutcome(t, send(t, a, "/hooks", `{"id":"evt_shared"}`), http.StatusOK, "forwarded")
 	wantOutcome(t, send(t, b, "/hooks", `{"id":"evt_shared"}`), http.StatusOK, "replayed")
 }
+
+// A replica started with auto_migrate false on a database that was never
+// migrated says so on /readyz, rather than calling the database, which
+// answers, unreachable.
+func TestReadyzNamesAnUnmigratedLedger(t *testing.T) {
+	cfg := gwConfig(t, newUpstream(t).URL, dbPath(t), "", "")
+	cfg.Store.AutoMigrate = false
+	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+	g := startGatewayWith(t, cfg, Options{Logger: testLogger(t)})
+	status, body := get(t, "http://"+g.AdminAddr()+"/readyz")
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "run gateway migrate") {
+		t.Fatalf("/readyz of an unmigrated ledger: %d %s, want 503 saying to run gateway migrate", status, body)
+	}
+}

@@ -52,3 +52,16 @@ func transportError(err error) bool {
 	}
 	return false
 }
+
+// unreadableTable: the database answers, and the ledger's table cannot be
+// read (not migrated, or no grant on it).
+type unreadableTable struct{ err error }
+
+func (e unreadableTable) Error() string { return TableName + " cannot be read: " + e.err.Error() }
+func (e unreadableTable) Unwrap() error { return e.err }
+
+// ReadyText is what /readyz shows of it: the cause without the driver's
+// words, which may quote the DSN.
+func (unreadableTable) ReadyText() string {
+	return "the database answers, but table " + TableName + " cannot be read: run gateway migrate, or check the role's grants"
+}

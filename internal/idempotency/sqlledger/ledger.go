@@ -306,7 +306,10 @@ func (l *Ledger) Ready(ctx context.Context) error {
 			return l.fail("ready", err)
 		}
 		if _, err := sdb.ExecContext(ctx, "SELECT 1 FROM "+TableName+" WHERE 1 = 0"); err != nil {
-			return l.fail("ready", err)
+			if l.unavailable(err) {
+				return l.fail("ready", err)
+			}
+			return fmt.Errorf("ready: %w", unreadableTable{err})
 		}
 	}
 	return nil
