@@ -100,6 +100,17 @@ func TestPostgresDSNIsChecked(t *testing.T) {
 			t.Errorf("store.dsn %q: %s", tc.dsn, msg)
 		}
 	}
+	// What the driver refuses at serve's start is refused by check too.
+	for _, dsn := range []string{
+		"postgres://app:TOPSECRET@db:5432/hooks?sslmode=bogus",
+		"postgres://app:TOPSECRET@db:5432/hooks?connect_timeout=abc",
+		"host=db dbname=hooks password=TOPSECRET sslmode=bogus",
+	} {
+		msg := mustFail(t, minimal+"store: {driver: postgres, dsn: \""+dsn+"\"}\n").Error()
+		if !strings.Contains(msg, "store.dsn: the PostgreSQL driver refuses it") || strings.Contains(msg, "TOPSECRET") {
+			t.Errorf("store.dsn %q: %s", dsn, msg)
+		}
+	}
 	for _, dsn := range []string{"postgres://app:p%2Fss@db:5432/hooks?sslmode=disable", "postgresql://db/hooks", "host=db dbname=hooks user=app"} {
 		if _, err := LoadFromBytes([]byte(minimal+"store: {driver: postgres, dsn: \""+dsn+"\"}\n"), nil); err != nil {
 			t.Errorf("store.dsn %q refused: %v", dsn, err)

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -128,7 +129,9 @@ func checkPostgresDSN(errs *Errors, dsn string) {
 		if !strings.Contains(dsn, "=") {
 			errs.add("store.dsn", "not a PostgreSQL connection string (not shown: it may hold a password; "+
 				"want a postgres:// URL or host=… dbname=… keywords)")
+			return
 		}
+		driverRefusal(errs, dsn)
 		return
 	}
 	u, err := url.Parse(dsn)
@@ -138,6 +141,22 @@ func checkPostgresDSN(errs *Errors, dsn string) {
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		errs.add("store.dsn", "bad URL %q: want a postgres:// or postgresql:// URL (or host=… dbname=… keywords)", RedactDSN(dsn))
+		return
+	}
+	driverRefusal(errs, dsn)
+}
+
+// driverRefusal adds what the PostgreSQL driver refuses in dsn (a bad
+// sslmode, a connect_timeout that is not a number), which serve and
+// migrate would meet at start. The driver's words quote the DSN, its
+// password masked; only what follows is kept.
+func driverRefusal(errs *Errors, dsn string) {
+	if _, err := pgconn.ParseConfig(dsn); err != nil {
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, "`: "); ok {
+			msg = after
+		}
+		errs.add("store.dsn", "the PostgreSQL driver refuses it: %s", msg)
 	}
 }
 
