@@ -210,7 +210,10 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 		}
 		defer conn.Close()
 		const lock = "hashtext(current_schema() || '.river_migration')"
-		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+lock+")"); err != nil {
+		waited := l.NoteWait("queue")
+		_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock("+lock+")")
+		waited()
+		if err != nil {
 			return fmt.Errorf("migrate queue: lock: %w", err)
 		}
 		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()

@@ -109,6 +109,7 @@ type Ledger struct {
 	d         dialect
 	opTimeout time.Duration
 	now       func() time.Time
+	log       *slog.Logger // nil: slog.Default
 	closed    atomic.Bool
 	// rest is SweepAll's pause between batches (tests observe it).
 	rest func(ctx context.Context, d time.Duration)
@@ -146,7 +147,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.DSN == "" {
 		return nil, errors.New("sqlledger: empty DSN")
 	}
-	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, rest: sleepCtx}
+	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, log: o.Logger, rest: sleepCtx}
 	if err := l.openPools(o); err != nil {
 		return nil, err
 	}
@@ -259,7 +260,10 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 	}
 	err := l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if l.d.migrateLockSQL != "" {
-			if err := tx.Exec(l.d.migrateLockSQL).Error; err != nil {
+			waited := l.NoteWait("ledger")
+			err := tx.Exec(l.d.migrateLockSQL).Error
+			waited()
+			if err != nil {
 				return err
 			}
 		}

@@ -1,9 +1,11 @@
 package sqlledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -23,6 +25,8 @@ func (l *Ledger) LockMigrations(ctx context.Context) (unlock func(), err error) 
 	if err != nil {
 		return nil, fmt.Errorf("migration lock: %w", err)
 	}
+	waited := l.NoteWait("ledger")
+	defer waited()
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		held, err := tryLock(f)
 		if err != nil {
@@ -70,4 +74,15 @@ func (l *Ledger) LockAlone() (release func() error, err error) {
 		return nil, fmt.Errorf("lock %s: %w", name, ErrServedElsewhere)
 	}
 	return func() error { _ = unlockFile(f); return f.Close() }, nil
+}
+
+// NoteWait logs, once, that a migration waits for another process's when
+// stop has not been called within a second: the wait may be long, and a
+// replica starting meanwhile shows nothing else.
+func (l *Ledger) NoteWait(what string) (stop func()) {
+	log := cmp.Or(l.log, slog.Default())
+	t := time.AfterFunc(time.Second, func() {
+		log.Info("migration waits for another process migrating the same database", "tables", what)
+	})
+	return func() { t.Stop() }
 }
