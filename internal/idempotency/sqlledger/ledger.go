@@ -267,13 +267,27 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		return tx.AutoMigrate(&recordRow{}, &attemptRow{})
+		if err := tx.AutoMigrate(&recordRow{}, &attemptRow{}); err != nil {
+			return err
+		}
+		for _, name := range retiredIndexes {
+			if m := tx.Migrator(); m.HasIndex(&recordRow{}, name) {
+				if err := m.DropIndex(&recordRow{}, name); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return l.fail("migrate", err)
 	}
 	return nil
 }
+
+// retiredIndexes are indexes of hookstamp_records an earlier build made
+// and none reads now: each write would keep them up to date for nothing.
+var retiredIndexes = []string{"idx_hookstamp_records_queue"}
 
 // Ping checks that the database answers within OpTimeout.
 func (l *Ledger) Ping(ctx context.Context) error {
