@@ -319,42 +319,8 @@ func (s *sender) deliver(ctx context.Context, ev *Event, rng *rand.Rand) {
 
 	// Its own generator from here on: the extras above draw nothing more.
 	r := rand.New(rand.NewPCG(seed, 1))
-	start := time.Now()
-	gw := r.IntN(len(s.p.targets))
-	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil {
-			ev.GaveUp = "harness stopped"
-			return
-		}
-		if attempt > o.MaxAttempts || time.Since(start) > o.GiveUp {
-			ev.GaveUp = fmt.Sprintf("no final answer after %d attempts in %v", attempt-1, time.Since(start).Round(time.Second))
-			return
-		}
-		snd := s.send(ctx, ev, KindGenuine, attempt, gw)
-		if snd.Settled() {
-			ev.mu.Lock()
-			ev.Final = snd
-			ev.mu.Unlock()
-			break
-		}
-		if snd.Answered && !retryable(snd) {
-			ev.GaveUp = fmt.Sprintf("answered %d %s: not retryable", snd.Status, snd.Outcome)
-			return
-		}
-		var pause time.Duration
-		if !snd.Answered {
-			// Connection refused or reset: that replica is down; try another soon.
-			pause = time.Duration(30+r.IntN(120)) * time.Millisecond
-			gw = (gw + 1 + r.IntN(len(s.p.targets)-1)) % len(s.p.targets)
-		} else {
-			backoff := 100 * time.Millisecond << min(attempt-1, 4)
-			pause = backoff/2 + time.Duration(r.Int64N(int64(backoff)))
-			gw = r.IntN(len(s.p.targets))
-		}
-		if !sleepCtx(ctx, pause) {
-			ev.GaveUp = "harness stopped"
-			return
-		}
+	if !s.untilSettled(ctx, ev, r) {
+		return
 	}
 
 	if late {
@@ -368,6 +334,50 @@ func (s *sender) deliver(ctx context.Context, ev *Event, rng *rand.Rand) {
 	if tamper {
 		gw := r.IntN(len(s.p.targets))
 		s.extra(func() { s.tamper(ctx, ev, gw) })
+	}
+}
+
+// untilSettled sends the genuine copies of ev, drawing from r, until a
+// final answer settles it (true) or the sender gives up (false, GaveUp
+// says why).
+func (s *sender) untilSettled(ctx context.Context, ev *Event, r *rand.Rand) bool {
+	o := &s.p.o
+	start := time.Now()
+	gw := r.IntN(len(s.p.targets))
+	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			ev.GaveUp = "harness stopped"
+			return false
+		}
+		if attempt > o.MaxAttempts || time.Since(start) > o.GiveUp {
+			ev.GaveUp = fmt.Sprintf("no final answer after %d attempts in %v", attempt-1, time.Since(start).Round(time.Second))
+			return false
+		}
+		snd := s.send(ctx, ev, KindGenuine, attempt, gw)
+		if snd.Settled() {
+			ev.mu.Lock()
+			ev.Final = snd
+			ev.mu.Unlock()
+			return true
+		}
+		if snd.Answered && !retryable(snd) {
+			ev.GaveUp = fmt.Sprintf("answered %d %s: not retryable", snd.Status, snd.Outcome)
+			return false
+		}
+		var pause time.Duration
+		if !snd.Answered {
+			// Connection refused or reset: that replica is down; try another soon.
+			pause = time.Duration(30+r.IntN(120)) * time.Millisecond
+			gw = (gw + 1 + r.IntN(len(s.p.targets)-1)) % len(s.p.targets)
+		} else {
+			backoff := 100 * time.Millisecond << min(attempt-1, 4)
+			pause = backoff/2 + time.Duration(r.Int64N(int64(backoff)))
+			gw = r.IntN(len(s.p.targets))
+		}
+		if !sleepCtx(ctx, pause) {
+			ev.GaveUp = "harness stopped"
+			return false
+		}
 	}
 }
 

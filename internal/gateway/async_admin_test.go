@@ -366,9 +366,7 @@ func detailShowsTheNextAttempt(t *testing.T, driver string) {
 	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
 	cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "max: 50ms", "max: 1h", 1), "")
 	cfg.Routes[0].Async.Backoff.Initial = time.Hour // the next attempt stays scheduled while the test reads it
-	if driver == "postgres" {
-		cfg.Store.Driver, cfg.Store.DSN = driver, testenv.Postgres(t)
-	}
+	onStore(t, cfg, driver)
 	cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
 	g := startGatewayWith(t, cfg, asyncOptions(t))
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_next"}`), http.StatusAccepted, "accepted")
@@ -515,9 +513,7 @@ func TestRedeliverOfADoneRecordOnceAtATime(t *testing.T) {
 				fmt.Fprintf(w, `{"copy":%d}`, n)
 			})
 			cfg := gwConfig(t, up.URL, dbPath(t), asyncRoute, "")
-			if driver == "postgres" {
-				cfg.Store.Driver, cfg.Store.DSN = driver, testenv.Postgres(t)
-			}
+			onStore(t, cfg, driver)
 			cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
 			g := startGatewayWith(t, cfg, asyncOptions(t))
 			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_r"}`), http.StatusAccepted, "accepted")
@@ -609,4 +605,12 @@ func statusesOf(atts []idempotency.Attempt) string {
 		s[i] = fmt.Sprint(a.Status)
 	}
 	return strings.Join(s, " ")
+}
+
+// onStore moves cfg's ledger to driver: "postgres" a schema of the test's
+// own, "sqlite" the file it has.
+func onStore(tb testing.TB, cfg *config.Config, driver string) {
+	if driver == "postgres" {
+		cfg.Store.Driver, cfg.Store.DSN = driver, testenv.Postgres(tb)
+	}
 }

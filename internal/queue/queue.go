@@ -351,28 +351,25 @@ func nameDigest(route string, n int) string {
 	return hex.EncodeToString(sum[:n])
 }
 
-// nextAttemptSQL finds when a record's pending delivery job runs next, by
-// driver (River keeps a job's args as JSON; on PostgreSQL containment is
-// what its GIN index on them answers).
-var nextAttemptSQL = map[string]string{
-	DriverPostgres: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable') ` +
-		`AND args @> jsonb_build_object('route', $2::text, 'key', $3::text)`,
-	DriverSQLite: `SELECT MIN(scheduled_at) FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable') ` +
-		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?`,
+// recordJobsSQL selects a record's delivery jobs whose state is in the
+// list that follows, by driver (River keeps a job's args as JSON; on
+// PostgreSQL containment is what its GIN index on them answers).
+var recordJobsSQL = map[string]string{
+	DriverPostgres: `FROM river_job WHERE kind = $1 AND args @> jsonb_build_object('route', $2::text, 'key', $3::text) AND state IN `,
+	DriverSQLite:   `FROM river_job WHERE kind = ? AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ? AND state IN `,
 }
 
-// pendingSQL finds a record's delivery job waiting or running, by driver.
-var pendingSQL = map[string]string{
-	DriverPostgres: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
-		`AND args @> jsonb_build_object('route', $2::text, 'key', $3::text))`,
-	DriverSQLite: `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = ? AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending') ` +
-		`AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ?)`,
-}
+// waitingStates are those of a job whose next run has not started;
+// pendingStates add a running job's.
+const (
+	waitingStates = `('available', 'scheduled', 'retryable')`
+	pendingStates = `('available', 'scheduled', 'retryable', 'running', 'pending')`
+)
 
 // PendingTx reports whether a delivery job of r waits or runs, in tx.
 func (q *Queue) PendingTx(ctx context.Context, tx *sql.Tx, r idempotency.Ref) (bool, error) {
 	var pending bool
-	if err := tx.QueryRowContext(ctx, pendingSQL[q.o.Driver], Args{}.Kind(), r.Route, r.Key).Scan(&pending); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 "+recordJobsSQL[q.o.Driver]+pendingStates+")", Args{}.Kind(), r.Route, r.Key).Scan(&pending); err != nil {
 		return false, fmt.Errorf("pending delivery jobs of %q: %w", r.Key, err)
 	}
 	return pending, nil
@@ -387,7 +384,7 @@ func (q *Queue) NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time
 		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
 	}
 	var at sql.NullString
-	err = db.QueryRowContext(ctx, nextAttemptSQL[q.o.Driver], Args{}.Kind(), ref.Route, ref.Key).Scan(&at)
+	err = db.QueryRowContext(ctx, "SELECT MIN(scheduled_at) "+recordJobsSQL[q.o.Driver]+waitingStates, Args{}.Kind(), ref.Route, ref.Key).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
 	}
