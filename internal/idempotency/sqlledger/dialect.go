@@ -37,6 +37,9 @@ type dialect struct {
 	// migrateLockSQL is run first in the migration transaction so that
 	// replicas starting together do not race on CREATE TABLE; "" = none.
 	migrateLockSQL string
+	// concurrentIndexes: indexes of existing tables are built without
+	// holding off writes (buildIndexes).
+	concurrentIndexes bool
 	// unavailable reports whether a driver-specific error means the
 	// database could not be reached or did not answer in time.
 	unavailable func(error) bool
@@ -88,8 +91,9 @@ var postgresDialect = dialect{
 		`SELECT COUNT(*) FROM d`,
 	// A transaction-scoped advisory lock, per schema: released at COMMIT or
 	// ROLLBACK, even when the migrating process dies.
-	migrateLockSQL: "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.hookstamp_records'))",
-	unavailable:    postgresUnavailable,
+	migrateLockSQL:    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.hookstamp_records'))",
+	concurrentIndexes: true,
+	unavailable:       postgresUnavailable,
 	// LIKE, whose selectivity the planner estimates from the key's
 	// statistics: a common prefix walks the log index, a rare one is
 	// found by a scan instead of walking the route's whole history.

@@ -251,23 +251,24 @@ func (l *Ledger) Driver() string { return l.d.name }
 // Migrate creates or upgrades the hookstamp_records and hookstamp_attempts
 // tables and their indexes.
 // It is idempotent, and safe to run from several replicas at once (they are
-// serialised by a lock). Reaching the database is bounded by OpTimeout; the
-// migration itself only by ctx, since building an index on a large table
-// can take longer than any delivery would wait.
+// serialised by a lock). On PostgreSQL the indexes of tables that exist are
+// built without holding off writes (buildIndexes). Reaching the database
+// is bounded by OpTimeout; the migration itself only by ctx, since building
+// an index on a large table can take longer than any delivery would wait.
 func (l *Ledger) Migrate(ctx context.Context) error {
 	if err := l.Ping(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	err := l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if l.d.migrateLockSQL != "" {
-			waited := l.NoteWait("ledger")
-			err := tx.Exec(l.d.migrateLockSQL).Error
-			waited()
-			if err != nil {
-				return err
-			}
+	if l.d.concurrentIndexes {
+		if err := l.migrateLocked(ctx, addColumns); err != nil {
+			return l.fail("migrate", err)
 		}
-		if err := tx.AutoMigrate(&recordRow{}, &attemptRow{}); err != nil {
+		if err := l.buildIndexes(ctx); err != nil {
+			return l.fail("migrate", err)
+		}
+	}
+	err := l.migrateLocked(ctx, func(tx *gorm.DB) error {
+		if err := tx.AutoMigrate(models...); err != nil {
 			return err
 		}
 		for _, name := range retiredIndexes {
@@ -283,6 +284,22 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 		return l.fail("migrate", err)
 	}
 	return nil
+}
+
+// migrateLocked runs f in a transaction that other processes' migrations
+// wait for.
+func (l *Ledger) migrateLocked(ctx context.Context, f func(tx *gorm.DB) error) error {
+	return l.w.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if l.d.migrateLockSQL != "" {
+			waited := l.NoteWait("ledger")
+			err := tx.Exec(l.d.migrateLockSQL).Error
+			waited()
+			if err != nil {
+				return err
+			}
+		}
+		return f(tx)
+	})
 }
 
 // retiredIndexes are indexes of hookstamp_records an earlier build made
