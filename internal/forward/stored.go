@@ -38,7 +38,9 @@ func Store(r *Request) Stored {
 
 // Request is the stored delivery sent again to upstream (upstream.url:
 // its scheme, credentials and host), as at intake: its X-Forwarded-*
-// values are the sender's, and the rest of its header was filtered then.
+// values are those the gateway set then, and the rest of its header was
+// filtered then. So only a Store result may be sent through it: a
+// sender's header stored as sent would be believed here.
 func (s Stored) Request(upstream, keyHeader, key string) *Request {
 	h := s.Header.Clone()
 	r := &Request{Method: s.Method, URL: rebase(upstream, s.Path), Header: h, Body: s.Body, TrustedPeer: true,

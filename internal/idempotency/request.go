@@ -18,8 +18,8 @@ var neverStored = map[string]bool{
 
 // StorableHeader returns a copy of h as a stored request keeps it: names
 // canonical, without hop-by-hop headers (those Connection names too),
-// Authorization or Cookie. Both the synchronous capture and the async
-// intake store headers through it, and the ledger applies it again.
+// Authorization or Cookie. The ledger stores every request's headers
+// through it, whatever filtered them before.
 func StorableHeader(h http.Header) http.Header {
 	named := map[string]bool{}
 	for _, v := range h.Values("Connection") {

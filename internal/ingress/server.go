@@ -339,15 +339,15 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		return *refused
 	}
 	p := route.Policy
-	switch {
-	case p.Ack != nil && route.Handshake != nil && route.Handshake(req):
+	if p.Ack != nil && route.Handshake != nil && route.Handshake(req) {
 		p = route.SyncPolicy
-	case p.Ack != nil:
-		// What each attempt sends again: X-Forwarded-* as at intake.
-		d.Request = s.stored(c, route, rest)
 	}
-	if route.StoreRequests && d.Request == nil {
-		d.Request = storedRequest(c, route, rest)
+	if p.Ack != nil || route.StoreRequests {
+		// What each attempt or redelivery sends again: the request as
+		// this forward sends it, X-Forwarded-* as at intake. Stored as
+		// the sender sent it, it would pass on at redelivery the
+		// forwarding headers the forward dropped.
+		d.Request = s.stored(c, route, rest)
 	}
 	return s.o.Engine.Handle(ctx, p, d, fwd)
 }
@@ -440,8 +440,9 @@ func (s *Server) forward(ctx context.Context, c *fiber.Ctx, route *Route, rest, 
 	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
 }
 
-// stored is the request as an async route stores it: as the upstream
-// would get it, without its key.
+// stored is the request as record.request keeps it (SPEC §11), on every
+// route: as the upstream gets it, without its key, trace context or
+// credentials.
 func (s *Server) stored(c *fiber.Ctx, route *Route, rest string) *idempotency.Request {
 	st := forward.Store(s.outgoing(c, route, rest, ""))
 	return &idempotency.Request{Method: st.Method, Path: st.Path, Headers: st.Header, Body: st.Body}
