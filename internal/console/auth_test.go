@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -170,6 +171,53 @@ func TestWrongAPITokensSlowDownTheSignIn(t *testing.T) {
 	}
 	if p := e.browser(t).signIn(token); p.status != http.StatusTooManyRequests {
 		t.Fatalf("sign-in after four wrong API tokens: %d, want 429", p.status)
+	}
+}
+
+// Wrong tokens from more addresses than the throttle's table holds (10 000
+// IPv6 /64s: one /48) make none but those addresses wait: the operator's
+// right token from another address is taken, by the API and the sign-in,
+// and after signing in the operator is not pooled with the guessers
+// either. Wrong tokens from the operator's address are slowed down as
+// ever.
+func TestGuessesFromAFullTableDoNotLockTheOperatorOut(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i := range 10005 {
+		addr := fmt.Sprintf("[2001:db8:48:%x::1]:4000", i)
+		for range 4 {
+			e.throttle.Failed(addr)
+		}
+	}
+	api := func(tok string) int {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/admin/stats", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if s := api(token); s != http.StatusOK {
+		t.Fatalf("the right API token from a fresh address: %d, want 200", s)
+	}
+	e.browser(t).mustSignIn()
+	e.browser(t).mustSignIn() // signed in once, still not pooled
+	if s := api(token); s != http.StatusOK {
+		t.Fatalf("the right API token after signing in: %d, want 200", s)
+	}
+
+	b := e.browser(t)
+	for i := range 4 {
+		if p := b.signIn("wrong"); p.status != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, p.status)
+		}
+	}
+	if p := b.signIn(token); p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") != "1" {
+		t.Fatalf("right token after four wrong ones: %d Retry-After %q, want 429 and 1", p.status, p.header.Get("Retry-After"))
+	}
+	if s := api(token); s != http.StatusTooManyRequests {
+		t.Fatalf("the right API token while the address waits: %d, want 429", s)
 	}
 }
 

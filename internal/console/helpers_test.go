@@ -21,6 +21,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/stats"
 	"github.com/hookstamp/hookstamp/internal/testenv"
+	"github.com/hookstamp/hookstamp/internal/throttle"
 )
 
 const token = "console-test-token"
@@ -31,6 +32,8 @@ type env struct {
 	ledger *sqlledger.Ledger
 	stats  *stats.Memory
 	clock  *testenv.Clock
+	// throttle is the admin API's and the sign-in's table of wrong tokens.
+	throttle *throttle.Throttle
 }
 
 type envOptions struct {
@@ -70,6 +73,7 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 		}
 	}
 	h := admin.New(o)
+	e.throttle = h.Throttle()
 	if eo.tls {
 		e.srv = httptest.NewTLSServer(h)
 	} else {

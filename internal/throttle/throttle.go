@@ -4,6 +4,7 @@
 package throttle
 
 import (
+	"container/list"
 	"net"
 	"net/netip"
 	"sync"
@@ -20,15 +21,16 @@ const (
 	firstDelay  = time.Second
 	maxDelay    = 5 * time.Minute
 	forgetAfter = 15 * time.Minute
-	// maxAddrs bounds the table; addresses beyond it share one entry, so
-	// that many addresses cannot push out the one being slowed down.
+	// maxAddrs bounds the table: a new address beyond it pushes out the
+	// one whose last failure is oldest. An address only ever waits for
+	// its own failures: addresses beyond the table once shared one
+	// entry, so that 10 000 guessing addresses made every other one,
+	// the operator's with the right token too, wait with them.
 	maxAddrs = 10000
 )
 
-// overflow is the shared entry of the addresses beyond maxAddrs.
-const overflow = "overflow"
-
 type strikes struct {
+	key      string // clientKey
 	failures int
 	last     time.Time // of the last failure
 	until    time.Time // no try before
@@ -40,7 +42,10 @@ type Throttle struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	m  map[string]*strikes
+	m  map[string]*list.Element // of *strikes, in order
+	// order holds the entries by their last failure, oldest first: the
+	// first to forget, or to push out when the table is full.
+	order *list.List
 }
 
 // New returns an empty Throttle on clock now (time.Now when nil).
@@ -48,7 +53,7 @@ func New(now func() time.Time) *Throttle {
 	if now == nil {
 		now = time.Now
 	}
-	return &Throttle{now: now, m: make(map[string]*strikes)}
+	return &Throttle{now: now, m: make(map[string]*list.Element), order: list.New()}
 }
 
 // Try takes a try for addr and counts it as a failure until Succeeded
@@ -83,26 +88,32 @@ func (t *Throttle) Failed(addr string) {
 
 func (t *Throttle) wait(addr string) time.Duration {
 	now := t.now()
-	if s := t.m[t.bucket(addr)]; s != nil && s.until.After(now) {
-		return s.until.Sub(now)
+	if e := t.m[clientKey(addr)]; e != nil {
+		if s := e.Value.(*strikes); s.until.After(now) {
+			return s.until.Sub(now)
+		}
 	}
 	return 0
 }
 
 func (t *Throttle) fail(addr string) {
 	now := t.now()
-	k := t.bucket(addr)
-	s := t.m[k]
-	if s == nil {
+	k := clientKey(addr)
+	e := t.m[k]
+	if e == nil {
 		t.prune(now)
-		if len(t.m) >= maxAddrs {
-			k = overflow
+		if t.order.Len() >= maxAddrs {
+			// The table is full of addresses that failed more recently
+			// (within forgetAfter): the one that failed least recently
+			// starts afresh, should it come back.
+			t.remove(t.order.Front())
 		}
-		if s = t.m[k]; s == nil {
-			s = &strikes{}
-			t.m[k] = s
-		}
+		e = t.order.PushBack(&strikes{key: k})
+		t.m[k] = e
+	} else {
+		t.order.MoveToBack(e)
 	}
+	s := e.Value.(*strikes)
 	s.failures++
 	s.last = now
 	if n := s.failures - freeTries; n > 0 {
@@ -114,7 +125,14 @@ func (t *Throttle) fail(addr string) {
 func (t *Throttle) Succeeded(addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.m, t.bucket(addr))
+	if e := t.m[clientKey(addr)]; e != nil {
+		t.remove(e)
+	}
+}
+
+func (t *Throttle) remove(e *list.Element) {
+	delete(t.m, e.Value.(*strikes).key)
+	t.order.Remove(e)
 }
 
 // delay is the wait after the n-th failure beyond the free ones.
@@ -126,22 +144,15 @@ func delay(n int) time.Duration {
 	return min(d, maxDelay)
 }
 
+// prune forgets the addresses whose last failure is forgetAfter old, the
+// oldest first; their waits (at most maxDelay) are over.
 func (t *Throttle) prune(now time.Time) {
-	for k, s := range t.m {
-		if now.Sub(s.last) >= forgetAfter && !now.Before(s.until) {
-			delete(t.m, k)
+	for e := t.order.Front(); e != nil; e = t.order.Front() {
+		if s := e.Value.(*strikes); now.Sub(s.last) < forgetAfter || now.Before(s.until) {
+			return
 		}
+		t.remove(e)
 	}
-}
-
-// bucket is addr's entry: its IP (IPv6: its /64), or the overflow entry
-// when the table is full and addr is not in it. Called with mu held.
-func (t *Throttle) bucket(addr string) string {
-	k := clientKey(addr)
-	if _, ok := t.m[k]; !ok && len(t.m) >= maxAddrs {
-		return overflow
-	}
-	return k
 }
 
 // clientKey is the throttled unit of a RemoteAddr.
