@@ -107,6 +107,11 @@ type Admin struct {
 	// reached over HTTPS through a proxy, the admin listener itself
 	// serving plain HTTP. Default false.
 	SecureCookies bool `koanf:"secure_cookies" yaml:"secure_cookies"`
+	// ConsoleHosts are the host names, besides IP addresses, localhost and
+	// the host of Listen, under which the console answers: a name a proxy
+	// in front passes on as Host. A page of another name, rebound to the
+	// listener's address by its DNS, is refused. Default none.
+	ConsoleHosts []string `koanf:"console_hosts" yaml:"console_hosts"`
 }
 
 // Store is the durable ledger (GORM).

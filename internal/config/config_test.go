@@ -84,6 +84,7 @@ func TestDefaultValuesMatchSpec(t *testing.T) {
 		{"admin.console", c.Admin.Console, true},
 		{"admin.trace_url", c.Admin.TraceURL, ""},
 		{"admin.secure_cookies", c.Admin.SecureCookies, false},
+		{"admin.console_hosts", c.Admin.ConsoleHosts, []string(nil)},
 		{"admin.token", c.Admin.Token, ""},
 		{"store.driver", c.Store.Driver, "sqlite"},
 		{"store.dsn", c.Store.DSN, "data/hookstamp.db"},
@@ -290,6 +291,19 @@ func TestEnvironmentOverridesAFileReference(t *testing.T) {
 	assertProblem(t, errs, "admin.token", "HOOKSTAMP_ADMIN_TOKEN is not set")
 	if len(errs) != 1 || strings.Contains(errs.Error(), "set by") {
 		t.Errorf("want only the admin.token problem, not blamed on a variable; got:\n%v", errs)
+	}
+}
+
+// admin.console_hosts takes host names (a container's with "_", a final
+// dot, an IP address), from the file or, comma-separated, the environment.
+func TestConsoleHosts(t *testing.T) {
+	c := mustLoad(t, minimal+"admin: {console_hosts: [console.example.com, hookstamp_admin, 'ops.example.', 10.0.0.7, '::1']}\n")
+	if want := []string{"console.example.com", "hookstamp_admin", "ops.example.", "10.0.0.7", "::1"}; !reflect.DeepEqual(c.Admin.ConsoleHosts, want) {
+		t.Errorf("admin.console_hosts = %q, want %q", c.Admin.ConsoleHosts, want)
+	}
+	c, err := LoadFromBytes([]byte(minimal), []string{"HOOKSTAMP_ADMIN__CONSOLE_HOSTS=a.example, b.example"})
+	if err != nil || !reflect.DeepEqual(c.Admin.ConsoleHosts, []string{"a.example", "b.example"}) {
+		t.Fatalf("from the environment: %v, %v", c, err)
 	}
 }
 
@@ -630,6 +644,10 @@ routes:
 		{"trace url not absolute", base + "admin: {trace_url: '/explore?traceId={trace_id}'}\n", "admin.trace_url", "not an absolute"},
 		{"trace url not http", base + "admin: {trace_url: 'javascript:alert({trace_id})'}\n", "admin.trace_url", "not an absolute"},
 		{"console not a bool", base + "admin: {console: sometimes}\n", "admin.console", "want true or false"},
+		{"console host with a port", base + "admin: {console_hosts: [console.example.com:443]}\n", "admin.console_hosts[0]", "not a host name"},
+		{"console host as a URL", base + "admin: {console_hosts: [ok.example, 'https://console.example.com']}\n", "admin.console_hosts[1]", "not a host name"},
+		{"console host wildcard", base + "admin: {console_hosts: ['*.example.com']}\n", "admin.console_hosts[0]", "not a host name"},
+		{"console host empty", base + "admin: {console_hosts: ['']}\n", "admin.console_hosts[0]", "not a host name"},
 		{"bad trusted proxy", base + "server: {trusted_proxies: [10.0.0.0/33]}\n", "server.trusted_proxies[0]", "neither a CIDR"},
 		{"bool as text", base + "store: {auto_migrate: maybe}\n", "store.auto_migrate", "want true or false"},
 		{"int as text", base + "store: {max_open_conns: many}\n", "store.max_open_conns", "want an integer"},

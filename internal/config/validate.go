@@ -77,6 +77,11 @@ func ParseTrustedProxy(s string) (netip.Prefix, error) {
 func (c *Config) validateAdmin(errs *Errors) {
 	a := c.Admin
 	checkTraceURL(errs, a.TraceURL)
+	for i, h := range a.ConsoleHosts {
+		if !isHostName(h) {
+			errs.add(index("admin.console_hosts", i), "%q is not a host name (e.g. console.example.com: no scheme, port, path or wildcard)", h)
+		}
+	}
 	if a.Listen == "" {
 		return
 	}
@@ -86,6 +91,29 @@ func (c *Config) validateAdmin(errs *Errors) {
 		// ":0" asks the kernel for a free port: two of them never collide.
 		errs.add("admin.listen", "%q is also server.listen: the two listeners need different addresses", a.Listen)
 	}
+}
+
+// isHostName accepts a host name as a browser sends it in Host, without
+// the port: dot-separated labels of letters, digits, "-" and "_" (a
+// container's name may hold one), or an IP address.
+func isHostName(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	if len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkTraceURL wants an absolute http(s) URL naming {trace_id}, or "".

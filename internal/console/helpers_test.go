@@ -44,6 +44,7 @@ type envOptions struct {
 	traceURL      string
 	queue         console.Queue // nil: none
 	secureCookies bool
+	hosts         []string // console.Options.Hosts
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -67,7 +68,7 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 		o.Console = func(s *admin.Server) http.Handler {
 			return console.New(console.Options{
 				Token: eo.token, Admin: s, EventLog: s, Queue: eo.queue, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
-				Throttle: s.Throttle(), SecureCookies: eo.secureCookies,
+				Throttle: s.Throttle(), SecureCookies: eo.secureCookies, Hosts: eo.hosts,
 				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},
 			})
 		}

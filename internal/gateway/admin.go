@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -190,11 +191,23 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 	o := console.Options{
 		Token: g.cfg.Admin.Token, Admin: ops, EventLog: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
 		Logger: g.log.With("component", "console"), Now: g.now, Throttle: ops.Throttle(), SecureCookies: g.cfg.Admin.SecureCookies,
+		Hosts: consoleHosts(g.cfg.Admin),
 	}
 	if g.queue.q != nil {
 		o.Queue, o.Depths = ops, g.queueDepths
 	}
 	return console.New(o)
+}
+
+// consoleHosts are the host names the console answers to besides IP
+// addresses and localhost: admin.console_hosts, and the name admin.listen
+// binds to.
+func consoleHosts(a config.Admin) []string {
+	hosts := slices.Clone(a.ConsoleHosts)
+	if host, _, err := net.SplitHostPort(a.Listen); err == nil && host != "" {
+		hosts = append(hosts, host)
+	}
+	return hosts
 }
 
 // AdminAddr is the address the admin listener is bound to ("" when off or

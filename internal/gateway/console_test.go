@@ -40,3 +40,34 @@ func TestConsoleIsServedWithATokenUnlessTurnedOff(t *testing.T) {
 		})
 	}
 }
+
+// The console answers to the names of admin.console_hosts and to IP
+// addresses; any other Host, as a page rebound to the listener's address
+// by its DNS sends, is refused with 421. The rest of the listener
+// answers whatever the name.
+func TestConsoleAnswersToItsConfiguredHostNames(t *testing.T) {
+	s := newSetup(t)
+	s.mutate = func(c *config.Config) { c.Admin.ConsoleHosts = []string{"console.example.com"} }
+	g := s.start(t)
+	get := func(host, path string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+g.AdminAddr()+path, nil)
+		req.Host = host
+		res, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for host, want := range map[string]int{
+		g.AdminAddr(): http.StatusOK, "console.example.com": http.StatusOK, "localhost:9090": http.StatusOK,
+		"rebound.evil.example:9090": http.StatusMisdirectedRequest,
+	} {
+		if got := get(host, "/ui/login"); got != want {
+			t.Errorf("/ui/login as %q: %d, want %d", host, got, want)
+		}
+	}
+	if got := get("rebound.evil.example", "/healthz"); got != http.StatusOK {
+		t.Errorf("/healthz under another name: %d, want 200", got)
+	}
+}
