@@ -127,6 +127,12 @@ type Options struct {
 	// Logger receives the operator actions (delete, resolve) and failures
 	// (slog.Default).
 	Logger *slog.Logger
+	// Hosts are the host names, besides addresses and localhost, under
+	// which a browser may call /admin/* (Hosts); others get 421 before
+	// their token is looked at, so that a page rebound to the listener
+	// cannot make the operator's address wait with wrong tokens.
+	// Requests no browser sent are taken under any name.
+	Hosts []string
 	// Console builds the handler of /ui/ (the operator console) from the
 	// server, whose exported methods are the API's operations. Nil, or no
 	// Token: /ui/ answers 404.
@@ -143,6 +149,7 @@ type Server struct {
 	token  [32]byte // SHA-256 of Options.Token
 	srv    *http.Server
 	ui     http.Handler // nil: no console
+	hosts  Hosts
 	// wrong slows down addresses sending wrong tokens; the console's
 	// sign-in shares it (Throttle).
 	wrong *throttle.Throttle
@@ -166,7 +173,7 @@ func New(o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token), wrong: throttle.New(o.Now)}
+	s := &Server{o: o, routes: make(map[string]bool, len(o.Routes)), token: digest(o.Token), wrong: throttle.New(o.Now), hosts: NewHosts(o.Hosts)}
 	for _, r := range o.Routes {
 		s.routes[r] = true
 	}
@@ -237,6 +244,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.o.Token == "" {
 		problem(w, http.StatusNotFound, "the admin API is off: admin.token is not set")
+		return
+	}
+	if fromBrowser(r) && !s.hosts.Known(r.Host) {
+		s.o.Logger.WarnContext(r.Context(), "admin: a browser's request for an unknown host name refused", "host", r.Host, "remote", r.RemoteAddr)
+		problem(w, http.StatusMisdirectedRequest, "a browser may call the admin API only under the admin listener's address, localhost, or a name in admin.console_hosts")
 		return
 	}
 	if len(r.Header.Values("Authorization")) > 1 {

@@ -18,10 +18,7 @@ package console
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/admin"
@@ -92,7 +89,7 @@ type Console struct {
 	token    [32]byte // SHA-256 of Options.Token
 	sessions *sessions
 	throttle *throttle.Throttle
-	hosts    map[string]bool // Options.Hosts, lower case, without a final dot
+	hosts    admin.Hosts
 	pages    pages
 	mux      *http.ServeMux
 }
@@ -120,54 +117,23 @@ func New(o Options) *Console {
 	c := &Console{
 		o: o, token: digest(o.Token), pages: parsed,
 		sessions: newSessions(o.SessionTTL, o.Now),
-		throttle: o.Throttle, hosts: make(map[string]bool, len(o.Hosts)),
-	}
-	for _, h := range o.Hosts {
-		c.hosts[hostName(h)] = true
+		throttle: o.Throttle, hosts: admin.NewHosts(o.Hosts),
 	}
 	c.routes()
 	return c
 }
 
 // ServeHTTP answers /ui/ with the security headers every page carries,
-// for the host names it knows.
+// for the host names it knows (admin.Hosts: against DNS rebinding).
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	secure(w.Header())
-	if !c.knownHost(r.Host) {
+	if !c.hosts.Known(r.Host) {
 		c.o.Logger.WarnContext(r.Context(), "console: request for an unknown host name refused", "host", r.Host, "remote", r.RemoteAddr)
 		c.fail(w, r, nil, http.StatusMisdirectedRequest,
 			"The console does not answer to this host name. Open it at the admin listener's address (e.g. http://127.0.0.1:9090/ui/), or add the name to admin.console_hosts.")
 		return
 	}
 	c.mux.ServeHTTP(w, r)
-}
-
-// knownHost reports whether a request naming host (Host, with or without
-// a port) is for this console: an IP address, localhost, or one of
-// Options.Hosts. A page served under another name whose DNS then points
-// at the admin listener (DNS rebinding) is same-origin to the browser, so
-// the Origin, Sec-Fetch and SameSite checks let its requests through;
-// only the name it sends tells it apart. An address cannot be rebound,
-// and a request without Host (HTTP/1.0) comes from no browser.
-func (c *Console) knownHost(host string) bool {
-	if host == "" {
-		return true
-	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		host = host[1 : len(host)-1]
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return true
-	}
-	host = hostName(host)
-	return host == "localhost" || c.hosts[host]
-}
-
-// hostName is a host name as compared: lower case, without a final dot.
-func hostName(h string) string {
-	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
 // routes registers the pages. Keys travel in query strings and form

@@ -154,6 +154,7 @@ func (g *Gateway) startAdmin() error {
 		Checks:      checks,
 		Draining:    g.draining.Load,
 		Console:     g.console,
+		Hosts:       consoleHosts(g.cfg.Admin),
 		Logger:      g.log,
 		Now:         g.now,
 	})
