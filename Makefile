@@ -6,7 +6,7 @@ FUZZTIME  ?= 20s
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: help run build test test-short test-chart lint fmt vet staticcheck fuzz bench bench-quick chaos soak docker clean
+.PHONY: help run build test test-short test-chart lint fmt vet staticcheck fuzz bench bench-quick bench-go chaos soak docker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
