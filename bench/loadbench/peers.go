@@ -12,9 +12,13 @@ type peers struct {
 	fiber *Child
 }
 
+// peers starts F1 and, when N0 is among the systems run, nginx (which
+// may install it: nginxBinary).
 func (r *run) peers(ctx context.Context) (*peers, error) {
 	p := &peers{}
-	if bin := nginxBinary(r.logf); bin != "" {
+	if !r.wants("N0") {
+		r.logf("N0: not among -systems, nginx not started")
+	} else if bin := nginxBinary(r.logf); bin != "" {
 		c, err := StartNginx(ctx, bin, r.dir, "n0-nginx", r.up.URL)
 		if err != nil {
 			return nil, err
@@ -23,7 +27,7 @@ func (r *run) peers(ctx context.Context) (*peers, error) {
 		r.kids = append(r.kids, c)
 		p.nginx = c
 	} else {
-		r.logf("N0: no nginx and it cannot be installed here (not root, or no apt-get): N0 is left out")
+		r.logf("N0: no nginx and it cannot be installed here (not root, no apt-get, or %s set): N0 is left out", noInstallEnv)
 	}
 	var err error
 	if p.fiber, err = r.start(ctx, "f1-fiber-idempotency", "fiberidem", r.up.URL, r.o.RedisAddr, r.prefix("f1")); err != nil {

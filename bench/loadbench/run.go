@@ -294,7 +294,10 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer f.raw.close()
-	systems := r.systems(f)
+	systems, err := selectSystems(r.systems(f), r.o.Systems)
+	if err != nil {
+		return err
+	}
 	seed := seeds(1)
 	if err := r.closedRounds(ctx, systems, &seed); err != nil {
 		return err
@@ -408,8 +411,37 @@ func (r *run) prerecord(ctx context.Context, t *HTTPTarget, working []string, na
 	return nil
 }
 
-// systems are the fleet's cells (those Options.Systems names, when it
-// names any), in the order the rounds start from.
+// wants says whether the system named runs: Options.Systems names it, or
+// names none.
+func (r *run) wants(name string) bool {
+	return len(r.o.Systems) == 0 || slices.Contains(r.o.Systems, name)
+}
+
+// selectSystems keeps those of all that names lists (all when it lists
+// none). A name that matches none is an error, not a system silently
+// left out of the run and of its goals: a typo, or N0 without nginx.
+func selectSystems(all []*system, names []string) ([]*system, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	var unknown []string
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(s *system) bool { return s.name == n }) {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) > 0 {
+		have := make([]string, len(all))
+		for i, s := range all {
+			have[i] = s.name
+		}
+		return nil, fmt.Errorf("-systems: no system %s in this run (it has %s)", strings.Join(unknown, ", "), strings.Join(have, ","))
+	}
+	return slices.DeleteFunc(all, func(s *system) bool { return !slices.Contains(names, s.name) }), nil
+}
+
+// systems are every one of the fleet's cells, in the order the rounds
+// start from.
 func (r *run) systems(f *fleet) []*system {
 	tlsSchema := r.id + "_tls"
 	systems := []*system{
@@ -427,9 +459,6 @@ func (r *run) systems(f *fleet) []*system {
 	systems = append(systems, f.peerSystems...)
 	if f.base != nil {
 		systems = append(systems, f.base.systems(f.working)...)
-	}
-	if len(r.o.Systems) > 0 {
-		systems = slices.DeleteFunc(systems, func(s *system) bool { return !slices.Contains(r.o.Systems, s.name) })
 	}
 	for _, s := range systems {
 		s.closed = map[int]*agg{}

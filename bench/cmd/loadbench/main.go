@@ -79,7 +79,9 @@ func run() int {
 		}
 	}
 	if *systems != "" {
-		o.Systems = strings.Split(*systems, ",")
+		for _, s := range strings.Split(*systems, ",") {
+			o.Systems = append(o.Systems, strings.TrimSpace(s))
+		}
 	}
 	if *rounds > 0 {
 		o.Rounds = *rounds
