@@ -214,6 +214,18 @@ func (c *Child) PID() int { return c.cmd.Process.Pid }
 // (nginx's workers).
 func (c *Child) Sample() (ProcSample, error) { return SampleTree(c.PID()) }
 
+// Exited says, without waiting, whether the child has exited, and its
+// exit error (nil for status 0).
+func (c *Child) Exited() (bool, error) {
+	select {
+	case err := <-c.exit:
+		c.exit <- err // for Stop
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 // Stop asks the child to shut down and waits for it (killing it after 15s).
 func (c *Child) Stop() {
 	_ = c.stdin.Close()

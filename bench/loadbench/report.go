@@ -33,6 +33,21 @@ type Report struct {
 	Scale               *ScaleResult                  `json:"scale,omitempty"`
 	RSS                 *RSSResult                    `json:"rss,omitempty"`
 	PeakRSS             map[string]float64            `json:"peak_rss_mib"`
+	// Failures say why the run's numbers are not to be trusted: a cell
+	// with errors beyond maxErrorShare of its requests or with none
+	// answered, a goal whose systems ran but whose ratio could not be
+	// computed, a process that died, the error that ended the run. A run
+	// with any exits non-zero and is written to failed-run.json, leaving
+	// latest.json alone.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// maxErrorShare is the most errors a cell may have, as a share of its
+// requests, in a run that passes.
+const maxErrorShare = 0.001
+
+func (r *Report) fail(format string, args ...any) {
+	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
 }
 
 // Machine describes where the numbers were taken.
@@ -58,6 +73,9 @@ type Settings struct {
 	// store (hookstamp's default) confirms a first delivery with a ledger
 	// claim, reject with a lookup.
 	ScreenOnUnavailable string `json:"screen_on_unavailable"`
+	// Systems are those the rounds measured; a goal between two of them
+	// must have its ratio.
+	Systems []string `json:"systems,omitempty"`
 }
 
 // Result is one system at one concurrency (closed loop) or at the fixed
@@ -151,6 +169,7 @@ type RSSResult struct {
 	Concurrency int       `json:"concurrency"`
 	Duration    string    `json:"duration"`
 	Throughput  float64   `json:"throughput"`
+	Requests    uint64    `json:"requests"`
 	Errors      uint64    `json:"errors"`
 	PeakRSS     float64   `json:"peak_rss_mib"`
 	FirstMinute float64   `json:"rss_first_minute_mib"`
@@ -220,12 +239,15 @@ func (r *Report) find(system, loop string, conc int) *Result {
 	return nil
 }
 
-// ratioDefs are the ratios of the issue: numerator and denominator system,
-// of throughput or (p99) of the 99th percentile.
-var ratioDefs = []struct {
+// ratioDef is a ratio: numerator and denominator system, of throughput or
+// (p99) of the 99th percentile.
+type ratioDef struct {
 	name, num, den string
 	p99            bool
-}{
+}
+
+// ratioDefs are the ratios of the issue.
+var ratioDefs = []ratioDef{
 	// The goals: hookstamp against what its users would otherwise run and
 	// against the physical limit of its own stack, in the same run.
 	{name: "repeats_vs_upstream_alone", num: "B2", den: "U0"},
@@ -289,6 +311,69 @@ func (r *Report) finish() {
 		}
 	}
 	r.goals()
+	r.checkCells()
+}
+
+// checkCells fails every cell with more errors than maxErrorShare of its
+// requests, or no request answered.
+func (r *Report) checkCells() {
+	for _, x := range r.Results {
+		label := fmt.Sprintf("%s closed c=%d", x.System, x.Concurrency)
+		if x.Loop == "open" {
+			label = fmt.Sprintf("%s open %.0f/s", x.System, x.Rate)
+		}
+		r.checkCell(label, x.Requests, x.Errors)
+	}
+	if s := r.Scale; s != nil {
+		r.checkCell("scale B1 empty ledger", s.Empty.Requests, s.Empty.Errors)
+		r.checkCell("scale B1 prefilled ledger", s.Prefilled.Requests, s.Prefilled.Errors)
+		if s.SweepWindows > 0 {
+			r.checkCell("scale B3 sweeper off", s.SweepOff.Requests, s.SweepOff.Errors)
+			r.checkCell("scale B3 sweeper on", s.SweepOn.Requests, s.SweepOn.Errors)
+		}
+	}
+	if m := r.RSS; m != nil {
+		r.checkCell("memory run", m.Requests, m.Errors)
+	}
+}
+
+func (r *Report) checkCell(label string, ok, errs uint64) {
+	switch total := ok + errs; {
+	case ok == 0:
+		r.fail("%s: no request answered (%d errors)", label, errs)
+	case float64(errs) > maxErrorShare*float64(total):
+		r.fail("%s: %d errors in %d requests (%.2f%%, more than %.1f%%)", label, errs, total,
+			100*float64(errs)/float64(total), 100*maxErrorShare)
+	}
+}
+
+// unmeasured says why the goal's ratio is missing when its systems ran
+// (its cell is missing, or answered nothing); "" when they did not run.
+func (r *Report) unmeasured(goal string) string {
+	if goal == "prefilled_vs_empty" {
+		if r.Scale == nil {
+			return ""
+		}
+		return "not measured: B1 on the empty ledger answered nothing"
+	}
+	i := slices.IndexFunc(ratioDefs, func(d ratioDef) bool { return d.name == goal })
+	if i < 0 || !slices.Contains(r.Settings.Concurrency, Headline) {
+		return ""
+	}
+	d := ratioDefs[i]
+	if !slices.Contains(r.Settings.Systems, d.num) || !slices.Contains(r.Settings.Systems, d.den) {
+		return ""
+	}
+	for _, name := range []string{d.num, d.den} {
+		x := r.find(name, "closed", Headline)
+		switch {
+		case x == nil:
+			return fmt.Sprintf("not measured: %s has no c=%d cell", name, Headline)
+		case x.Throughput == 0:
+			return fmt.Sprintf("not measured: %s answered nothing at c=%d", name, Headline)
+		}
+	}
+	return "not measured"
 }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
@@ -311,15 +396,23 @@ func (r *Report) goals() {
 		{name: "async_intake_vs_pg_insert", bound: 1.5},
 		{name: "prefilled_vs_empty", bound: 0.9},
 	} {
+		target := fmt.Sprintf("≥ %.2f", g.bound)
+		met := func(v float64) bool { return v >= g.bound }
+		if g.most {
+			target = fmt.Sprintf("≤ %.2f", g.bound)
+			met = func(v float64) bool { return v <= g.bound }
+		}
 		v, ok := r.Ratios[g.name]
 		if !ok {
+			// Its systems ran and it has no ratio: a failed run, not a
+			// goal left out.
+			if why := r.unmeasured(g.name); why != "" {
+				add(g.name, target, 0, false, why)
+				r.fail("goal %s: %s", g.name, why)
+			}
 			continue
 		}
-		if g.most {
-			add(g.name, fmt.Sprintf("≤ %.2f", g.bound), v, v <= g.bound, "")
-		} else {
-			add(g.name, fmt.Sprintf("≥ %.2f", g.bound), v, v >= g.bound, "")
-		}
+		add(g.name, target, v, met(v), "")
 	}
 	if v, ok := r.Ratios["sweeper_throughput"]; ok {
 		add("sweeper_throughput (B3 on/off)", "≥ 0.9", v, v >= 0.9, fmt.Sprintf("%d rows swept", r.Scale.Swept))
@@ -402,6 +495,12 @@ func (r *Report) PrintTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%s\n", g.Name, g.Target, g.Actual, met, g.Note)
 	}
 	_ = tw.Flush()
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(w, "\nthe run FAILED; its numbers are not to be trusted:\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(w, "  - %s\n", f)
+		}
+	}
 }
 
 // printDrains prints a row per drained cell under the table.

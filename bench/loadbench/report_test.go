@@ -110,3 +110,59 @@ func TestAsyncIntakeRatioAndDrain(t *testing.T) {
 		t.Errorf("table lacks %q:\n%s", want, out.String())
 	}
 }
+
+// A run in which a system's process died (F1 killed after its working
+// set was recorded: every request refused) fails: the dead system's cells
+// and the goals it is part of are named, instead of a ratio and a goal
+// quietly left out of a report that passes; so does a goal whose system
+// ran but has no cell (N0). Errors up to maxErrorShare pass; goals
+// between systems that did not run are not expected.
+func TestFailedCellsAndMissingGoalsFailTheRun(t *testing.T) {
+	r := &Report{Settings: Settings{Concurrency: []int{16, Headline}, OpenRate: 1000, Systems: []string{"B2", "F1u", "F1r", "N0"}}}
+	for _, x := range []struct {
+		name      string
+		conc      int
+		ok, errs  uint64
+		tput, p99 float64
+	}{
+		{"B2", 16, 100_000, 100, 30000, 2},     // 0.1%: passes
+		{"B2", Headline, 120_000, 0, 40000, 5}, // clean
+		{"F1u", 16, 2000, 3, 600, 30},          // 0.15%: fails
+		{"F1u", Headline, 0, 15_000, 0, 0},
+		{"F1r", Headline, 0, 15_000, 0, 0},
+	} {
+		r.Results = append(r.Results, Result{System: x.name, Loop: "closed", Concurrency: x.conc,
+			Summary: Summary{Requests: x.ok, Errors: x.errs, Throughput: x.tput, P99: x.p99}})
+	}
+	r.Results = append(r.Results, Result{System: "B2", Loop: "open", Rate: 1000, Summary: Summary{Requests: 10_000, Throughput: 1000}})
+	r.finish()
+
+	want := []string{
+		"goal repeats_vs_fiber_idempotency: not measured: F1r answered nothing at c=64",
+		"goal repeats_vs_nginx_hop: not measured: N0 has no c=64 cell",
+		"F1u closed c=16: 3 errors in 2003 requests",
+		"F1u closed c=64: no request answered (15000 errors)",
+		"F1r closed c=64: no request answered (15000 errors)",
+	}
+	got := strings.Join(r.Failures, "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("failures lack %q:\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "B2 closed c=16") || strings.Contains(got, "upstream_alone") || strings.Contains(got, "unique_vs_fiber") {
+		t.Errorf("failures name a cell within the error share or a goal whose systems did not run:\n%s", got)
+	}
+	goals := map[string]Goal{}
+	for _, g := range r.Goals {
+		goals[g.Name] = g
+	}
+	if g, ok := goals["repeats_vs_fiber_idempotency"]; !ok || g.Met || !strings.Contains(g.Note, "not measured") {
+		t.Errorf("goal repeats_vs_fiber_idempotency %+v (listed %v), want it listed, not met, not measured", g, ok)
+	}
+	var out strings.Builder
+	r.PrintTable(&out)
+	if !strings.Contains(out.String(), "the run FAILED") {
+		t.Errorf("table does not say the run failed:\n%s", out.String())
+	}
+}

@@ -204,11 +204,35 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.report = newReport(o)
 	r.logf("run %s: %s mode, load average %.2f, work dir %s", r.id, o.Mode, LoadAvg(), r.dir)
 	defer r.cleanup()
-	if err := r.main(ctx); err != nil {
-		return r.report, err
-	}
+	err = r.main(ctx)
 	r.report.finish()
+	if err != nil {
+		r.report.Failures = append(r.report.Failures, err.Error())
+	}
+	if n := len(r.report.Failures); n > 0 {
+		return r.report, fmt.Errorf("the run failed (%d failures): %s", n, strings.Join(r.report.Failures, "; "))
+	}
 	return r.report, nil
+}
+
+// alive fails when one of the run's processes has exited: every cell of
+// its systems after that would measure errors, not the system.
+func (r *run) alive() error {
+	for _, k := range r.kids {
+		if exited, err := k.Exited(); exited {
+			return fmt.Errorf("%s (pid %d) exited during the run (%v); its log %s ends:\n%s", k.Name, k.PID(), err, k.Log, tail(k.Log))
+		}
+	}
+	return nil
+}
+
+// afterCell is what ends a measurement early: the run cancelled, or one of
+// its processes dead.
+func (r *run) afterCell(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.alive()
 }
 
 func (r *run) cleanup() {
@@ -298,6 +322,7 @@ func (r *run) main(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.report.Settings.Systems = systemNames(systems)
 	seed := seeds(1)
 	if err := r.closedRounds(ctx, systems, &seed); err != nil {
 		return err
@@ -318,7 +343,7 @@ func (r *run) main(ctx context.Context) error {
 	}
 	r.notePeakRSS(f.trio.main)
 	r.report.LoadAfter = LoadAvg()
-	return nil
+	return r.alive()
 }
 
 // setUp starts the shared upstream and opens PostgreSQL and the stores'
@@ -411,6 +436,15 @@ func (r *run) prerecord(ctx context.Context, t *HTTPTarget, working []string, na
 	return nil
 }
 
+// systemNames are the systems' names, in order.
+func systemNames(systems []*system) []string {
+	out := make([]string, len(systems))
+	for i, s := range systems {
+		out[i] = s.name
+	}
+	return out
+}
+
 // wants says whether the system named runs: Options.Systems names it, or
 // names none.
 func (r *run) wants(name string) bool {
@@ -431,11 +465,7 @@ func selectSystems(all []*system, names []string) ([]*system, error) {
 		}
 	}
 	if len(unknown) > 0 {
-		have := make([]string, len(all))
-		for i, s := range all {
-			have[i] = s.name
-		}
-		return nil, fmt.Errorf("-systems: no system %s in this run (it has %s)", strings.Join(unknown, ", "), strings.Join(have, ","))
+		return nil, fmt.Errorf("-systems: no system %s in this run (it has %s)", strings.Join(unknown, ", "), strings.Join(systemNames(all), ","))
 	}
 	return slices.DeleteFunc(all, func(s *system) bool { return !slices.Contains(names, s.name) }), nil
 }
@@ -660,7 +690,7 @@ func (r *run) closedCell(ctx context.Context, s *system, c int, seed uint64, pro
 	}
 	r.logf("  %-4s c=%-3d %8.0f/s  p50 %-8v p99 %-8v err %d %v", s.name, c, cell.Throughput(),
 		cell.Hist.Quantile(0.5).Round(time.Microsecond), cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Errors, fmtOutcomes(cell.Outcomes))
-	return nil
+	return r.alive()
 }
 
 // profile takes a CPU profile of s's child over the measured part of the
@@ -699,6 +729,9 @@ func (r *run) openRounds(ctx context.Context, systems []*system, seed *seeds) er
 			s.open.add(cell, w)
 			r.logf("  %-4s %6.0f/s  p50 %-8v p99 %-8v p99.9 %-8v err %d", s.name, cell.Throughput(), cell.Hist.Quantile(0.5).Round(time.Microsecond),
 				cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Hist.Quantile(0.999).Round(time.Microsecond), cell.Errors)
+			if err := r.alive(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -812,8 +845,8 @@ func (r *run) emptyVsPrefilled(ctx context.Context, sc *ScaleResult, gwEmpty, gw
 		for _, s := range order {
 			w := &window{child: s.child}
 			cell := ClosedLoop(ctx, s.doer, Headline, r.o.Warmup, r.o.ScaleCell, uint64(900+round), w)
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := r.afterCell(ctx); err != nil {
+				return err
 			}
 			a := ea
 			if s == pre {
@@ -867,8 +900,8 @@ func (r *run) sweeperWindows(ctx context.Context, sc *ScaleResult, gwPre *Child,
 		sc.SweepWindows++
 		r.logf("  B3 sweeper on  %8.0f/s  p99 %v  (deleted %d, %d expired left)", cell.Throughput(),
 			cell.Hist.Quantile(0.99).Round(time.Microsecond), left-after, after)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err := r.afterCell(ctx); err != nil {
+			return err
 		}
 	}
 	sc.SweepOff, sc.SweepOn = summarize(off), summarize(on)
@@ -902,12 +935,12 @@ func (r *run) memory(ctx context.Context, gw *Child, t *HTTPTarget) error {
 	close(stop)
 	<-done
 	m.Throughput = cell.Throughput()
-	m.Errors = cell.Errors
+	m.Requests, m.Errors = cell.Requests, cell.Errors
 	m.PeakRSS = mib(w.c1.PeakRSS)
 	m.finish()
 	r.report.RSS = m
 	r.logf("memory: %.0f req/s, RSS first minute %.1f MiB, last minute %.1f MiB, peak %.1f MiB", m.Throughput, m.FirstMinute, m.LastMinute, m.PeakRSS)
-	return ctx.Err()
+	return r.afterCell(ctx)
 }
 
 func fmtOutcomes(m map[string]uint64) string {

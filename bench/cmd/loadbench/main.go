@@ -11,8 +11,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -103,25 +106,51 @@ func run() int {
 	}
 	start := time.Now()
 	rep, err := loadbench.Run(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadbench:", err)
+	code := write(rep, err, o.OutDir, os.Stdout, os.Stderr)
+	fmt.Fprintf(os.Stderr, "loadbench: %v in all\n", time.Since(start).Round(time.Second))
+	return code
+}
+
+// failedJSON is where a failed run's report goes, beside latest.json.
+const failedJSON = "failed-run.json"
+
+// write prints the run's report and writes it into out: latest.json and
+// latest.svg when the run passed (removing a failed run's file left from
+// before); failed-run.json alone when it failed (runErr), leaving the
+// last good run's files as they were. It returns the exit code.
+func write(rep *loadbench.Report, runErr error, out string, stdout, stderr io.Writer) int {
+	if rep == nil {
+		fmt.Fprintln(stderr, "loadbench:", runErr)
 		return 1
 	}
-	rep.PrintTable(os.Stdout)
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "loadbench:", err)
+	rep.PrintTable(stdout)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		fmt.Fprintln(stderr, "loadbench:", err)
 		return 1
 	}
-	jp, sp := filepath.Join(o.OutDir, "latest.json"), filepath.Join(o.OutDir, "latest.svg")
+	fp := filepath.Join(out, failedJSON)
+	if runErr != nil {
+		fmt.Fprintln(stderr, "loadbench:", runErr)
+		if err := rep.WriteJSON(fp); err != nil {
+			fmt.Fprintln(stderr, "loadbench:", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loadbench: latest.json left as it was; this run's report is in %s\n", fp)
+		return 1
+	}
+	jp, sp := filepath.Join(out, "latest.json"), filepath.Join(out, "latest.svg")
 	if err := rep.WriteJSON(jp); err != nil {
-		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		fmt.Fprintln(stderr, "loadbench:", err)
 		return 1
 	}
 	if err := rep.WriteSVG(sp); err != nil {
-		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		fmt.Fprintln(stderr, "loadbench:", err)
 		return 1
 	}
-	fmt.Printf("\nwrote %s and %s in %v\n", jp, sp, time.Since(start).Round(time.Second))
+	if err := os.Remove(fp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintln(stderr, "loadbench:", err)
+	}
+	fmt.Fprintf(stdout, "\nwrote %s and %s\n", jp, sp)
 	return 0
 }
 
