@@ -76,6 +76,9 @@ type Settings struct {
 	// Systems are those the rounds measured; a goal between two of them
 	// must have its ratio.
 	Systems []string `json:"systems,omitempty"`
+	// OrderSeed drew the systems' order in each pass of the rounds
+	// (loadbench -seed runs the same orders again).
+	OrderSeed uint64 `json:"order_seed,omitempty"`
 }
 
 // Result is one system at one concurrency (closed loop) or at the fixed
@@ -209,7 +212,7 @@ func newReport(o Options) *Report {
 		GeneratedAt: time.Now().UTC().Format(time.RFC3339), Mode: o.Mode, LoadBefore: LoadAvg(),
 		Settings: Settings{Concurrency: o.Concurrency, Rounds: o.Rounds, CellSeconds: o.Cell.Seconds(),
 			OpenRate: o.OpenRate, OpenSeconds: o.OpenDur.Seconds(), Headline: Headline, L1Conns: o.L1Conns,
-			ScreenOnUnavailable: cmp.Or(o.ScreenOnUnavailable, "store")},
+			ScreenOnUnavailable: cmp.Or(o.ScreenOnUnavailable, "store"), OrderSeed: o.Seed},
 		PeakRSS: map[string]float64{},
 	}
 }

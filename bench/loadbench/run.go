@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,6 +64,10 @@ type Options struct {
 	Baseline string
 	// Keep leaves the work directory (configurations, child logs) in place.
 	Keep bool
+	// Seed draws the order of the systems in each pass of the rounds (0:
+	// one from the clock); the report records it, so that an order can
+	// be run again.
+	Seed uint64
 	Log  io.Writer
 }
 
@@ -177,6 +182,7 @@ type run struct {
 	ups    []*Upstream // the systems' own upstreams
 	kids   []*Child
 	report *Report
+	order  *mrand.Rand // shuffles each pass of the rounds (passOrder)
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -196,13 +202,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	r := &run{o: o, id: "hsbench_" + hex.EncodeToString(b[:])}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	r := &run{o: o, id: "hsbench_" + hex.EncodeToString(b[:]), order: newRand(o.Seed)}
 	var err error
 	if r.dir, err = os.MkdirTemp("", "hookstamp-bench-"); err != nil {
 		return nil, err
 	}
 	r.report = newReport(o)
-	r.logf("run %s: %s mode, load average %.2f, work dir %s", r.id, o.Mode, LoadAvg(), r.dir)
+	r.logf("run %s: %s mode, load average %.2f, work dir %s, order seed %d", r.id, o.Mode, LoadAvg(), r.dir, o.Seed)
 	defer r.cleanup()
 	err = r.main(ctx)
 	r.report.finish()
@@ -641,15 +650,25 @@ func (s *seeds) next() uint64 {
 	return uint64(*s)
 }
 
+// passOrder is the systems in the order of one pass (a round's visit of
+// one concurrency, or an open-loop round): shuffled afresh from the run's
+// seeded generator. A rotation kept each system's predecessor fixed, so
+// one system always inherited the same other's leftovers (a checkpoint
+// after its inserts, a queue draining, caches it filled).
+func (r *run) passOrder(systems []*system) []*system {
+	out := slices.Clone(systems)
+	r.order.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
 // closedRounds runs the closed loop, interleaved: every round visits every
-// concurrency and every system, in an order rotated each round, so that
+// concurrency and every system, in an order shuffled each time, so that
 // drift (other load, a growing ledger, checkpoints) hits all of them alike.
 func (r *run) closedRounds(ctx context.Context, systems []*system, seed *seeds) error {
 	for round := range r.o.Rounds {
 		r.logf("round %d/%d (load %.2f)", round+1, r.o.Rounds, LoadAvg())
-		for ci, c := range r.o.Concurrency {
-			for k := range systems {
-				s := systems[(k+round+ci)%len(systems)]
+		for _, c := range r.o.Concurrency {
+			for _, s := range r.passOrder(systems) {
 				profile := r.o.ProfileDir != "" && round == r.o.Rounds-1 && c == Headline && s.child != nil && s.child.Debug != ""
 				if err := r.closedCell(ctx, s, c, seed.next(), profile); err != nil {
 					return err
@@ -706,7 +725,7 @@ func (r *run) profile(ctx context.Context, s *system) <-chan error {
 
 // openRounds runs the open loop at a fixed rate, for latency without
 // coordinated omission. Interleaved like the closed loop: OpenDur is split
-// over the rounds, each round visits every system in a rotated order, and
+// over the rounds, each round visits every system in a shuffled order, and
 // a system's percentiles come from all its slices together. One slice per
 // system in a fixed order let whatever the machine did at one moment (a
 // checkpoint after the ledger systems' inserts, autovacuum) land on one
@@ -715,9 +734,8 @@ func (r *run) openRounds(ctx context.Context, systems []*system, seed *seeds) er
 	o := r.o
 	r.logf("open loop at %.0f req/s, %d rounds", o.OpenRate, o.Rounds)
 	slice := o.OpenDur / time.Duration(max(1, o.Rounds))
-	for round := range max(1, o.Rounds) {
-		for k := range systems {
-			s := systems[(k+round)%len(systems)]
+	for range max(1, o.Rounds) {
+		for _, s := range r.passOrder(systems) {
 			w := r.window(s)
 			cell := OpenLoop(ctx, s.doer, o.OpenRate, o.OpenWorkers, o.Warmup, slice, seed.next(), w)
 			if ctx.Err() != nil {

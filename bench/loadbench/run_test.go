@@ -52,7 +52,7 @@ func TestRoundsStopWhenAChildDies(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r := &run{o: Options{Rounds: 2, Concurrency: []int{1}, Cell: 10 * time.Millisecond, Log: io.Discard}, kids: []*Child{c}}
+	r := &run{o: Options{Rounds: 2, Concurrency: []int{1}, Cell: 10 * time.Millisecond, Log: io.Discard}, kids: []*Child{c}, order: newRand(1)}
 	s := &system{name: "X", doer: nopDoer{}, child: c, closed: map[int]*agg{}}
 	var seed seeds
 	err = r.closedRounds(context.Background(), []*system{s}, &seed)
@@ -65,5 +65,69 @@ func TestRoundsStopWhenAChildDies(t *testing.T) {
 	r.o.OpenRate, r.o.OpenDur, r.o.OpenWorkers = 1000, 20*time.Millisecond, 1
 	if err := r.openRounds(context.Background(), []*system{s}, &seed); err == nil {
 		t.Error("open rounds with a dead child: no error")
+	}
+}
+
+// orderDoer notes its name when a cell starts (makes its workers).
+type orderDoer struct {
+	name string
+	log  *[]string
+}
+
+func (d orderDoer) NewWorker(uint64) Worker {
+	*d.log = append(*d.log, d.name)
+	return nopDoer{}
+}
+
+// Each pass of the closed and open rounds visits every system once, in an
+// order that varies so that no system always follows the same one (and
+// inherits its leftovers); the same seed gives the same orders again.
+func TestRoundsShuffleTheOrderOfEachPass(t *testing.T) {
+	const n, rounds = 5, 8
+	visits := func(seed uint64) (closed, open []string) {
+		var log []string
+		var systems []*system
+		for i := range n {
+			systems = append(systems, &system{name: string(rune('A' + i)), doer: orderDoer{string(rune('A' + i)), &log}, closed: map[int]*agg{}})
+		}
+		r := &run{o: Options{Rounds: rounds, Concurrency: []int{1}, Cell: time.Millisecond, OpenRate: 1000, OpenDur: rounds * 2 * time.Millisecond,
+			OpenWorkers: 1, Log: io.Discard}, order: newRand(seed)}
+		var cells seeds
+		if err := r.closedRounds(context.Background(), systems, &cells); err != nil {
+			t.Fatal(err)
+		}
+		closed, log = log, nil
+		if err := r.openRounds(context.Background(), systems, &cells); err != nil {
+			t.Fatal(err)
+		}
+		return closed, log
+	}
+	closed, open := visits(7)
+	for loop, v := range map[string][]string{"closed": closed, "open": open} {
+		if len(v) != n*rounds {
+			t.Fatalf("%s: %d cells, want %d", loop, len(v), n*rounds)
+		}
+		before := map[string]map[string]bool{}
+		for p := 0; p < len(v); p += n {
+			pass := slices.Clone(v[p : p+n])
+			for i := 1; i < n; i++ {
+				if before[pass[i]] == nil {
+					before[pass[i]] = map[string]bool{}
+				}
+				before[pass[i]][pass[i-1]] = true
+			}
+			slices.Sort(pass)
+			if got := strings.Join(pass, ""); got != "ABCDE" {
+				t.Errorf("%s: a pass visited %s, want each system once", loop, got)
+			}
+		}
+		for s, prev := range before {
+			if len(prev) < 2 {
+				t.Errorf("%s: %s always followed %v in %d passes", loop, s, prev, rounds)
+			}
+		}
+	}
+	if again, _ := visits(7); !slices.Equal(again, closed) {
+		t.Errorf("seed 7 gave %v, then %v", closed, again)
 	}
 }

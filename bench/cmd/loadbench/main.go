@@ -5,7 +5,7 @@
 //
 //	loadbench [-quick] [-out bench/results] [-pg DSN] [-redis ADDR]
 //	          [-systems B0,B2] [-skip-scale] [-skip-rss] [-pprof DIR]
-//	          [-wait-load 1.5 -wait-max 30m]
+//	          [-wait-load 1.5 -wait-max 30m] [-seed N]
 package main
 
 import (
@@ -57,6 +57,7 @@ func run() int {
 	keep := flag.Bool("keep", false, "keep the work directory (child configurations and logs)")
 	waitLoad := flag.Float64("wait-load", 0, "before starting, wait until the 1-minute load average is below this (0 = don't wait)")
 	waitMax := flag.Duration("wait-max", 30*time.Minute, "give up waiting for a quiet machine after this long (and run anyway)")
+	seed := flag.Uint64("seed", 0, "seed of the systems' shuffled order in each pass of the rounds (0 = from the clock; the report's settings.order_seed)")
 	render := flag.String("render", "", "print the table and redraw the chart of an earlier run's JSON (no measurement)")
 	flag.Parse()
 	if *render != "" {
@@ -69,7 +70,7 @@ func run() int {
 	}
 	o.PostgresDSN, o.RedisAddr, o.OutDir = *pg, *rds, *out
 	o.SkipScale, o.SkipRSS, o.ProfileDir, o.Keep = *skipScale, *skipRSS, *pprofDir, *keep
-	o.ScreenOnUnavailable, o.Baseline = *onUnavailable, *baseline
+	o.ScreenOnUnavailable, o.Baseline, o.Seed = *onUnavailable, *baseline, *seed
 	if *concs != "" {
 		o.Concurrency = nil
 		for _, c := range strings.Split(*concs, ",") {
