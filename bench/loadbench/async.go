@@ -10,8 +10,15 @@ import (
 // default async settings, as every system keeps the defaults.
 const asyncRoute = "    delivery: async\n"
 
-// asyncDrain follows A1's queue after a closed-loop cell: the deliveries
-// its own upstream receives until the ledger holds no queued row.
+// drainer waits, after a cell, for the queue the cell left to empty, and
+// measures its drain.
+type drainer interface {
+	measure(ctx context.Context) (drainAgg, error)
+}
+
+// asyncDrain follows A1's queue after a closed-loop cell or an open-loop
+// slice: the deliveries its own upstream receives until the ledger holds
+// no queued row.
 type asyncDrain struct {
 	up     *Upstream // A1's alone, so that its count is A1's deliveries
 	pg     *Postgres

@@ -91,8 +91,8 @@ type Result struct {
 	Rate        float64 `json:"rate,omitempty"`
 	Summary
 	Outcomes map[string]uint64 `json:"outcomes,omitempty"`
-	// Drain is how fast the queue left by the cell reached the upstream
-	// (A1 only).
+	// Drain is how fast the queue left by the cells (the closed loop's)
+	// or the slices (the open loop's) reached the upstream (A1 only).
 	Drain *DrainResult `json:"drain,omitempty"`
 }
 
@@ -228,7 +228,7 @@ func (r *Report) addSystem(s *system) {
 		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "closed", Concurrency: c, Summary: summarize(a), Outcomes: a.cell.Outcomes, Drain: a.drain.result()})
 	}
 	if s.open != nil {
-		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "open", Rate: r.Settings.OpenRate, Summary: summarize(s.open), Outcomes: s.open.cell.Outcomes})
+		r.Results = append(r.Results, Result{System: s.name, Desc: s.desc, Loop: "open", Rate: r.Settings.OpenRate, Summary: summarize(s.open), Outcomes: s.open.cell.Outcomes, Drain: s.open.drain.result()})
 	}
 }
 
@@ -506,12 +506,16 @@ func (r *Report) PrintTable(w io.Writer) {
 	}
 }
 
-// printDrains prints a row per drained cell under the table.
+// printDrains prints a row per drained result under the table.
 func (r *Report) printDrains(w io.Writer) {
 	for _, x := range r.Results {
 		if d := x.Drain; d != nil {
-			fmt.Fprintf(w, "%s drain after c=%d: %.0f deliveries/s to the upstream (%d in %.1f s, %d queued left)\n",
-				x.System, x.Concurrency, d.PerSecond, d.Delivered, d.Seconds, d.Left)
+			after := fmt.Sprintf("c=%d", x.Concurrency)
+			if x.Loop == "open" {
+				after = "the open-loop slices"
+			}
+			fmt.Fprintf(w, "%s drain after %s: %.0f deliveries/s to the upstream (%d in %.1f s, %d queued left)\n",
+				x.System, after, d.PerSecond, d.Delivered, d.Seconds, d.Left)
 		}
 	}
 }

@@ -41,7 +41,7 @@ type Options struct {
 	RSSDur time.Duration // the long run of one gateway under 256 connections
 
 	// DrainMax bounds the wait for A1's queue to empty after each of its
-	// closed-loop cells.
+	// closed-loop cells and open-loop slices.
 	DrainMax time.Duration
 
 	// ScreenOnUnavailable overrides screen.on_unavailable of the Redis
@@ -104,7 +104,7 @@ type system struct {
 	schema     string // its ledger's PostgreSQL schema, for its writes; "" for none
 	closed     map[int]*agg
 	open       *agg
-	drain      *asyncDrain // A1's only
+	drain      drainer // A1's only
 }
 
 // agg accumulates a system's cells at one concurrency over the rounds.
@@ -745,6 +745,13 @@ func (r *run) openRounds(ctx context.Context, systems []*system, seed *seeds) er
 				s.open = &agg{}
 			}
 			s.open.add(cell, w)
+			if s.drain != nil {
+				// Else the queue a slice left is delivered during the
+				// next system's slice, on the same two cores.
+				if err := r.drainAfter(ctx, s, s.open); err != nil {
+					return err
+				}
+			}
 			r.logf("  %-4s %6.0f/s  p50 %-8v p99 %-8v p99.9 %-8v err %d", s.name, cell.Throughput(), cell.Hist.Quantile(0.5).Round(time.Microsecond),
 				cell.Hist.Quantile(0.99).Round(time.Microsecond), cell.Hist.Quantile(0.999).Round(time.Microsecond), cell.Errors)
 			if err := r.alive(); err != nil {

@@ -131,3 +131,38 @@ func TestRoundsShuffleTheOrderOfEachPass(t *testing.T) {
 		t.Errorf("seed 7 gave %v, then %v", closed, again)
 	}
 }
+
+// countDrain is a drainer that delivers 100 each time it is asked.
+type countDrain struct{ calls int }
+
+func (d *countDrain) measure(context.Context) (drainAgg, error) {
+	d.calls++
+	return drainAgg{delivered: 100, elapsed: 100 * time.Millisecond}, nil
+}
+
+// A1's queue is drained after each of its open-loop slices as after its
+// closed-loop cells, not left to be delivered during the next system's
+// slice; the open-loop result shows the drain.
+func TestOpenRoundsDrainAfterEachSlice(t *testing.T) {
+	d := &countDrain{}
+	s := &system{name: asyncSystem, doer: nopDoer{}, drain: d, closed: map[int]*agg{}}
+	r := &run{o: Options{Rounds: 3, OpenRate: 1000, OpenDur: 30 * time.Millisecond, OpenWorkers: 1, Log: io.Discard}, order: newRand(1)}
+	var cells seeds
+	if err := r.openRounds(context.Background(), []*system{s, {name: "L1", doer: nopDoer{}}}, &cells); err != nil {
+		t.Fatal(err)
+	}
+	if d.calls != 3 {
+		t.Errorf("A1 drained %d times in 3 open-loop rounds, want 3", d.calls)
+	}
+	rep := &Report{Settings: Settings{OpenRate: 1000}}
+	rep.addSystem(s)
+	x := rep.find(asyncSystem, "open", 0)
+	if x == nil || x.Drain == nil || x.Drain.Delivered != 300 {
+		t.Fatalf("A1 open-loop result %+v, want a drain of 300 deliveries", x)
+	}
+	var out strings.Builder
+	rep.printDrains(&out)
+	if want := "A1 drain after the open-loop slices: 1000 deliveries/s"; !strings.Contains(out.String(), want) {
+		t.Errorf("drains printed %q, want %q", out.String(), want)
+	}
+}
