@@ -131,7 +131,10 @@ func ClosedLoop(ctx context.Context, d Doer, conc int, warmup, dur time.Duration
 // when a free worker got to it: a stall delays every request scheduled
 // during it, and each of them is charged the wait (no coordinated
 // omission). workers bounds the requests in flight; requests due while
-// all are busy queue, their latency growing.
+// all are busy queue, their latency growing. The cell's throughput is the
+// requests answered over the span from the first measured one's due time
+// to the last answer (at least dur): a system that keeps up reads the
+// offered rate, one that falls behind what it managed.
 func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, dur time.Duration, seed uint64, win Window) *Cell {
 	type job struct {
 		due     time.Time
@@ -139,12 +142,13 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 	}
 	jobs := make(chan job, int(rate*(warmup+dur).Seconds())+16)
 	cells := make([]*Cell, workers)
+	last := make([]time.Time, workers) // each worker's last measured answer
 	var wg sync.WaitGroup
 	for i := range workers {
 		cells[i] = &Cell{Outcomes: map[string]uint64{}}
 		w := d.NewWorker(seed*1_000_003 + uint64(i))
 		wg.Add(1)
-		go func(c *Cell) {
+		go func(c *Cell, last *time.Time) {
 			defer wg.Done()
 			clock := newDueClock()
 			defer clock.close()
@@ -152,10 +156,12 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 				clock.sleepUntil(j.due)
 				outcome, ok := w.Do(ctx)
 				if j.measure {
-					c.record(outcome, ok, time.Since(j.due))
+					now := time.Now()
+					c.record(outcome, ok, now.Sub(j.due))
+					*last = now
 				}
 			}
-		}(cells[i])
+		}(cells[i], &last[i])
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
@@ -183,7 +189,14 @@ func OpenLoop(ctx context.Context, d Doer, rate float64, workers int, warmup, du
 		win.Begin()
 	}
 	win.End()
-	return sum(cells, dur)
+	first := start.Add(time.Duration(nWarm) * interval)
+	end := first.Add(dur)
+	for _, t := range last {
+		if t.After(end) {
+			end = t
+		}
+	}
+	return sum(cells, end.Sub(first))
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

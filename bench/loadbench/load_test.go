@@ -93,3 +93,22 @@ func TestHostCPUCountsOnlyThisMachinesWork(t *testing.T) {
 		t.Errorf("host CPU %v, want %v (user+nice+system+irq+softirq)", got, want)
 	}
 }
+
+// An open-loop cell's throughput is what the system answered, over the
+// span from the first due time to the last answer: one that cannot keep
+// up with the offered rate reads its own rate, not the offered one; one
+// that keeps up reads the offered rate.
+func TestOpenLoopThroughputIsWhatWasAnswered(t *testing.T) {
+	slow := &sleepDoer{latency: 20 * time.Millisecond} // 2 workers: 100/s at most
+	c := OpenLoop(context.Background(), slow, 1000, 2, 0, 100*time.Millisecond, 1, nopWindow{})
+	if c.Requests != 100 {
+		t.Fatalf("requests %d, want the 100 offered", c.Requests)
+	}
+	if tp := c.Throughput(); tp < 70 || tp > 110 {
+		t.Errorf("a system answering 100/s at most, offered 1000/s: throughput %.0f/s (over %v)", tp, c.Elapsed)
+	}
+	c = OpenLoop(context.Background(), nopDoer{}, 1000, 4, 0, 500*time.Millisecond, 1, nopWindow{})
+	if tp := c.Throughput(); tp < 950 || tp > 1000 {
+		t.Errorf("a system keeping up with 1000/s: throughput %.0f/s (%d over %v)", tp, c.Requests, c.Elapsed)
+	}
+}
