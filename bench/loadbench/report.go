@@ -174,17 +174,21 @@ type RSSResult struct {
 	Throughput  float64   `json:"throughput"`
 	Requests    uint64    `json:"requests"`
 	Errors      uint64    `json:"errors"`
-	PeakRSS     float64   `json:"peak_rss_mib"`
+	PeakRSS     float64   `json:"peak_rss_mib"` // the largest sample
 	FirstMinute float64   `json:"rss_first_minute_mib"`
 	LastMinute  float64   `json:"rss_last_minute_mib"`
 	Samples     []float64 `json:"rss_samples_mib"`
 }
 
+// finish sums up the samples: the first and last minute's means and the
+// peak, the largest sample. Not VmHWM: the process's peak since it
+// started included the rounds before the memory run.
 func (m *RSSResult) finish() {
 	n := len(m.Samples)
 	if n == 0 {
 		return
 	}
+	m.PeakRSS = slices.Max(m.Samples)
 	span := min(60, max(n/4, 1))
 	m.FirstMinute = mean(m.Samples[:span])
 	m.LastMinute = mean(m.Samples[n-span:])

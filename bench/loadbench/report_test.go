@@ -166,3 +166,16 @@ func TestFailedCellsAndMissingGoalsFailTheRun(t *testing.T) {
 		t.Errorf("table does not say the run failed:\n%s", out.String())
 	}
 }
+
+// The memory run's peak is the largest RSS sampled during it, not the
+// process's VmHWM, which counts the rounds before it too.
+func TestMemoryRunPeakIsItsLargestSample(t *testing.T) {
+	m := &RSSResult{Samples: []float64{100, 104, 131.5, 120, 118, 119, 121, 120}}
+	m.finish()
+	if m.PeakRSS != 131.5 {
+		t.Errorf("peak %v MiB, want 131.5, the largest sample", m.PeakRSS)
+	}
+	if m.FirstMinute != 102 || m.LastMinute != 120.5 {
+		t.Errorf("first minute %v, last %v; want 102 and 120.5", m.FirstMinute, m.LastMinute)
+	}
+}

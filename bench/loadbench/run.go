@@ -961,7 +961,6 @@ func (r *run) memory(ctx context.Context, gw *Child, t *HTTPTarget) error {
 	<-done
 	m.Throughput = cell.Throughput()
 	m.Requests, m.Errors = cell.Requests, cell.Errors
-	m.PeakRSS = mib(w.c1.PeakRSS)
 	m.finish()
 	r.report.RSS = m
 	r.logf("memory: %.0f req/s, RSS first minute %.1f MiB, last minute %.1f MiB, peak %.1f MiB", m.Throughput, m.FirstMinute, m.LastMinute, m.PeakRSS)
