@@ -13,36 +13,61 @@ import (
 )
 
 // Scripts, the writes they make, PUBLISH and other commands are counted
-// apart from INFO commandstats.
+// apart from INFO commandstats; a write is a command COMMAND flags
+// "write", HINCRBY and the sorted-set writes included.
 func TestStoreDeltaSortsRedisCommands(t *testing.T) {
+	writes := writeCommands(map[string]*redis.CommandInfo{
+		"hset": {Flags: []string{"write", "denyoom", "fast"}}, "pexpire": {Flags: []string{"write", "fast"}},
+		"hincrby": {Flags: []string{"write", "denyoom", "fast"}}, "zincrby": {Flags: []string{"write", "denyoom", "fast"}},
+		"zpopmin": {Flags: []string{"write", "fast"}}, "get": {Flags: []string{"readonly", "fast"}},
+		"evalsha": {Flags: []string{"noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"}},
+		"publish": {Flags: []string{"pubsub", "loading", "stale", "fast", "may_replicate"}},
+	})
 	before := parseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=5\r\ncmdstat_hset:calls=20,usec=1\r\n")
 	after := parseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=12,usec=5\r\ncmdstat_hset:calls=22,usec=1\r\n" +
-		"cmdstat_pexpire:calls=2,usec=1\r\ncmdstat_publish:calls=1,usec=1\r\ncmdstat_get:calls=3,usec=1\r\n")
-	d := StoreSample{LedgerRows: 5, Redis: before}.delta(StoreSample{LedgerRows: 9, Redis: after})
-	want := StoreDelta{LedgerRows: 4, RedisWrites: 4, RedisScripts: 2, RedisPublishes: 1, RedisCommands: 8}
+		"cmdstat_pexpire:calls=2,usec=1\r\ncmdstat_publish:calls=1,usec=1\r\ncmdstat_get:calls=3,usec=1\r\n" +
+		"cmdstat_hincrby:calls=5,usec=1\r\ncmdstat_zincrby:calls=1,usec=1\r\ncmdstat_zpopmin:calls=1,usec=1\r\n")
+	d := StoreSample{LedgerRows: 5, Redis: before}.delta(StoreSample{LedgerRows: 9, Redis: after}, writes)
+	want := StoreDelta{LedgerRows: 4, RedisWrites: 11, RedisScripts: 2, RedisPublishes: 1, RedisCommands: 15}
 	if d != want {
 		t.Fatalf("delta %+v, want %+v", d, want)
 	}
 }
 
-// A script's writes on the shared Redis show in a window's sample.
+// A script's writes on the shared Redis show in a window's sample, the
+// writes told apart by the server's own COMMAND flags.
 func TestStoreStatsSeesAScriptsWrites(t *testing.T) {
 	addr, prefix := testenv.RedisPrefix(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	s := &storeStats{redis: c}
 	ctx := context.Background()
+	writes, err := redisWriteCommands(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hset", "pexpire", "hincrby", "zadd", "zincrby", "zpopmin", "del", "getex"} {
+		if !writes[name] {
+			t.Errorf("%s is not among Redis's write commands", name)
+		}
+	}
+	for _, name := range []string{"get", "hget", "evalsha", "publish", "zscore"} {
+		if writes[name] {
+			t.Errorf("%s is among Redis's write commands", name)
+		}
+	}
+	s := &storeStats{redis: c, writes: writes}
 	s0 := s.sample(ctx, "")
-	script := redis.NewScript(`redis.call('HSET', KEYS[1], 'a', '1') redis.call('PEXPIRE', KEYS[1], 60000) return 1`)
+	script := redis.NewScript(`redis.call('HSET', KEYS[1], 'a', '1') redis.call('PEXPIRE', KEYS[1], 60000)
+		redis.call('HINCRBY', KEYS[1], 'n', 1) redis.call('ZINCRBY', KEYS[2], 1, 'm') redis.call('ZPOPMIN', KEYS[2]) return 1`)
 	for range 3 {
-		if err := script.Run(ctx, c, []string{prefix + "k"}).Err(); err != nil {
+		if err := script.Run(ctx, c, []string{prefix + "k", prefix + "z"}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := s0.delta(s.sample(ctx, ""))
+	d := s0.delta(s.sample(ctx, ""), s.writes)
 	// The server is shared: others may add to the counts, never take.
-	if d.RedisScripts < 3 || d.RedisWrites < 6 {
-		t.Fatalf("delta %+v: want at least 3 scripts and 6 writes", d)
+	if d.RedisScripts < 3 || d.RedisWrites < 15 {
+		t.Fatalf("delta %+v: want at least 3 scripts and 15 writes", d)
 	}
 }
 

@@ -124,7 +124,7 @@ func (a *agg) add(c *Cell, w *window) {
 	a.cpu += w.cpu()
 	a.host += w.h1 - w.h0
 	a.writes += w.c1.WriteCalls - w.c0.WriteCalls
-	a.stores.add(w.s0.delta(w.s1))
+	a.stores.add(w.storeDelta())
 	a.rounds = append(a.rounds, c.Throughput())
 }
 
@@ -170,6 +170,15 @@ func (w *window) storeSample() StoreSample {
 }
 
 func (w *window) cpu() time.Duration { return w.c1.CPU - w.c0.CPU }
+
+// storeDelta is what the stores did in the window (nothing when they were
+// not sampled).
+func (w *window) storeDelta() StoreDelta {
+	if w.stats == nil {
+		return StoreDelta{}
+	}
+	return w.s0.delta(w.s1, w.stats.writes)
+}
 
 // run holds one benchmark run's resources.
 type run struct {
@@ -366,8 +375,8 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	r.report.Machine = describeMachine(ctx, r.pg, r.o.RedisAddr)
-	r.stats = newStoreStats(r.pg, r.o.RedisAddr)
-	return nil
+	r.stats, err = newStoreStats(ctx, r.pg, r.o.RedisAddr)
+	return err
 }
 
 // fleet is every process and client the interleaved rounds measure.

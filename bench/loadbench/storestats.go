@@ -2,6 +2,7 @@ package loadbench
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,10 +24,6 @@ type StoreSample struct {
 	Redis      map[string]uint64 // calls by command name
 }
 
-// redisWrites are the commands that change data.
-var redisWrites = []string{"set", "setnx", "setex", "psetex", "getdel", "getex", "del", "unlink",
-	"hset", "hsetnx", "hmset", "hdel", "expire", "pexpire", "incr", "incrby"}
-
 // redisScripts run a Lua script (one round trip each).
 var redisScripts = []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"}
 
@@ -35,7 +32,9 @@ type StoreDelta struct {
 	LedgerRows, RedisWrites, RedisScripts, RedisPublishes, RedisCommands uint64
 }
 
-func (a StoreSample) delta(b StoreSample) StoreDelta {
+// delta is what happened from a to b; writes are the Redis commands that
+// change data (redisWriteCommands).
+func (a StoreSample) delta(b StoreSample, writes map[string]bool) StoreDelta {
 	d := StoreDelta{LedgerRows: sub(b.LedgerRows, a.LedgerRows)}
 	for name, n := range b.Redis {
 		k := sub(n, a.Redis[name])
@@ -43,7 +42,7 @@ func (a StoreSample) delta(b StoreSample) StoreDelta {
 		switch {
 		case name == "publish":
 			d.RedisPublishes += k
-		case slices.Contains(redisWrites, name):
+		case writes[name]:
 			d.RedisWrites += k
 		case slices.Contains(redisScripts, name):
 			d.RedisScripts += k
@@ -71,12 +70,41 @@ func sub(b, a uint64) uint64 {
 
 // storeStats reads the counters.
 type storeStats struct {
-	pg    *pgxpool.Pool
-	redis *redis.Client
+	pg     *pgxpool.Pool
+	redis  *redis.Client
+	writes map[string]bool // the Redis commands that change data
 }
 
-func newStoreStats(pg *Postgres, redisAddr string) *storeStats {
-	return &storeStats{pg: pg.admin, redis: redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 1})}
+func newStoreStats(ctx context.Context, pg *Postgres, redisAddr string) (*storeStats, error) {
+	s := &storeStats{pg: pg.admin, redis: redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 1})}
+	var err error
+	if s.writes, err = redisWriteCommands(ctx, s.redis); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// redisWriteCommands asks the server which of its commands change data:
+// those COMMAND flags "write". A list kept by hand missed HINCRBY, ZADD,
+// ZINCRBY, ZPOPMIN… Subcommands (commandstats' "xgroup|create") are not
+// in the reply as go-redis reads it; none of hookstamp's writes is one.
+func redisWriteCommands(ctx context.Context, c *redis.Client) (map[string]bool, error) {
+	cmds, err := c.Command(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis COMMAND, for which commands write: %w", err)
+	}
+	return writeCommands(cmds), nil
+}
+
+func writeCommands(cmds map[string]*redis.CommandInfo) map[string]bool {
+	writes := map[string]bool{}
+	for name, info := range cmds {
+		if slices.Contains(info.Flags, "write") {
+			writes[strings.ToLower(name)] = true
+		}
+	}
+	return writes
 }
 
 func (s *storeStats) close() { _ = s.redis.Close() }
