@@ -40,6 +40,9 @@ type Report struct {
 	// with any exits non-zero and is written to failed-run.json, leaving
 	// latest.json alone.
 	Failures []string `json:"failures,omitempty"`
+	// stopped: the run ended early on an error (then goals not measured
+	// are no failure of their own).
+	stopped bool
 }
 
 // maxErrorShare is the most errors a cell may have, as a share of its
@@ -443,7 +446,9 @@ func (r *Report) goals() {
 			// goal left out.
 			if why := r.unmeasured(g.name); why != "" {
 				add(g.name, target, 0, false, why)
-				r.fail("goal %s: %s", g.name, why)
+				if !r.stopped {
+					r.fail("goal %s: %s", g.name, why)
+				}
 			}
 			continue
 		}

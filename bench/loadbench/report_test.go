@@ -206,6 +206,15 @@ func TestFailedCellsAndMissingGoalsFailTheRun(t *testing.T) {
 	if !strings.Contains(out.String(), "the run FAILED") {
 		t.Errorf("table does not say the run failed:\n%s", out.String())
 	}
+
+	// A run stopped early (its error is the failure) still names its
+	// failed cells, but not each goal it did not get to.
+	stopped := &Report{Settings: r.Settings, Results: r.Results, stopped: true}
+	stopped.finish()
+	got = strings.Join(stopped.Failures, "\n")
+	if strings.Contains(got, "goal ") || !strings.Contains(got, "F1r closed c=64: no request answered") {
+		t.Errorf("failures of a stopped run:\n%s\nwant its failed cells and no goal", got)
+	}
 }
 
 // The memory run's peak is the largest RSS sampled during it, not the

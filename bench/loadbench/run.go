@@ -223,6 +223,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.logf("run %s: %s mode, load average %.2f, work dir %s, order seed %d", r.id, o.Mode, LoadAvg(), r.dir, o.Seed)
 	defer r.cleanup()
 	err = r.main(ctx)
+	r.report.LoadAfter = LoadAvg()
+	r.report.stopped = err != nil
 	r.report.finish()
 	if err != nil {
 		r.report.Failures = append(r.report.Failures, err.Error())
@@ -238,7 +240,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 func (r *run) alive() error {
 	for _, k := range r.kids {
 		if exited, err := k.Exited(); exited {
-			return fmt.Errorf("%s (pid %d) exited during the run (%v); its log %s ends:\n%s", k.Name, k.PID(), err, k.Log, tail(k.Log))
+			err := fmt.Errorf("%s (pid %d) exited during the run (%v); its log: %s", k.Name, k.PID(), err, k.Log)
+			if t := strings.TrimSpace(tail(k.Log)); t != "" {
+				err = fmt.Errorf("%w, which ends:\n%s", err, t)
+			}
+			return err
 		}
 	}
 	return nil
@@ -342,10 +348,16 @@ func (r *run) main(ctx context.Context) error {
 	}
 	r.report.Settings.Systems = systemNames(systems)
 	seed := seeds(1)
-	if err := r.closedRounds(ctx, systems, &seed); err != nil {
-		return err
+	err = r.closedRounds(ctx, systems, &seed)
+	if err == nil {
+		err = r.openRounds(ctx, systems, &seed)
 	}
-	if err := r.openRounds(ctx, systems, &seed); err != nil {
+	if err != nil {
+		// The cells measured before the rounds stopped, for the failed
+		// run's report.
+		for _, s := range systems {
+			r.report.addSystem(s)
+		}
 		return err
 	}
 	r.endRounds(systems, f.doneAfterRounds())
@@ -360,7 +372,6 @@ func (r *run) main(ctx context.Context) error {
 		}
 	}
 	r.notePeakRSS(f.trio.main)
-	r.report.LoadAfter = LoadAvg()
 	return r.alive()
 }
 
