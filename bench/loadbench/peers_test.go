@@ -17,7 +17,7 @@ import (
 func TestNginxForwardsOverKeptUpstreamConnections(t *testing.T) {
 	bin := nginxBinary(t.Logf)
 	if bin == "" {
-		t.Skip("nginx is not installed and cannot be installed here (not root, or no apt-get)")
+		t.Skip("nginx is not installed and cannot be installed here (not root, no apt-get, or " + noInstallEnv + " set)")
 	}
 	var conns, hits atomic.Int64
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
