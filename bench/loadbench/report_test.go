@@ -101,6 +101,9 @@ func TestRatiosOfPeers(t *testing.T) {
 	met := map[string]bool{}
 	for _, g := range r.Goals {
 		met[g.Name] = g.Met
+		if g.Name == "unique_p99_vs_ledger_only" && g.Note != "open loop, 1000 req/s" {
+			t.Errorf("goal %s noted %q, want the open loop's rate", g.Name, g.Note)
+		}
 	}
 	if !met["unique_p99_vs_ledger_only"] || met["unique_vs_ledger_only"] || !met["repeats_vs_upstream_alone"] {
 		t.Errorf("goals met: %v", met)
