@@ -166,7 +166,7 @@ func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) (Result, boo
 // ackEntry is the screen and cache entry of an async delivery: its
 // acknowledgement, which every repeat gets.
 func ackEntry(p *Policy, rec *Record) *Entry {
-	return &Entry{Response: *p.Ack, BodyCached: true, Fingerprint: rec.Fingerprint, TraceID: rec.TraceID, SpanID: rec.SpanID}
+	return &Entry{Response: *p.Ack, BodyCached: true, Async: true, Fingerprint: rec.Fingerprint, TraceID: rec.TraceID, SpanID: rec.SpanID}
 }
 
 // ackReplay answers a repeat on an async route with the route's

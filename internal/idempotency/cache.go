@@ -100,6 +100,7 @@ const (
 	bodyCached
 	bodyOmitted
 	unrecorded
+	async
 )
 
 // is reports whether the slot holds ref's entry.
@@ -122,7 +123,7 @@ func (sl *cacheSlot) entry(e *Entry) {
 	}
 	*e = Entry{
 		Response:   Response{Status: sl.status, Headers: sl.headers, Body: body, BodyOmitted: sl.flags&bodyOmitted != 0},
-		BodyCached: sl.flags&bodyCached != 0, Unrecorded: sl.flags&unrecorded != 0,
+		BodyCached: sl.flags&bodyCached != 0, Unrecorded: sl.flags&unrecorded != 0, Async: sl.flags&async != 0,
 		Fingerprint: fp,
 		// The bytes are never written again (cacheSlot).
 		TraceID: unsafe.String(unsafe.SliceData(trace), len(trace)),
@@ -150,6 +151,7 @@ func newSlot(ref Ref, e *Entry, headers map[string]string) cacheSlot {
 	flag(e.BodyCached, bodyCached)
 	flag(e.BodyOmitted, bodyOmitted)
 	flag(e.Unrecorded, unrecorded)
+	flag(e.Async, async)
 	return sl
 }
 

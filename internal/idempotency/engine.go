@@ -291,10 +291,12 @@ func (e *Engine) hookDelta(f func(string, int), route string, d int) {
 	}
 }
 
-// EntryOf is the screen entry of a done record.
+// EntryOf is the screen entry of a record: a done one's answer, or, for
+// any other state, an entry marked Async, which is never replayed as an
+// answer of the upstream.
 func EntryOf(rec *Record) *Entry {
 	return &Entry{Response: rec.Response, BodyCached: true, Fingerprint: rec.Fingerprint,
-		TraceID: rec.TraceID, SpanID: rec.SpanID}
+		TraceID: rec.TraceID, SpanID: rec.SpanID, Async: rec.State != StateDone}
 }
 
 // matches reports whether fp, of the record or claim holding d's key, is a

@@ -39,8 +39,11 @@ const (
 )
 
 // Answered reports whether repeats of the row's key are answered from it
-// (replayed): a recorded answer, or an async delivery stored and
-// acknowledged, whatever became of it since.
+// rather than claimed: a recorded answer, or an async delivery stored and
+// acknowledged, whatever became of it since. An async route answers them
+// its acknowledgement; a synchronous one (the route was async when the
+// delivery was stored) replays only a done row's answer, since a queued
+// or dead row holds none (Entry.Async).
 func (s State) Answered() bool {
 	return s == StateDone || s == StateQueued || s == StateDead
 }
@@ -165,7 +168,14 @@ type Entry struct {
 	Unrecorded bool
 	// Refill: read from the ledger, so possibly deleted since; a screen
 	// writes it only when the key is not in flight for another owner.
-	Refill      bool
+	Refill bool
+	// Async: the entry is an async delivery's — its route's
+	// acknowledgement, or a queued or dead row's, whose Response is no
+	// answer of the upstream — not a recorded answer. An async route
+	// answers it with its acknowledgement; a synchronous route (one that
+	// was async when the delivery was stored) reads the record's state in
+	// the ledger and never replays the entry's Response.
+	Async       bool
 	Fingerprint []byte
 	TraceID     string
 	SpanID      string

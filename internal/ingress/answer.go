@@ -51,8 +51,14 @@ func refuse(o idempotency.Outcome, detail string, err error) idempotency.Result 
 
 // writeReplay sends exactly the recorded status, kept headers and body;
 // an async route's acknowledgement is sent so too, marked replayed on
-// repeats only.
+// repeats only. A response without a valid status (a record that holds
+// no answer, status 0) is refused with 503: fasthttp would send it as a
+// 200, telling the provider an event was taken that may never have been.
 func writeReplay(c *fiber.Ctx, r *idempotency.Response, replayed bool) error {
+	if r.Status < 100 || r.Status > 999 {
+		return writeProblem(c, http.StatusServiceUnavailable, idempotency.Unavailable,
+			"hookstamp holds no answer to replay for this delivery; nothing was forwarded, retry later", time.Second)
+	}
 	h := &c.Response().Header
 	h.SetNoDefaultContentType(true)
 	for name, v := range r.Headers {

@@ -42,6 +42,28 @@ func TestReplayHeadersAreTheReplaysOwn(t *testing.T) {
 	}
 }
 
+// A replay without a status (a record holding no answer) is never sent:
+// fasthttp would turn status 0 into 200 and tell the provider its event
+// was taken. It is a 503 problem with Retry-After, outcome unavailable.
+func TestReplayWithoutAStatusIsRefused(t *testing.T) {
+	app := fiber.New()
+	app.Post("/", func(c *fiber.Ctx) error {
+		return answer(c, &idempotency.Result{Outcome: idempotency.Replayed, Replay: &idempotency.Response{}})
+	})
+	resp, err := app.Test(httptest.NewRequest("POST", "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderReplayed) != "" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("replay of status 0: %d %v %s; want a 503 problem with Retry-After", resp.StatusCode, resp.Header, body)
+	}
+	if got := resp.Header.Values(HeaderOutcome); len(got) != 1 || got[0] != "unavailable" {
+		t.Errorf("%s: %q, want unavailable", HeaderOutcome, got)
+	}
+}
+
 // The upstream's answer passes on, except hookstamp's own headers: an
 // upstream (or what answers in its name) cannot relabel a forward as a
 // replay, or claim an outcome or an omitted body the gateway did not

@@ -13,7 +13,7 @@ import (
 // reads (the Lua scripts never look inside):
 //
 //	version  byte (codecVersion)
-//	flags    byte (flagBodyCached | flagBodyOmitted)
+//	flags    byte (flagBodyCached | flagBodyOmitted | flagAsync)
 //	status   uvarint
 //	headers  uvarint count, then per header: uvarint len, name, uvarint len, value
 //	trace id uvarint len, bytes
@@ -27,6 +27,9 @@ const codecVersion = 1
 const (
 	flagBodyCached = 1 << iota
 	flagBodyOmitted
+	// flagAsync: an async delivery's entry (Entry.Async), which a
+	// synchronous route must not replay. An older replica ignores it.
+	flagAsync
 )
 
 var errCorrupt = errors.New("corrupt screen entry")
@@ -40,6 +43,9 @@ func encodeEntry(dst []byte, e *idempotency.Entry, keepBody bool) []byte {
 	}
 	if e.BodyOmitted {
 		flags |= flagBodyOmitted
+	}
+	if e.Async {
+		flags |= flagAsync
 	}
 	dst = append(dst, codecVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(e.Status))
@@ -87,6 +93,7 @@ func decodeEntry(s string) (*idempotency.Entry, error) {
 		BodyCached: flags&flagBodyCached != 0,
 	}
 	e.BodyOmitted = flags&flagBodyOmitted != 0
+	e.Async = flags&flagAsync != 0
 	status := d.uvarint()
 	if status > 999 {
 		d.fail()

@@ -28,6 +28,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}, true},
 		{"body dropped", idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("big")}}, false},
 		{"body omitted", idempotency.Entry{Response: idempotency.Response{Status: 200, BodyOmitted: true}}, true},
+		{"async", idempotency.Entry{Response: idempotency.Response{Status: 202, Body: []byte("ack")}, Async: true}, true},
 		{"long header", idempotency.Entry{Response: idempotency.Response{
 			Status: 999, Headers: map[string]string{"Link": strings.Repeat("x", 300)},
 		}}, true},
@@ -44,7 +45,7 @@ func TestCodecRoundTrip(t *testing.T) {
 				want.Body = nil
 			}
 			if got.Status != want.Status || !maps.Equal(got.Headers, want.Headers) || !bytes.Equal(got.Body, want.Body) ||
-				got.BodyCached != want.BodyCached || got.BodyOmitted != want.BodyOmitted ||
+				got.BodyCached != want.BodyCached || got.BodyOmitted != want.BodyOmitted || got.Async != want.Async ||
 				got.TraceID != want.TraceID || got.SpanID != want.SpanID {
 				t.Fatalf("decoded %+v, want %+v", got, want)
 			}

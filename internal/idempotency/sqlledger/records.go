@@ -222,9 +222,9 @@ func (l *Ledger) claim(ctx context.Context, req idempotency.ClaimRequest, now ti
 		}
 		switch rec.State {
 		case idempotency.StateDone, idempotency.StateQueued, idempotency.StateDead:
-			return idempotency.Claim{Status: idempotency.Done, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
+			return idempotency.Claim{Status: idempotency.Done, Fingerprint: rec.Fingerprint, Entry: idempotency.EntryOf(rec)}, nil
 		case idempotency.StateHeld:
-			return idempotency.Claim{Status: idempotency.Held, Fingerprint: rec.Fingerprint, Entry: entryOf(rec)}, nil
+			return idempotency.Claim{Status: idempotency.Held, Fingerprint: rec.Fingerprint, Entry: idempotency.EntryOf(rec)}, nil
 		}
 		if !rec.LeaseUntil.Before(now) || !req.MayTakeOver(rec.Fingerprint) {
 			return idempotency.Claim{Status: idempotency.InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}, nil
@@ -441,18 +441,6 @@ func scanRecord(rows *sql.Rows) (*idempotency.Record, error) {
 	}
 	rec.ExpiresAt = expires.UTC()
 	return &rec, nil
-}
-
-// entryOf is what a Claim reports for a done or held row: the full
-// response, since the ledger always has the body.
-func entryOf(rec *idempotency.Record) *idempotency.Entry {
-	return &idempotency.Entry{
-		Response:    rec.Response,
-		BodyCached:  true,
-		Fingerprint: rec.Fingerprint,
-		TraceID:     rec.TraceID,
-		SpanID:      rec.SpanID,
-	}
 }
 
 // encodeHeaders stores kept headers as a JSON object (keys sorted). A value
