@@ -704,6 +704,15 @@ func validateDelivery(errs *Errors, p string, r Route) {
 	}
 }
 
+// CheckQueueing reports what validation refuses in a's delivery settings
+// (max_attempts, max_age, backoff, concurrency, poll_interval), which it
+// checks only on a route storing requests.
+func CheckQueueing(a Async) error {
+	var errs Errors
+	validateQueueing(&errs, "async", a)
+	return errs.err()
+}
+
 // validateQueueing checks the async settings by which the queue delivers a
 // route's stored requests.
 func validateQueueing(errs *Errors, ap string, a Async) {

@@ -134,7 +134,7 @@ func (g *Gateway) startAdmin() error {
 		q  admin.Queue
 		rd admin.Redeliverer
 	)
-	if g.queue.q != nil {
+	if g.queue.storing() {
 		q, rd = g.queue.q, g.ledger
 	}
 	a.srv = admin.New(admin.Options{
@@ -194,7 +194,7 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 		Logger: g.log.With("component", "console"), Now: g.now, Throttle: ops.Throttle(), SecureCookies: g.cfg.Admin.SecureCookies,
 		Hosts: consoleHosts(g.cfg.Admin),
 	}
-	if g.queue.q != nil {
+	if g.queue.storing() {
 		o.Queue, o.Depths = ops, g.queueDepths
 	}
 	return console.New(o)

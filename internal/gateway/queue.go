@@ -32,17 +32,26 @@ func MigrateStore(ctx context.Context, l *sqlledger.Ledger) error {
 	return nil
 }
 
-// queueParts deliver the stored requests of async routes, and of any route
-// storing requests redelivered by an operator.
+// queueParts deliver the stored requests of async routes, of any route
+// storing requests redelivered by an operator, and those a route queued
+// before it stopped storing requests (adopted at start).
 type queueParts struct {
-	q      *queue.Queue             // nil when no route stores requests
+	q      *queue.Queue             // nil when no route is configured
 	async  map[string]bool          // the async routes
 	stores map[string]time.Duration // the routes storing requests, async ones included, and their retention
+	// former are the routes storing no requests: Start adopts those with
+	// deliveries still queued from when they did (adoptFormer).
+	former  []queue.Route
+	adopted bool // adoptFormer has run
 
 	mu      sync.Mutex // started and stopped change under it, with Start and Stop
 	started bool
 	stopped bool
 }
+
+// storing reports whether the queue serves routes storing requests, for
+// the admin API's redeliveries and the console's queue pages.
+func (p *queueParts) storing() bool { return p.q != nil && len(p.stores) > 0 }
 
 // hasAsync reports whether any route is async.
 func hasAsync(cfg *config.Config) bool {
@@ -55,28 +64,36 @@ func hasAsync(cfg *config.Config) bool {
 }
 
 // openQueue builds the queue of the routes storing requests; the ledger
-// inserts their jobs with its intake transactions.
+// inserts their jobs with its intake transactions. The other routes are
+// kept for adoptFormer.
 func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	var qr []queue.Route
 	var names []string
 	g.queue.async, g.queue.stores = map[string]bool{}, map[string]time.Duration{}
 	for i, rc := range g.cfg.Routes {
-		if !rc.StoresRequests() {
-			continue
-		}
 		r := routes[i]
-		g.queue.stores[rc.Name] = r.Policy.Retention
 		a := rc.Async
-		qr = append(qr, queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
+		if !rc.StoresRequests() && config.CheckQueueing(a) != nil {
+			// Never checked on such a route: the defaults deliver
+			// what it may have queued.
+			a = config.DefaultRoute().Async
+		}
+		route := queue.Route{Name: rc.Name, Policy: r.Policy, UpstreamURL: r.UpstreamURL, KeyHeader: r.KeyHeader,
 			Timeout: r.UpstreamTimeout, MaxAttempts: a.MaxAttempts, MaxAge: a.MaxAge,
 			Backoff: queue.Backoff{Initial: a.Backoff.Initial, Max: a.Backoff.Max}, Concurrency: a.Concurrency,
-			PollInterval: cmp.Or(o.QueuePollInterval, a.PollInterval)})
+			PollInterval: cmp.Or(o.QueuePollInterval, a.PollInterval)}
+		if !rc.StoresRequests() {
+			g.queue.former = append(g.queue.former, route)
+			continue
+		}
+		g.queue.stores[rc.Name] = r.Policy.Retention
+		qr = append(qr, route)
 		if rc.Delivery == config.DeliveryAsync {
 			g.queue.async[rc.Name] = true
 			names = append(names, rc.Name)
 		}
 	}
-	if len(qr) == 0 {
+	if len(qr) == 0 && len(g.queue.former) == 0 {
 		return nil
 	}
 	m, err := g.tel.ObserveQueue(names, g.queueCounts, g.now)
@@ -96,6 +113,40 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 	}
 	g.queue.q = q
 	g.ledger.UseJobs(q)
+	return nil
+}
+
+// adoptFormer gives the queue the routes that store no requests now but
+// still have deliveries queued from when they did — a route switched from
+// delivery: async to sync keeps its queued rows, and no worker would run
+// their jobs: the provider was acknowledged and will not send them again,
+// and their retries get 409 until they are delivered. It also names such
+// a route's dead deliveries, which wait for an operator.
+func (g *Gateway) adoptFormer(ctx context.Context) error {
+	if g.queue.adopted || len(g.queue.former) == 0 {
+		return nil
+	}
+	stats, err := g.ledger.QueueStats(ctx)
+	if err != nil {
+		return fmt.Errorf("count the deliveries of routes storing no requests: %w", err)
+	}
+	var adopt []queue.Route
+	for _, r := range g.queue.former {
+		st := stats[r.Name]
+		if st.Queued > 0 {
+			adopt = append(adopt, r)
+			g.log.Warn("route stores no requests now (not async, no record.request) but has deliveries queued from when it did: the queue still delivers them, by the route's async settings; until then their retries get 409",
+				"route", r.Name, "queued", st.Queued, "oldest", st.OldestQueued)
+		}
+		if st.Dead > 0 {
+			g.log.Warn("route stores no requests now but has dead deliveries from when it did: their retries get 409 held until an operator deletes them, or sets record.request: true and redrives them",
+				"route", r.Name, "dead", st.Dead)
+		}
+	}
+	if err := g.queue.q.Adopt(adopt...); err != nil {
+		return err
+	}
+	g.queue.adopted = true
 	return nil
 }
 
@@ -145,6 +196,9 @@ func (g *Gateway) tryStartQueue() error {
 	defer g.queue.mu.Unlock()
 	if g.queue.started || g.queue.stopped {
 		return nil
+	}
+	if err := g.adoptFormer(context.Background()); err != nil {
+		return err
 	}
 	if err := g.queue.q.Start(context.Background()); err != nil {
 		return err

@@ -136,27 +136,14 @@ func New(o Options) (*Queue, error) {
 	if err := river.AddWorkerSafely(workers, &worker{q: q}); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	queues := make(map[string]river.QueueConfig, len(o.Routes))
-	longest := time.Duration(0)
-	for i := range o.Routes {
-		r := &o.Routes[i]
-		q.routes[r.Name] = r
-		poll := cmp.Or(r.PollInterval, DefaultPollInterval)
-		queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency, FetchPollInterval: poll,
-			// River fetches at most a queue's free slots per cooldown: its
-			// default (100ms) caps a route at ten times its concurrency per
-			// second, far below what the upstream can take.
-			FetchCooldown: min(poll, fetchCooldown)}
-		longest = max(longest, r.Timeout)
-	}
 	q.driver = driver
 	q.cfg = &river.Config{
 		ID:                   o.Replica,
-		Queues:               queues,
+		Queues:               make(map[string]river.QueueConfig, len(o.Routes)),
 		Workers:              workers,
 		FetchCooldown:        fetchCooldown,
-		JobTimeout:           longest + o.RescueMargin/2,
-		RescueStuckJobsAfter: longest + o.RescueMargin,
+		JobTimeout:           o.RescueMargin / 2,
+		RescueStuckJobsAfter: o.RescueMargin,
 		Logger:               o.Logger.With("component", "river"),
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			EnableTracePropagation: true,
@@ -167,12 +154,47 @@ func New(o Options) (*Queue, error) {
 		// replica polls.
 		PollOnly: true,
 	}
+	for i := range o.Routes {
+		q.addRoute(&o.Routes[i])
+	}
 	jobs := *q.cfg
 	jobs.Queues, jobs.Workers = nil, nil
 	if q.jobs, err = river.NewClient(driver, &jobs); err != nil {
 		return nil, fmt.Errorf("queue: river client: %w", err)
 	}
 	return q, nil
+}
+
+// addRoute gives r a River queue of its own in the runner's
+// configuration, whose job timeout and rescue cover r's upstream.timeout.
+func (q *Queue) addRoute(r *Route) {
+	q.routes[r.Name] = r
+	poll := cmp.Or(r.PollInterval, DefaultPollInterval)
+	q.cfg.Queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency, FetchPollInterval: poll,
+		// River fetches at most a queue's free slots per cooldown: its
+		// default (100ms) caps a route at ten times its concurrency per
+		// second, far below what the upstream can take.
+		FetchCooldown: min(poll, fetchCooldown)}
+	q.cfg.JobTimeout = max(q.cfg.JobTimeout, r.Timeout+q.o.RescueMargin/2)
+	q.cfg.RescueStuckJobsAfter = max(q.cfg.RescueStuckJobsAfter, r.Timeout+q.o.RescueMargin)
+}
+
+// Adopt adds, before Start, routes that store no requests now but have
+// deliveries queued from when they did (a route switched from async to
+// sync): their jobs are worked by the route's own settings, so that what
+// was acknowledged still reaches the upstream. A route served already is
+// left as it is.
+func (q *Queue) Adopt(routes ...Route) error {
+	if q.runner != nil {
+		return errors.New("queue: routes are adopted before Start")
+	}
+	for i := range routes {
+		if q.routes[routes[i].Name] == nil {
+			r := routes[i]
+			q.addRoute(&r)
+		}
+	}
+	return nil
 }
 
 // driverFor is River's driver for the ledger's database.

@@ -66,6 +66,9 @@ func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (m
 		return nil, fmt.Errorf("telemetry: instrument %s: %w", metricQueueOldest, err)
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if len(routes) == 0 {
+			return nil // no async route: nothing to count at each scrape
+		}
 		cctx, cancel := context.WithTimeout(ctx, heldCountTimeout)
 		defer cancel()
 		counts, err := count(cctx)
