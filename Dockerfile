@@ -14,9 +14,12 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 FROM gcr.io/distroless/static-debian12:nonroot
 WORKDIR /app
 COPY --from=build /out/gateway /app/gateway
-COPY --from=build --chown=nonroot:nonroot /out/data /app/data
+COPY --from=build --chown=65532:65532 /out/data /app/data
 COPY config.yaml /app/config.yaml
-USER nonroot:nonroot
+# Numeric (distroless's nonroot): a kubelet enforcing runAsNonRoot can only
+# verify a numeric user, and refuses to start a pod on a named one unless
+# the pod sets runAsUser itself.
+USER 65532:65532
 # config.yaml keeps the admin listener on loopback; in a container, probes
 # and Prometheus come from outside it. /admin/* stays off without a token.
 ENV HOOKSTAMP_ADMIN__LISTEN=:9090
