@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 var dockerUserRE = regexp.MustCompile(`^USER\s+(\S+)\s*$`)
@@ -54,5 +56,62 @@ func TestImageUserIsNumericAndThePodsUser(t *testing.T) {
 	psc := mustRender(t, nil).deployment(t).Spec.Template.Spec.SecurityContext
 	if psc == nil || psc.RunAsUser == nil || psc.RunAsGroup == nil || *psc.RunAsUser != u || *psc.RunAsGroup != g {
 		t.Errorf("Dockerfile USER %s, the chart's pod security context %+v: want the same user and group", user, psc)
+	}
+}
+
+// checkLabels: every label of every manifest is one Kubernetes accepts.
+func checkLabels(t *testing.T, r *rendered) {
+	t.Helper()
+	if len(r.Labels) == 0 {
+		t.Fatal("no manifest's labels read")
+	}
+	for id, labels := range r.Labels {
+		for k, v := range labels {
+			for _, msg := range validation.IsQualifiedName(k) {
+				t.Errorf("%s: label key %q: %s", id, k, msg)
+			}
+			for _, msg := range validation.IsValidLabelValue(v) {
+				t.Errorf("%s: label %s=%q: %s", id, k, v, msg)
+			}
+		}
+	}
+}
+
+// image.digest pins the image the pods (and the migration Job) run, and
+// neither it nor a digest written into the tag reaches a label, which
+// could not hold it (63 characters, no "@" or ":").
+func TestImageDigest(t *testing.T) {
+	const digest = "sha256:3f1c6c4a0a2b7e0b6a0f7d9c3e1b2a4d5c6e7f8091a2b3c4d5e6f708192a3b4c"
+	tests := []struct {
+		name                 string
+		image                map[string]any
+		wantImage, wantLabel string
+	}{
+		{"digest", map[string]any{"repository": "registry.example.com/hookstamp", "tag": "v0.1.0", "digest": digest},
+			"registry.example.com/hookstamp@" + digest, "v0.1.0"},
+		{"digest without a tag", map[string]any{"repository": "registry.example.com/hookstamp", "digest": digest},
+			"registry.example.com/hookstamp@" + digest, "dev"},
+		{"digest in the tag", map[string]any{"repository": "registry.example.com/hookstamp", "tag": "v0.1.0@" + digest},
+			"registry.example.com/hookstamp:v0.1.0@" + digest, "v0.1.0"},
+		{"long tag", map[string]any{"repository": "hookstamp", "tag": "v0.1.0-" + strings.Repeat("a", 70) + "-"},
+			"hookstamp:v0.1.0-" + strings.Repeat("a", 70) + "-", "v0.1.0-" + strings.Repeat("a", 56)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustRender(t, map[string]any{"image": tt.image, "migration": map[string]any{"enabled": true}})
+			checkLabels(t, r)
+			if got := gatewayContainer(t, r.deployment(t)).Image; got != tt.wantImage {
+				t.Errorf("gateway image %q, want %q", got, tt.wantImage)
+			}
+			if len(r.Jobs) != 1 || r.Jobs[0].Spec.Template.Spec.Containers[0].Image != tt.wantImage {
+				t.Errorf("the migration Job does not run %q", tt.wantImage)
+			}
+			if got := r.deployment(t).Labels["app.kubernetes.io/version"]; got != tt.wantLabel {
+				t.Errorf("app.kubernetes.io/version %q, want %q", got, tt.wantLabel)
+			}
+		})
+	}
+	if _, err := renderChart(t, map[string]any{"image": map[string]any{"digest": "@" + digest}}); err == nil || !strings.Contains(err.Error(), "image.digest") {
+		t.Errorf("a digest with its \"@\": render error %v, want one naming image.digest", err)
 	}
 }

@@ -65,6 +65,7 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 	checkSecurity(t, pod.Spec.SecurityContext, c.SecurityContext)
 	checkSpread(t, r, d.Spec.Replicas, pod.Labels, pod.Spec.Affinity)
 	checkNoSecretOutsideSecrets(t, r, secrets)
+	checkLabels(t, r)
 	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
 		t.Errorf("resources %+v: want CPU and memory requests and a memory limit", c.Resources)
 	}

@@ -53,7 +53,10 @@ type rendered struct {
 	ServiceMonitors []*monitoringv1.ServiceMonitor
 	// Hooks are the hook manifests by "Kind/name", with their events.
 	Hooks map[string]*release.Hook
-	Notes string
+	// Labels are the labels of every manifest, and of its pod template,
+	// by "Kind/name" (and "Kind/name pods").
+	Labels map[string]map[string]string
+	Notes  string
 }
 
 // renderChart runs what `helm template` runs on the chart with vals (the
@@ -89,7 +92,7 @@ func mustRender(tb testing.TB, vals map[string]any) *rendered {
 	if err != nil {
 		tb.Fatalf("render: %v", err)
 	}
-	out := &rendered{Hooks: map[string]*release.Hook{}, Notes: rel.Info.Notes}
+	out := &rendered{Hooks: map[string]*release.Hook{}, Labels: map[string]map[string]string{}, Notes: rel.Info.Notes}
 	for name, doc := range util.SplitManifests(rel.Manifest) {
 		if err := out.decode(doc); err != nil {
 			tb.Fatalf("manifest %s: %v\n%s", name, err, doc)
@@ -113,9 +116,25 @@ func (r *rendered) decode(doc string) error {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name   string            `json:"name"`
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Template struct {
+				Metadata struct {
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+			} `json:"template"`
+		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
 		return err
+	}
+	id := head.Kind + "/" + head.Metadata.Name
+	r.Labels[id] = head.Metadata.Labels
+	if l := head.Spec.Template.Metadata.Labels; l != nil {
+		r.Labels[id+" pods"] = l
 	}
 	switch head.APIVersion + " " + head.Kind {
 	case "apps/v1 Deployment":

@@ -24,7 +24,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "hookstamp.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "hookstamp.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "hookstamp.versionLabel" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
@@ -38,7 +38,7 @@ scale allows no disruption at all).
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ printf "%s-migrate" (include "hookstamp.name" .) | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "hookstamp.versionLabel" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: migrate
 {{- end }}
@@ -55,8 +55,31 @@ app.kubernetes.io/component: migrate
 {{- .Values.secrets.existingSecret | default (include "hookstamp.fullname" .) }}
 {{- end }}
 
+{{/*
+The image: repository@digest when image.digest is set (the tag is then
+only a label), else repository:tag.
+*/}}
 {{- define "hookstamp.image" -}}
+{{- with .Values.image.digest }}
+{{- if not (regexMatch "^[a-z0-9]+([+._-][a-z0-9]+)*:[A-Za-z0-9=_-]{32,}$" .) }}
+{{- fail (printf "image.digest: %q is not a digest (sha256:<64 hex digits>, without the \"@\")" .) }}
+{{- end }}
+{{- printf "%s@%s" $.Values.image.repository . }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+hookstamp.versionLabel: the tag (or appVersion) as a label value: a digest
+written into the tag ("v0.1.0@sha256:…") left out, characters a label may
+not hold replaced by "_", at most 63 characters, alphanumeric at both ends.
+*/}}
+{{- define "hookstamp.versionLabel" -}}
+{{- $v := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- $v = regexReplaceAll "@.*$" $v "" }}
+{{- $v = regexReplaceAll "[^A-Za-z0-9._-]" $v "_" | trunc 63 }}
+{{- regexReplaceAll "^[^A-Za-z0-9]+|[^A-Za-z0-9]+$" $v "" }}
 {{- end }}
 
 {{/* The configuration file as mounted: config values, YAML. */}}
