@@ -275,12 +275,17 @@ func checkSingleReplica(t *testing.T, r *rendered) {
 func TestRefusedValues(t *testing.T) {
 	tests := []struct{ name, vals, want string }{
 		{"literal admin token", `config: {admin: {token: hunter2-admin}}`, "config.admin.token holds a literal value"},
+		{"admin token's default", `config: {admin: {token: "${HOOKSTAMP_ADMIN_TOKEN:-hunter2}"}}`, "config.admin.token holds a literal value, the default of ${HOOKSTAMP_ADMIN_TOKEN:-…}"},
+		{"DSN's default", `config: {store: {dsn: "${DATABASE_URL:-postgres://u:pw@db/x}"}}`, "config.store.dsn holds a literal value, the default of ${DATABASE_URL:-…}"},
+		{"signing secret's default", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET:-whsec_x}"]}}]}`, "config.routes[0].verify.secrets[0] holds a literal value, the default of ${STRIPE_SECRET:-…}"},
+		{"upstream password's default", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS:-Sup3r}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value, the default of ${UP_PASS:-…}"},
 		{"literal DSN", `config: {store: {dsn: "postgres://u:pw@db/x"}}`, "config.store.dsn holds a literal value"},
 		{"literal Redis password", `config: {screen: {redis: {password: s3cret}}}`, "config.screen.redis.password holds a literal value"},
 		{"literal signing secret", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: [whsec_x]}}]}`, "config.routes[0].verify.secrets[0] holds a literal value"},
 		{"literal challenge token", `config: {routes: [{name: m, path: /m, preset: meta, upstream: {url: "http://a:1/"}, verify: {secrets: ["${META_APP_SECRET}"], challenge_token: my-verify-token}}]}`, "config.routes[0].verify.challenge_token holds a literal value"},
 		{"literal password in an upstream URL", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:Sup3rS3cret@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value"},
 		{"secret variable not set", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}`, "config references ${STRIPE_SECRET}"},
+		{"secret variable set in extraEnv of another name", `{extraEnv: [{name: STRIPE_SECRET_2, value: x}], config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}}`, "config references ${STRIPE_SECRET}"},
 		{"memory screen on 3 replicas", `config: {screen: {driver: memory}}`, "config.screen.driver: redis"},
 		{"SQLite on 3 replicas", `config: {store: {driver: sqlite, dsn: data/x.db}}`, "config.store.driver: postgres"},
 		{"lease not covering timeout + 10s", `config: {screen: {lease: 15s}}`, "config.screen.lease (15s) must be at least routes[0].upstream.timeout (10s) + 10s"},
@@ -302,6 +307,18 @@ func TestRefusedValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A ${NAME} the pods get from extraEnv, from a Secret of the operator's, is
+// set: the chart does not refuse it, and the pod starts with it.
+func TestSecretVariableFromExtraEnv(t *testing.T) {
+	var vals map[string]any
+	if err := yamlUnmarshal(`{extraEnv: [{name: STRIPE_SECRET, valueFrom: {secretKeyRef: {name: stripe, key: signing-secret}}}],
+config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}}`, &vals); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRender(t, vals)
+	checkInvariants(t, r, map[string]map[string]string{"stripe": {"signing-secret": "whsec_from-the-operators-secret"}})
 }
 
 func TestOptionalResources(t *testing.T) {

@@ -141,12 +141,14 @@ milliseconds, rounded up. Called with (list "key.path" value).
 {{- end }}
 
 {{/*
-hookstamp.isReference: true when v is empty or one "${NAME}" reference (with or
-without a default): a value the ConfigMap may hold.
+hookstamp.isReference: true when v is empty or one "${NAME}" reference,
+without a default or with an empty one ("${NAME:-}"): a value the ConfigMap
+may hold. A default is written into the ConfigMap: "${ADMIN_TOKEN:-hunter2}"
+is a literal secret.
 */}}
 {{- define "hookstamp.isReference" -}}
 {{- $v := toString . }}
-{{- if or (eq $v "") (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}$" $v) }}true{{- end }}
+{{- if or (eq $v "") (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-)?\\}$" $v) }}true{{- end }}
 {{- end }}
 
 {{- define "hookstamp.checkSecretValues" -}}
@@ -170,20 +172,30 @@ without a default): a value the ConfigMap may hold.
 {{- end }}
 {{- end }}
 {{- range $checks }}
-{{- if not (include "hookstamp.isReference" (index . 1)) }}
+{{- $v := index . 1 | toString }}
+{{- if regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*:-.+\\}$" $v }}
+{{- $name := regexFind "^\\$\\{[A-Za-z_][A-Za-z0-9_]*" $v | trimPrefix "${" }}
+{{- fail (printf "config.%s holds a literal value, the default of ${%s:-…}: the ConfigMap is not secret. Write \"${%s}\" (or \"${%s:-}\" for an empty default) and put %s in secrets.env (or in secrets.existingSecret)" (index . 0) $name $name $name $name) }}
+{{- else if not (include "hookstamp.isReference" $v) }}
 {{- fail (printf "config.%s holds a literal value: the ConfigMap is not secret. Write \"${NAME}\" and put NAME in secrets.env (or in secrets.existingSecret)" (index . 0)) }}
 {{- end }}
 {{- end }}
 {{- end }}
 
-{{/* Every "${NAME}" without a default must be in the chart's Secret. */}}
+{{/*
+Every "${NAME}" without a default must be in the chart's Secret, or be one of
+extraEnv's variables (a secretKeyRef to a Secret of the operator's).
+*/}}
 {{- define "hookstamp.checkSecretNames" -}}
 {{- if not .Values.secrets.existingSecret }}
 {{- $have := append (keys (.Values.secrets.env | default dict)) "HOOKSTAMP_ADMIN_TOKEN" }}
+{{- range (.Values.extraEnv | default list) }}
+{{- $have = append $have (.name | default "") }}
+{{- end }}
 {{- range regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (include "hookstamp.configYAML" .) -1 }}
 {{- $name := trimSuffix "}" (trimPrefix "${" .) }}
 {{- if not (has $name $have) }}
-{{- fail (printf "config references ${%s}, which secrets.env does not set (the gateway would not start)" $name) }}
+{{- fail (printf "config references ${%s}, which neither secrets.env nor extraEnv sets (the gateway would not start)" $name) }}
 {{- end }}
 {{- end }}
 {{- end }}
