@@ -231,6 +231,10 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"longer release window", `terminationGrace: {releaseSeconds: 20}`, 5 + 15 + 20},
 		{"hard anti-affinity", `podAntiAffinity: hard`, 5 + 15 + 10},
 		{"Redis required", `config: {screen: {on_unavailable: reject}}`, 5 + 15 + 10},
+		{"Redis passed through", `config: {screen: {on_unavailable: pass}}`, 5 + 15 + 10},
+		{"ledger passed through", `config: {store: {on_unavailable: pass}}`, 5 + 15 + 10},
+		{"both passed through", `config: {store: {on_unavailable: pass}, screen: {on_unavailable: pass}}`, 5 + 15 + 10},
+		{"ledger passed through, no screen", `config: {store: {on_unavailable: pass}, screen: {driver: none}}`, 5 + 15 + 10},
 		{"upstream password from the Secret", `{secrets: {env: {UP_PASS: pw}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
 		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}

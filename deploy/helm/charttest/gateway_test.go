@@ -53,7 +53,8 @@ type effectiveConfig struct {
 		Listen string `json:"listen"`
 	} `json:"admin"`
 	Store struct {
-		Driver string `json:"driver"`
+		Driver        string `json:"driver"`
+		OnUnavailable string `json:"on_unavailable"`
 	} `json:"store"`
 	Screen struct {
 		Driver        string `json:"driver"`

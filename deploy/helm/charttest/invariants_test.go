@@ -1,7 +1,10 @@
 package charttest
 
 import (
+	"maps"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,21 +36,20 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 	eff := gatewayCheck(t, cm.Data["config.yaml"], podEnviron(t, c, secrets))
 
 	adminPort := listenPort(t, "admin.listen", eff.Admin.Listen)
-	// A replica that serves every delivery while Redis is down stays in
-	// the Service then (SPEC §8's optional members).
-	readyz := "/readyz"
-	if eff.Screen.Driver == "redis" && eff.Screen.OnUnavailable == "store" {
-		readyz = "/readyz?optional=screen"
-	}
 	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		want := map[string]string{"startup": "/healthz", "liveness": "/healthz", "readiness": readyz}[name]
 		if p == nil || p.HTTPGet == nil {
 			t.Fatalf("%s probe: none, or not an HTTP GET", name)
 		}
-		if got := containerPort(t, c, p.HTTPGet.Port); got != adminPort || p.HTTPGet.Path != want {
-			t.Errorf("%s probe GET :%d%s, want :%d%s (the effective admin.listen %q)", name, got, p.HTTPGet.Path, adminPort, want, eff.Admin.Listen)
+		if got := containerPort(t, c, p.HTTPGet.Port); got != adminPort {
+			t.Errorf("%s probe on port %d, want %d (the effective admin.listen %q)", name, got, adminPort, eff.Admin.Listen)
 		}
 	}
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe} {
+		if p.HTTPGet.Path != "/healthz" {
+			t.Errorf("startup or liveness probe GET %s, want /healthz", p.HTTPGet.Path)
+		}
+	}
+	checkReadiness(t, c.ReadinessProbe.HTTPGet.Path, eff)
 	checkServices(t, r, c, listenPort(t, "server.listen", eff.Server.Listen), adminPort)
 
 	drain, err := time.ParseDuration(eff.Server.ShutdownTimeout)
@@ -70,6 +72,34 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 		t.Errorf("resources %+v: want CPU and memory requests and a memory limit", c.Resources)
 	}
 	return eff
+}
+
+// checkReadiness: the readiness probe is /readyz with every member optional
+// (SPEC §8) whose failure the effective configuration serves through: a
+// replica that still serves deliveries stays in the Service.
+func checkReadiness(t *testing.T, path string, eff effectiveConfig) {
+	t.Helper()
+	want := map[string]bool{}
+	if eff.Store.OnUnavailable == "pass" {
+		want["ledger"] = true // forwarded, not recorded
+	}
+	if eff.Screen.Driver == "redis" && (eff.Screen.OnUnavailable == "store" || eff.Screen.OnUnavailable == "pass") {
+		want["screen"] = true // claimed in the ledger, or forwarded
+	}
+	u, err := url.Parse(path)
+	if err != nil || u.Path != "/readyz" {
+		t.Fatalf("readiness probe GET %q, want /readyz (%v)", path, err)
+	}
+	got := map[string]bool{}
+	for _, v := range u.Query()["optional"] {
+		for name := range strings.SplitSeq(v, ",") {
+			got[name] = true
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("readiness probe GET %s: optional members %v, want %v (store.on_unavailable %q, screen %s with on_unavailable %q)",
+			path, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)), eff.Store.OnUnavailable, eff.Screen.Driver, eff.Screen.OnUnavailable)
+	}
 }
 
 func mountedConfigMap(t *testing.T, vols []corev1.Volume) string {

@@ -310,16 +310,27 @@ read back from the cluster on upgrade, so it does not change.
 {{- end }}
 
 {{/*
-The readiness probe's path. With a Redis screen whose on_unavailable is
-store (the default), a replica serves every delivery while Redis is down:
-the screen's member is then reported but does not take the replica out of
-the Service, which would turn a Redis outage into a full one.
+The readiness probe's path: /readyz, with ?optional= naming each member
+(SPEC §8) whose failure the replica serves through, as its configuration
+chose. Taking a replica that still serves out of the Service would turn an
+outage the operator chose to ride out into a full one:
+- the screen, when Redis with on_unavailable store (claims go to the
+  ledger) or pass (forwarded without deduplication);
+- the ledger, when store.on_unavailable is pass (forwarded, not recorded).
+A replica shutting down is never optional.
 */}}
+{{- define "hookstamp.readyzOptional" -}}
+{{- $c := .Values.config }}
+{{- $optional := list }}
+{{- if eq (dig "store" "on_unavailable" "reject" $c) "pass" }}
+{{- $optional = append $optional "ledger" }}
+{{- end }}
+{{- if and (eq (dig "screen" "driver" "memory" $c) "redis") (has (dig "screen" "on_unavailable" "store" $c) (list "store" "pass")) }}
+{{- $optional = append $optional "screen" }}
+{{- end }}
+{{- join "," $optional }}
+{{- end }}
+
 {{- define "hookstamp.readyzPath" -}}
-{{- $s := .Values.config.screen | default dict -}}
-{{- if and (eq ($s.driver | default "memory") "redis") (eq ($s.on_unavailable | default "store") "store") -}}
-/readyz?optional=screen
-{{- else -}}
-/readyz
-{{- end -}}
+/readyz{{ with include "hookstamp.readyzOptional" . }}?optional={{ . }}{{ end }}
 {{- end }}
