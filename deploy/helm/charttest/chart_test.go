@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	release "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
@@ -236,7 +237,7 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"both passed through", `config: {store: {on_unavailable: pass}, screen: {on_unavailable: pass}}`, 5 + 15 + 10},
 		{"ledger passed through, no screen", `config: {store: {on_unavailable: pass}, screen: {driver: none}}`, 5 + 15 + 10},
 		{"upstream password from the Secret", `{secrets: {env: {UP_PASS: pw}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
-		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
+		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, persistence: {enabled: true}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,8 +258,9 @@ func TestInvariantsFollowValues(t *testing.T) {
 	}
 }
 
-// checkSingleReplica: the embedded default on one replica validates, and
-// its SQLite file has a writable volume under the read-only root.
+// checkSingleReplica: the embedded default on one replica validates, its
+// SQLite file has a writable volume under the read-only root, and a new pod
+// starts only once the old one has stopped.
 func checkSingleReplica(t *testing.T, r *rendered) {
 	t.Helper()
 	d := r.deployment(t)
@@ -268,12 +270,12 @@ func checkSingleReplica(t *testing.T, r *rendered) {
 	if eff.Store.Driver != "sqlite" {
 		t.Fatalf("store.driver %q", eff.Store.Driver)
 	}
-	for _, m := range c.VolumeMounts {
-		if m.MountPath == "/app/data" && !m.ReadOnly {
-			return
-		}
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("strategy %+v with a SQLite ledger, want Recreate", d.Spec.Strategy)
 	}
-	t.Errorf("no writable volume at /app/data for the SQLite ledger: %+v", c.VolumeMounts)
+	if dataVolume(t, d) == nil {
+		t.Errorf("no writable volume at /app/data for the SQLite ledger: %+v", c.VolumeMounts)
+	}
 }
 
 func TestRefusedValues(t *testing.T) {

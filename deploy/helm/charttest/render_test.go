@@ -51,6 +51,7 @@ type rendered struct {
 	PDBs            []*policyv1.PodDisruptionBudget
 	Jobs            []*batchv1.Job
 	ServiceMonitors []*monitoringv1.ServiceMonitor
+	PVCs            []*corev1.PersistentVolumeClaim
 	// Hooks are the hook manifests by "Kind/name", with their events.
 	Hooks map[string]*release.Hook
 	// Labels are the labels of every manifest, and of its pod template,
@@ -153,6 +154,8 @@ func (r *rendered) decode(doc string) error {
 		return strictAppend(doc, &r.Jobs)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return strictAppend(doc, &r.ServiceMonitors)
+	case "v1 PersistentVolumeClaim":
+		return strictAppend(doc, &r.PVCs)
 	}
 	return fmt.Errorf("unexpected %s %s", head.APIVersion, head.Kind)
 }

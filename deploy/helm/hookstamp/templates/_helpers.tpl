@@ -214,6 +214,9 @@ extraEnv's variables (a secretKeyRef to a Secret of the operator's).
 {{- fail "replicaCount > 1 needs config.screen.driver: redis (or none): a memory screen is one process's" }}
 {{- end }}
 {{- end }}
+{{- if eq ($store.driver | default "sqlite") "sqlite" }}
+{{- include "hookstamp.checkSQLite" . }}
+{{- end }}
 {{- $lease := include "hookstamp.milliseconds" (list "screen.lease" ($screen.lease | default "30s")) | int64 }}
 {{- range $i, $r := $c.routes }}
 {{- $up := $r.upstream | default dict }}
@@ -225,6 +228,47 @@ extraEnv's variables (a secretKeyRef to a Secret of the operator's).
 {{- if and .Values.serviceMonitor.enabled (not (dig "telemetry" "metrics" "prometheus" true $c)) }}
 {{- fail "serviceMonitor.enabled needs config.telemetry.metrics.prometheus: true" }}
 {{- end }}
+{{- end }}
+
+{{/*
+hookstamp.checkSQLite: the SQLite ledger is a file in /app/data. In an
+emptyDir every new pod (a rollout, an eviction, a node lost) starts with an
+empty ledger: the providers' retries of events already answered are
+forwarded again, and deliveries acknowledged on an async route but not yet
+delivered are lost with the old pod. So /app/data needs a volume that
+outlives the pod (persistence.enabled), unless persistence.ephemeral says
+the loss is accepted (a demo); async routes are refused on an ephemeral
+ledger even then: the provider was told the delivery was taken.
+*/}}
+{{- define "hookstamp.checkSQLite" -}}
+{{- $p := .Values.persistence | default dict }}
+{{- $dsn := dig "store" "dsn" "data/hookstamp.db" .Values.config | toString }}
+{{- if $p.enabled }}
+{{- $path := regexReplaceAll "\\?.*$" (trimPrefix "file:" $dsn) "" }}
+{{- if or (not (regexMatch "^(\\./|/app/)?data/[^/]" $path)) (contains "mode=memory" $dsn) }}
+{{- fail (printf "config.store.dsn: %q is not a file in /app/data, the volume persistence mounts (write data/hookstamp.db)" $dsn) }}
+{{- end }}
+{{- else if not $p.ephemeral }}
+{{- fail "config.store.driver sqlite keeps the ledger in /app/data: set persistence.enabled (a PersistentVolumeClaim). In an emptyDir every new pod starts with an empty ledger, and forwards again the provider retries of events already answered. For a demo, persistence.ephemeral: true accepts that" }}
+{{- else }}
+{{- range $i, $r := .Values.config.routes }}
+{{- if eq ($r.delivery | default "sync") "async" }}
+{{- fail (printf "config.routes[%d] (%s) is delivery: async on a SQLite ledger without persistence: deliveries acknowledged to the provider and not yet delivered would be lost with the pod. Set persistence.enabled" $i ($r.name | default "")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.migration.enabled }}
+{{- fail "migration.enabled with config.store.driver sqlite: the Job would migrate a file of its own, not the pod's; leave config.store.auto_migrate on" }}
+{{- end }}
+{{- end }}
+
+{{/*
+hookstamp.singleProcess: true when two pods of the release must never run
+together: a SQLite ledger (one file, one volume) or a memory screen (each
+process's claims in its own memory).
+*/}}
+{{- define "hookstamp.singleProcess" -}}
+{{- if or (eq (dig "store" "driver" "sqlite" .Values.config) "sqlite") (eq (dig "screen" "driver" "memory" .Values.config) "memory") }}true{{- end }}
 {{- end }}
 
 {{- define "hookstamp.checks" -}}
@@ -289,10 +333,14 @@ read back from the cluster on upgrade, so it does not change.
 - name: tmp
   mountPath: /tmp
 {{- if eq (dig "store" "driver" "sqlite" .Values.config) "sqlite" }}
-{{- /* The embedded ledger's file; an emptyDir lives as long as the pod. */}}
+{{- /* The embedded ledger's file (and ACME's directory beside it). */}}
 - name: data
   mountPath: /app/data
 {{- end }}
+{{- end }}
+
+{{- define "hookstamp.dataClaim" -}}
+{{- .Values.persistence.existingClaim | default (printf "%s-data" (include "hookstamp.fullname" .)) }}
 {{- end }}
 
 {{/* Called with (dict "ctx" $ "configMap" NAME). */}}
@@ -305,7 +353,13 @@ read back from the cluster on upgrade, so it does not change.
     sizeLimit: 64Mi
 {{- if eq (dig "store" "driver" "sqlite" .ctx.Values.config) "sqlite" }}
 - name: data
+  {{- if .ctx.Values.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "hookstamp.dataClaim" .ctx }}
+  {{- else }}
+  {{- /* persistence.ephemeral: the ledger lives as long as the pod. */}}
   emptyDir: {}
+  {{- end }}
 {{- end }}
 {{- end }}
 
