@@ -145,7 +145,7 @@ func checkMigrationJob(t *testing.T, r *rendered, existing map[string]map[string
 		}
 	}
 	environ := podEnviron(t, c, secretValues(r, existing))
-	gatewayCheck(t, r.configMap(t, cmName).Data["config.yaml"], environ)
+	gatewayCheck(t, podFiles(t, spec, c, secretValues(r, existing), r.configMap(t, cmName).Data["config.yaml"]), environ)
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "DATABASE_URL="); ok && !strings.HasPrefix(v, dsnPrefix) {
 			t.Errorf("the Job's DATABASE_URL %q, want the one starting %q", v, dsnPrefix)
@@ -278,8 +278,34 @@ func checkSingleReplica(t *testing.T, r *rendered) {
 	}
 }
 
+// refusal is values (YAML) the chart must refuse to render, with what its
+// error must say.
+type refusal struct{ name, vals, want string }
+
+// checkRefused renders each refusal's values, merged over base (YAML, ""
+// for none) as a second -f file would be, and wants the render to fail
+// saying what it says.
+func checkRefused(t *testing.T, base string, tests []refusal) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b, vals map[string]any
+			if err := yamlUnmarshal(base, &b); err != nil {
+				t.Fatal(err)
+			}
+			if err := yamlUnmarshal(tt.vals, &vals); err != nil {
+				t.Fatal(err)
+			}
+			_, err := renderChart(t, mergeValues(b, vals))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("render error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestRefusedValues(t *testing.T) {
-	tests := []struct{ name, vals, want string }{
+	checkRefused(t, "", []refusal{
 		{"literal admin token", `config: {admin: {token: hunter2-admin}}`, "config.admin.token holds a literal value"},
 		{"admin token's default", `config: {admin: {token: "${HOOKSTAMP_ADMIN_TOKEN:-hunter2}"}}`, "config.admin.token holds a literal value, the default of ${HOOKSTAMP_ADMIN_TOKEN:-…}"},
 		{"DSN's default", `config: {store: {dsn: "${DATABASE_URL:-postgres://u:pw@db/x}"}}`, "config.store.dsn holds a literal value, the default of ${DATABASE_URL:-…}"},
@@ -300,19 +326,7 @@ func TestRefusedValues(t *testing.T) {
 		{"bad duration", `config: {server: {shutdown_timeout: 15}}`, "config.server.shutdown_timeout: \"15\" is not a Go duration"},
 		{"ServiceMonitor without metrics", `{serviceMonitor: {enabled: true}, config: {telemetry: {metrics: {prometheus: false}}}}`, "serviceMonitor.enabled needs"},
 		{"unknown anti-affinity", `podAntiAffinity: always`, "podAntiAffinity: \"always\""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var vals map[string]any
-			if err := yamlUnmarshal(tt.vals, &vals); err != nil {
-				t.Fatal(err)
-			}
-			_, err := renderChart(t, vals)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("render error %v, want one containing %q", err, tt.want)
-			}
-		})
-	}
+	})
 }
 
 // A ${NAME} the pods get from extraEnv, from a Secret of the operator's, is

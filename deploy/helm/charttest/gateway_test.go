@@ -48,6 +48,13 @@ type effectiveConfig struct {
 	Server struct {
 		Listen          string `json:"listen"`
 		ShutdownTimeout string `json:"shutdown_timeout"`
+		RedirectListen  string `json:"redirect_listen"`
+		TLS             struct {
+			CertFile string `json:"cert_file"`
+			ACME     struct {
+				Domains []string `json:"domains"`
+			} `json:"acme"`
+		} `json:"tls"`
 	} `json:"server"`
 	Admin struct {
 		Listen string `json:"listen"`

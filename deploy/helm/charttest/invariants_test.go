@@ -4,6 +4,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,9 +33,10 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 	c := gatewayContainer(t, d)
 	secrets := secretValues(r, existing)
 
-	// The configuration the pod mounts passes `gateway check` in the pod's environment.
+	// The configuration the pod mounts passes `gateway check` in the pod's
+	// environment, on the files the pod mounts.
 	cm := r.configMap(t, mountedConfigMap(t, pod.Spec.Volumes))
-	eff := gatewayCheck(t, cm.Data["config.yaml"], podEnviron(t, c, secrets))
+	eff := gatewayCheck(t, podFiles(t, pod.Spec, c, secrets, cm.Data["config.yaml"]), podEnviron(t, c, secrets))
 
 	adminPort := listenPort(t, "admin.listen", eff.Admin.Listen)
 	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
@@ -50,7 +53,15 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 		}
 	}
 	checkReadiness(t, c.ReadinessProbe.HTTPGet.Path, eff)
-	checkServices(t, r, c, listenPort(t, "server.listen", eff.Server.Listen), adminPort)
+	servicePorts := map[string]map[string]int32{
+		releaseName + "-hookstamp":       {"http": listenPort(t, "server.listen", eff.Server.Listen)},
+		releaseName + "-hookstamp-admin": {"admin": adminPort},
+	}
+	if eff.Server.RedirectListen != "" {
+		servicePorts[releaseName+"-hookstamp"]["redirect"] = listenPort(t, "server.redirect_listen", eff.Server.RedirectListen)
+	}
+	checkServices(t, r, c, servicePorts)
+	checkPrivilegedPorts(t, pod.Spec.SecurityContext, c)
 
 	drain, err := time.ParseDuration(eff.Server.ShutdownTimeout)
 	if err != nil {
@@ -85,6 +96,9 @@ func checkReadiness(t *testing.T, path string, eff effectiveConfig) {
 	}
 	if eff.Screen.Driver == "redis" && (eff.Screen.OnUnavailable == "store" || eff.Screen.OnUnavailable == "pass") {
 		want["screen"] = true // claimed in the ledger, or forwarded
+	}
+	if len(eff.Server.TLS.ACME.Domains) > 0 {
+		want["tls"] = true // the CA's challenge reaches only a ready replica
 	}
 	u, err := url.Parse(path)
 	if err != nil || u.Path != "/readyz" {
@@ -142,23 +156,83 @@ func containerPort(t *testing.T, c *corev1.Container, port intstr.IntOrString) i
 	return 0
 }
 
-func checkServices(t *testing.T, r *rendered, c *corev1.Container, httpPort, adminPort int32) {
+// checkServices: each Service has the ports of want (by Service, then
+// port name: the container port it must reach), and no other.
+func checkServices(t *testing.T, r *rendered, c *corev1.Container, want map[string]map[string]int32) {
 	t.Helper()
-	want := map[string]int32{releaseName + "-hookstamp": httpPort, releaseName + "-hookstamp-admin": adminPort}
 	for _, s := range r.Services {
-		port, ok := want[s.Name]
+		ports, ok := want[s.Name]
 		if !ok {
 			t.Errorf("unexpected Service %s", s.Name)
 			continue
 		}
 		delete(want, s.Name)
-		if len(s.Spec.Ports) != 1 || containerPort(t, c, s.Spec.Ports[0].TargetPort) != port {
-			t.Errorf("Service %s ports %+v, want one to container port %d", s.Name, s.Spec.Ports, port)
+		got := map[string]int32{}
+		for _, p := range s.Spec.Ports {
+			got[p.Name] = containerPort(t, c, p.TargetPort)
+		}
+		if !maps.Equal(got, ports) {
+			t.Errorf("Service %s ports %+v reach container ports %v, want %v", s.Name, s.Spec.Ports, got, ports)
 		}
 	}
 	for name := range want {
 		t.Errorf("no Service %s", name)
 	}
+}
+
+// checkPrivilegedPorts: a container port below 1024 can be bound by the
+// gateway, which runs as a user without capabilities, only where the pod
+// lowers net.ipv4.ip_unprivileged_port_start to it.
+func checkPrivilegedPorts(t *testing.T, pod *corev1.PodSecurityContext, c *corev1.Container) {
+	t.Helper()
+	start := int64(1024)
+	if pod != nil {
+		for _, s := range pod.Sysctls {
+			if s.Name == "net.ipv4.ip_unprivileged_port_start" {
+				n, err := strconv.ParseInt(s.Value, 10, 32)
+				if err != nil {
+					t.Fatalf("sysctl %s=%q", s.Name, s.Value)
+				}
+				start = n
+			}
+		}
+	}
+	for _, p := range c.Ports {
+		if int64(p.ContainerPort) < start {
+			t.Errorf("container port %s %d is privileged (net.ipv4.ip_unprivileged_port_start %d) for a user without capabilities", p.Name, p.ContainerPort, start)
+		}
+	}
+}
+
+// podFiles writes the files of every Secret the container mounts (from
+// secrets, by Secret name, then key) under a directory of the test's, as
+// the kubelet would under the mount's path, and returns configYAML with
+// those paths rooted there: `gateway check` reads certificate files.
+func podFiles(t *testing.T, pod corev1.PodSpec, c *corev1.Container, secrets map[string]map[string]string, configYAML string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			data, ok := secrets[v.Secret.SecretName]
+			if !ok {
+				t.Fatalf("volume %s: Secret %q, which neither the chart nor the test provides", v.Name, v.Secret.SecretName)
+			}
+			dir := filepath.Join(root, m.MountPath)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for k, val := range data {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(val), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			configYAML = strings.ReplaceAll(configYAML, " "+m.MountPath+"/", " "+dir+"/")
+		}
+	}
+	return configYAML
 }
 
 func checkSecurity(t *testing.T, pod *corev1.PodSecurityContext, c *corev1.SecurityContext) {

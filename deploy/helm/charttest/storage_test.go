@@ -1,7 +1,6 @@
 package charttest
 
 import (
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -114,7 +113,7 @@ podDisruptionBudget: {enabled: false}
 config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}
 `
 	async := `{name: gh, path: /gh, upstream: {url: "http://a:1/"}, key: {sources: [{header: X-Id}]}, delivery: async}`
-	tests := []struct{ name, vals, want string }{
+	checkRefused(t, embedded, []refusal{
 		{"no persistence", ``, "set persistence.enabled"},
 		{"async route, ephemeral", `persistence: {ephemeral: true}
 config: {routes: [` + async + `]}`, "config.routes[0] (gh) is delivery: async on a SQLite ledger without persistence"},
@@ -123,22 +122,7 @@ config: {store: {dsn: /tmp/hookstamp.db}}`, `config.store.dsn: "/tmp/hookstamp.d
 		{"in memory", `persistence: {enabled: true}
 config: {store: {dsn: "file:data/x.db?mode=memory"}}`, "is not a file in /app/data"},
 		{"migration Job", `{persistence: {enabled: true}, migration: {enabled: true}}`, "migration.enabled with config.store.driver sqlite"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var base, vals map[string]any
-			if err := yamlUnmarshal(embedded, &base); err != nil {
-				t.Fatal(err)
-			}
-			if err := yamlUnmarshal(tt.vals, &vals); err != nil {
-				t.Fatal(err)
-			}
-			_, err := renderChart(t, mergeValues(base, vals))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("render error %v, want one containing %q", err, tt.want)
-			}
-		})
-	}
+	})
 }
 
 // mergeValues merges over into base, maps key by key, as Helm merges -f

@@ -113,6 +113,35 @@ own address. Called with (list "key.path" value).
 {{- include "hookstamp.port" (list "server.listen" ($server.listen | default ":8080")) }}
 {{- end }}
 
+{{/* server.redirect_listen's port; "" when there is none. */}}
+{{- define "hookstamp.redirectPort" -}}
+{{- with dig "server" "redirect_listen" "" .Values.config }}
+{{- include "hookstamp.port" (list "server.redirect_listen" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod's security context: podSecurityContext, and, when a listener is on
+a port below 1024 (":443", ":80" for the CA's challenges), the lowest of
+them as net.ipv4.ip_unprivileged_port_start (a sysctl Kubernetes counts as
+safe), since the gateway runs as a user without capabilities.
+*/}}
+{{- define "hookstamp.podSecurityContext" -}}
+{{- $ctx := deepCopy (.Values.podSecurityContext | default dict) }}
+{{- $low := 1024 }}
+{{- range list (include "hookstamp.httpPort" .) (include "hookstamp.redirectPort" .) (include "hookstamp.adminPort" .) }}
+{{- if and . (lt (int .) $low) }}{{ $low = int . }}{{ end }}
+{{- end }}
+{{- if lt $low 1024 }}
+{{- $sysctls := list }}
+{{- range ($ctx.sysctls | default list) }}
+{{- if ne .name "net.ipv4.ip_unprivileged_port_start" }}{{ $sysctls = append $sysctls . }}{{ end }}
+{{- end }}
+{{- $_ := set $ctx "sysctls" (append $sysctls (dict "name" "net.ipv4.ip_unprivileged_port_start" "value" (toString $low))) }}
+{{- end }}
+{{- toYaml $ctx }}
+{{- end }}
+
 {{/*
 hookstamp.milliseconds: a Go duration ("15s", "1m30s", "2500ms") in whole
 milliseconds, rounded up. Called with (list "key.path" value).
@@ -271,10 +300,35 @@ process's claims in its own memory).
 {{- if or (eq (dig "store" "driver" "sqlite" .Values.config) "sqlite") (eq (dig "screen" "driver" "memory" .Values.config) "memory") }}true{{- end }}
 {{- end }}
 
+{{/*
+hookstamp.checkTLS: the certificate files are on a volume the pod mounts
+(the root filesystem has none; /etc/hookstamp is the ConfigMap's), and the
+Service's two ports differ.
+*/}}
+{{- define "hookstamp.checkTLS" -}}
+{{- $dirs := list }}
+{{- if .Values.tls.secretName }}{{ $dirs = append $dirs (include "hookstamp.tlsDir" .) }}{{ end }}
+{{- range (.Values.extraVolumeMounts | default list) }}{{ $dirs = append $dirs (.mountPath | default "" | trimSuffix "/") }}{{ end }}
+{{- range $key := list "cert_file" "key_file" }}
+{{- with dig "server" "tls" $key "" $.Values.config }}
+{{- $file := . }}
+{{- $mounted := false }}
+{{- range $dirs }}{{ if and . (hasPrefix (printf "%s/" .) $file) }}{{ $mounted = true }}{{ end }}{{ end }}
+{{- if not $mounted }}
+{{- fail (printf "config.server.tls.%s: %q is on no volume the pod mounts: set tls.secretName (a kubernetes.io/tls Secret, mounted at %s: write %s/tls.crt and %s/tls.key) or extraVolumes and extraVolumeMounts" $key $file (include "hookstamp.tlsDir" $) (include "hookstamp.tlsDir" $) (include "hookstamp.tlsDir" $)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (include "hookstamp.redirectPort" .) (eq (int .Values.service.port) (int .Values.service.redirectPort)) }}
+{{- fail (printf "service.port and service.redirectPort are both %d: with config.server.redirect_listen set, the Service's HTTPS port is service.port (443)" (int .Values.service.port)) }}
+{{- end }}
+{{- end }}
+
 {{- define "hookstamp.checks" -}}
 {{- include "hookstamp.checkSecretValues" . }}
 {{- include "hookstamp.checkSecretNames" . }}
 {{- include "hookstamp.checkTopology" . }}
+{{- include "hookstamp.checkTLS" . }}
 {{- end }}
 
 {{/*
@@ -332,12 +386,24 @@ read back from the cluster on upgrade, so it does not change.
   readOnly: true
 - name: tmp
   mountPath: /tmp
+{{- if .Values.tls.secretName }}
+{{- /* Not under /etc/hookstamp: a ConfigMap's volume takes no mount inside it. */}}
+- name: tls
+  mountPath: {{ include "hookstamp.tlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- if eq (dig "store" "driver" "sqlite" .Values.config) "sqlite" }}
 {{- /* The embedded ledger's file (and ACME's directory beside it). */}}
 - name: data
   mountPath: /app/data
 {{- end }}
 {{- end }}
+
+{{/* Where tls.secretName is mounted: tls.crt and tls.key in it. */}}
+{{- define "hookstamp.tlsDir" -}}/etc/hookstamp-tls{{- end }}
 
 {{- define "hookstamp.dataClaim" -}}
 {{- .Values.persistence.existingClaim | default (printf "%s-data" (include "hookstamp.fullname" .)) }}
@@ -351,6 +417,14 @@ read back from the cluster on upgrade, so it does not change.
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- with .ctx.Values.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- with .ctx.Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- if eq (dig "store" "driver" "sqlite" .ctx.Values.config) "sqlite" }}
 - name: data
   {{- if .ctx.Values.persistence.enabled }}
@@ -370,7 +444,11 @@ chose. Taking a replica that still serves out of the Service would turn an
 outage the operator chose to ride out into a full one:
 - the screen, when Redis with on_unavailable store (claims go to the
   ledger) or pass (forwarded without deduplication);
-- the ledger, when store.on_unavailable is pass (forwarded, not recorded).
+- the ledger, when store.on_unavailable is pass (forwarded, not recorded);
+- tls, with ACME: the CA reaches a replica's challenge only through the
+  Service, which sends nothing to a replica not ready, so a replica waiting
+  for its first certificate would never get it (the expiry metric and the
+  chart's alert watch certificates instead).
 A replica shutting down is never optional.
 */}}
 {{- define "hookstamp.readyzOptional" -}}
@@ -381,6 +459,9 @@ A replica shutting down is never optional.
 {{- end }}
 {{- if and (eq (dig "screen" "driver" "memory" $c) "redis") (has (dig "screen" "on_unavailable" "store" $c) (list "store" "pass")) }}
 {{- $optional = append $optional "screen" }}
+{{- end }}
+{{- if dig "server" "tls" "acme" "domains" list $c }}
+{{- $optional = append $optional "tls" }}
 {{- end }}
 {{- join "," $optional }}
 {{- end }}
