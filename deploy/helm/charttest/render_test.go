@@ -52,6 +52,7 @@ type rendered struct {
 	Jobs            []*batchv1.Job
 	ServiceMonitors []*monitoringv1.ServiceMonitor
 	PVCs            []*corev1.PersistentVolumeClaim
+	PrometheusRules []*monitoringv1.PrometheusRule
 	// Hooks are the hook manifests by "Kind/name", with their events.
 	Hooks map[string]*release.Hook
 	// Labels are the labels of every manifest, and of its pod template,
@@ -156,6 +157,8 @@ func (r *rendered) decode(doc string) error {
 		return strictAppend(doc, &r.ServiceMonitors)
 	case "v1 PersistentVolumeClaim":
 		return strictAppend(doc, &r.PVCs)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return strictAppend(doc, &r.PrometheusRules)
 	}
 	return fmt.Errorf("unexpected %s %s", head.APIVersion, head.Kind)
 }
