@@ -286,7 +286,7 @@ var ratioDefs = []ratioDef{
 	// Latency from the open loop, where both get the same offered rate: at
 	// a fixed concurrency a system's latency is concurrency/throughput
 	// (Little's law), so a closed-loop p99 ratio restates the throughput
-	// one. Runs up to 2026-12-07 (run 12) quoted it from c=64.
+	// one.
 	{name: "unique_p99_vs_ledger_only", num: "B1", den: "B4u", p99: true, open: true},
 	// Store-and-forward's intake, left out of runs without asyncSystem.
 	{name: "async_intake_vs_pg_insert", num: asyncSystem, den: "L1"},

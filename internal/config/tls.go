@@ -109,17 +109,26 @@ func validateACME(errs *Errors, a ACME) {
 }
 
 // isDomainName accepts a DNS name of letters, digits and hyphens in dot
-// separated labels, as ACME CAs do for certificates.
+// separated labels, none starting or ending with a hyphen, as ACME CAs do
+// for certificates.
 func isDomainName(s string) bool {
-	if s == "" || len(s) > 253 || strings.HasSuffix(s, ".") {
+	return !strings.HasSuffix(s, ".") && dnsLabels(s, func(label string) bool {
+		return label[0] != '-' && label[len(label)-1] != '-' && !strings.Contains(label, "_")
+	})
+}
+
+// dnsLabels reports whether s, at most 253 bytes, is dot-separated labels
+// of 1 to 63 letters, digits, hyphens and underscores, each accepted by ok.
+func dnsLabels(s string, ok func(label string) bool) bool {
+	if s == "" || len(s) > 253 {
 		return false
 	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || !ok(label) {
 			return false
 		}
 		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 				return false
 			}
 		}

@@ -100,20 +100,7 @@ func isHostName(s string) bool {
 	if _, err := netip.ParseAddr(s); err == nil {
 		return true
 	}
-	if len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	return dnsLabels(strings.TrimSuffix(s, "."), func(string) bool { return true })
 }
 
 // checkTraceURL wants an absolute http(s) URL naming {trace_id}, or "".

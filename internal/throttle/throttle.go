@@ -22,10 +22,8 @@ const (
 	maxDelay    = 5 * time.Minute
 	forgetAfter = 15 * time.Minute
 	// maxAddrs bounds the table: a new address beyond it pushes out the
-	// one whose last failure is oldest. An address only ever waits for
-	// its own failures: addresses beyond the table once shared one
-	// entry, so that 10 000 guessing addresses made every other one,
-	// the operator's with the right token too, wait with them.
+	// one whose last failure is oldest, so that an address only ever
+	// waits for its own failures.
 	maxAddrs = 10000
 )
 
