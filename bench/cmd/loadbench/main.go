@@ -50,6 +50,7 @@ func run() int {
 	rounds := flag.Int("rounds", 0, "override the number of rounds")
 	cell := flag.Duration("cell", 0, "override the measured time of a closed-loop cell")
 	rss := flag.Duration("rss", 0, "override the duration of the memory run")
+	openRate := flag.Float64("open-rate", 0, "override the open loop's offered rate (requests a second)")
 	l1 := flag.Int("l1-conns", 0, "override L1's connection cap")
 	onUnavailable := flag.String("screen-on-unavailable", "", "screen.on_unavailable of the Redis gateways (default: hookstamp's, store)")
 	baseline := flag.String("baseline", "", "also run the Redis+PG, ledger-only and embedded gateways from this other build of loadbench (systems B1@base…), interleaved, for before/after")
@@ -92,6 +93,9 @@ func run() int {
 	}
 	if *cell > 0 {
 		o.Cell = *cell
+	}
+	if *openRate > 0 {
+		o.OpenRate = *openRate
 	}
 	if *rss > 0 {
 		o.RSSDur = *rss
