@@ -30,7 +30,7 @@ func TestSettleStopsAtTheRunsHorizon(t *testing.T) {
 
 	p.Hang()
 	start := time.Now()
-	err = q.settle(context.Background(), s, start.Add(300*time.Millisecond), nil)
+	_, err = q.settle(context.Background(), s, start.Add(300*time.Millisecond), nil)
 	if took := time.Since(start); err == nil || took > sqlledger.DefaultOpTimeout/2 {
 		t.Fatalf("settle against a hung ledger: %v after %v; want an error by its horizon, not after a ledger timeout (%v)", err, took, sqlledger.DefaultOpTimeout)
 	}

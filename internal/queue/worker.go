@@ -145,7 +145,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 	switch {
 	case sent.up != nil && r.Policy.Settles(sent.up):
 		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(sent.up)
-		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("record delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "delivered")
@@ -156,7 +156,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		// A redelivery that gives up leaves the record its earlier answer:
 		// only a queued row becomes dead or held. Its attempt is recorded
 		// and its job ends.
-		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "gave_up")
@@ -164,7 +164,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
 	case hold:
 		s.State, s.KeepUntil = idempotency.StateHeld, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("hold delivery %q: %w", ref.Key, err)
 		}
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
@@ -175,7 +175,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 			"route", ref.Route, "key", ref.Key, "err", sent.err)
 	case spent:
 		s.State, s.KeepUntil = idempotency.StateDead, q.o.Now().Add(r.Policy.Retention)
-		if err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
 		q.hookResult(ref.Route, "dead")
@@ -215,7 +215,7 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 		// it at its expiry; it is kept past the next attempt.
 		s.KeepUntil = q.o.Now().Add(snooze + sent.route.Policy.Retention)
 	}
-	switch err := q.settle(context.WithoutCancel(ctx), s, sent.horizon, noted); {
+	switch _, err := q.settle(context.WithoutCancel(ctx), s, sent.horizon, noted); {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return nil // deleted during the attempt: nothing left to deliver
 	case err != nil:
@@ -337,8 +337,9 @@ func previousReplica(by []string) string {
 const settleFor = 30 * time.Second
 
 // settle records s, retrying while the ledger is unavailable, until
-// settleFor has passed or until, whichever comes first.
-func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, until time.Time, then func(context.Context, *sql.Tx) error) error {
+// settleFor has passed or until, whichever comes first. It reports
+// whether a final settlement was written to the record (Ledger.Settle).
+func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, until time.Time, then func(context.Context, *sql.Tx) error) (bool, error) {
 	deadline := time.Now().Add(settleFor)
 	if until.Before(deadline) {
 		deadline = until
@@ -346,9 +347,9 @@ func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, until time.
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		err := q.o.Ledger.Settle(ctx, s, q.o.Now(), then)
+		wrote, err := q.o.Ledger.Settle(ctx, s, q.o.Now(), then)
 		if err == nil || !errors.Is(err, idempotency.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
-			return err
+			return wrote, err
 		}
 		s.Again = true
 		time.Sleep(wait)

@@ -37,7 +37,7 @@ func TestRetryOfADeletedDeliveryRecordsNoAttempt(t *testing.T) {
 		l.UseJobs(noJobs{})
 		r := ref("evt_deleted")
 		enqueue(t, l, r)
-		if err := l.Settle(ctx, retry(r), t0, nil); err != nil {
+		if _, err := l.Settle(ctx, retry(r), t0, nil); err != nil {
 			t.Fatalf("Settle a retry: %v", err)
 		}
 		if err := l.Delete(ctx, r); err != nil {
@@ -45,14 +45,14 @@ func TestRetryOfADeletedDeliveryRecordsNoAttempt(t *testing.T) {
 		}
 		noted := false
 		note := func(context.Context, *sql.Tx) error { noted = true; return nil }
-		if err := l.Settle(ctx, retry(r), t0, note); !errors.Is(err, idempotency.ErrNotFound) {
+		if _, err := l.Settle(ctx, retry(r), t0, note); !errors.Is(err, idempotency.ErrNotFound) {
 			t.Fatalf("Settle a retry of a deleted delivery: err = %v, want ErrNotFound", err)
 		}
 		if got := mustAttempts(t, l, r); len(got) != 0 || noted {
 			t.Fatalf("after the deleted delivery's retry: attempts %+v, job noted %v; want neither", got, noted)
 		}
 		enqueue(t, l, r)
-		if err := l.Settle(ctx, retry(r), t0, nil); err != nil {
+		if _, err := l.Settle(ctx, retry(r), t0, nil); err != nil {
 			t.Fatalf("Settle the new delivery's retry: %v", err)
 		}
 		if got := mustAttempts(t, l, r); len(got) != 1 || got[0].Attempt != 1 {
@@ -98,7 +98,10 @@ func TestRetriesRacingADeleteLeaveNoAttempt(t *testing.T) {
 			enqueue(t, l, r)
 			errs := make(chan error, retries+1)
 			for range retries {
-				go func() { errs <- l.Settle(context.Background(), retry(r), t0, nil) }()
+				go func() {
+					_, err := l.Settle(context.Background(), retry(r), t0, nil)
+					errs <- err
+				}()
 			}
 			go func() { errs <- l.Delete(context.Background(), r) }()
 			for range retries + 1 {

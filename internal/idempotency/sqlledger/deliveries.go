@@ -167,7 +167,7 @@ var settleAtOnceSQL = func() map[idempotency.State]string {
 			`SELECT u.route, u."key", COALESCE(CAST(? AS INTEGER), ` +
 			`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = u.route AND x."key" = u."key"), 1), ` +
 			`?, ?, ?, ?, ?, ? FROM u), ` +
-			`j AS (` + deleteJobSQL + `) SELECT 1`
+			`j AS (` + deleteJobSQL + `) SELECT COUNT(*) FROM u`
 	}
 	return m
 }()
@@ -178,20 +178,22 @@ var settleAtOnceSQL = func() map[idempotency.State]string {
 // final settlement of a record changed meanwhile (deleted, or resolved by
 // an operator) records no attempt; the job is deleted and then runs all
 // the same. A retry of a record deleted meanwhile writes nothing and
-// returns ErrNotFound: its delivery is over.
-func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then func(context.Context, *sql.Tx) error) error {
+// returns ErrNotFound: its delivery is over. It reports whether a final
+// settlement was written to the record.
+func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then func(context.Context, *sql.Tx) error) (bool, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
-		return fmt.Errorf("settle %s: %w", ref(s.Ref), err)
+		return false, fmt.Errorf("settle %s: %w", ref(s.Ref), err)
 	}
 	shift, err := l.clock.shift(ctx)
 	if err != nil {
-		return fmt.Errorf("settle %s: %w", ref(s.Ref), l.fail("clock", err))
+		return false, fmt.Errorf("settle %s: %w", ref(s.Ref), l.fail("clock", err))
 	}
 	if s.Again {
+		// A final settlement's attempt is stored only with its record.
 		if found, err := l.settled(ctx, s, shift); err != nil || found {
-			return err
+			return found && s.State != "", err
 		}
 	}
 	now = toDB(now, shift)
@@ -200,7 +202,7 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	case idempotency.StateDone:
 		headers, err := encodeHeaders(s.Response.Headers)
 		if err != nil {
-			return fmt.Errorf("settle %s: %w", ref(s.Ref), err)
+			return false, fmt.Errorf("settle %s: %w", ref(s.Ref), err)
 		}
 		body := nullBytes(s.Response.Body)
 		if s.Response.BodyOmitted {
@@ -219,8 +221,10 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 	if args != nil && s.Job != 0 && then == nil && l.d.name == DriverPostgres {
 		return l.settleAtOnce(ctx, s, args, shift)
 	}
+	var wrote bool
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		if err := l.settleTx(ctx, tx, s, args, kept); err != nil {
+		var err error
+		if wrote, err = l.settleTx(ctx, tx, s, args, kept); err != nil {
 			return err
 		}
 		if s.Job != 0 {
@@ -234,32 +238,33 @@ func (l *Ledger) Settle(ctx context.Context, s *Settlement, now time.Time, then 
 		return then(ctx, tx)
 	})
 	if err != nil {
-		return l.fail("settle "+ref(s.Ref), err)
+		return false, l.fail("settle "+ref(s.Ref), err)
 	}
-	return nil
+	return wrote, nil
 }
 
 // settleTx writes s in tx: a retry's attempt (args nil) and its record's
 // expiry moved to kept (nil: left), or a final settlement bound to args
 // with its attempt, nothing when the record has nothing left to settle.
-func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args, kept []any) error {
+// It reports whether it wrote a final settlement.
+func (l *Ledger) settleTx(ctx context.Context, tx *sql.Tx, s *Settlement, args, kept []any) (bool, error) {
 	if args == nil {
 		if err := l.addDeliveryAttemptTx(ctx, tx, s.Attempt, s.Created); err != nil || kept == nil {
-			return err
+			return false, err
 		}
 		_, err := tx.ExecContext(ctx, l.d.rebind(keptRetrySQL), kept...)
-		return err
+		return false, err
 	}
 	res, err := tx.ExecContext(ctx, l.d.rebind(settleSQL[s.State]), args...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return err
+		return false, err
 	}
 	// The UPDATE holds the record until tx ends, as addDeliveryAttemptTx
 	// would.
-	return l.AddAttemptTx(ctx, tx, s.Attempt)
+	return true, l.AddAttemptTx(ctx, tx, s.Attempt)
 }
 
 // settled reports whether s's attempt is stored already.
@@ -279,18 +284,19 @@ func (l *Ledger) settled(ctx context.Context, s *Settlement, shift time.Duration
 
 // settleAtOnce is Settle's final settlement on PostgreSQL, in one
 // statement; one whose attempt number was taken meanwhile wrote nothing
-// and runs again.
-func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, shift time.Duration) error {
+// and runs again. It reports whether the record was written.
+func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, shift time.Duration) (bool, error) {
 	db, err := l.w.DB()
 	if err != nil {
-		return l.fail("settle "+ref(s.Ref), err)
+		return false, l.fail("settle "+ref(s.Ref), err)
 	}
 	a := attemptArgsOf(&s.Attempt, shift)
 	args = append(args, a.number, a.started, a.ms, a.status, a.err, a.replica, a.expires, s.Job)
 	q := l.d.rebind(settleAtOnceSQL[s.State])
 	what := "settle " + ref(s.Ref)
-	return numbered(what, a.number, func() (bool, error) {
-		_, err := db.ExecContext(ctx, q, args...)
+	var n int
+	err = numbered(what, a.number, func() (bool, error) {
+		err := db.QueryRowContext(ctx, q, args...).Scan(&n)
 		if attemptTaken(err) {
 			return true, nil
 		}
@@ -299,6 +305,7 @@ func (l *Ledger) settleAtOnce(ctx context.Context, s *Settlement, args []any, sh
 		}
 		return false, nil
 	})
+	return n > 0, err
 }
 
 // attemptTaken reports a PostgreSQL statement refused on

@@ -333,7 +333,7 @@ func TestSettlementTriedAgainIsStoredOnce(t *testing.T) {
 			t.Helper()
 			s := &sqlledger.Settlement{Ref: r, State: idempotency.StateDone, Attempt: a, Again: again,
 				Response: idempotency.Response{Status: 200, Body: []byte(`{"n":1}`)}}
-			if err := l.Settle(t.Context(), s, a.StartedAt.Add(a.Duration), nil); err != nil {
+			if _, err := l.Settle(t.Context(), s, a.StartedAt.Add(a.Duration), nil); err != nil {
 				t.Fatalf("Settle: %v", err)
 			}
 		}

@@ -172,7 +172,7 @@ func TestQueuedDeliveryOutlivesItsRetention(t *testing.T) {
 		later := now.Add(time.Hour)
 		s := &Settlement{Ref: ref("evt_dies"), State: idempotency.StateDead, KeepUntil: later.Add(time.Hour),
 			Attempt: idempotency.Attempt{Ref: ref("evt_dies"), StartedAt: later, Status: 503}}
-		if err := l.Settle(ctx, s, later, nil); err != nil {
+		if _, err := l.Settle(ctx, s, later, nil); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := l.SweepAll(ctx, later.Add(time.Minute), 10); err != nil || n != 1 {

@@ -32,7 +32,7 @@ func TestReleaseQueuesOnlyAHeldDelivery(t *testing.T) {
 			if st == idempotency.StateDone {
 				s.Response = idempotency.Response{Status: http.StatusOK}
 			}
-			if err := l.Settle(ctx, s, now, nil); err != nil {
+			if _, err := l.Settle(ctx, s, now, nil); err != nil {
 				t.Fatal(err)
 			}
 			return r
@@ -73,7 +73,7 @@ func TestRedeliveryOfAnExpiredRecordOutlivesTheSweep(t *testing.T) {
 			Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}, "", now.Add(-time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Settle(ctx, &Settlement{Ref: r, State: idempotency.StateDone, Response: idempotency.Response{Status: http.StatusOK},
+		if _, err := l.Settle(ctx, &Settlement{Ref: r, State: idempotency.StateDone, Response: idempotency.Response{Status: http.StatusOK},
 			Attempt: idempotency.Attempt{Ref: r, StartedAt: now.Add(-time.Hour), Status: http.StatusOK, Replica: "a"}}, now.Add(-time.Hour), nil); err != nil {
 			t.Fatal(err)
 		}
