@@ -73,6 +73,12 @@ func (u *heldUpstream) attempt(tb testing.TB) int {
 // delivering to up.
 func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledger {
 	t.Helper()
+	return startQueueWith(t, driver, up, queue.Hooks{})
+}
+
+// startQueueWith is startQueue with hooks.
+func startQueueWith(t *testing.T, driver string, up queue.Forwarder, hooks queue.Hooks) *sqlledger.Ledger {
+	t.Helper()
 	ctx := context.Background()
 	dsn := t.TempDir() + "/ledger.db"
 	if driver == queue.DriverPostgres {
@@ -90,7 +96,7 @@ func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledg
 		t.Fatal(err)
 	}
 	q, err := queue.New(queue.Options{Driver: driver, Ledger: l, Forwarder: up, Replica: "replica-a",
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), Hooks: hooks,
 		Routes: []queue.Route{{Name: "hooks", UpstreamURL: "http://upstream.invalid",
 			Policy:  &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour},
 			Timeout: 30 * time.Second, MaxAttempts: 25, MaxAge: time.Hour,

@@ -85,6 +85,9 @@ type Hooks struct {
 	HeldChanged func(route string, delta int)
 	// Upstream: an attempt's forward took d, answered or not.
 	Upstream func(ctx context.Context, route string, d time.Duration)
+	// Replaced: a redelivery's final answer replaced the one ref's done
+	// record held, which repeats were replayed until then.
+	Replaced func(ctx context.Context, ref idempotency.Ref)
 }
 
 // Queue delivers the jobs of async routes with River. It is safe for

@@ -145,8 +145,12 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 	switch {
 	case sent.up != nil && r.Policy.Settles(sent.up):
 		s.State, s.Response = idempotency.StateDone, r.Policy.Recorded(sent.up)
-		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
+		wrote, err := q.settle(sctx, s, sent.horizon, nil)
+		if err != nil {
 			return true, fmt.Errorf("record delivery %q: %w", ref.Key, err)
+		}
+		if wrote && st.State == idempotency.StateDone && q.o.Hooks.Replaced != nil {
+			q.o.Hooks.Replaced(sctx, ref)
 		}
 		q.hookResult(ref.Route, "delivered")
 		if q.o.Hooks.Lag != nil && st.State == idempotency.StateQueued {
