@@ -242,6 +242,19 @@ func (g *Gateway) forget(ctx context.Context, ref idempotency.Ref) error {
 	return err
 }
 
+// answerReplaced drops the earlier answer of a record a redelivery gave a
+// new one from the screen and every replica's cache, as a delete does, so
+// that the next repeat reads the new answer from the ledger and refills
+// them; their tombstones keep out a refill of the old answer read before.
+// An async route's repeats get its acknowledgement whatever the answer,
+// but the route may be switched to sync within screen.ttl.
+func (g *Gateway) answerReplaced(ctx context.Context, ref idempotency.Ref) {
+	if err := g.forget(ctx, ref); err != nil {
+		g.log.ErrorContext(ctx, "a redelivery's new answer is recorded, but repeats may still be replayed the earlier one until screen.ttl: the screen or the other replicas were not told",
+			"route", ref.Route, "key", ref.Key, "err", err)
+	}
+}
+
 // queueDepths is what the console shows of each async route's queue.
 func (g *Gateway) queueDepths(ctx context.Context) (map[string]console.Depth, error) {
 	stats, err := g.ledger.QueueStats(ctx)

@@ -105,7 +105,7 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 		Replica:      replicaName(),
 		RescueMargin: o.RescueMargin,
 		Hooks: queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld,
-			Upstream: g.tel.ObserveUpstream},
+			Upstream: g.tel.ObserveUpstream, Replaced: g.answerReplaced},
 		Tracer: g.tel.Tracer(), TracerProvider: g.tel.TracerProvider(), Logger: g.log, Now: g.now,
 	})
 	if err != nil {
