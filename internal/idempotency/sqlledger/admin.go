@@ -151,7 +151,8 @@ func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotenc
 // Sweep deletes at most batch records (DefaultSweepBatch when batch <= 0)
 // whose expires_at is before now, with their attempts, in one short
 // statement or transaction, and returns how many records it deleted.
-// Expired rows are deleted whatever their state. It also deletes at most
+// Expired rows are deleted in every state but queued: a queued
+// delivery waits however long its route is down. It also deletes at most
 // batch expired attempts that have no record (sweepOrphans).
 func (l *Ledger) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
 	if batch <= 0 {

@@ -29,10 +29,12 @@ import (
 
 type dialect struct {
 	name string
-	// sweepSQL deletes at most N expired rows and their attempts;
-	// arguments: now, N, now. Its rows name the records deleted (SQLite,
-	// whose attempts sweepBatch deletes in the same transaction) or count
-	// them (PostgreSQL, which deletes the attempts in the statement).
+	// sweepSQL deletes at most N expired rows but queued ones, and their
+	// attempts; arguments: now, N, now. Its rows name the records deleted
+	// (SQLite, whose attempts sweepSQLite deletes in the same transaction)
+	// or count them (PostgreSQL, which deletes the attempts in the
+	// statement). Its state term is the predicate of the index it walks,
+	// idx_hookstamp_records_sweep (records.go), word for word.
 	sweepSQL string
 	// migrateLockSQL is run first in the migration transaction so that
 	// replicas starting together do not race on CREATE TABLE; "" = none.

@@ -2,6 +2,7 @@ package sqlledger
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +41,22 @@ func waitingFor(t *testing.T, l *Ledger, pid int, prefix string) bool {
 		t.Fatal(err)
 	}
 	return n > 0
+}
+
+// ownConn takes a connection of l's pool for the test, given back when
+// the test ends.
+func ownConn(t *testing.T, l *Ledger) *sql.Conn {
+	t.Helper()
+	sdb, err := l.Writer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := sdb.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 func wantIndexes(t *testing.T, l *Ledger, want indexState, names ...string) {
@@ -105,15 +122,7 @@ func TestMigrateRebuildsAnInvalidIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openPG(t)
-	sdb, err := l.Writer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := sdb.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := ownConn(t, l)
 	for _, s := range []string{"DROP INDEX " + logIndex, "SET statement_timeout = '200ms'"} {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
 			t.Fatal(err)

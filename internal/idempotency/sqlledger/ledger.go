@@ -304,7 +304,7 @@ func (l *Ledger) migrateLocked(ctx context.Context, f func(tx *gorm.DB) error) e
 
 // retiredIndexes are indexes of hookstamp_records an earlier build made
 // and none reads now: each write would keep them up to date for nothing.
-var retiredIndexes = []string{"idx_hookstamp_records_queue"}
+var retiredIndexes = []string{"idx_hookstamp_records_queue", "idx_hookstamp_records_expires_at"}
 
 // Ping checks that the database answers within OpTimeout.
 func (l *Ledger) Ping(ctx context.Context) error {

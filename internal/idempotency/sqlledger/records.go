@@ -25,6 +25,11 @@ import (
 // idx_hookstamp_records_unsettled does it for one of the states an
 // operator looks for, which are few beside the done rows, and leaves out
 // the pending rows that every ledger claim writes and its commit settles.
+// idx_hookstamp_records_sweep leaves out the queued rows, which the sweep
+// never deletes: a route whose outage outlasts its retention would put
+// its expired queued rows at the front of every sweep batch's walk. Its
+// predicate is the sweep's own term (dialect.go), which SQLite needs to
+// find in a query before it uses a partial index.
 type recordRow struct {
 	Route       string     `gorm:"column:route;type:text;primaryKey;index:idx_hookstamp_records_held,priority:1,where:state = 'held';index:idx_hookstamp_records_log,priority:1;index:idx_hookstamp_records_unsettled,priority:1,where:state <> 'done' AND state <> 'pending'"`
 	Key         string     `gorm:"column:key;type:text;primaryKey;index:idx_hookstamp_records_log,priority:3;index:idx_hookstamp_records_unsettled,priority:4"`
@@ -41,7 +46,7 @@ type recordRow struct {
 	Source      string     `gorm:"column:source;type:text;not null"`
 	CreatedAt   time.Time  `gorm:"column:created_at;not null;autoCreateTime:false;index:idx_hookstamp_records_held,priority:2;index:idx_hookstamp_records_log,priority:2;index:idx_hookstamp_records_unsettled,priority:3"`
 	CompletedAt *time.Time `gorm:"column:completed_at"`
-	ExpiresAt   time.Time  `gorm:"column:expires_at;not null;index:idx_hookstamp_records_expires_at"`
+	ExpiresAt   time.Time  `gorm:"column:expires_at;not null;index:idx_hookstamp_records_sweep,where:state <> 'queued'"`
 	// The stored request (SPEC §11); NULL method when none is stored.
 	RequestMethod  *string `gorm:"column:request_method;type:text"`
 	RequestPath    *string `gorm:"column:request_path;type:text"`
