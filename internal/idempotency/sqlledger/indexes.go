@@ -112,7 +112,10 @@ func (l *Ledger) buildTableIndexes(ctx context.Context, stmt *gorm.Statement) er
 				return fmt.Errorf("create index %s: %w", idx.Name, err)
 			}
 		}
-		if table == TableName {
+		// Not while another build is under way: the drop and the build
+		// would wait for each other (concurrently), and a retired index is
+		// to go only once the index that replaces it is usable.
+		if table == TableName && !busy {
 			for _, name := range retiredIndexes {
 				if _, ok := states[name]; ok {
 					acted = true

@@ -3,6 +3,9 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +223,54 @@ func TestMigrateUpgradesAnOlderLedger(t *testing.T) {
 	}
 	if got, err := l.Lookup(ctx, rec.Ref); err != nil || got == nil || string(got.Response.Body) != "ok" {
 		t.Fatalf("the record after the migration: %+v, %v", got, err)
+	}
+}
+
+// A replica that finds another's build of the index replacing a retired
+// one under way keeps the retired index until that build is done: the
+// sweep has an index to walk throughout.
+func TestMigrateKeepsARetiredIndexUntilItsReplacementIsBuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var out testenv.Buffer
+	l := openPGWith(t, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	oldSweepIndex(t, l)
+	// Taken before the writer starts, so given back after it ends: until
+	// then the build on it cannot end.
+	conn := ownConn(t, l)
+	blocker, end := insertUncommitted(t, l, "writing-before-the-upgrade")
+	built := make(chan error, 1)
+	go func() {
+		_, err := conn.ExecContext(ctx, "CREATE INDEX CONCURRENTLY "+sweepIndex+" ON hookstamp_records (expires_at) WHERE state <> 'queued'")
+		built <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, "the other replica's build waiting for the open writer", func() bool {
+		return waitingFor(t, l, blocker, "CREATE INDEX")
+	})
+
+	var upgradeErr error
+	upgraded := make(chan struct{})
+	go func() {
+		defer close(upgraded)
+		upgradeErr = l.Migrate(ctx)
+	}()
+	t.Cleanup(func() { end(); <-upgraded })
+	testenv.Eventually(t, 10*time.Second, "the migration waiting for the other build", func() bool {
+		return strings.Contains(out.String(), "hookstamp_records indexes")
+	})
+	wantIndexes(t, l, indexValid, oldSweepIndexName)
+
+	end()
+	select {
+	case <-upgraded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the migration did not end after the writer did")
+	}
+	if err := errors.Join(<-built, upgradeErr); err != nil {
+		t.Fatal(err)
+	}
+	wantIndexes(t, l, indexValid, sweepIndex)
+	if states, _, err := l.indexStates(ctx, TableName); err != nil || states[oldSweepIndexName] != indexMissing {
+		t.Fatalf("%s after the migration: state %d, %v", oldSweepIndexName, states[oldSweepIndexName], err)
 	}
 }
