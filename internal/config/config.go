@@ -279,10 +279,11 @@ type Key struct {
 // mapping such as `header: X-Event-Id` or `json: data.object.id`.
 type KeySource struct {
 	// Kind is SourceHeader, SourceJSON, SourceForm, SourceQuery,
-	// SourceTemplate or SourceBodyHash.
+	// SourceTemplate, SourceBodyHash or SourceFieldsHash.
 	Kind string `koanf:"kind"`
 	// Arg is the header name, GJSON path, form field, query parameter,
-	// template (see ParseTemplate) or digest algorithm ("sha256").
+	// template (see ParseTemplate), digest algorithm ("sha256") or the
+	// comma-separated fields of a fields_hash ("json:#.eventId,header:X-Id").
 	Arg string `koanf:"arg"`
 }
 
@@ -513,6 +514,9 @@ const (
 	SourceQuery    = "query"
 	SourceTemplate = "template"
 	SourceBodyHash = "body_hash"
+	// SourceFieldsHash keys on the SHA-256 of fields written as in
+	// fingerprint.fields, separated by commas.
+	SourceFieldsHash = "fields_hash"
 
 	FingerprintBody   = "body"
 	FingerprintFields = "fields"

@@ -550,7 +550,7 @@ routes:
     upstream: {url: "http://127.0.0.1:9000/c"}
     key: {sources: [{header: X-Event-Id}]}`, `path: /c
     upstream: {url: "http://127.0.0.1:9000/c"}
-    key: {sources: [{jsn: id}]}`), "routes[2].key.sources[0]", `unknown source "jsn" (want header, json, form, query, template or body_hash)`},
+    key: {sources: [{jsn: id}]}`), "routes[2].key.sources[0]", `unknown source "jsn" (want header, json, form, query, template, body_hash or fields_hash)`},
 		{"bad duration", edit("lease: 30s", "lease: 30 seconds"), "screen.lease", "bad duration"},
 		{"duration without unit", edit("lease: 30s", "lease: 30"), "screen.lease", "bad duration 30"},
 		{"bad size", base + "server: {body_limit: 1MB2}\n", "server.body_limit", "bad size"},

@@ -40,5 +40,5 @@ routes:
 	fmt.Println(err)
 	// Output:
 	// routes[0].name: "Orders" is not a valid route name (want 1 to 64 of a-z, 0-9, _ and -)
-	// routes[0].key.sources[0]: unknown source "jsn" (want header, json, form, query, template or body_hash)
+	// routes[0].key.sources[0]: unknown source "jsn" (want header, json, form, query, template, body_hash or fields_hash)
 }

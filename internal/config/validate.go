@@ -467,8 +467,10 @@ func validateKey(errs *Errors, p, route string, k Key) {
 			if s.Arg != "sha256" {
 				errs.add(sp, "body_hash %q is not supported (want sha256)", s.Arg)
 			}
+		case SourceFieldsHash:
+			// Its entries are checked by the extractor, which names them.
 		default:
-			errs.add(sp, "unknown source %q (want header, json, form, query, template or body_hash)", s.Kind)
+			errs.add(sp, "unknown source %q (want header, json, form, query, template, body_hash or fields_hash)", s.Kind)
 		}
 	}
 	if k.MaxLength <= 0 || k.MaxLength > MaxKeyLength {

@@ -1,6 +1,7 @@
 package extract_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,6 +46,23 @@ func BenchmarkKeyTemplate(b *testing.B) {
 
 func BenchmarkKeyBodyHash(b *testing.B) {
 	benchKey(b, jsonReq(stripeBody), bodyHash)
+}
+
+func BenchmarkKeyFieldsHash(b *testing.B) {
+	benchKey(b, withHeaders(jsonReq(stripeBody), "X-Event-Id", "evt_1NG8Du2eZvKYlo2CUI79vXWy"),
+		fieldsHash("json:id,json:data.object.amount,json:type,header:X-Event-Id"))
+}
+
+// BenchmarkKeyFieldsHashHubSpot keys a HubSpot batch of ten events on every
+// event: each #.field path makes GJSON build an array, which allocates.
+func BenchmarkKeyFieldsHashHubSpot(b *testing.B) {
+	events := make([]string, 10)
+	for i := range events {
+		events[i] = fmt.Sprintf(`{"eventId":%d,"subscriptionId":2381011,"portalId":62515,"appId":1160452,"occurredAt":%d,`+
+			`"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%d,"propertyName":"lifecyclestage",`+
+			`"propertyValue":"customer","changeSource":"CRM"}`, 1912631245+i, 1718000000123+i, 123+i)
+	}
+	benchKey(b, jsonReq("["+strings.Join(events, ",")+"]"), hubspotKey)
 }
 
 func benchFingerprint(b *testing.B, f *extract.Fingerprinter, r extract.Request) {

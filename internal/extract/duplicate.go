@@ -2,6 +2,7 @@ package extract
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -54,6 +55,28 @@ func memberCount(obj gjson.Result, name string) int {
 	return n
 }
 
+// duplicateOnPaths is duplicateOnPath for each json field of fs; the
+// whole body, which every path that is not plain looks at, is looked at
+// once.
+func duplicateOnPaths(body string, fs []field) bool {
+	whole := false
+	for _, fl := range fs {
+		if fl.kind != kindJSON {
+			continue
+		}
+		if !plainPath(fl.arg) {
+			if whole {
+				continue
+			}
+			whole = true
+		}
+		if duplicateOnPath(body, fl.arg) {
+			return true
+		}
+	}
+	return false
+}
+
 // duplicateIn reports whether an object in res, at any depth, names a
 // member twice. depth bounds the recursion (the body was validated
 // against MaxJSONDepth).
@@ -61,18 +84,33 @@ func duplicateIn(res gjson.Result, depth int) bool {
 	if depth == 0 || !res.IsObject() && !res.IsArray() {
 		return false
 	}
+	object := res.IsObject()
 	dup := false
+	// The names of a small object are compared in place: a map for each
+	// object of a batch of events would cost an allocation apiece.
+	var small [16]string
+	names := small[:0]
 	var seen map[string]struct{}
-	if res.IsObject() {
-		seen = map[string]struct{}{}
-	}
 	res.ForEach(func(k, v gjson.Result) bool {
-		if seen != nil {
-			if _, ok := seen[k.Str]; ok {
+		if object {
+			switch {
+			case seen != nil:
+				_, dup = seen[k.Str]
+				seen[k.Str] = struct{}{}
+			case slices.Contains(names, k.Str):
 				dup = true
+			case len(names) < len(small):
+				names = append(names, k.Str)
+			default:
+				seen = make(map[string]struct{}, 2*len(small))
+				for _, n := range names {
+					seen[n] = struct{}{}
+				}
+				seen[k.Str] = struct{}{}
+			}
+			if dup {
 				return false
 			}
-			seen[k.Str] = struct{}{}
 		}
 		dup = duplicateIn(v, depth-1)
 		return !dup

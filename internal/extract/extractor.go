@@ -13,6 +13,10 @@ const (
 	KindQuery    = "query"     // Arg: URL query parameter
 	KindTemplate = "template"  // Arg: a template, see ParseTemplate
 	KindBodyHash = "body_hash" // Arg: "sha256"; hex digest of the raw body
+	// KindFieldsHash's Arg is a comma-separated list of fields as in
+	// fingerprint fields ("json:#.eventId,header:X-Id"); the key is the
+	// hex SHA-256 of their encoding, see Extractor.Key.
+	KindFieldsHash = "fields_hash"
 )
 
 // ErrMalformedBody is returned by Extractor.Key when no source yielded a key
@@ -36,8 +40,9 @@ type Extractor struct {
 }
 
 type compiledSource struct {
-	ref           // kindHeader, kindJSON, kindForm, kindQuery or kindBodyHash
-	tpl *Template // kindTemplate
+	ref              // kindHeader, kindJSON, kindForm, kindQuery, kindBodyHash or kindFieldsHash
+	tpl    *Template // kindTemplate
+	fields []field   // kindFieldsHash
 }
 
 // NewExtractor compiles a route's key sources. route is the route name
@@ -74,10 +79,16 @@ func compileSource(s Source) (compiledSource, error) {
 			return compiledSource{}, fmt.Errorf("body_hash: unsupported algorithm %q (want sha256)", s.Arg)
 		}
 		return compiledSource{ref: ref{kind: kindBodyHash}}, nil
+	case KindFieldsHash:
+		fields, err := parseFieldList(s.Arg)
+		if err != nil {
+			return compiledSource{}, err
+		}
+		return compiledSource{ref: ref{kind: kindFieldsHash}, fields: fields}, nil
 	}
 	k := namedKind(s.Kind)
 	if k == kindLiteral {
-		return compiledSource{}, fmt.Errorf("unknown source %q (want header, json, form, query, template or body_hash)", s.Kind)
+		return compiledSource{}, fmt.Errorf("unknown source %q (want header, json, form, query, template, body_hash or fields_hash)", s.Kind)
 	}
 	if err := checkName(k, s.Arg); err != nil {
 		return compiledSource{}, fmt.Errorf("%s: %w", s.Kind, err)
@@ -100,8 +111,16 @@ func compileSource(s Source) (compiledSource, error) {
 //     ErrDuplicateMember (also a match for ErrInvalidKey), its value
 //     absent or not.
 //
+// A fields_hash source yields the lowercase hex SHA-256 of the fields
+// encoding of fingerprint mode fields (see Fingerprinter.Fingerprint),
+// under a domain of its own, so that no such key equals a fingerprint. It
+// yields nothing when none of its fields has a value (each is absent, an
+// empty string, null, [] or {}); a JSON field whose path names a member
+// twice is ErrDuplicateMember, as for a json source.
+//
 // Key does not allocate for header, query, json (unless the JSON string has
-// escapes), form and body_hash sources when dst has room for the key.
+// escapes), form and body_hash sources when dst has room for the key, nor
+// for fields_hash sources whose fields are such values.
 func (e *Extractor) Key(r Request, dst []byte) ([]byte, error) {
 	l := lookup{r: r, route: e.route}
 	start := len(dst)
@@ -109,9 +128,12 @@ func (e *Extractor) Key(r Request, dst []byte) ([]byte, error) {
 	for i := range e.sources {
 		s := &e.sources[i]
 		var st status
-		if s.tpl != nil {
+		switch {
+		case s.tpl != nil:
 			dst, st = s.tpl.appendTo(dst, &l, limit)
-		} else {
+		case s.kind == kindFieldsHash:
+			dst, st = l.appendFieldsHash(dst, s.fields, limit)
+		default:
 			dst, st = l.appendValue(dst, s.ref, limit)
 		}
 		switch st {

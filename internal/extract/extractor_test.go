@@ -303,7 +303,7 @@ func TestNewExtractorErrors(t *testing.T) {
 	}{
 		{"no sources", nil, 255, "no key sources"},
 		{"max length", []extract.Source{header("X")}, 0, "max length 0: must be positive"},
-		{"unknown kind", []extract.Source{header("X"), {Kind: "jsn", Arg: "id"}}, 255, `sources[1]: unknown source "jsn" (want header, json, form, query, template or body_hash)`},
+		{"unknown kind", []extract.Source{header("X"), {Kind: "jsn", Arg: "id"}}, 255, `sources[1]: unknown source "jsn" (want header, json, form, query, template, body_hash or fields_hash)`},
 		{"body hash algorithm", []extract.Source{{Kind: "body_hash", Arg: "md5"}}, 255, `sources[0]: body_hash: unsupported algorithm "md5" (want sha256)`},
 		{"empty header", []extract.Source{header("")}, 255, "sources[0]: header: empty name"},
 		{"bad header", []extract.Source{header("X Id")}, 255, `sources[0]: header: invalid header name "X Id"`},
@@ -337,6 +337,7 @@ func TestKeyDoesNotAllocate(t *testing.T) {
 		{"query", query("id"), extract.MapRequest{QueryArgs: map[string]string{"id": "q1"}}},
 		{"template", tmpl("{json:type}:{json:data.object.id}"), jsonReq(stripeBody)},
 		{"body hash", bodyHash, jsonReq(stripeBody)},
+		{"fields hash", fieldsHash("json:id,json:data.object.amount,header:X-Event-Id,form:a,query:q"), withHeaders(jsonReq(stripeBody), "X-Event-Id", "evt_1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,10 @@ const (
 // fingerprint can never equal a body fingerprint by construction.
 const fieldsDomain = "hookstamp fingerprint fields v1\n"
 
+// fieldsHashDomain starts the hashed encoding of a fields_hash key: the
+// same fields never give a key equal to a fingerprint.
+const fieldsHashDomain = "hookstamp key fields_hash v1\n"
+
 // Value tags of the fields encoding.
 const (
 	tagAbsent = 0 // field absent: no length, no value follows
@@ -68,20 +72,42 @@ func NewFingerprinter(mode string, fields []string) (*Fingerprinter, error) {
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("mode %q needs at least one field", FingerprintFields)
 	}
-	f := &Fingerprinter{mode: mode, fields: make([]field, len(fields))}
-	seen := make(map[string]int, len(fields))
-	for i, spec := range fields {
+	parsed, err := parseFields("fields", fields)
+	if err != nil {
+		return nil, err
+	}
+	return &Fingerprinter{mode: mode, fields: parsed}, nil
+}
+
+// parseFields compiles field specs; errors name the spec as "list[i]: …".
+func parseFields(list string, specs []string) ([]field, error) {
+	fields := make([]field, len(specs))
+	seen := make(map[string]int, len(specs))
+	for i, spec := range specs {
 		fl, err := parseField(spec)
 		if err != nil {
-			return nil, fmt.Errorf("fields[%d]: %w", i, err)
+			return nil, fmt.Errorf("%s[%d]: %w", list, i, err)
 		}
 		if j, dup := seen[spec]; dup {
-			return nil, fmt.Errorf("fields[%d]: %q is already fields[%d]", i, spec, j)
+			return nil, fmt.Errorf("%s[%d]: %q is already %s[%d]", list, i, spec, list, j)
 		}
 		seen[spec] = i
-		f.fields[i] = fl
+		fields[i] = fl
 	}
-	return f, nil
+	return fields, nil
+}
+
+// parseFieldList compiles the argument of a fields_hash source: field specs
+// separated by commas, each trimmed of white space. Errors name the entry
+// as "fields_hash[i]: …".
+func parseFieldList(arg string) ([]field, error) {
+	specs := strings.Split(arg, ",")
+	for i, spec := range specs {
+		if specs[i] = strings.TrimSpace(spec); specs[i] == "" {
+			return nil, fmt.Errorf("%s[%d]: empty entry (want KIND:NAME entries separated by commas)", KindFieldsHash, i)
+		}
+	}
+	return parseFields(KindFieldsHash, specs)
 }
 
 func parseField(spec string) (field, error) {
@@ -141,15 +167,42 @@ func (f *Fingerprinter) Also(r Request) [][]byte {
 
 // appendFields appends the fields encoding to dst.
 func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
-	l := lookup{r: r}
-	dst = append(dst, fieldsDomain...)
-	for _, fl := range f.fields {
+	dst, _ = appendFields(append(dst, fieldsDomain...), &lookup{r: r}, f.fields)
+	return dst
+}
+
+// appendFieldsHash appends the key of a fields_hash source: the hex digest
+// of the fields encoding under fieldsHashDomain (see Extractor.Key).
+func (l *lookup) appendFieldsHash(dst []byte, fs []field, limit int) ([]byte, status) {
+	var stack [512]byte // enough for typical fields: no allocation
+	enc, valued := appendFields(append(stack[:0], fieldsHashDomain...), l, fs)
+	// appendFields read the body as JSON if, and only if, a field is json.
+	if l.json == jsonOK && duplicateOnPaths(l.body, fs) {
+		if valued {
+			dst, _ = putDigest(dst, sha256.Sum256(enc), limit)
+		}
+		return dst, duplicate
+	}
+	if !valued {
+		return dst, absent
+	}
+	return putDigest(dst, sha256.Sum256(enc), limit)
+}
+
+// appendFields appends the encoding of fs, read through l, to dst. valued
+// reports whether any field has a value: present and not an empty string,
+// null, [] or {}.
+func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
+	r := l.r
+	for _, fl := range fs {
 		dst = appendChunk(dst, fl.spec)
 		switch fl.kind {
 		case kindHeader:
-			dst = appendText(dst, r.Header(fl.arg))
+			v := r.Header(fl.arg)
+			dst, valued = appendText(dst, v), valued || len(v) > 0
 		case kindQuery:
-			dst = appendText(dst, r.Query(fl.arg))
+			v := r.Query(fl.arg)
+			dst, valued = appendText(dst, v), valued || len(v) > 0
 		case kindForm:
 			raw, ok := []byte(nil), false
 			if isFormMediaType(r.ContentType()) {
@@ -159,6 +212,7 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 				dst = append(dst, tagAbsent)
 				break
 			}
+			valued = valued || len(raw) > 0
 			// The length prefix is the unescaped length: each %XX is one byte.
 			dst = append(dst, tagText)
 			dst = binary.BigEndian.AppendUint64(dst, uint64(len(raw)-2*bytes.Count(raw, []byte{'%'})))
@@ -170,15 +224,18 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 			}
 			switch {
 			case res.Type == gjson.String:
+				valued = valued || res.Str != ""
 				dst = append(dst, tagText)
 				dst = appendChunk(dst, res.Str)
 			case res.IsObject() || res.IsArray():
+				valued = valued || !emptyTree(res)
 				// What an object or array means does not depend on its
 				// white space, the order of its members or the escapes of
 				// its strings: a provider re-serialising a retry must not
 				// turn it into a mismatch.
 				dst = appendTree(append(dst, tagTree), res)
 			case res.Exists():
+				valued = valued || res.Type != gjson.Null
 				dst = append(dst, tagJSON)
 				dst = appendChunk(dst, res.Raw)
 			default:
@@ -186,7 +243,17 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 			}
 		}
 	}
-	return dst
+	return dst, valued
+}
+
+// emptyTree reports whether the JSON object or array res has no member.
+func emptyTree(res gjson.Result) bool {
+	empty := true
+	res.ForEach(func(_, _ gjson.Result) bool {
+		empty = false
+		return false
+	})
+	return empty
 }
 
 // appendTree appends the canonical encoding of the JSON value res: objects
@@ -217,11 +284,16 @@ func appendTree(dst []byte, res gjson.Result) []byte {
 		}
 		return dst
 	case res.IsArray():
-		elems := res.Array()
-		dst = binary.BigEndian.AppendUint64(append(dst, nodeArray), uint64(len(elems)))
-		for _, v := range elems {
+		n := 0
+		res.ForEach(func(_, _ gjson.Result) bool {
+			n++
+			return true
+		})
+		dst = binary.BigEndian.AppendUint64(append(dst, nodeArray), uint64(n))
+		res.ForEach(func(_, v gjson.Result) bool {
 			dst = appendTree(dst, v)
-		}
+			return true
+		})
 		return dst
 	case res.Type == gjson.String:
 		return appendChunk(append(dst, nodeString), res.Str)

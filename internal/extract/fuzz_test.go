@@ -2,6 +2,9 @@ package extract
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,6 +87,8 @@ var fuzzConfigs = [][]Source{
 	{{KindTemplate, "{json:a}-{form:k}-{header:X-Id}"}},
 	{{KindTemplate, "{json:id}:{json:a.b}"}},
 	{{KindHeader, "X-Id"}, {KindJSON, "id"}, {KindForm, "k"}, {KindQuery, "q"}},
+	{{KindFieldsHash, "json:id,json:a.b,header:X-Id,form:k,query:q"}, {KindJSON, "items.0.id"}},
+	{{KindFieldsHash, "json:#.id, json:items"}},
 }
 
 const fuzzMaxLen = 64
@@ -109,6 +114,12 @@ func FuzzExtractKey(f *testing.F) {
 	f.Add(uint8(5), []byte(`{"id":"x","a":{"b":"y"}}`), "application/json", "", "")
 	f.Add(uint8(6), []byte(`{"id":""}`), "application/json", "", "q1")
 	f.Add(uint8(6), []byte(``), "", "\r\n", "q\xff")
+	f.Add(uint8(7), []byte(`{"id":"e1","a":{"b":[1,{"c":null}]}}`), "application/json", "h", "")
+	f.Add(uint8(7), []byte(`{"items":[{"id":"i0"}],"id":""}`), "application/json", "", "")
+	f.Add(uint8(7), []byte("k=&x=1"), "application/x-www-form-urlencoded", "", "")
+	f.Add(uint8(8), []byte(`[{"id":1,"x":2},{"id":"\u0031"},{"y":{"b":1,"a":[]}},3]`), "application/json", "", "")
+	f.Add(uint8(8), []byte(`{"items":{"z":1,"a":{"id":2}}}`), "", "", "")
+	f.Add(uint8(8), []byte(`[{"id":1,"id":2}]`), "application/json", "", "")
 	f.Fuzz(func(t *testing.T, which uint8, body []byte, contentType, hdr, q string) {
 		sources := fuzzConfigs[int(which)%len(fuzzConfigs)]
 		e, err := NewExtractor("r", sources, fuzzMaxLen)
@@ -123,7 +134,31 @@ func FuzzExtractKey(f *testing.F) {
 		}
 		got, gotErr := e.Key(r, nil)
 
+		hashMalformed := false
+		if sources[0].Kind == KindFieldsHash {
+			h := refFieldsHash(t, sources[0].Arg, r)
+			switch {
+			case h.dup:
+				if !errors.Is(gotErr, ErrDuplicateMember) {
+					t.Fatalf("Key() = %q, %v; want ErrDuplicateMember", got, gotErr)
+				}
+				return
+			case h.valued && h.exact:
+				if gotErr != nil || string(got) != h.key {
+					t.Fatalf("Key() = %q, %v; want %s", got, gotErr, h.key)
+				}
+				return
+			case h.valued:
+				if gotErr != nil || !isLowerHex(got, 64) {
+					t.Fatalf("Key() = %q, %v; want 64 lowercase hex digits", got, gotErr)
+				}
+				return
+			}
+			// No field has a value: the next source decides.
+			sources, hashMalformed = sources[1:], h.malformed
+		}
 		want, loose, malformed, dup := refKey(t, sources, r)
+		malformed = malformed || hashMalformed
 		switch {
 		case dup:
 			if !errors.Is(gotErr, ErrDuplicateMember) {
@@ -239,6 +274,222 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 		}
 	}
 	return nil, false, malformed, false
+}
+
+// refHash is what refFieldsHash finds: the key, when exact; whether any
+// field has a value; malformed and dup as for refKey.
+type refHash struct {
+	key                           string
+	exact, valued, malformed, dup bool
+}
+
+// refFieldsHash is the reference for a fields_hash source (the fuzz lists
+// hold plain JSON paths and "#." followed by a plain name): the encoding of
+// Fingerprinter.Fingerprint's fields mode, written out with encoding/json
+// and net/url, under the key's domain. exact is false where encoding/json
+// would not tell values apart that the gateway does (invalid UTF-8,
+// escaped surrogates).
+func refFieldsHash(t *testing.T, list string, r MapRequest) refHash {
+	var h refHash
+	validBody := refValidJSON(r.RawBody)
+	h.exact = !validBody || utf8.Valid(r.RawBody) && !strings.Contains(strings.ToLower(string(r.RawBody)), `\ud`)
+	chunk := func(enc []byte, s string) []byte {
+		return append(binary.BigEndian.AppendUint64(enc, uint64(len(s))), s...)
+	}
+	text := func(enc []byte, v string, present bool) []byte {
+		if !present {
+			return append(enc, 0)
+		}
+		h.valued = h.valued || v != ""
+		return chunk(append(enc, 1), v)
+	}
+	enc := []byte("hookstamp key fields_hash v1\n")
+	for _, spec := range strings.Split(list, ",") {
+		spec = strings.TrimSpace(spec)
+		enc = chunk(enc, spec)
+		kind, name, _ := strings.Cut(spec, ":")
+		switch kind {
+		case KindHeader:
+			v, ok := r.Headers[name]
+			enc = text(enc, v, ok)
+		case KindQuery:
+			v, ok := r.QueryArgs[name]
+			enc = text(enc, v, ok)
+		case KindForm:
+			v := refForm(r, name)
+			enc = text(enc, string(v), v != nil)
+		case KindJSON:
+			if !validBody {
+				h.malformed = h.malformed || len(r.RawBody) > 0 && isJSONMediaType(r.ContentType())
+				enc = append(enc, 0)
+				continue
+			}
+			var raw []byte
+			var found bool
+			if elem, ok := strings.CutPrefix(name, "#."); ok {
+				h.dup = h.dup || refDuplicateIn(r.RawBody)
+				raw, found = refEach(r.RawBody, elem)
+			} else {
+				_, _, d := refJSONPath(t, r.RawBody, strings.Split(name, "."))
+				h.dup = h.dup || d
+				raw, found = refJSONRaw(r.RawBody, strings.Split(name, "."))
+			}
+			if !found {
+				enc = append(enc, 0)
+				continue
+			}
+			var v any
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("reference: %v", err)
+			}
+			switch x := v.(type) {
+			case string:
+				enc = text(enc, x, true)
+			case map[string]any:
+				h.valued = h.valued || len(x) > 0
+				enc = append(append(enc, 3), refCanon(raw)...)
+			case []any:
+				h.valued = h.valued || len(x) > 0
+				enc = append(append(enc, 3), refCanon(raw)...)
+			default:
+				h.valued = h.valued || x != nil
+				enc = chunk(append(enc, 2), string(bytes.TrimSpace(raw)))
+			}
+		default:
+			t.Fatalf("reference: kind %q", kind)
+		}
+	}
+	sum := sha256.Sum256(enc)
+	h.key = hex.EncodeToString(sum[:])
+	return h
+}
+
+// refJSONRaw follows plain object keys (the first of duplicates) and array
+// indexes through raw and returns the value found, as written.
+func refJSONRaw(raw []byte, path []string) ([]byte, bool) {
+	for _, seg := range path {
+		var next []byte
+		found := false
+		switch bytes.TrimSpace(raw)[0] {
+		case '{':
+			var members []struct {
+				k string
+				v json.RawMessage
+			}
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.Token()
+			for dec.More() {
+				k, _ := dec.Token()
+				var m json.RawMessage
+				dec.Decode(&m)
+				members = append(members, struct {
+					k string
+					v json.RawMessage
+				}{k.(string), m})
+			}
+			for _, m := range members {
+				if m.k == seg {
+					next, found = m.v, true
+					break
+				}
+			}
+		case '[':
+			var elems []json.RawMessage
+			json.Unmarshal(raw, &elems)
+			if i, err := strconv.Atoi(seg); err == nil && strconv.Itoa(i) == seg && i >= 0 && i < len(elems) {
+				next, found = elems[i], true
+			}
+		}
+		if !found {
+			return nil, false
+		}
+		raw = next
+	}
+	return raw, true
+}
+
+// refEach is GJSON's "#.NAME" for a plain NAME: the array of each
+// element's NAME, for the elements that have one; absent when raw is not
+// an array.
+func refEach(raw []byte, name string) ([]byte, bool) {
+	if bytes.TrimSpace(raw)[0] != '[' {
+		return nil, false
+	}
+	var elems []json.RawMessage
+	json.Unmarshal(raw, &elems)
+	var vals [][]byte
+	for _, e := range elems {
+		if v, ok := refJSONRaw(e, strings.Split(name, ".")); ok {
+			vals = append(vals, v)
+		}
+	}
+	return append(append([]byte("["), bytes.Join(vals, []byte(","))...), ']'), true
+}
+
+// refCanon is appendTree's canonical encoding of the valid JSON value raw,
+// built from encoding/json's tokens.
+func refCanon(raw []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	chunk := func(tag byte, s string) []byte {
+		return append(binary.BigEndian.AppendUint64([]byte{tag}, uint64(len(s))), s...)
+	}
+	var value func() []byte
+	value = func() []byte {
+		tok, _ := dec.Token()
+		switch v := tok.(type) {
+		case json.Delim:
+			var out []byte
+			if v == '[' {
+				var items [][]byte
+				for dec.More() {
+					items = append(items, value())
+				}
+				out = binary.BigEndian.AppendUint64([]byte{'a'}, uint64(len(items)))
+				out = append(out, bytes.Join(items, nil)...)
+			} else {
+				members := map[string][]byte{}
+				var names []string
+				for dec.More() {
+					k, _ := dec.Token()
+					m := value()
+					if _, dup := members[k.(string)]; !dup {
+						members[k.(string)] = m
+						names = append(names, k.(string))
+					}
+				}
+				slices.Sort(names)
+				out = binary.BigEndian.AppendUint64([]byte{'o'}, uint64(len(names)))
+				for _, n := range names {
+					out = append(append(out, chunk(0, n)[1:]...), members[n]...)
+				}
+			}
+			dec.Token()
+			return out
+		case string:
+			return chunk('s', v)
+		case json.Number:
+			return chunk('n', string(v))
+		case bool:
+			return chunk('n', strconv.FormatBool(v))
+		}
+		return chunk('n', "null")
+	}
+	return value()
+}
+
+func isLowerHex(b []byte, n int) bool {
+	if len(b) != n {
+		return false
+	}
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // refValidJSON: encoding/json's validity, and nesting within MaxJSONDepth

@@ -33,18 +33,20 @@ const (
 	kindMethod
 	kindBodyHash
 	kindTemplate
+	kindFieldsHash
 )
 
 // kindNames are the configuration spellings, indexed by kind.
 var kindNames = [...]string{
-	kindHeader:   KindHeader,
-	kindJSON:     KindJSON,
-	kindForm:     KindForm,
-	kindQuery:    KindQuery,
-	kindRoute:    "route",
-	kindMethod:   "method",
-	kindBodyHash: KindBodyHash,
-	kindTemplate: KindTemplate,
+	kindHeader:     KindHeader,
+	kindJSON:       KindJSON,
+	kindForm:       KindForm,
+	kindQuery:      KindQuery,
+	kindRoute:      "route",
+	kindMethod:     "method",
+	kindBodyHash:   KindBodyHash,
+	kindTemplate:   KindTemplate,
+	kindFieldsHash: KindFieldsHash,
 }
 
 func (k kind) String() string { return kindNames[k] }
@@ -160,12 +162,16 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 		if len(body) == 0 {
 			return dst, absent
 		}
-		sum := sha256.Sum256(body)
-		var hx [2 * sha256.Size]byte
-		hex.Encode(hx[:], sum[:])
-		return put(dst, hx[:], limit)
+		return putDigest(dst, sha256.Sum256(body), limit)
 	}
 	return dst, absent
+}
+
+// putDigest appends sum in lowercase hex.
+func putDigest(dst []byte, sum [sha256.Size]byte, limit int) ([]byte, status) {
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	return put(dst, hx[:], limit)
 }
 
 // put appends v to dst unless it is empty, truncating at limit.
