@@ -74,6 +74,11 @@ const adyenKey = "{json:notificationItems.0.NotificationRequestItem.pspReference
 	"{json:notificationItems.0.NotificationRequestItem.eventCode}:" +
 	"{json:notificationItems.0.NotificationRequestItem.success}"
 
+// hubspotKey is what identifies each event of a HubSpot batch (eventId
+// alone is not unique, HubSpot says: it goes with subscriptionId), and
+// nothing a retry changes.
+const hubspotKey = "json:#.subscriptionId,json:#.eventId,json:#.portalId,json:#.occurredAt"
+
 // presetTable is in SPEC order. Retentions: window + ≥ 1 day, min 72h.
 var presetTable = []Preset{
 	{Name: "standard-webhooks", Key: src(SourceHeader, "webhook-id"), Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
@@ -156,9 +161,9 @@ var presetTable = []Preset{
 		Timestamp: VerifyTimestamp{Header: "X-Zm-Request-Timestamp"}, Challenge: ChallengeZoom,
 	}, Retention: 3 * day, RetryWindow: "3 retries over ~85 min", Ack: &Ack{Status: 200}},
 	// HubSpot batches events and counts attempts inside the body, so a
-	// retry's body differs: the first event's id is the key and no
-	// fingerprint is taken.
-	{Name: "hubspot", Key: src(SourceJSON, "0.eventId"), Fingerprint: Fingerprint{Mode: FingerprintNone}, Scheme: SchemeHMAC, Verify: Verify{
+	// retry's body differs: the key is the identity of every event in the
+	// batch, and no fingerprint is taken (decisions.md).
+	{Name: "hubspot", Key: src(SourceFieldsHash, hubspotKey), Fingerprint: Fingerprint{Mode: FingerprintNone}, Scheme: SchemeHMAC, Verify: Verify{
 		Header: "X-HubSpot-Signature-v3", Encoding: "base64", Template: "POST{url}{body}{header:X-HubSpot-Request-Timestamp}",
 		Timestamp: VerifyTimestamp{Header: "X-HubSpot-Request-Timestamp", Unit: "ms"},
 	}, Retention: 3 * day, RetryWindow: "10 retries over 24 h", Ack: &Ack{Status: 200}},

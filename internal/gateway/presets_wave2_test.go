@@ -252,7 +252,7 @@ func waveTwoCases() []presetCase {
 		{
 			preset: "hubspot",
 			verify: "secrets: [\"${HUBSPOT_CLIENT_SECRET}\"]\n      url: " + hubspotURL,
-			key:    "1912631245",
+			key:    presetKey("hubspot", hubspotBatch(0)),
 			window: 24 * time.Hour,
 			deliver: func(_ testing.TB, n int, now time.Time) ([]byte, http.Header) {
 				// A retry counts itself in the body: same event, new bytes.

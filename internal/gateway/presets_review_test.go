@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/extract"
+)
+
+// presetKey is the key the preset's sources give a JSON body, as the
+// gateway extracts it.
+func presetKey(preset string, body []byte) string {
+	p, ok := config.LookupPreset(preset)
+	if !ok {
+		panic("no preset " + preset)
+	}
+	sources := make([]extract.Source, len(p.Key))
+	for i, s := range p.Key {
+		sources[i] = extract.Source{Kind: s.Kind, Arg: s.Arg}
+	}
+	e, err := extract.NewExtractor(preset, sources, 255)
+	if err != nil {
+		panic(err)
+	}
+	key, err := e.Key(extract.MapRequest{Headers: map[string]string{"Content-Type": "application/json"}, RawBody: body}, nil)
+	if err != nil || key == nil {
+		panic(fmt.Sprintf("preset %s keys %s as %q, %v", preset, body, key, err))
+	}
+	return string(key)
+}
+
+// hubspotEvent is one event of a HubSpot batch: what identifies it.
+type hubspotEvent struct {
+	eventID, subscriptionID, occurredAt int64
+}
+
+// hubspotBody is a batch of events at attempt (HubSpot counts it in every
+// event); resent writes each event's members in another order and with
+// other white space, as a re-serialised retry might.
+func hubspotBody(attempt int, resent bool, events ...hubspotEvent) []byte {
+	parts := make([]string, len(events))
+	for i, e := range events {
+		if resent {
+			parts[i] = fmt.Sprintf(`{ "attemptNumber": %d, "changeSource": "CRM", "propertyValue": "customer", "propertyName": "lifecyclestage",`+
+				` "objectId": 123, "subscriptionType": "contact.propertyChange", "occurredAt": %d, "appId": 1160452, "portalId": 62515,`+
+				` "subscriptionId": %d, "eventId": %d }`, attempt, e.occurredAt, e.subscriptionID, e.eventID)
+			continue
+		}
+		parts[i] = fmt.Sprintf(`{"eventId":%d,"subscriptionId":%d,"portalId":62515,"appId":1160452,"occurredAt":%d,`+
+			`"subscriptionType":"contact.propertyChange","attemptNumber":%d,"objectId":123,"propertyName":"lifecyclestage",`+
+			`"propertyValue":"customer","changeSource":"CRM"}`, e.eventID, e.subscriptionID, e.occurredAt, attempt)
+	}
+	sep := ","
+	if resent {
+		sep = ",\n  "
+	}
+	return []byte("[" + strings.Join(parts, sep) + "]")
+}
+
+// HubSpot's eventId is not unique (it goes with subscriptionId), and a
+// batch is not a fixed set of events: a batch is keyed by every event in
+// it. Its retry is answered from the record; a batch with any other set
+// of events reaches the application, where a duplicate event is
+// deduplicated, instead of being replayed a batch it never saw.
+func TestHubSpotPresetKeysEveryEventOfTheBatch(t *testing.T) {
+	up := newUpstream(t)
+	routes := presetRoutes(up.URL, []presetCase{{preset: "hubspot", verify: "secrets: [\"${HUBSPOT_CLIENT_SECRET}\"]\n      url: " + hubspotURL}})
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, waveTwoEnv))
+	deliver := func(body []byte) reply {
+		return post(t, g, "/webhooks/hubspot", body, hubspotHeaders(hubspotSecret, hubspotURL, time.Now(), body))
+	}
+	a := hubspotEvent{eventID: 1912631245, subscriptionID: 2381011, occurredAt: 1718000000123}
+	b := hubspotEvent{eventID: 1912631246, subscriptionID: 2381011, occurredAt: 1718000000456}
+	c := hubspotEvent{eventID: 1912631247, subscriptionID: 2381011, occurredAt: 1718000000789}
+	otherSubscription := hubspotEvent{eventID: a.eventID, subscriptionID: 2381012, occurredAt: 1718000000123}
+
+	first := deliver(hubspotBody(0, false, a, b))
+	wantOutcome(t, first, 200, "forwarded")
+	retry := deliver(hubspotBody(1, true, a, b))
+	wantOutcome(t, retry, 200, "replayed")
+	sameReply(t, first, retry)
+	if n := up.total.Load(); n != 1 {
+		t.Fatalf("upstream received %d batches after the retry, want 1", n)
+	}
+
+	for name, body := range map[string][]byte{
+		"a batch with one more event":                        hubspotBody(1, false, a, b, c),
+		"another subscription's event with the same eventId": hubspotBody(0, false, otherSubscription),
+	} {
+		if r := deliver(body); r.status != 200 || r.outcome() != "forwarded" {
+			t.Errorf("%s: %d %q, want 200 forwarded", name, r.status, r.outcome())
+		}
+	}
+	if n := up.total.Load(); n != 3 {
+		t.Fatalf("upstream received %d batches, want 3: the rebatched one and the other subscription's", n)
+	}
+}
