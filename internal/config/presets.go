@@ -3,6 +3,7 @@ package config
 import (
 	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"time"
 )
@@ -40,6 +41,13 @@ type Preset struct {
 	Retention time.Duration
 	// RetryWindow is the provider's documented retry window, for the README.
 	RetryWindow string
+	// RecordStatuses becomes record.statuses when the route sets none:
+	// for a provider whose consumer asks to be sent a delivery again with
+	// a 4xx (WeChat Pay's FAIL), and for one the gateway cannot verify,
+	// whose forgeries the application refuses with a 4xx (PayPal).
+	// Recorded, such an answer would be replayed to every resend. Unset
+	// leaves the default (2xx and 4xx).
+	RecordStatuses []string
 	// Resend, when set, is the body with which the provider's consumer
 	// asks to be sent a delivery again (Alipay: "fail"). Such an answer,
 	// whatever its status, is not recorded: recorded, it would answer every
@@ -99,11 +107,13 @@ var presetTable = []Preset{
 	}}, Scheme: SchemeAlipay, Retention: 3 * day, RetryWindow: "~25 h", Resend: "fail",
 		Ack: &Ack{Status: 200, ContentType: "text/plain; charset=utf-8", Body: "success"}},
 	// WeChat Pay v3 takes 200 or 204; older v3 integrations expect the JSON
-	// code as well, which newer ones ignore.
-	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, Retention: 3 * day, RetryWindow: "~24 h",
+	// code as well, which newer ones ignore. A merchant that could not
+	// process a notification answers 4XX or 5XX with {"code":"FAIL"} and
+	// is notified again.
+	{Name: "wechatpay", Key: src(SourceJSON, "id"), Scheme: SchemeWeChatPay, RecordStatuses: onlySuccess, Retention: 3 * day, RetryWindow: "~24 h",
 		Ack: &Ack{Status: 200, ContentType: "application/json", Body: `{"code":"SUCCESS","message":"OK"}`}},
 	// PayPal signs with certificates fetched at run time: verify upstream.
-	{Name: "paypal", Key: src(SourceJSON, "id"), Retention: 4 * day, RetryWindow: "3 days"},
+	{Name: "paypal", Key: src(SourceJSON, "id"), RecordStatuses: onlySuccess, Retention: 4 * day, RetryWindow: "3 days"},
 	{Name: "square", Key: src(SourceJSON, "event_id"), Scheme: SchemeSquare, Retention: 3 * day, RetryWindow: "24 h"},
 	{Name: "paddle", Key: src(SourceJSON, "event_id"), Scheme: SchemePaddle, Retention: 4 * day, RetryWindow: "3 days", Ack: &Ack{Status: 200}},
 	{Name: "razorpay", Key: src(SourceHeader, "X-Razorpay-Event-Id"), Scheme: SchemeRazorpay, Retention: 3 * day, RetryWindow: "24 h"},
@@ -198,6 +208,8 @@ var svixKey = []KeySource{{Kind: SourceHeader, Arg: "svix-id"}, {Kind: SourceHea
 
 func src(kind, arg string) []KeySource { return []KeySource{{Kind: kind, Arg: arg}} }
 
+var onlySuccess = []string{"2xx"}
+
 // Presets returns the preset table in SPEC order. The result is a fresh copy:
 // changing it changes nothing.
 func Presets() []Preset {
@@ -238,6 +250,7 @@ func (p Preset) clone() Preset {
 		p.Handshake = &h
 	}
 	p.Key = append([]KeySource(nil), p.Key...)
+	p.RecordStatuses = slices.Clone(p.RecordStatuses)
 	p.Verify.Single = append([]string(nil), p.Verify.Single...)
 	p.Fingerprint.Fields = append([]string(nil), p.Fingerprint.Fields...)
 	if len(p.Fingerprint.Fields) == 0 {
@@ -277,6 +290,9 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 		"verify":    verify,
 		"retention": p.Retention,
 	}
+	if len(p.RecordStatuses) > 0 {
+		frag["record"] = map[string]any{"statuses": rawList(p.RecordStatuses)}
+	}
 	if p.Ack != nil {
 		frag["async"] = map[string]any{"ack": map[string]any{
 			"status": p.Ack.Status, "content_type": p.Ack.ContentType, "body": p.Ack.Body,
@@ -294,15 +310,20 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 	default:
 		f := map[string]any{"mode": p.Fingerprint.Mode}
 		if len(p.Fingerprint.Fields) > 0 {
-			fields := make([]any, len(p.Fingerprint.Fields))
-			for i, s := range p.Fingerprint.Fields {
-				fields[i] = s
-			}
-			f["fields"] = fields
+			f["fields"] = rawList(p.Fingerprint.Fields)
 		}
 		frag["fingerprint"] = f
 	}
 	return frag
+}
+
+// rawList is a list of strings as the raw configuration tree holds it.
+func rawList(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // nonZeroRaw is toRaw of a struct without its zero fields: a preset's

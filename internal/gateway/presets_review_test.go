@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,66 @@ func TestHubSpotPresetKeysEveryEventOfTheBatch(t *testing.T) {
 	}
 	if n := up.total.Load(); n != 3 {
 		t.Fatalf("upstream received %d batches, want 3: the rebatched one and the other subscription's", n)
+	}
+}
+
+// presetCaseOf is the end-to-end case of preset.
+func presetCaseOf(tb testing.TB, p *providers, preset string) presetCase {
+	tb.Helper()
+	for _, c := range slices.Concat(presetCases(p), waveTwoCases(), publicKeyPresetCases(p.publicKey)) {
+		if c.preset == preset {
+			return c
+		}
+	}
+	tb.Fatalf("no case for preset %s", preset)
+	return presetCase{}
+}
+
+// An application that could not process a WeChat Pay notification answers
+// 4XX with {"code":"FAIL"} to be notified again; one that refuses a PayPal
+// delivery the gateway could not verify answers 4xx too. Neither answer is
+// recorded, so the provider's next attempt reaches the application; its
+// 200 is recorded and replayed. A route that lists its own final statuses
+// keeps them.
+func TestPresetsRecordOnlySuccesses(t *testing.T) {
+	p := newProviders(t)
+	tests := []struct {
+		preset, record string
+		outcomes       []string // of attempts 1, 2 and 3
+		forwards       int
+	}{
+		{"wechatpay", "", []string{"400 released", "200 forwarded", "200 replayed"}, 2},
+		{"paypal", "", []string{"400 released", "200 forwarded", "200 replayed"}, 2},
+		{"wechatpay", `["2xx", "4xx"]`, []string{"400 forwarded", "400 replayed", "400 replayed"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.preset+" "+tt.record, func(t *testing.T) {
+			c := presetCaseOf(t, p, tt.preset)
+			up := newUpstream(t)
+			up.setReply(func(w http.ResponseWriter, _ *http.Request, n int) {
+				w.Header().Set("Content-Type", "application/json")
+				if n == 1 {
+					w.WriteHeader(http.StatusBadRequest)
+					fmt.Fprint(w, `{"code":"FAIL","message":"order not found yet"}`)
+					return
+				}
+				fmt.Fprintf(w, `{"code":"SUCCESS","n":%d}`, n)
+			})
+			routes := presetRoutes(up.URL, []presetCase{c})
+			if tt.record != "" {
+				routes += "    record:\n      statuses: " + tt.record + "\n"
+			}
+			g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, p.environ))
+			for i, want := range tt.outcomes {
+				body, hdr := c.deliver(t, i+1, time.Now())
+				r := post(t, g, "/webhooks/"+c.preset, body, hdr)
+				if got := fmt.Sprintf("%d %s", r.status, r.outcome()); got != want {
+					t.Fatalf("attempt %d: %s, want %s; body %s", i+1, got, want, r.body)
+				}
+			}
+			if n := up.count(c.key); n != tt.forwards {
+				t.Fatalf("upstream received %d attempts, want %d", n, tt.forwards)
+			}
+		})
 	}
 }
