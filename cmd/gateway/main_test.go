@@ -77,6 +77,41 @@ routes:
 	}
 }
 
+// A token in an upstream URL, as its user name or a query parameter, is
+// not printed; the parameter's name is, so the operator sees the shape.
+func TestCheckRedactsUpstreamURLCredentials(t *testing.T) {
+	dir := t.TempDir()
+	route := func(url string) string {
+		return "routes:\n  - {name: a, path: /a, preset: github, verify: {secrets: [s3cr3t]}, upstream: {url: \"" + url + "\"}}\n"
+	}
+	env := []string{"UP_TOKEN=TOPSECRET9"}
+
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, route("https://${UP_TOKEN}@hooks.example.com/in?token=${UP_TOKEN}&api_key=K3Y9"))
+	code, out, errOut := runCLI(t, env, "check", "-config", good)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, secret := range []string{"TOPSECRET9", "K3Y9"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("check printed %q:\n%s", secret, out)
+		}
+	}
+	if want := "url: https://[redacted]@hooks.example.com/in?token=[redacted]&api_key=[redacted]"; !strings.Contains(out, want) {
+		t.Errorf("check output lacks %q:\n%s", want, out)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, route("hooks.example.com/in?token=${UP_TOKEN}"))
+	code, _, errOut = runCLI(t, env, "check", "-config", bad)
+	if code != 1 || !strings.Contains(errOut, `"hooks.example.com/in?token=[redacted]" is not an absolute`) {
+		t.Fatalf("exit %d, want 1 and the bad URL quoted redacted:\n%s", code, errOut)
+	}
+	if strings.Contains(errOut, "TOPSECRET9") {
+		t.Fatalf("check's error quotes the token:\n%s", errOut)
+	}
+}
+
 func TestMigrateCreatesSchema(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")

@@ -756,7 +756,7 @@ routes:
 		{"screen.redis.password", r.Screen.Redis.Password, RedactedValue},
 		{"screen.redis.addrs", r.Screen.Redis.Addrs, []string{"redis://:[redacted]@r1:6379", "r2:6379"}},
 		{"verify.secrets (empty stays empty)", r.Routes[0].Verify.Secrets, []string{RedactedValue, ""}},
-		{"upstream.url", r.Routes[0].Upstream.URL, "http://user:[redacted]@127.0.0.1:9000/a"},
+		{"upstream.url", r.Routes[0].Upstream.URL, "http://[redacted]@127.0.0.1:9000/a"},
 		{"original untouched", c.Routes[0].Verify.Secrets[0], "gh1"},
 		{"original token untouched", c.Admin.Token, "t0ken"},
 	}
@@ -804,6 +804,29 @@ func TestRedactDSN(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			if got := RedactDSN(tt.in); got != tt.want {
 				t.Errorf("RedactDSN(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// An upstream URL's credential may be its user name alone or a query
+// parameter: both are hidden, the parameters' names kept.
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://hooks.example.com/in", "https://hooks.example.com/in"},
+		{"https://TOPSECRET9@hooks.example.com/in?token=TOPSECRET9", "https://[redacted]@hooks.example.com/in?token=[redacted]"},
+		{"http://user:upw@127.0.0.1:9000/a", "http://[redacted]@127.0.0.1:9000/a"},
+		{"https://h/in?api_key=k3y&x=1&debug&empty=", "https://h/in?api_key=[redacted]&x=[redacted]&debug&empty="},
+		{"https://h:8443/in?sig=a%20b#frag", "https://h:8443/in?sig=[redacted]"},
+		{"https://h/in#frag", "https://h/in#frag"},
+		{"https://app:pa/ss@h/in", "https://[redacted]@h/in"},
+		// A forgotten scheme is quoted by an error.
+		{"TOK@hooks.example.com/in?token=TOK", "[redacted]@hooks.example.com/in?token=[redacted]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got := RedactURL(tt.in); got != tt.want {
+				t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}

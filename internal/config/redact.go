@@ -6,9 +6,9 @@ import (
 )
 
 // Redacted returns a deep copy of c with every secret replaced by
-// RedactedValue: verify.secrets, verify.challenge_token, admin.token, screen.redis.password, and the
-// passwords inside store.dsn, screen.redis.addrs and upstream URLs. An empty secret stays empty,
-// so an unset one is visible as such.
+// RedactedValue: verify.secrets, verify.challenge_token, admin.token, screen.redis.password, the
+// passwords inside store.dsn and screen.redis.addrs, and the userinfo and query values of
+// upstream URLs. An empty secret stays empty, so an unset one is visible as such.
 func (c *Config) Redacted() *Config {
 	r := c.clone()
 	r.Admin.Token = redact(r.Admin.Token)
@@ -23,7 +23,7 @@ func (c *Config) Redacted() *Config {
 			rt.Verify.Secrets[j] = redact(rt.Verify.Secrets[j])
 		}
 		rt.Verify.ChallengeToken = redact(rt.Verify.ChallengeToken)
-		rt.Upstream.URL = RedactDSN(rt.Upstream.URL)
+		rt.Upstream.URL = RedactURL(rt.Upstream.URL)
 	}
 	return r
 }
@@ -47,18 +47,7 @@ func RedactDSN(dsn string) string {
 	out := dsn
 	if i := strings.Index(out, "://"); i >= 0 {
 		rest := out[i+3:]
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		// A password pasted unescaped may hold "/", "?" or "#": with a
-		// user:… but no "@" before the first of them, the userinfo ends at
-		// the last "@" of all. That may take a path's "@" for it and hide
-		// too much, never too little.
-		if strings.Contains(rest[:end], ":") && !strings.Contains(rest[:end], "@") {
-			end = len(rest)
-		}
-		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+		if at := userinfoEnd(rest); at >= 0 {
 			if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 && colon+1 < at {
 				rest = rest[:colon+1] + RedactedValue + rest[at:]
 			}
@@ -72,6 +61,53 @@ func RedactDSN(dsn string) string {
 		}
 		return sub[1] + RedactedValue
 	})
+}
+
+// RedactURL hides what an upstream URL may carry as a credential: its
+// userinfo whole (a token is often the user name alone) and the value of
+// every query parameter, whose names are kept. Like RedactDSN it edits the
+// text.
+func RedactURL(s string) string {
+	// Without "://" (a scheme forgotten: an error quotes it) the text is
+	// read as if it followed one.
+	head, rest := "", s
+	if i := strings.Index(s, "://"); i >= 0 {
+		head, rest = s[:i+3], s[i+3:]
+	}
+	if at := userinfoEnd(rest); at >= 0 {
+		head += RedactedValue + "@"
+		rest = rest[at+1:]
+	}
+	q := strings.IndexByte(rest, '?')
+	if q < 0 {
+		return head + rest
+	}
+	// A "#" is taken as part of a value: a secret pasted unescaped may
+	// hold one.
+	params := strings.Split(rest[q+1:], "&")
+	for j, p := range params {
+		if name, value, ok := strings.Cut(p, "="); ok && value != "" {
+			params[j] = name + "=" + RedactedValue
+		}
+	}
+	return head + rest[:q+1] + strings.Join(params, "&")
+}
+
+// userinfoEnd is the index of the "@" that ends the userinfo of rest, a
+// URL's text after "://"; -1 when it has none.
+func userinfoEnd(rest string) int {
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	// A password pasted unescaped may hold "/", "?" or "#": with a
+	// user:… but no "@" before the first of them, the userinfo ends at
+	// the last "@" of all. That may take a path's "@" for it and hide
+	// too much, never too little.
+	if strings.Contains(rest[:end], ":") && !strings.Contains(rest[:end], "@") {
+		end = len(rest)
+	}
+	return strings.LastIndex(rest[:end], "@")
 }
 
 // clone deep-copies the configuration (every slice).

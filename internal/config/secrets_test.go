@@ -25,7 +25,7 @@ routes:
     path: /a
     upstream: {url: "http://app:` + secret + `@127.0.0.1:90x0/a"}
     key: {sources: [{header: X-Event-Id}]}
-`, `bad URL "http://app:[redacted]@127.0.0.1:90x0/a"`},
+`, `bad URL "http://[redacted]@127.0.0.1:90x0/a"`},
 		{"upstream url with a password holding an unescaped slash", `
 routes:
   - name: a
@@ -39,7 +39,7 @@ routes:
     path: /a
     upstream: {url: "ftp://app:` + secret + `@127.0.0.1:9000/a"}
     key: {sources: [{header: X-Event-Id}]}
-`, `routes[0].upstream.url: "ftp://app:[redacted]@127.0.0.1:9000/a" is not an absolute http`},
+`, `routes[0].upstream.url: "ftp://[redacted]@127.0.0.1:9000/a" is not an absolute http`},
 		{"upstream url with a password in its query and a fragment", `
 routes:
   - name: a

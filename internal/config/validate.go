@@ -422,10 +422,10 @@ func checkHTTPURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("bad URL %q: %s", RedactDSN(s), urlProblem(s, err))
+		return fmt.Errorf("bad URL %q: %s", RedactURL(s), urlProblem(s, err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an absolute http:// or https:// URL", RedactDSN(s))
+		return fmt.Errorf("%q is not an absolute http:// or https:// URL", RedactURL(s))
 	}
 	if h := u.Hostname(); !isASCII(h) {
 		// The forwarder dials, names (Host, SNI) the host as written: a
@@ -433,7 +433,7 @@ func checkHTTPURL(s string) error {
 		return fmt.Errorf("host %q is not ASCII: write its A-label (xn--…) form", h)
 	}
 	if u.Fragment != "" {
-		return fmt.Errorf("%q has a fragment, which is never sent", RedactDSN(s))
+		return fmt.Errorf("%q has a fragment, which is never sent", RedactURL(s))
 	}
 	return nil
 }
