@@ -112,6 +112,23 @@ func TestCheckRedactsUpstreamURLCredentials(t *testing.T) {
 	}
 }
 
+// A configuration whose listeners cannot both bind fails check, rather
+// than checking cleanly and failing at start.
+func TestCheckRefusesListenersOnOnePort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ports.yaml")
+	writeFile(t, path, `
+server: {listen: ":19090"}
+admin: {listen: "127.0.0.1:19090"}
+routes:
+  - {name: a, path: /a, preset: github, verify: {secrets: [s3cr3t]}, upstream: {url: "http://127.0.0.1:9000/a"}}
+`)
+	code, _, errOut := runCLI(t, nil, "check", "-config", path)
+	want := `admin.listen: "127.0.0.1:19090" and server.listen ":19090" both take port 19090`
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, want 1 and %q:\n%s", code, want, errOut)
+	}
+}
+
 func TestMigrateCreatesSchema(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")

@@ -639,7 +639,7 @@ routes:
 		{"sample ratio not a number", base + "telemetry: {traces: {sample_ratio: .nan}}\n", "telemetry.traces.sample_ratio", "between 0 and 1"},
 		{"zero body limit", base + "server: {body_limit: 0}\n", "server.body_limit", "greater than 0"},
 		{"bad admin listen", base + "admin: {listen: localhost}\n", "admin.listen", "not host:port"},
-		{"admin on the server port", base + "admin: {listen: ':8080'}\n", "admin.listen", "also server.listen"},
+		{"admin on the server port", base + "admin: {listen: ':8080'}\n", "admin.listen", "both take port 8080"},
 		{"trace url without placeholder", base + "admin: {trace_url: 'http://grafana:3000/explore'}\n", "admin.trace_url", "does not contain {trace_id}"},
 		{"trace url not absolute", base + "admin: {trace_url: '/explore?traceId={trace_id}'}\n", "admin.trace_url", "not an absolute"},
 		{"trace url not http", base + "admin: {trace_url: 'javascript:alert({trace_id})'}\n", "admin.trace_url", "not an absolute"},
@@ -662,6 +662,39 @@ routes:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assertProblem(t, mustFail(t, tt.doc), tt.path, tt.want)
+		})
+	}
+}
+
+// Two listeners that cannot both bind are refused by check, not found by
+// serve when the second bind fails: a wildcard host takes the port on
+// every address, and the loopback address has several names.
+func TestListenersOnOnePort(t *testing.T) {
+	tests := []struct{ name, server, admin, redirect, path, want string }{
+		{"wildcard and loopback", ":19090", "127.0.0.1:19090", "", "admin.listen",
+			`"127.0.0.1:19090" and server.listen ":19090" both take port 19090`},
+		{"loopback names", "127.0.0.1:8080", "localhost:8080", "", "admin.listen", "both take port 8080"},
+		{"IPv6 loopback and localhost", "[::1]:8080", "LOCALHOST:8080", "", "admin.listen", "both take port 8080"},
+		{"IPv4 wildcard", "0.0.0.0:8080", "10.0.0.5:8080", "", "admin.listen", "both take port 8080"},
+		{"IPv6 wildcard", "[::]:8443", "", "127.0.0.1:8443", "server.redirect_listen", `server.listen "[::]:8443" both take port 8443`},
+		{"admin and redirect", ":8443", "127.0.0.1:80", ":80", "server.redirect_listen", `admin.listen "127.0.0.1:80" both take port 80`},
+		{"ports written differently", ":8080", "127.0.0.1:08080", "", "admin.listen", "both take port 8080"},
+		{"different hosts", "10.0.0.5:8080", "127.0.0.1:8080", "", "", ""},
+		{"loopback beside another loopback address", "127.0.0.2:8080", "127.0.0.1:8080", "", "", ""},
+		{"port 0", ":0", "127.0.0.1:0", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			server := `listen: "` + tt.server + `"`
+			if tt.redirect != "" {
+				server += `, redirect_listen: "` + tt.redirect + `", tls: {acme: {domains: [a.example]}}`
+			}
+			doc := minimal + "server: {" + server + "}\nadmin: {listen: \"" + tt.admin + "\"}\n"
+			if tt.path == "" {
+				mustLoad(t, doc)
+				return
+			}
+			assertProblem(t, mustFail(t, doc), tt.path, tt.want)
 		})
 	}
 }

@@ -50,8 +50,6 @@ func (c *Config) validateTLS(errs *Errors) {
 		errs.add("server.redirect_listen", "%v", err)
 	case !t.Enabled():
 		errs.add("server.redirect_listen", "needs server.tls: it redirects to https")
-	case s.RedirectListen == s.Listen && !strings.HasSuffix(s.Listen, ":0"):
-		errs.add("server.redirect_listen", "%q is also server.listen: the two listeners need different addresses", s.Listen)
 	}
 }
 

@@ -91,7 +91,7 @@ func TestTLSErrors(t *testing.T) {
 		{"http CA", "tls: {acme: {domains: [a.example], ca: \"http://ca.example/dir\"}}", "server.tls.acme.ca", "not an https:// URL"},
 		{"unknown min_version", "tls: {cert_file: " + certA + ", key_file: " + keyA + ", min_version: \"1.1\"}", "server.tls.min_version", `unknown value "1.1"`},
 		{"redirect without tls", "redirect_listen: \":80\"", "server.redirect_listen", "needs server.tls"},
-		{"redirect on listen", "listen: \":8443\"\n  redirect_listen: \":8443\"\n  tls: {acme: {domains: [a.example]}}", "server.redirect_listen", "also server.listen"},
+		{"redirect on listen", "listen: \":8443\"\n  redirect_listen: \":8443\"\n  tls: {acme: {domains: [a.example]}}", "server.redirect_listen", "both take port 8443"},
 		{"redirect not host:port", "redirect_listen: \"80\"\n  tls: {acme: {domains: [a.example]}}", "server.redirect_listen", "not host:port"},
 	}
 	for _, tc := range tests {

@@ -33,6 +33,7 @@ func (c *Config) Validate() error {
 	c.validateServer(&errs)
 	c.validateTLS(&errs)
 	c.validateAdmin(&errs)
+	c.validateListeners(&errs)
 	c.validateStore(&errs)
 	c.validateScreen(&errs)
 	c.validateTelemetry(&errs)
@@ -87,10 +88,60 @@ func (c *Config) validateAdmin(errs *Errors) {
 	}
 	if err := checkHostPort(a.Listen); err != nil {
 		errs.add("admin.listen", "%v (or \"\" to turn the admin listener off)", err)
-	} else if a.Listen == c.Server.Listen && !strings.HasSuffix(a.Listen, ":0") {
-		// ":0" asks the kernel for a free port: two of them never collide.
-		errs.add("admin.listen", "%q is also server.listen: the two listeners need different addresses", a.Listen)
 	}
+}
+
+// validateListeners refuses two listeners that cannot both bind, which
+// serve would find only when the second one fails.
+func (c *Config) validateListeners(errs *Errors) {
+	ls := []struct{ path, addr string }{
+		{"server.listen", c.Server.Listen},
+		{"admin.listen", c.Admin.Listen},
+		{"server.redirect_listen", c.Server.RedirectListen},
+	}
+	for i, a := range ls {
+		for _, b := range ls[:i] {
+			if port, clash := listenersClash(a.addr, b.addr); clash {
+				errs.add(a.path, "%q and %s %q both take port %d: the listeners need different ports, or different addresses neither of which is every interface",
+					a.addr, b.path, b.addr, port)
+			}
+		}
+	}
+}
+
+// listenersClash reports whether listeners on a and b cannot both bind:
+// the same port, and the same host or one listening on every interface.
+// Port 0 asks the kernel for a free port: two of them never clash. An
+// address that is not host:port clashes with none (its own error says so).
+func listenersClash(a, b string) (port int, clash bool) {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return 0, false
+	}
+	port, err := strconv.Atoi(pa)
+	if n, errN := strconv.Atoi(pb); err != nil || errN != nil || n != port || port == 0 {
+		return 0, false
+	}
+	ha, hb = listenHost(ha), listenHost(hb)
+	return port, ha == "" || hb == "" || ha == hb
+}
+
+// listenHost spells the host a listener binds one way: "" for every
+// interface, "localhost" for the loopback address under any of its names,
+// an IP address in its canonical form, a name in lower case.
+func listenHost(h string) string {
+	if a, err := netip.ParseAddr(h); err == nil {
+		a = a.Unmap()
+		switch {
+		case a.IsUnspecified():
+			return ""
+		case a == netip.IPv6Loopback() || a == netip.AddrFrom4([4]byte{127, 0, 0, 1}):
+			return "localhost"
+		}
+		return a.String()
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
 }
 
 // isHostName accepts a host name as a browser sends it in Host, without
