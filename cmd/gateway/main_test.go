@@ -129,6 +129,21 @@ routes:
 	}
 }
 
+// An OTLP protocol that serve would refuse at start fails check.
+func TestCheckRefusesUnsupportedOTLPProtocol(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "otlp.yaml")
+	writeFile(t, path, `
+telemetry: {traces: {exporter: otlp}}
+routes:
+  - {name: a, path: /a, preset: github, verify: {secrets: [s3cr3t]}, upstream: {url: "http://127.0.0.1:9000/a"}}
+`)
+	code, _, errOut := runCLI(t, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, "check", "-config", path)
+	want := `telemetry.traces.exporter: OTLP protocol "http/json" is not supported (want http/protobuf or grpc; from OTEL_EXPORTER_OTLP_PROTOCOL)`
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, want 1 and %q:\n%s", code, want, errOut)
+	}
+}
+
 func TestMigrateCreatesSchema(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")

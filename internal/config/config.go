@@ -552,6 +552,10 @@ const (
 	ExporterStdout = "stdout"
 	ExporterOTLP   = "otlp"
 
+	// OTLP trace protocols: OTLPProtocols lists them.
+	OTLPHTTPProtobuf = "http/protobuf"
+	OTLPGRPC         = "grpc"
+
 	// Scheme names are verify's: one list for what config accepts and what
 	// the verifier implements.
 	SchemeStandardWebhooks = verify.SchemeStandardWebhooks

@@ -699,6 +699,19 @@ func TestListenersOnOnePort(t *testing.T) {
 	}
 }
 
+// The OTLP protocol serve's exporter would refuse is refused by check, by
+// the variable that names it; with another exporter it is not read.
+func TestOTLPProtocolFromEnvironment(t *testing.T) {
+	otlp := minimal + "telemetry: {traces: {exporter: otlp}}\n"
+	errs := mustFail(t, otlp, "OTEL_EXPORTER_OTLP_PROTOCOL=http/json")
+	assertProblem(t, errs, "telemetry.traces.exporter",
+		`OTLP protocol "http/json" is not supported (want http/protobuf or grpc; from OTEL_EXPORTER_OTLP_PROTOCOL)`)
+	errs = mustFail(t, otlp, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=thrift")
+	assertProblem(t, errs, "telemetry.traces.exporter", `"thrift" is not supported (want http/protobuf or grpc; from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)`)
+	mustLoad(t, otlp, "OTEL_EXPORTER_OTLP_PROTOCOL=http/json", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc")
+	mustLoad(t, minimal, "OTEL_EXPORTER_OTLP_PROTOCOL=http/json")
+}
+
 func TestSeveralErrorsAreAllListed(t *testing.T) {
 	errs := mustFail(t, `
 serverr: {}

@@ -57,7 +57,8 @@ func Load(path string, environ []string) (*Config, error) {
 //  4. ${NAME} and ${NAME:-default} in string values, from environ; an unset
 //     NAME without default is an error (":-" also applies to an empty NAME);
 //  5. each route's preset, under the keys the route sets itself;
-//  6. type checks (unknown keys, bad durations and sizes) and Validate.
+//  6. type checks (unknown keys, bad durations and sizes), Validate, and
+//     the OTLP protocol the OTEL_EXPORTER_OTLP_* variables name.
 //
 // A key written with no value (`lease:`) counts as unset. On any problem the
 // error is an Errors listing all of them, each with its key path; the
@@ -121,6 +122,7 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err
 	}
+	c.validateEnvironment(&phases[2], lookupIn(environ))
 
 	problems := mergePhases(phases[:])
 	for _, p := range problems {

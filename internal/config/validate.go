@@ -311,6 +311,41 @@ func (c *Config) validateTelemetry(errs *Errors) {
 	oneOf(errs, "telemetry.log.format", t.Log.Format, "json", "text")
 }
 
+// OTLPProtocols are the OTLP trace protocols the exporter speaks, its
+// default first: one list for what check accepts and what serve starts.
+var OTLPProtocols = []string{OTLPHTTPProtobuf, OTLPGRPC}
+
+// OTLPProtocol is the OTLP trace protocol that
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, or else OTEL_EXPORTER_OTLP_PROTOCOL,
+// asks for, looked up by getenv; the default when neither is set. An error
+// when it is none of OTLPProtocols.
+func OTLPProtocol(getenv func(string) string) (string, error) {
+	name := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	p := getenv(name)
+	if p == "" {
+		name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+		p = getenv(name)
+	}
+	switch {
+	case p == "":
+		return OTLPProtocols[0], nil
+	case !contains(OTLPProtocols, p):
+		return "", fmt.Errorf("OTLP protocol %q is not supported (want %s; from %s)", p, orList(OTLPProtocols), name)
+	}
+	return p, nil
+}
+
+// validateEnvironment checks the variables beyond HOOKSTAMP_* and ${NAME}
+// that serve reads at start: the OTLP exporter's protocol.
+func (c *Config) validateEnvironment(errs *Errors, lookup func(string) (string, bool)) {
+	if c.Telemetry.Traces.Exporter != ExporterOTLP {
+		return
+	}
+	if _, err := OTLPProtocol(func(name string) string { v, _ := lookup(name); return v }); err != nil {
+		errs.add("telemetry.traces.exporter", "%v", err)
+	}
+}
+
 func (c *Config) validateRoutes(errs *Errors) {
 	if len(c.Routes) == 0 {
 		errs.add("routes", "at least one route is required")

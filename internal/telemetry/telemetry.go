@@ -274,27 +274,20 @@ func LogErrors(log *slog.Logger) {
 // ShutdownTimeout bounds the final flush when the caller has no deadline.
 const ShutdownTimeout = 5 * time.Second
 
-// otlpExporter is the OTLP trace exporter OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
-// (or OTEL_EXPORTER_OTLP_PROTOCOL) asks for: http/protobuf, the default,
-// or grpc. The exporters read the other OTEL_EXPORTER_OTLP_{,TRACES_}*
-// variables (endpoint, headers, timeout, compression, certificates,
-// insecure) themselves, and connect lazily.
+// otlpExporter is the OTLP trace exporter of the protocol the environment
+// asks for (config.OTLPProtocol). The exporters read the other
+// OTEL_EXPORTER_OTLP_{,TRACES_}* variables (endpoint, headers, timeout,
+// compression, certificates, insecure) themselves, and connect lazily.
 func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
-	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	protocol, err := config.OTLPProtocol(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
-	switch protocol {
-	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
+	var exp sdktrace.SpanExporter
+	if protocol == config.OTLPGRPC {
 		exp, err = otlptracegrpc.New(ctx)
-	default:
-		return nil, fmt.Errorf("telemetry: OTLP protocol %q is not supported (want grpc or http/protobuf)", protocol)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: otlp trace exporter (%s): %w", protocol, err)

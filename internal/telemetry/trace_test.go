@@ -519,8 +519,9 @@ func TestOTLPExporterProtocol(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
 	_, err = gateway.New(context.Background(), gatewayConfig(t, "http://127.0.0.1:9", oneRoute, "telemetry: {traces: {exporter: otlp}}"),
 		gateway.Options{Logger: testLogger(t)})
-	if err == nil || !strings.Contains(err.Error(), `"http/json" is not supported`) {
-		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v, want a start-up error naming it", err)
+	// The words of gateway check's error (config.OTLPProtocol).
+	if want := `telemetry: OTLP protocol "http/json" is not supported (want http/protobuf or grpc; from OTEL_EXPORTER_OTLP_PROTOCOL)`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v, want a start-up error %q", err, want)
 	}
 }
 
