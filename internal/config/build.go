@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -66,14 +67,23 @@ func (v Verify) verifier() (verify.Verifier, error) {
 		return nil, nil
 	}
 	var secrets []string
-	for _, s := range v.Secrets {
+	var at []int // at[i] is the index in v.Secrets of secrets[i]
+	for i, s := range v.Secrets {
 		if strings.TrimSpace(s) != "" {
 			secrets = append(secrets, s)
+			at = append(at, i)
 		}
 	}
-	return verify.New(verify.Options{Scheme: v.Scheme, Secrets: secrets, PublicKey: v.PublicKey, URL: v.URL,
+	ver, err := verify.New(verify.Options{Scheme: v.Scheme, Secrets: secrets, PublicKey: v.PublicKey, URL: v.URL,
 		Tolerance: v.Tolerance, Header: v.Header, Algorithm: v.Algorithm, Encoding: v.Encoding, Prefix: v.Prefix,
 		JSON: v.JSON, Template: v.Template, Separator: v.Separator, SecretEncoding: v.SecretEncoding,
 		Single: v.Single, Challenge: v.Challenge, ChallengeToken: v.ChallengeToken,
 		Timestamp: verify.TimestampSource{Header: v.Timestamp.Header, JSON: v.Timestamp.JSON, Unit: v.Timestamp.Unit}})
+	// The error names the secret as the configuration lists it, the empty
+	// ones (a rotation's unset slot) counted.
+	var se *verify.SecretError
+	if errors.As(err, &se) {
+		se.Index = at[se.Index]
+	}
+	return ver, err
 }

@@ -36,6 +36,17 @@ routes:
 	}
 }
 
+// A rotation's empty slot is counted when a bad secret is named: the
+// error points at the entry the file lists, not at its place among the
+// non-empty ones.
+func TestBadSecretNamedByItsIndexInTheFile(t *testing.T) {
+	errs := mustFail(t, minimal+`    verify: {scheme: hmac, header: X-S, secret_encoding: hex, secrets: ["${NEW_SECRET:-}", "${OLD_SECRET}"]}
+`, "OLD_SECRET=not-hex")
+	if got, want := errs.Error(), "routes[0].verify.secrets[1]: not hex"; got != want {
+		t.Errorf("error:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // Keys of scheme hmac set on a built-in scheme are each named, in one
 // run: they would otherwise be ignored, the route verifying otherwise
 // than its file says.

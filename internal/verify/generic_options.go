@@ -6,6 +6,7 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"strings"
@@ -113,10 +114,10 @@ func decodeSecrets(secrets []string, enc string) ([][]byte, error) {
 		}
 		if err != nil {
 			// Not wrapped: the decoder's message quotes the secret's bytes.
-			return nil, fmt.Errorf("secrets[%d]: not %s", i, enc)
+			return nil, &SecretError{Index: i, Err: errors.New("not " + enc)}
 		}
 		if len(out[i]) == 0 {
-			return nil, fmt.Errorf("secrets[%d]: empty", i)
+			return nil, &SecretError{Index: i, Err: errEmptySecret}
 		}
 	}
 	return out, nil

@@ -174,13 +174,13 @@ func newKeyring(o Options) (keyring, error) {
 	keys := make(keyring, 0, len(o.Secrets))
 	for i, s := range o.Secrets {
 		if s == "" {
-			return nil, fmt.Errorf("secrets[%d]: empty", i)
+			return nil, &SecretError{Index: i, Err: errEmptySecret}
 		}
 		key := []byte(s)
 		if o.Scheme == SchemeStandardWebhooks {
 			var err error
 			if key, err = standardKey(s); err != nil {
-				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+				return nil, &SecretError{Index: i, Err: err}
 			}
 		}
 		keys = append(keys, newMACKey(sha256.New, key))

@@ -27,7 +27,7 @@ func newToken(o Options) (*token, error) {
 	v := &token{src: src}
 	for i, s := range o.Secrets {
 		if s == "" {
-			return nil, fmt.Errorf("secrets[%d]: empty", i)
+			return nil, &SecretError{Index: i, Err: errEmptySecret}
 		}
 		v.digests = append(v.digests, sha256.Sum256([]byte(s)))
 	}

@@ -229,6 +229,18 @@ type Options struct {
 	Now func() time.Time
 }
 
+// SecretError is a problem with Options.Secrets[Index].
+type SecretError struct {
+	Index int
+	Err   error
+}
+
+func (e *SecretError) Error() string { return fmt.Sprintf("secrets[%d]: %v", e.Index, e.Err) }
+
+func (e *SecretError) Unwrap() error { return e.Err }
+
+var errEmptySecret = errors.New("empty")
+
 // New validates o and returns the Verifier for its scheme. Errors name the
 // offending option by its configuration key (secrets, public_key, url,
 // tolerance, header, algorithm, encoding, prefix) and never contain a
