@@ -930,6 +930,22 @@ func TestRepositoryConfigLoads(t *testing.T) {
 	}
 }
 
+// The Redis password and the DSN are read from secret files too, whose
+// last line ends in a newline: kept, AUTH would fail once serve connects,
+// and the DSN would not parse (or name another SQLite file).
+func TestRedisPasswordAndDSNAreTrimmed(t *testing.T) {
+	c := mustLoad(t, minimal+`screen: {redis: {password: "${REDIS_PASSWORD}"}}
+store: {driver: postgres, dsn: "${DB_DSN}"}
+`, "REDIS_PASSWORD=r3dis\n", "DB_DSN=postgres://app:pw@db:5432/hooks\n")
+	if c.Screen.Redis.Password != "r3dis" || c.Store.DSN != "postgres://app:pw@db:5432/hooks" {
+		t.Errorf("screen.redis.password %q, store.dsn %q; want them without the newline", c.Screen.Redis.Password, c.Store.DSN)
+	}
+	c = mustLoad(t, minimal, "HOOKSTAMP_SCREEN__REDIS__PASSWORD=r3dis\r\n", "HOOKSTAMP_STORE__DSN=data/hooks.db\n")
+	if c.Screen.Redis.Password != "r3dis" || c.Store.DSN != "data/hooks.db" {
+		t.Errorf("from the environment: screen.redis.password %q, store.dsn %q; want them without the newline", c.Screen.Redis.Password, c.Store.DSN)
+	}
+}
+
 func TestLoadFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Load(filepath.Join(dir, "absent.yaml"), nil); !errors.Is(err, os.ErrNotExist) {

@@ -109,6 +109,11 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	// presented one; a token read from a secret file often ends in a
 	// newline, which would make it impossible to present.
 	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
+	// The Redis password and the DSN come from secret files as well: a
+	// password kept with its newline fails AUTH only once serve connects,
+	// and a DSN with one names another SQLite file or reads as a bad URL.
+	c.Screen.Redis.Password = strings.TrimSpace(c.Screen.Redis.Password)
+	c.Store.DSN = strings.TrimSpace(c.Store.DSN)
 	// Signing secrets come the same way (${STRIPE_WEBHOOK_SECRET} from a
 	// Kubernetes Secret or a file) and no provider's secret begins or ends
 	// in white space: kept, a trailing newline would make every genuine
