@@ -144,6 +144,22 @@ routes:
 	}
 }
 
+// A misspelt key is named even while its ${NAME} is unset.
+func TestCheckNamesUnknownKeyBesideAnUnsetVariable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.yaml")
+	writeFile(t, path, `
+admin: {tokn: "${HOOKSTAMP_ADMIN_TOKEN}"}
+routes:
+  - {name: a, path: /a, preset: github, verify: {secrets: [s3cr3t]}, upstream: {url: "http://127.0.0.1:9000/a"}}
+`)
+	code, _, errOut := runCLI(t, nil, "check", "-config", path)
+	for _, want := range []string{"admin.tokn: environment variable HOOKSTAMP_ADMIN_TOKEN is not set", `admin.tokn: unknown key (did you mean "token"?)`} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d, want 1 and %q:\n%s", code, want, errOut)
+		}
+	}
+}
+
 func TestMigrateCreatesSchema(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")

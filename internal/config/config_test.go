@@ -294,6 +294,18 @@ func TestEnvironmentOverridesAFileReference(t *testing.T) {
 	}
 }
 
+// A misspelt key whose ${NAME} is unset is reported as unknown too: told
+// only of the variable, the operator would set it and learn of the typo on
+// the next run, the value never used.
+func TestUnknownKeyBesideAnUnsetVariable(t *testing.T) {
+	errs := mustFail(t, minimal+`admin: {tokn: "${HOOKSTAMP_ADMIN_TOKEN}"}`+"\n")
+	want := "admin.tokn: environment variable HOOKSTAMP_ADMIN_TOKEN is not set (write ${HOOKSTAMP_ADMIN_TOKEN:-} to default to empty)\n" +
+		`admin.tokn: unknown key (did you mean "token"?)`
+	if got := errs.Error(); got != want {
+		t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // admin.console_hosts takes host names (a container's with "_", a final
 // dot, an IP address), from the file or, comma-separated, the environment.
 func TestConsoleHosts(t *testing.T) {

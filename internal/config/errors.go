@@ -10,6 +10,9 @@ import (
 type FieldError struct {
 	Path string
 	Msg  string
+	// ofKey marks a problem with the key itself (an unknown one): a
+	// problem with its value does not cover it.
+	ofKey bool
 }
 
 func (e *FieldError) Error() string {

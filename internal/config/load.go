@@ -253,6 +253,8 @@ func decode(tree any, c *Config) error {
 // mergePhases keeps every problem of the first phase, and problems of later
 // phases only when no earlier problem covers their path: a bad value that
 // was reported and replaced must not be reported again as, say, "required".
+// An unknown key is a problem of its own beside any with its value (an
+// unset ${NAME} there): fixing the one would not fix the other.
 func mergePhases(phases []Errors) Errors {
 	var out Errors
 	for _, phase := range phases {
@@ -260,7 +262,7 @@ func mergePhases(phases []Errors) Errors {
 		for _, e := range phase {
 			covered := false
 			for _, prev := range out[:seen] {
-				if covers(prev.Path, e.Path) {
+				if !e.ofKey && covers(prev.Path, e.Path) {
 					covered = true
 					break
 				}

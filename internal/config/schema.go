@@ -178,7 +178,7 @@ func (s *schema) structure(path string, t reflect.Type, v, def any) any {
 	for _, k := range sortedKeys(m) {
 		f, ok := fields[k]
 		if !ok {
-			s.errs.add(join(path, k), "unknown key%s", suggest(k, names))
+			*s.errs = append(*s.errs, &FieldError{Path: join(path, k), Msg: "unknown key" + suggest(k, names), ofKey: true})
 			continue
 		}
 		out[k] = s.value(join(path, k), f.Type, m[k], defs[k])
