@@ -40,23 +40,7 @@ func TestRouteSwitchedFromAsyncToSyncAnswersItsQueuedAndDeadDeliveries(t *testin
 			fmt.Fprintf(w, `{"taken":%q,"n":%d}`, key, n)
 		})
 
-		async := s.config(t, up.URL, `    delivery: async
-    async:
-      max_attempts: 2
-      backoff: {initial: 5ms, max: 1h}
-`, "")
-		g1 := startGatewayWith(t, async, asyncOptions(t))
-		for _, key := range []string{"evt_dead", "evt_queued"} {
-			wantOutcome(t, send(t, g1, "/hooks", `{"id":"`+key+`"}`), http.StatusAccepted, "accepted")
-		}
-		waitState(t, g1, "evt_dead", idempotency.StateDead)
-		testenv.Eventually(t, 20*time.Second, "evt_queued's first attempt recorded", func() bool {
-			a, err := g1.Ledger().Attempts(t0ctx, idempotency.Ref{Route: "hooks", Key: "evt_queued"})
-			return err == nil && len(a) == 1
-		})
-		if rec := lookup(t, g1, "hooks", "evt_queued"); rec.State != idempotency.StateQueued {
-			t.Fatalf("evt_queued is %s before the switch, want queued", rec.State)
-		}
+		g1 := startWithDeadAndQueued(t, s, up)
 		shutdownGateway(t, g1)
 		dead, queued := up.count("evt_dead"), up.count("evt_queued")
 		if dead != 2 || queued != 1 {
@@ -102,4 +86,30 @@ func TestRouteSwitchedFromAsyncToSyncAnswersItsQueuedAndDeadDeliveries(t *testin
 			}
 		}
 	})
+}
+
+// startWithDeadAndQueued starts a gateway on s with the async route hooks,
+// two attempts a delivery, and sends it evt_dead and evt_queued: it returns
+// once up, failing them, has made evt_dead dead and had evt_queued's first
+// attempt (up's Retry-After on it keeps it queued).
+func startWithDeadAndQueued(t *testing.T, s *stores, up *upstream) *Gateway {
+	t.Helper()
+	async := s.config(t, up.URL, `    delivery: async
+    async:
+      max_attempts: 2
+      backoff: {initial: 5ms, max: 1h}
+`, "")
+	g := startGatewayWith(t, async, asyncOptions(t))
+	for _, key := range []string{"evt_dead", "evt_queued"} {
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"`+key+`"}`), http.StatusAccepted, "accepted")
+	}
+	waitState(t, g, "evt_dead", idempotency.StateDead)
+	testenv.Eventually(t, 20*time.Second, "evt_queued's first attempt recorded", func() bool {
+		a, err := g.Ledger().Attempts(t0ctx, idempotency.Ref{Route: "hooks", Key: "evt_queued"})
+		return err == nil && len(a) == 1
+	})
+	if rec := lookup(t, g, "hooks", "evt_queued"); rec.State != idempotency.StateQueued {
+		t.Fatalf("evt_queued is %s after its first attempt, want queued", rec.State)
+	}
+	return g
 }

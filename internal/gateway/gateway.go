@@ -265,6 +265,9 @@ func (g *Gateway) Start() error {
 		return err
 	}
 	g.startQueue(ctx)
+	g.retry(ctx, g.warnUnconfigured, func(err error, wait time.Duration) {
+		g.log.Debug("routes not configured: ledger not read; trying again", "err", err, "in", wait)
+	})
 	if g.cfg.Store.SweepInterval > 0 {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.sweep(ctx) }()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,16 +171,24 @@ func (g *Gateway) startQueue(ctx context.Context) {
 	if g.queue.q == nil {
 		return
 	}
+	g.retry(ctx, func(context.Context) error { return g.tryStartQueue() }, func(err error, wait time.Duration) {
+		g.log.Warn("delivery queue not started; trying again", "err", err, "in", wait)
+	})
+}
+
+// retry calls try in the background until it succeeds or ctx ends, with
+// failed told of each failure and the wait before the next try.
+func (g *Gateway) retry(ctx context.Context, try func(context.Context) error, failed func(err error, wait time.Duration)) {
 	g.bg.Add(1)
 	go func() {
 		defer g.bg.Done()
 		wait := 100 * time.Millisecond
 		for {
-			err := g.tryStartQueue()
+			err := try(ctx)
 			if err == nil {
 				return
 			}
-			g.log.Warn("delivery queue not started; trying again", "err", err, "in", wait)
+			failed(err, wait)
 			select {
 			case <-ctx.Done():
 				return
@@ -188,6 +197,47 @@ func (g *Gateway) startQueue(ctx context.Context) {
 			wait = min(2*wait, 5*time.Second)
 		}
 	}()
+}
+
+// warnUnconfigured warns of every route the configuration does not name
+// that has deliveries waiting in the ledger: a route renamed or removed
+// with rows queued, dead or held. Its queued ones are never swept and no
+// queue works them, and the admin API answers only for configured
+// routes, so without this word they would wait unseen.
+func (g *Gateway) warnUnconfigured(ctx context.Context) error {
+	stats, err := g.ledger.QueueStats(ctx)
+	if err != nil {
+		return err
+	}
+	held, err := g.ledger.CountHeldByRoute(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for name := range stats {
+		names = append(names, name)
+	}
+	for name := range held {
+		if _, ok := stats[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if slices.ContainsFunc(g.cfg.Routes, func(r config.Route) bool { return r.Name == name }) {
+			continue
+		}
+		st := stats[name]
+		args := []any{"route", name, "queued", st.Queued, "dead", st.Dead, "held", held[name]}
+		if st.Queued > 0 {
+			args = append(args, "oldest", st.OldestQueued)
+		}
+		g.log.Warn("route no longer configured has deliveries waiting in the ledger: nothing delivers its queued ones, which are never swept, "+
+			"and the admin API serves configured routes only. Configure a route of that name again to deliver them, "+
+			"and to redrive or delete its dead ones and resolve its held ones through the admin API; left so, those are swept after their retention",
+			args...)
+	}
+	return nil
 }
 
 // tryStartQueue starts the queue unless it is started or being stopped.
