@@ -14,15 +14,17 @@ import (
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
-// failCommitLedger fails the first Commit as an unreachable ledger would
-// (the statement never reached the database); everything else works.
+// failCommitLedger fails the first Commit, or every one if always is
+// set, as an unreachable ledger would (the statement never reached the
+// database); everything else works.
 type failCommitLedger struct {
 	idempotency.Ledger
+	always bool
 	failed atomic.Bool
 }
 
 func (l *failCommitLedger) Commit(ctx context.Context, rec *idempotency.Record, owner string, now time.Time) error {
-	if l.failed.CompareAndSwap(false, true) {
+	if l.failed.CompareAndSwap(false, true) || l.always {
 		return fmt.Errorf("commit: %w: connection reset", idempotency.ErrUnavailable)
 	}
 	return l.Ledger.Commit(ctx, rec, owner, now)
@@ -51,29 +53,36 @@ func wantReplayOf(t *testing.T, r idempotency.Result, forwards *atomic.Int64, bo
 // the screen entry is kept as done so that repeats are still intercepted
 // while it lives. The embedded default builds its memory screen with
 // NoDone (the local cache keeps done records); the screen must keep this
-// one all the same, whether or not the cache is on.
+// one all the same, whether or not the cache is on, and however large the
+// answer: one past a shard's share of the screen's budget for done entries
+// (32 MiB over 64 shards) was dropped as soon as it was kept. The ledger
+// keeps failing commits, so that the repeat cannot land the first's
+// record by retrying its commit.
 func TestCommitFailureMemoryScreenInterceptsRepeats(t *testing.T) {
 	for _, cache := range []int{32 << 20, 0} {
-		t.Run(fmt.Sprintf("local cache %d", cache), func(t *testing.T) {
-			commitFailureMemoryScreen(t, cache)
-		})
+		for _, size := range []int{8, 600 << 10} {
+			t.Run(fmt.Sprintf("local cache %d, answer %d bytes", cache, size), func(t *testing.T) {
+				commitFailureMemoryScreen(t, cache, size)
+			})
+		}
 	}
 }
 
-func commitFailureMemoryScreen(t *testing.T, cacheBytes int) {
+func commitFailureMemoryScreen(t *testing.T, cacheBytes, size int) {
 	ctx := context.Background()
 	l := sqliteLedger(t)
 	// As gateway.New builds them for screen.driver: memory.
 	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10, NoDone: cacheBytes > 0})
 	t.Cleanup(s.Close)
-	e := newEngine(t, idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l},
+	e := newEngine(t, idempotency.Options{Screen: s, Ledger: &failCommitLedger{Ledger: l, always: true},
 		ScreenUnavailable: idempotency.FailStore, Cache: idempotency.NewCache(cacheBytes, 64<<10, 0)})
+	first, second := bytes.Repeat([]byte("1"), size), bytes.Repeat([]byte("2"), size)
 	var forwards atomic.Int64
 	d := idempotency.Delivery{Ref: idempotency.Ref{Route: "r", Key: "evt_commit_fails"}}
-	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":1}`))); r.Outcome != idempotency.Forwarded {
+	if r := e.Handle(ctx, racePolicy, d, fwdBody(&forwards, first)); r.Outcome != idempotency.Forwarded {
 		t.Fatalf("first delivery: %s (%v)", r.Outcome, r.Err)
 	}
-	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, []byte(`{"ok":2}`))), &forwards, []byte(`{"ok":1}`))
+	wantReplayOf(t, e.Handle(ctx, racePolicy, d, fwdBody(&forwards, second)), &forwards, first)
 }
 
 // The same with the Redis screen and a response larger than

@@ -33,14 +33,25 @@ type Options struct {
 	// first (DefaultMaxDoneBytes when zero; negative: no bound): a repeat
 	// of a dropped key is confirmed in the ledger.
 	MaxDoneBytes int
+	// MaxUnrecordedBytes bounds, apart from MaxDoneBytes, the Unrecorded
+	// done entries (DefaultMaxUnrecordedBytes when zero; negative: no
+	// bound). A repeat of a dropped one has no row to be confirmed by and
+	// is forwarded again, so the newest of each shard is never dropped,
+	// and recorded entries never push one out.
+	MaxUnrecordedBytes int
 	// NoDone keeps no done entries except Unrecorded ones (no ledger row
 	// would catch their repeats): Complete ends the claim. For a gateway
 	// whose local cache keeps the done records in the same process.
 	NoDone bool
 }
 
-// DefaultMaxDoneBytes is Options.MaxDoneBytes when zero.
-const DefaultMaxDoneBytes = 32 << 20
+// Defaults of Options.MaxDoneBytes and Options.MaxUnrecordedBytes. The
+// engine retries the commits of as many bytes of unrecorded records
+// (idempotency.MaxCommitRetryBytes).
+const (
+	DefaultMaxDoneBytes       = 32 << 20
+	DefaultMaxUnrecordedBytes = idempotency.MaxCommitRetryBytes
+)
 
 // shardCount spreads the lock over parallel claims.
 const shardCount = 64
@@ -50,11 +61,12 @@ const shardCount = 64
 type Screen struct {
 	maxBody int
 	noDone  bool
-	// maxDone is each shard's share of MaxDoneBytes; 0 = no bound.
-	maxDone int
-	now     func() time.Time
-	seed    maphash.Seed
-	shards  [shardCount]shard
+	// maxDone and maxUnrecorded are each shard's shares of MaxDoneBytes
+	// and MaxUnrecordedBytes; 0 = no bound.
+	maxDone, maxUnrecorded int
+	now                    func() time.Time
+	seed                   maphash.Seed
+	shards                 [shardCount]shard
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -67,18 +79,63 @@ type shard struct {
 	mu  sync.Mutex
 	m   map[idempotency.Ref]*entry
 	seq uint64
-	// done lists the done entries oldest first, for eviction; stale items
-	// are skipped and swept. doneBytes sums the sizes of those in m.
-	done      []doneItem
-	doneHead  int
-	doneBytes int
+	// done and unrecorded list the done entries, oldest first, for
+	// eviction: recorded ones and Unrecorded ones, each within its own
+	// budget.
+	done, unrecorded fifo
 	// forgotten: Forget's tombstones, until when.
 	forgotten map[idempotency.Ref]time.Time
+}
+
+// fifo lists done entries oldest first; stale items (entries dropped or
+// replaced since) are skipped and swept. bytes sums the sizes of the live
+// ones.
+type fifo struct {
+	items []doneItem
+	head  int
+	bytes int
 }
 
 type doneItem struct {
 	ref idempotency.Ref
 	seq uint64 // the entry's, to tell it from a later one of the same key
+}
+
+func (f *fifo) push(ref idempotency.Ref, e *entry) {
+	f.items = append(f.items, doneItem{ref: ref, seq: e.seq})
+	f.bytes += e.size
+}
+
+// evict drops the oldest of f's entries from sh until f is within budget
+// (0: no bound), sparing the entry numbered keep; sh.mu is held.
+func (f *fifo) evict(sh *shard, budget int, keep uint64) {
+	for budget > 0 && f.bytes > budget && f.head < len(f.items) {
+		it := f.items[f.head]
+		if it.seq == keep {
+			break
+		}
+		f.head++
+		if old := sh.m[it.ref]; old != nil && old.done && old.seq == it.seq {
+			sh.forgetDone(old)
+			delete(sh.m, it.ref)
+		}
+	}
+	if f.head > len(f.items)/2 {
+		f.items = append(f.items[:0], f.items[f.head:]...)
+		f.head = 0
+	}
+}
+
+// sweep drops the items whose entry is gone or was replaced; sh.mu is held.
+func (f *fifo) sweep(sh *shard) {
+	live := f.items[:0]
+	for _, it := range f.items[f.head:] {
+		if e := sh.m[it.ref]; e != nil && e.done && e.seq == it.seq {
+			live = append(live, it)
+		}
+	}
+	clear(f.items[len(live):])
+	f.items, f.head = live, 0
 }
 
 // entry is one key's state, never modified once another goroutine may have
@@ -109,18 +166,22 @@ func (e *entry) wake() {
 
 // New returns a Screen and starts its janitor; Close stops it.
 func New(o Options) *Screen {
-	maxDone := o.MaxDoneBytes
+	maxDone, maxUnrecorded := o.MaxDoneBytes, o.MaxUnrecordedBytes
 	if maxDone == 0 {
 		maxDone = DefaultMaxDoneBytes
 	}
+	if maxUnrecorded == 0 {
+		maxUnrecorded = DefaultMaxUnrecordedBytes
+	}
 	s := &Screen{
-		maxBody: o.MaxCachedBody,
-		noDone:  o.NoDone,
-		maxDone: max(maxDone, 0) / shardCount,
-		now:     o.Now,
-		seed:    maphash.MakeSeed(),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		maxBody:       o.MaxCachedBody,
+		noDone:        o.NoDone,
+		maxDone:       max(maxDone, 0) / shardCount,
+		maxUnrecorded: max(maxUnrecorded, 0) / shardCount,
+		now:           o.Now,
+		seed:          maphash.MakeSeed(),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -239,19 +300,12 @@ func (s *Screen) Complete(_ context.Context, ref idempotency.Ref, owner string, 
 	sh.seq++
 	ne := &entry{done: true, val: kept, dropAt: now.Add(ttl), seq: sh.seq, size: doneSize(ref, kept)}
 	sh.m[ref] = ne
-	sh.done = append(sh.done, doneItem{ref: ref, seq: ne.seq})
-	sh.doneBytes += ne.size
-	for s.maxDone > 0 && sh.doneBytes > s.maxDone && sh.doneHead < len(sh.done) {
-		it := sh.done[sh.doneHead]
-		sh.doneHead++
-		if old := sh.m[it.ref]; old != nil && old.done && old.seq == it.seq {
-			sh.forgetDone(old)
-			delete(sh.m, it.ref)
-		}
-	}
-	if sh.doneHead > len(sh.done)/2 {
-		sh.done = append(sh.done[:0], sh.done[sh.doneHead:]...)
-		sh.doneHead = 0
+	if kept.Unrecorded {
+		sh.unrecorded.push(ref, ne)
+		sh.unrecorded.evict(sh, s.maxUnrecorded, ne.seq)
+	} else {
+		sh.done.push(ref, ne)
+		sh.done.evict(sh, s.maxDone, 0)
 	}
 	return nil
 }
@@ -267,14 +321,19 @@ func (s *Screen) endClaim(ref idempotency.Ref, owner string, refill bool) {
 			return // a stale read must not end another delivery's claim
 		}
 		e.wake()
+		sh.forgetDone(e)
 		delete(sh.m, ref)
 	}
 }
 
 // forgetDone takes a done entry out of the accounting; sh.mu is held.
 func (sh *shard) forgetDone(e *entry) {
-	if e.done {
-		sh.doneBytes -= e.size
+	switch {
+	case !e.done:
+	case e.val.Unrecorded:
+		sh.unrecorded.bytes -= e.size
+	default:
+		sh.done.bytes -= e.size
 	}
 }
 
@@ -420,15 +479,8 @@ func (s *Screen) sweep() {
 				delete(sh.m, ref)
 			}
 		}
-		// Drop eviction items whose entry is gone or was replaced.
-		live := sh.done[:0]
-		for _, it := range sh.done[sh.doneHead:] {
-			if e := sh.m[it.ref]; e != nil && e.done && e.seq == it.seq {
-				live = append(live, it)
-			}
-		}
-		clear(sh.done[len(live):])
-		sh.done, sh.doneHead = live, 0
+		sh.done.sweep(sh)
+		sh.unrecorded.sweep(sh)
 		sh.mu.Unlock()
 	}
 }

@@ -338,3 +338,52 @@ func TestNoDoneRefillEndsOnlyItsOwnClaim(t *testing.T) {
 		t.Fatalf("repeat after the stale refill: %v owned by %q, want in flight for the new delivery", c.Status, c.Owner)
 	}
 }
+
+// An Unrecorded entry is the only copy of its answer: done entries of
+// recorded deliveries, however many, never push one out, and Unrecorded
+// entries are bounded by their own budget, within which the newest is
+// kept even when it alone is larger than the budget's share.
+func TestUnrecordedEntriesHaveTheirOwnBudget(t *testing.T) {
+	const budget = 256 << 10
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 1 << 10, MaxDoneBytes: budget, MaxUnrecordedBytes: budget})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	complete := func(key string, body []byte, unrecorded bool) {
+		t.Helper()
+		e := &idempotency.Entry{Response: idempotency.Response{Status: 200, Body: body}, Unrecorded: unrecorded}
+		if err := s.Complete(ctx, idempotency.Ref{Route: "r", Key: key}, "o", e, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(key string) idempotency.ClaimStatus {
+		t.Helper()
+		c, err := s.Claim(ctx, idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "r", Key: key}, Owner: "x", Lease: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Status
+	}
+	huge := make([]byte, 2*budget)
+	complete("unrecorded-huge", huge, true)
+	complete("unrecorded-small", make([]byte, 512), true)
+	for i := range 20000 { // ~20 MB of recorded answers through a 256 KiB budget
+		complete(fmt.Sprint("done-", i), make([]byte, 512), false)
+	}
+	for _, key := range []string{"unrecorded-huge", "unrecorded-small"} {
+		if st := status(key); st != idempotency.Done {
+			t.Errorf("%s after a flood of recorded answers: %v, want done (its repeats have no ledger row to meet)", key, st)
+		}
+	}
+	for i := range 20000 {
+		complete(fmt.Sprint("unrecorded-", i), make([]byte, 512), true)
+	}
+	if got, most := s.Len(), 2*(budget/512)+2; got > most {
+		t.Errorf("screen holds %d entries, want at most %d: unrecorded entries are bounded too", got, most)
+	}
+	if st := status("unrecorded-19999"); st != idempotency.Done {
+		t.Errorf("the newest unrecorded entry: %v, want done", st)
+	}
+	if st := status("unrecorded-0"); st != idempotency.Acquired {
+		t.Errorf("the oldest unrecorded entry past the budget: %v, want dropped", st)
+	}
+}
