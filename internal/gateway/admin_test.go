@@ -917,3 +917,20 @@ func wantStatsOn(t *testing.T, want any, gws ...*gateway.Gateway) {
 		}
 	}
 }
+
+// Screen keys are {prefix}{route}:{key}: a prefix not ending in ":" can
+// name another deployment's keys on a shared Redis, so it is warned about.
+func TestScreenPrefixWithoutSeparatorIsWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		suffix string
+		warned bool
+	}{{"", false}, {"shop", true}} {
+		s := sharedSetup(t)
+		s.store, s.dsn = "sqlite", filepath.Join(t.TempDir(), "ledger.db")
+		s.pfx += tc.suffix
+		s.start(t)
+		if got := strings.Contains(s.logs.String(), "screen.prefix does not end"); got != tc.warned {
+			t.Errorf("prefix %q: warned %v, want %v; logs:\n%s", s.pfx, got, tc.warned, s.logs)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
@@ -39,6 +40,12 @@ func (g *Gateway) openScreen() error {
 		}
 		g.screen, g.screenPing = s, s.Ping
 		g.closers = append(g.closers, s.Close)
+		if p := cfg.Screen.Prefix; p != "" && !strings.HasSuffix(p, ":") {
+			// Keys are {prefix}{route}:{key}: "shop" with route "1" and
+			// "shop1:" with route "stripe" both name shop1:stripe:evt_1.
+			g.log.Warn("screen.prefix does not end in \":\": two deployments sharing this Redis can name the same screen keys, and one would replay the other's answers",
+				"prefix", p)
+		}
 		if err := g.tel.InstrumentRedis(s.Client()); err != nil {
 			return fmt.Errorf("trace redis screen: %w", err)
 		}
