@@ -90,3 +90,45 @@ func BenchmarkFingerprintFieldsForm(b *testing.B) {
 func BenchmarkFingerprintFieldsJSON(b *testing.B) {
 	benchFingerprint(b, newFingerprinter(b, extract.FingerprintFields, "json:data.object.amount", "json:data.object.currency", "json:type"), jsonReq(stripeBody))
 }
+
+// nestedOnes is a JSON array of about size bytes nested depth deep, all
+// its ones in the innermost array: every level holds nearly the whole body.
+func nestedOnes(depth, size int) string {
+	n := (size - 2*depth - 16) / 2
+	return strings.Repeat("[", depth) + strings.Repeat("1,", n) + "1" + strings.Repeat("]", depth)
+}
+
+// BenchmarkLargeJSON reads a 1 MiB body, flat or nested 998 deep under the
+// member the key or fingerprint field names: a body any client may send,
+// signed or not.
+func BenchmarkLargeJSON(b *testing.B) {
+	const size = 1 << 20
+	for _, shape := range []struct {
+		name  string
+		depth int
+	}{{"flat", 1}, {"deep", 998}} {
+		obj := `{"id":` + nestedOnes(shape.depth, size) + `}`
+		b.Run("key/"+shape.name, func(b *testing.B) {
+			// json:id is an array, so the key is the header's; the body
+			// is read all the same.
+			benchKey(b, withHeaders(jsonReq(obj), "X-Id", "evt_1"), jsonPath("id"), header("X-Id"))
+		})
+		b.Run("duplicate+fingerprint/"+shape.name, func(b *testing.B) {
+			f := newFingerprinter(b, extract.FingerprintFields, "json:id")
+			r := extract.Request(jsonReq(obj))
+			if f.Duplicate(r) != "" || len(f.Fingerprint(r)) != 32 {
+				b.Fatal("want no duplicate and a fingerprint")
+			}
+			b.SetBytes(int64(len(obj)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				f.Duplicate(r)
+				f.Fingerprint(r)
+			}
+		})
+		b.Run("fields_hash/"+shape.name, func(b *testing.B) {
+			benchKey(b, jsonReq(`[`+obj+`]`), fieldsHash("json:#.id"))
+		})
+	}
+}
