@@ -24,7 +24,7 @@ var ErrDuplicateMember = fmt.Errorf("%w: the JSON body names a member on the key
 // on the members it meets.
 func duplicateOnPath(body, path string) bool {
 	if !plainPath(path) {
-		return duplicateIn(gjson.Parse(body), MaxJSONDepth)
+		return duplicateIn(body)
 	}
 	res := gjson.Parse(body)
 	for {
@@ -36,7 +36,7 @@ func duplicateOnPath(body, path string) bool {
 			return false
 		}
 		if !more {
-			return duplicateIn(res, MaxJSONDepth)
+			return duplicateIn(res.Raw)
 		}
 		path = rest
 	}
@@ -77,45 +77,86 @@ func duplicateOnPaths(body string, fs []field) bool {
 	return false
 }
 
-// duplicateIn reports whether an object in res, at any depth, names a
-// member twice. depth bounds the recursion (the body was validated
-// against MaxJSONDepth).
-func duplicateIn(res gjson.Result, depth int) bool {
-	if depth == 0 || !res.IsObject() && !res.IsArray() {
-		return false
+// duplicateIn reports whether an object in raw, a valid JSON value, names
+// a member twice, in one pass over raw.
+func duplicateIn(raw string) bool {
+	type frame struct {
+		object bool
+		names  int                 // where the object's names start in names
+		seen   map[string]struct{} // the names of an object with many
 	}
-	object := res.IsObject()
-	dup := false
-	// The names of a small object are compared in place: a map for each
+	// The names of small objects are compared in place: a map for each
 	// object of a batch of events would cost an allocation apiece.
-	var small [16]string
-	names := small[:0]
-	var seen map[string]struct{}
-	res.ForEach(func(k, v gjson.Result) bool {
-		if object {
-			switch {
-			case seen != nil:
-				_, dup = seen[k.Str]
-				seen[k.Str] = struct{}{}
-			case slices.Contains(names, k.Str):
-				dup = true
-			case len(names) < len(small):
-				names = append(names, k.Str)
-			default:
-				seen = make(map[string]struct{}, 2*len(small))
-				for _, n := range names {
-					seen[n] = struct{}{}
+	const few = 16
+	var frameBuf [16]frame
+	var nameBuf [4 * few]string
+	frames, names := frameBuf[:0], nameBuf[:0]
+	name := false // the next string is a member's name
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			end := stringEnd(raw, i)
+			if name {
+				name = false
+				f := &frames[len(frames)-1]
+				n := unquote(raw[i:end])
+				switch {
+				case f.seen != nil:
+					if _, dup := f.seen[n]; dup {
+						return true
+					}
+					f.seen[n] = struct{}{}
+				case slices.Contains(names[f.names:], n):
+					return true
+				case len(names)-f.names < few:
+					names = append(names, n)
+				default:
+					f.seen = make(map[string]struct{}, 2*few)
+					for _, m := range names[f.names:] {
+						f.seen[m] = struct{}{}
+					}
+					f.seen[n] = struct{}{}
 				}
-				seen[k.Str] = struct{}{}
 			}
-			if dup {
+			i = end - 1
+		case '{':
+			frames = append(frames, frame{object: true, names: len(names)})
+			name = true
+		case '[':
+			frames = append(frames, frame{names: len(names)})
+		case '}', ']':
+			names = names[:frames[len(frames)-1].names]
+			if frames = frames[:len(frames)-1]; len(frames) == 0 {
 				return false
 			}
+		case ',':
+			name = frames[len(frames)-1].object
 		}
-		dup = duplicateIn(v, depth-1)
-		return !dup
-	})
-	return dup
+	}
+	return false
+}
+
+// stringEnd returns the offset just past the JSON string that starts at
+// raw[i] (its quote).
+func stringEnd(raw string, i int) int {
+	for i++; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return len(raw)
+}
+
+// unquote returns the value of the valid JSON string s (quotes included),
+// unescaped as gjson unescapes it: "\u0069d" is "id".
+func unquote(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s[1 : len(s)-1]
+	}
+	return gjson.Parse(s).Str
 }
 
 // Duplicate returns the spec of the first json field ("json:amount") whose

@@ -17,6 +17,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
 )
 
 // FuzzParseTemplate checks that ParseTemplate never panics, and that a
@@ -985,4 +987,38 @@ func refJSONMembers(body string, fields map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzJSONOnePass checks the one-pass duplicate scan against the gjson
+// ForEach walk it replaced (treeref_test.go), on every valid JSON body and
+// on each value in it a path can lead to: the verdicts must be the same.
+func FuzzJSONOnePass(f *testing.F) {
+	for _, s := range []string{
+		`{"id":1,"id":2}`, `{"id":1,"\u0069d":2}`, `{"a":{"b":1,"b":2}}`, `[{"a":1},{"a":1}]`,
+		`{"a":[{"x":1}],"b":{"x":1}}`, `{"a":{"x":1},"x":2}`, `{"a\"{":1,"a\\":2,"a\\\"":3}`, `["{\"a\":1,\"a\":1}"]`,
+		`{"\ud800":1,"\udbff":2}`, `{"é":1,"\u00e9":2}`, " { \"a\" : [ 1 , { } , [ ] ] , \"b\" : \"\\\\\" } ",
+		`{"b":{"y":[true,null,-1.5e3],"x":"\u00e9"},"a":[[],{}],"b":0}`,
+		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18}`,
+		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":{"q":1,"q":2},"r":0}`,
+		`{"a":{"a":{"a":1}},"b":{"a":1}}`, "[\n  1,\n  {\"a\": [\"b\"]}\n]\n", `"x"`, `12.5e-3`, `null`, `[]`, `{}`,
+		strings.Repeat(`[`, 999) + `{"a":1,"a":2}` + strings.Repeat(`]`, 999),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !ValidJSON(body) {
+			return
+		}
+		check := func(res gjson.Result) {
+			if got, want := duplicateIn(res.Raw), gjsonDuplicateIn(res, MaxJSONDepth); got != want {
+				t.Fatalf("duplicateIn(%q) = %v, gjson walk %v", res.Raw, got, want)
+			}
+		}
+		res := gjson.ParseBytes(body)
+		check(res)
+		res.ForEach(func(_, v gjson.Result) bool {
+			check(v)
+			return true
+		})
+	})
 }
