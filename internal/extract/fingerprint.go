@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -30,7 +29,7 @@ const fieldsHashDomain = "hookstamp key fields_hash v1\n"
 const (
 	tagAbsent = 0 // field absent: no length, no value follows
 	tagText   = 1 // header, query or form value, or a JSON string's unescaped value
-	tagJSON   = 2 // JSON literal text of a number, true, false or null
+	tagJSON   = 2 // JSON literal text of a number, true, false or null; or a modifier's text that is not valid JSON
 	tagTree   = 3 // JSON object or array, in the canonical encoding of appendTree
 )
 
@@ -223,17 +222,24 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 				res = getJSON(body, fl.arg)
 			}
 			switch {
+			case (res.IsObject() || res.IsArray()) && !plainPath(fl.arg) && !validJSON(res.Raw):
+				// A modifier made it (@fromstr of a string that is not
+				// JSON, or of one nested deeper than MaxJSONDepth):
+				// appendTree reads valid JSON only.
+				valued = true
+				dst = append(dst, tagJSON)
+				dst = appendChunk(dst, res.Raw)
 			case res.Type == gjson.String:
 				valued = valued || res.Str != ""
 				dst = append(dst, tagText)
 				dst = appendChunk(dst, res.Str)
 			case res.IsObject() || res.IsArray():
-				valued = valued || !emptyTree(res)
+				valued = valued || !emptyTree(res.Raw)
 				// What an object or array means does not depend on its
 				// white space, the order of its members or the escapes of
 				// its strings: a provider re-serialising a retry must not
 				// turn it into a mismatch.
-				dst = appendTree(append(dst, tagTree), res)
+				dst = appendTree(append(dst, tagTree), res.Raw)
 			case res.Exists():
 				valued = valued || res.Type != gjson.Null
 				dst = append(dst, tagJSON)
@@ -244,61 +250,6 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 		}
 	}
 	return dst, valued
-}
-
-// emptyTree reports whether the JSON object or array res has no member.
-func emptyTree(res gjson.Result) bool {
-	empty := true
-	res.ForEach(func(_, _ gjson.Result) bool {
-		empty = false
-		return false
-	})
-	return empty
-}
-
-// appendTree appends the canonical encoding of the JSON value res: objects
-// with their members sorted by key (the first of duplicate keys wins, as
-// for getJSON), strings unescaped, every node tagged and length- or
-// count-prefixed so that the encoding is unambiguous. Recursion is bounded
-// by MaxJSONDepth, which the body was validated against.
-func appendTree(dst []byte, res gjson.Result) []byte {
-	switch {
-	case res.IsObject():
-		type member struct {
-			key string
-			val gjson.Result
-		}
-		var members []member
-		seen := make(map[string]struct{})
-		res.ForEach(func(k, v gjson.Result) bool {
-			if _, dup := seen[k.Str]; !dup {
-				seen[k.Str] = struct{}{}
-				members = append(members, member{k.Str, v})
-			}
-			return true
-		})
-		sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
-		dst = binary.BigEndian.AppendUint64(append(dst, nodeObject), uint64(len(members)))
-		for _, m := range members {
-			dst = appendTree(appendChunk(dst, m.key), m.val)
-		}
-		return dst
-	case res.IsArray():
-		n := 0
-		res.ForEach(func(_, _ gjson.Result) bool {
-			n++
-			return true
-		})
-		dst = binary.BigEndian.AppendUint64(append(dst, nodeArray), uint64(n))
-		res.ForEach(func(_, v gjson.Result) bool {
-			dst = appendTree(dst, v)
-			return true
-		})
-		return dst
-	case res.Type == gjson.String:
-		return appendChunk(append(dst, nodeString), res.Str)
-	}
-	return appendChunk(append(dst, nodeScalar), res.Raw)
 }
 
 // appendText appends a header or query value: absent when nil.

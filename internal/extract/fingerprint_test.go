@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
@@ -80,6 +82,8 @@ func TestFingerprintFields(t *testing.T) {
 		{"json nested string vs number", []string{"json:data"}, jsonReq(`{"data":{"a":"1"}}`), jsonReq(`{"data":{"a":1}}`), false},
 		{"json object vs its text", []string{"json:data"}, jsonReq(`{"data":{"a":1}}`), jsonReq(`{"data":"{\"a\":1}"}`), false},
 		{"json nested keys and values do not run together", []string{"json:data"}, jsonReq(`{"data":{"ab":"c"}}`), jsonReq(`{"data":{"a":"bc"}}`), false},
+		{"json from a modifier is read as a tree", []string{"json:data|@fromstr"}, jsonReq(`{"data":"{\"a\":1,\"b\":[2]}"}`), jsonReq(`{"data":"{ \"b\":[2], \"a\":1 }"}`), true},
+		{"json from a modifier that is not JSON is its text", []string{"json:data|@fromstr"}, jsonReq(`{"data":"{\"a\":"}`), jsonReq(`{"data":"{\"a\": "}`), false},
 		{"json of a form body is absent", []string{"json:amount"}, formReq("amount=1"), jsonReq(`{}`), true},
 		{"form of a json body is absent", []string{"form:amount"}, jsonReq(`{"amount":"1"}`), formReq(""), true},
 		{"header", []string{"header:X-Amount"}, withHeaders(jsonReq(`{}`), "x-amount", "1"), withHeaders(jsonReq(`{"other":1}`), "X-Amount", "1"), true},
@@ -172,6 +176,27 @@ func TestFingerprintAlso(t *testing.T) {
 	for _, mode := range []string{extract.FingerprintBody, extract.FingerprintNone} {
 		if also := newFingerprinter(t, mode).Also(r); also != nil {
 			t.Errorf("Also() in mode %s = %x, want nil", mode, also)
+		}
+	}
+}
+
+// A GJSON modifier can make text that is not JSON (@fromstr of a string
+// that is not, or of one nested deeper than MaxJSONDepth): it is digested
+// as its text, tagged as a JSON literal, as spelled out here.
+func TestFingerprintFieldsModifierText(t *testing.T) {
+	const spec = "json:data|@fromstr"
+	f := newFingerprinter(t, extract.FingerprintFields, spec)
+	for _, text := range []string{`{"a":`, `[1] [2]`, strings.Repeat("[", 5000) + strings.Repeat("]", 5000)} {
+		enc := []byte("hookstamp fingerprint fields v1\n")
+		enc = binary.BigEndian.AppendUint64(enc, uint64(len(spec)))
+		enc = append(enc, spec...)
+		enc = append(enc, 2) // JSON literal
+		enc = binary.BigEndian.AppendUint64(enc, uint64(len(text)))
+		enc = append(enc, text...)
+		want := sha256.Sum256(enc)
+		quoted, _ := json.Marshal(text)
+		if got := f.Fingerprint(jsonReq(`{"data":` + string(quoted) + `}`)); !bytes.Equal(got, want[:]) {
+			t.Errorf("Fingerprint() of %.40q = %x, want %x", text, got, want)
 		}
 	}
 }

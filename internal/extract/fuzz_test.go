@@ -989,9 +989,11 @@ func refJSONMembers(body string, fields map[string]string) bool {
 	return true
 }
 
-// FuzzJSONOnePass checks the one-pass duplicate scan against the gjson
-// ForEach walk it replaced (treeref_test.go), on every valid JSON body and
-// on each value in it a path can lead to: the verdicts must be the same.
+// FuzzJSONOnePass checks the one-pass duplicate scan and tree encoding
+// against the gjson ForEach walks they replaced (treeref_test.go), on every
+// valid JSON body and on each value in it a path can lead to: the
+// duplicate verdicts, the encodings (in users' ledgers as fingerprints and
+// fields_hash keys) and whether a tree is empty must be the same.
 func FuzzJSONOnePass(f *testing.F) {
 	for _, s := range []string{
 		`{"id":1,"id":2}`, `{"id":1,"\u0069d":2}`, `{"a":{"b":1,"b":2}}`, `[{"a":1},{"a":1}]`,
@@ -1012,6 +1014,15 @@ func FuzzJSONOnePass(f *testing.F) {
 		check := func(res gjson.Result) {
 			if got, want := duplicateIn(res.Raw), gjsonDuplicateIn(res, MaxJSONDepth); got != want {
 				t.Fatalf("duplicateIn(%q) = %v, gjson walk %v", res.Raw, got, want)
+			}
+			if !res.IsObject() && !res.IsArray() {
+				return
+			}
+			if got, want := appendTree(nil, res.Raw), gjsonAppendTree(nil, res); !bytes.Equal(got, want) {
+				t.Fatalf("appendTree(%q)\n = %q\ngjson walk %q", res.Raw, got, want)
+			}
+			if got, want := emptyTree(res.Raw), gjsonEmptyTree(res); got != want {
+				t.Fatalf("emptyTree(%q) = %v, gjson walk %v", res.Raw, got, want)
 			}
 		}
 		res := gjson.ParseBytes(body)

@@ -1,6 +1,8 @@
 package extract
 
 import (
+	"bytes"
+	"encoding/binary"
 	"strings"
 	"testing"
 )
@@ -47,6 +49,28 @@ func TestDuplicateIn(t *testing.T) {
 	for _, tt := range tests {
 		if got := duplicateIn(tt.raw); got != tt.want {
 			t.Errorf("duplicateIn(%.60q) = %v, want %v", tt.raw, got, tt.want)
+		}
+	}
+}
+
+func TestAppendTree(t *testing.T) {
+	count := func(tag byte, n int) string { return string(binary.BigEndian.AppendUint64([]byte{tag}, uint64(n))) }
+	chunk := func(s string) string { return string(appendChunk(nil, s)) }
+	tests := []struct{ raw, want string }{
+		{`[]`, count('a', 0)},
+		{` { } `[1:], count('o', 0)},
+		{`[1, true,null ,"x"]`, count('a', 4) + "n" + chunk("1") + "n" + chunk("true") + "n" + chunk("null") + "s" + chunk("x")},
+		// Sorted by unescaped name, the first of a name wins, strings unescaped.
+		{`{"b":"\u00e9","a":[-1.5e3,{}],"\u0062":2}`,
+			count('o', 2) + chunk("a") + count('a', 2) + "n" + chunk("-1.5e3") + count('o', 0) + chunk("b") + "s" + chunk("é")},
+		{`[[[1]],[2],3]`, count('a', 3) + count('a', 1) + count('a', 1) + "n" + chunk("1") + count('a', 1) + "n" + chunk("2") + "n" + chunk("3")},
+		{`{"b":[[1]],"a":[{"c":2}]}`, count('o', 2) + chunk("a") + count('a', 1) + count('o', 1) + chunk("c") + "n" + chunk("2") +
+			chunk("b") + count('a', 1) + count('a', 1) + "n" + chunk("1")},
+		{"{\"a\":{\"y\":1,\"x\":[[]]}}\n", count('o', 1) + chunk("a") + count('o', 2) + chunk("x") + count('a', 1) + count('a', 0) + chunk("y") + "n" + chunk("1")},
+	}
+	for _, tt := range tests {
+		if got := appendTree(nil, tt.raw); !bytes.Equal(got, []byte(tt.want)) {
+			t.Errorf("appendTree(%q)\n = %q\nwant %q", tt.raw, got, tt.want)
 		}
 	}
 }

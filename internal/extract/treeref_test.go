@@ -1,14 +1,17 @@
 package extract
 
 import (
+	"encoding/binary"
 	"slices"
+	"sort"
 
 	"github.com/tidwall/gjson"
 )
 
-// The duplicate scan as it was up to 2026-12: one gjson ForEach per
-// level, so each level re-read its whole subtree. It is kept as the
-// reference the one-pass version must agree with.
+// The duplicate scan and tree encoding as they were up to 2026-12: one
+// gjson ForEach per level, so each level re-read its whole subtree. They
+// are kept as the reference the one-pass versions must agree with: the
+// encoding is in users' ledgers (fingerprints, fields_hash keys).
 
 func gjsonDuplicateIn(res gjson.Result, depth int) bool {
 	if depth == 0 || !res.IsObject() && !res.IsArray() {
@@ -44,4 +47,53 @@ func gjsonDuplicateIn(res gjson.Result, depth int) bool {
 		return !dup
 	})
 	return dup
+}
+
+func gjsonEmptyTree(res gjson.Result) bool {
+	empty := true
+	res.ForEach(func(_, _ gjson.Result) bool {
+		empty = false
+		return false
+	})
+	return empty
+}
+
+func gjsonAppendTree(dst []byte, res gjson.Result) []byte {
+	switch {
+	case res.IsObject():
+		type member struct {
+			key string
+			val gjson.Result
+		}
+		var members []member
+		seen := make(map[string]struct{})
+		res.ForEach(func(k, v gjson.Result) bool {
+			if _, dup := seen[k.Str]; !dup {
+				seen[k.Str] = struct{}{}
+				members = append(members, member{k.Str, v})
+			}
+			return true
+		})
+		sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+		dst = binary.BigEndian.AppendUint64(append(dst, nodeObject), uint64(len(members)))
+		for _, m := range members {
+			dst = gjsonAppendTree(appendChunk(dst, m.key), m.val)
+		}
+		return dst
+	case res.IsArray():
+		n := 0
+		res.ForEach(func(_, _ gjson.Result) bool {
+			n++
+			return true
+		})
+		dst = binary.BigEndian.AppendUint64(append(dst, nodeArray), uint64(n))
+		res.ForEach(func(_, v gjson.Result) bool {
+			dst = gjsonAppendTree(dst, v)
+			return true
+		})
+		return dst
+	case res.Type == gjson.String:
+		return appendChunk(append(dst, nodeString), res.Str)
+	}
+	return appendChunk(append(dst, nodeScalar), res.Raw)
 }

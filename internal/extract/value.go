@@ -299,12 +299,16 @@ func hex4(s string) rune {
 // recurses once per level: a body of a few megabytes of '[' would take
 // seconds and, past about 9 MiB, overflow the goroutine's stack.
 func ValidJSON(b []byte) bool {
-	return withinDepth(b, MaxJSONDepth) && gjson.ValidBytes(b)
+	return validJSON(str(b))
+}
+
+func validJSON(s string) bool {
+	return withinDepth(s, MaxJSONDepth) && gjson.Valid(s)
 }
 
 // withinDepth reports whether the brackets outside strings of b never nest
 // deeper than max. It does not validate anything else.
-func withinDepth(b []byte, max int) bool {
+func withinDepth(b string, max int) bool {
 	depth := 0
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
