@@ -3,12 +3,14 @@ package ingress_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/hookstamp/hookstamp/internal/config"
@@ -18,6 +20,7 @@ import (
 	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
 	"github.com/hookstamp/hookstamp/internal/ingress"
 	"github.com/hookstamp/hookstamp/internal/telemetry"
+	"github.com/hookstamp/hookstamp/internal/verify"
 )
 
 // noLedger is a ledger a repeat answered from the local cache never
@@ -125,3 +128,64 @@ func (v requestView) Query(name string) []byte { return v.r.URI().QueryArgs().Pe
 func (v requestView) Body() []byte             { return v.r.Body() }
 func (v requestView) ContentType() []byte      { return v.r.Header.ContentType() }
 func (v requestView) Method() []byte           { return v.r.Header.Method() }
+
+// forged refuses every signature.
+type forged struct{}
+
+func (forged) Verify(verify.Request) error { return errors.New("signature mismatch") }
+
+// keyObserver keeps the key of the last request observed.
+type keyObserver struct{ key string }
+
+func (o *keyObserver) Around(c *fiber.Ctx, serve func(*fiber.Ctx) error) error { return serve(c) }
+func (o *keyObserver) Observe(_ context.Context, ev *ingress.Event)            { o.key = ev.Key }
+func (o *keyObserver) ObserveUpstream(context.Context, string, time.Duration)  {}
+
+// BenchmarkServeForgedSignature is a 1 MiB JSON body with a forged
+// signature, flat or nested 998 deep under the key's member: refused
+// 401, its key is still read for the log line, and that must cost no more
+// for the nested body, which anyone can send, than for the flat one.
+func BenchmarkServeForgedSignature(b *testing.B) {
+	ex, err := extract.NewExtractor("hooks", []extract.Source{{Kind: "json", Arg: "id"}, {Kind: "header", Arg: "X-Event-Id"}}, 255)
+	if err != nil {
+		b.Fatal(err)
+	}
+	screen := memscreen.New(memscreen.Options{})
+	defer screen.Close()
+	eng, err := idempotency.New(idempotency.Options{Screen: screen, Ledger: noLedger{b}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	route := &ingress.Route{Name: "hooks", Path: "/hooks", Methods: []string{"POST"}, Extractor: ex, Verifier: forged{},
+		KeyRequired: true, Policy: &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, MaxBody: 2 << 20, Retention: time.Hour}}
+	obs := &keyObserver{}
+	h := ingress.New(ingress.Options{Routes: []*ingress.Route{route}, Engine: eng, Forwarder: noForward{b},
+		BodyLimit: 2 << 20, Observer: obs}).App().Handler()
+	for _, shape := range []struct {
+		name  string
+		depth int
+	}{{"flat", 1}, {"deep", 998}} {
+		b.Run(shape.name, func(b *testing.B) {
+			const size = 1 << 20
+			n := (size - 2*shape.depth - 16) / 2
+			body := `{"id":` + strings.Repeat("[", shape.depth) + strings.Repeat("1,", n) + "1" + strings.Repeat("]", shape.depth) + `}`
+			var req fasthttp.Request
+			raw := fmt.Sprintf("POST /hooks HTTP/1.1\r\nHost: gateway.test\r\nX-Event-Id: evt_1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+				b.Fatal(err)
+			}
+			var rc fasthttp.RequestCtx
+			rc.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				rc.Response.Reset()
+				rc.ResetUserValues()
+				h(&rc)
+			}
+			if rc.Response.StatusCode() != 401 || obs.key != "evt_1" {
+				b.Fatalf("status %d, key %q; want 401 and the key evt_1 read for the log", rc.Response.StatusCode(), obs.key)
+			}
+		})
+	}
+}
