@@ -39,7 +39,9 @@ func (t *Telemetry) Around(c *fiber.Ctx, serve func(*fiber.Ctx) error) error {
 	}
 	if span.IsRecording() {
 		status := c.Response().StatusCode()
-		path := string(c.Request().URI().PathOriginal())
+		// Bytes that are not UTF-8 replaced: OTLP refuses such a string,
+		// and drops the whole batch it is in.
+		path := strings.ToValidUTF8(string(c.Request().URI().PathOriginal()), "\uFFFD")
 		span.SetName(ingress.SpanName(c))
 		span.SetAttributes(
 			semconv.HTTPRequestMethodKey.String(ingress.Method(c)),
