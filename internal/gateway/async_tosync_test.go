@@ -113,3 +113,37 @@ func startWithDeadAndQueued(t *testing.T, s *stores, up *upstream) *Gateway {
 	}
 	return g
 }
+
+// SPEC §10: a route switched from async to sync keeps its dead (and
+// queued) deliveries, and so does one no longer configured; the queue
+// gauges must keep reporting them, or a dead-letter alert clears while
+// they wait for an operator.
+func TestQueueMetricsKeepRoutesNoLongerAsync(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusInternalServerError) })
+	db := dbPath(t)
+	start := func(route string) *Gateway {
+		cfg := gwConfig(t, up.URL, db, route, "")
+		cfg.Admin.Listen = "127.0.0.1:0"
+		return startGatewayWith(t, cfg, asyncOptions(t))
+	}
+	g := start("    delivery: async\n    async: {max_attempts: 1}\n")
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_dead"}`), http.StatusAccepted, "accepted")
+	waitState(t, g, "evt_dead", idempotency.StateDead)
+	waitMetrics(t, g, `hookstamp_queue_depth{route="hooks",state="dead"} 1`)
+	shutdownGateway(t, g)
+
+	dead := []string{
+		`hookstamp_queue_depth{route="hooks",state="dead"} 1`,
+		`hookstamp_queue_depth{route="hooks",state="queued"} 0`,
+		`hookstamp_queue_oldest_seconds{route="hooks"} 0`,
+	}
+	g = start("") // sync, no record.request
+	waitMetrics(t, g, dead...)
+	shutdownGateway(t, g)
+
+	cfg := gwConfig(t, up.URL, db, "", "")
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Routes[0].Name = "renamed"
+	waitMetrics(t, startGatewayWith(t, cfg, asyncOptions(t)), dead...)
+}

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -41,9 +42,12 @@ type QueueMetrics struct {
 	lag      metric.Float64Histogram
 }
 
-// ObserveQueue registers the queue's instruments for routes (their series
-// start at zero): depth and age are read from count at each scrape, so
-// that they hold across replicas and restarts.
+// ObserveQueue registers the queue's instruments for routes, the async
+// ones (their series start at zero): depth and age are read from count at
+// each scrape, so that they hold across replicas and restarts. Any other
+// route count finds queued or dead deliveries of is reported too: one
+// switched to sync or removed keeps them (SPEC §10), and its dead ones
+// still wait for an operator.
 func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (map[string]QueueCount, error), now func() time.Time) (*QueueMetrics, error) {
 	m := t.mp.Meter(instrumentation)
 	q := &QueueMetrics{}
@@ -66,9 +70,6 @@ func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (m
 		return nil, fmt.Errorf("telemetry: instrument %s: %w", metricQueueOldest, err)
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		if len(routes) == 0 {
-			return nil // no async route: nothing to count at each scrape
-		}
 		cctx, cancel := context.WithTimeout(ctx, heldCountTimeout)
 		defer cancel()
 		counts, err := count(cctx)
@@ -76,8 +77,7 @@ func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (m
 			t.log.WarnContext(ctx, "hookstamp_queue_depth: cannot count the queue", "err", err)
 			return nil
 		}
-		for _, r := range routes {
-			c := counts[r]
+		observe := func(r string, c QueueCount) {
 			o.ObserveInt64(depth, int64(c.Queued), metric.WithAttributes(attribute.String("route", r), attribute.String("state", "queued")))
 			o.ObserveInt64(depth, int64(c.Dead), metric.WithAttributes(attribute.String("route", r), attribute.String("state", "dead")))
 			age := 0.0
@@ -85,6 +85,14 @@ func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (m
 				age = max(0, now().Sub(c.Oldest).Seconds())
 			}
 			o.ObserveFloat64(oldest, age, routeAttrs(r))
+		}
+		for _, r := range routes {
+			observe(r, counts[r])
+		}
+		for r, c := range counts {
+			if (c.Queued > 0 || c.Dead > 0) && !slices.Contains(routes, r) {
+				observe(r, c)
+			}
 		}
 		return nil
 	}, depth, oldest)
