@@ -118,7 +118,7 @@ func (s *Server) Stats(ctx context.Context, window time.Duration, topN int) (Sta
 		s.o.Logger.ErrorContext(ctx, "admin: stats query failed", "err", err)
 		return StatsAnswer{}, &OpError{Status: http.StatusServiceUnavailable, Detail: "the statistics store did not answer; retry later", Err: err}
 	}
-	out := StatsAnswer{Window: shortDuration(window), Routes: make(map[string]*RouteStats, len(s.routes))}
+	out := StatsAnswer{Window: shortDuration(window), Scope: string(snap.Scope), Routes: make(map[string]*RouteStats, len(s.routes))}
 	for route := range s.routes {
 		out.Routes[route] = routeStats(snap.Routes[route])
 	}

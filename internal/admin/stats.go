@@ -13,7 +13,10 @@ import (
 
 // StatsAnswer is the answer of GET /admin/stats (SPEC §8).
 type StatsAnswer struct {
-	Window string                 `json:"window"`
+	Window string `json:"window"`
+	// Scope is "replica" when the numbers are this replica's only (no
+	// Redis screen), "cluster" when every replica's.
+	Scope  string                 `json:"scope"`
 	Routes map[string]*RouteStats `json:"routes"`
 }
 

@@ -45,6 +45,9 @@ type envOptions struct {
 	queue         console.Queue // nil: none
 	secureCookies bool
 	hosts         []string // console.Options.Hosts
+	// clusterStats makes the statistics every replica's, as with a Redis
+	// screen.
+	clusterStats bool
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -63,7 +66,11 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 	}
 	e := &env{ledger: l, stats: stats.NewMemory(stats.MemoryOptions{}), clock: testenv.NewClock(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))}
 	log := slog.New(slog.DiscardHandler)
-	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: e.stats, Logger: log, Now: e.clock.Now}
+	var st admin.Stats = e.stats
+	if eo.clusterStats {
+		st = clusterStats{e.stats}
+	}
+	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: st, Logger: log, Now: e.clock.Now}
 	if !eo.noUI {
 		o.Console = func(s *admin.Server) http.Handler {
 			return console.New(console.Options{
@@ -192,4 +199,13 @@ func (e *env) lookup(tb testing.TB, ref idempotency.Ref) *idempotency.Record {
 		tb.Fatal(err)
 	}
 	return rec
+}
+
+// clusterStats are a replica's statistics presented as every replica's.
+type clusterStats struct{ *stats.Memory }
+
+func (c clusterStats) Query(ctx context.Context, window time.Duration, topN int) (stats.Snapshot, error) {
+	snap, err := c.Memory.Query(ctx, window, topN)
+	snap.Scope = stats.ScopeCluster
+	return snap, err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/admin"
+	"github.com/hookstamp/hookstamp/internal/stats"
 )
 
 // windows are the overview's choices.
@@ -26,6 +27,8 @@ type overviewData struct {
 	Routes  []routeOverview
 	// StatsError is why the numbers are missing, when they are.
 	StatsError string
+	// ReplicaOnly: the numbers are this replica's only (no Redis screen).
+	ReplicaOnly bool
 }
 
 type routeOverview struct {
@@ -58,6 +61,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if err != nil {
 		data.StatsError = detail(err)
 	}
+	data.ReplicaOnly = st.Scope == string(stats.ScopeReplica)
 	var depths map[string]Depth
 	var depthErr error
 	if c.o.Depths != nil {

@@ -45,6 +45,24 @@ func TestOverviewShowsOutcomesAndDuplicates(t *testing.T) {
 	}
 }
 
+// Without a Redis screen each replica counts only its own deliveries: the
+// overview says so, and says nothing when the numbers are every replica's.
+func TestOverviewSaysWhenItsNumbersAreThisReplicasOnly(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		e := newEnv(t, envOptions{clusterStats: cluster})
+		e.stats.Record(context.Background(), "pay", idempotency.Forwarded, "", "10.0.0.1")
+		b := e.browser(t)
+		b.mustSignIn()
+		p := b.get("/ui/")
+		if !strings.Contains(p.body, "Deliveries by outcome: forwarded 1.") {
+			t.Fatalf("cluster %v: the overview lacks the numbers:\n%s", cluster, p.body)
+		}
+		if got := strings.Contains(p.body, "this replica only"); got == cluster {
+			t.Errorf("cluster %v: the overview says \"this replica only\": %v, want %v", cluster, got, !cluster)
+		}
+	}
+}
+
 // Every page carries a strict CSP and loads nothing from another host:
 // no script at all, every link and resource under /ui/.
 func TestPagesLoadNothingFromElsewhere(t *testing.T) {

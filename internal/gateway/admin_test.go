@@ -528,8 +528,9 @@ func script(t *testing.T, up *countingUpstream, gs ...*gateway.Gateway) {
 	send("/shadow", `{"id":"z1"}`, "s2", 200, "shadowed")
 }
 
-// scriptStats is what /admin/stats must say after script.
-func scriptStats() map[string]any {
+// scriptStats is what /admin/stats must say after script, counted by
+// scope ("replica" or "cluster").
+func scriptStats(scope string) map[string]any {
 	outcomes := func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for _, o := range []string{"forwarded", "replayed", "released", "conflict", "mismatch", "missing_key",
@@ -544,6 +545,7 @@ func scriptStats() map[string]any {
 	type kc = map[string]any
 	return map[string]any{
 		"window": "1h",
+		"scope":  scope,
 		"routes": map[string]any{
 			"hooks": map[string]any{
 				"outcomes":       outcomes("forwarded", 3, "replayed", 3, "mismatch", 1, "conflict", 1, "missing_key", 1),
@@ -597,7 +599,7 @@ func TestAdminStatsMemory(t *testing.T) {
 	s := newSetup(t)
 	g := s.start(t)
 	script(t, s.upstream, g)
-	got, wantStats := adminStats(t, g), normalized(t, scriptStats())
+	got, wantStats := adminStats(t, g), normalized(t, scriptStats("replica"))
 	if !reflect.DeepEqual(got, wantStats) {
 		t.Fatalf("stats\n got %v\nwant %v", got, wantStats)
 	}
@@ -610,7 +612,26 @@ func TestAdminStatsReplicas(t *testing.T) {
 	s := sharedSetup(t)
 	a, b := s.start(t), s.start(t)
 	script(t, s.upstream, a, b)
-	wantStatsOn(t, normalized(t, scriptStats()), a, b)
+	wantStatsOn(t, normalized(t, scriptStats("cluster")), a, b)
+}
+
+// /admin/stats says whose deliveries it counts: with a Redis screen every
+// replica's, otherwise (the memory screen, or none, beside a shared
+// ledger) only the replica's that answers.
+func TestAdminStatsScope(t *testing.T) {
+	for screen, want := range map[string]string{"none": "replica", "memory": "replica", "redis": "cluster"} {
+		t.Run(screen, func(t *testing.T) {
+			s := newSetup(t)
+			s.screen = screen
+			if screen == "redis" {
+				s.redis, s.pfx = testenv.RedisPrefix(t)
+			}
+			got, ok := adminStats(t, s.start(t)).(map[string]any)
+			if !ok || got["scope"] != want {
+				t.Fatalf("/admin/stats scope %v, want %q: %v", got["scope"], want, got)
+			}
+		})
+	}
 }
 
 // Two deployments sharing one Redis under different screen.prefix values
@@ -624,7 +645,7 @@ func TestAdminStatsKeptApartByPrefix(t *testing.T) {
 	other.redis, other.pfx = testenv.RedisPrefix(t)
 	b := other.start(t)
 	script(t, s.upstream, a)
-	wantStats := normalized(t, scriptStats())
+	wantStats := normalized(t, scriptStats("cluster"))
 	if !testenv.Poll(5*time.Second, func() bool { return reflect.DeepEqual(adminStats(t, a), wantStats) }) {
 		t.Fatalf("stats of the scripted deployment: %v", adminStats(t, a))
 	}

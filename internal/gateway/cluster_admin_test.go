@@ -37,7 +37,7 @@ func TestAdminOnRedisCluster(t *testing.T) {
 		s := clusterSetup(t)
 		a, b := s.start(t), s.start(t)
 		script(t, s.upstream, a, b)
-		wantStatsOn(t, normalized(t, scriptStats()), a, b)
+		wantStatsOn(t, normalized(t, scriptStats("cluster")), a, b)
 	})
 	t.Run("delete reaches other replicas", func(t *testing.T) {
 		deleteReachesOtherReplicas(t, clusterSetup(t), "1MiB")

@@ -135,7 +135,7 @@ func (m *Memory) Query(_ context.Context, window time.Duration, topN int) (Snaps
 	}
 	m.mu.RUnlock()
 
-	snap := Snapshot{Window: window, Routes: make(map[string]*RouteStats, len(routes))}
+	snap := Snapshot{Window: window, Scope: ScopeReplica, Routes: make(map[string]*RouteStats, len(routes))}
 	for name, r := range routes {
 		if rs := r.query(sp, topN); rs != nil {
 			snap.Routes[name] = rs

@@ -470,7 +470,7 @@ func (r *Redis) Query(ctx context.Context, window time.Duration, topN int) (Snap
 		return Snapshot{}, fmt.Errorf("stats: query %v: %w", window, err)
 	}
 
-	snap := Snapshot{Window: window, Routes: make(map[string]*RouteStats, len(r.routes))}
+	snap := Snapshot{Window: window, Scope: ScopeCluster, Routes: make(map[string]*RouteStats, len(r.routes))}
 	for route, rc := range cmds {
 		rs := &RouteStats{Outcomes: map[idempotency.Outcome]int64{}}
 		for _, c := range rc.outcomes {

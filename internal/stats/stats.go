@@ -37,11 +37,23 @@ const DefaultCapacity = 64
 // MaxWindow.
 var ErrWindow = errors.New("stats: window must be positive and at most 24h")
 
+// Scope says whose requests a snapshot counts.
+type Scope string
+
+const (
+	// ScopeReplica: this process's only (Memory).
+	ScopeReplica Scope = "replica"
+	// ScopeCluster: every replica recording under the same Redis prefix
+	// (Redis).
+	ScopeCluster Scope = "cluster"
+)
+
 // Snapshot is the answer of a query.
 type Snapshot struct {
 	// Window is the window asked for. The buckets read cover it rounded up
 	// to whole buckets (minutes up to 1h, hours beyond).
 	Window time.Duration
+	Scope  Scope
 	// Routes holds every route that recorded something in the window (the
 	// Redis recorder: every configured route).
 	Routes map[string]*RouteStats
