@@ -214,7 +214,7 @@ func driverFor(name string, db *sql.DB) (riverdriver.Driver[*sql.Tx], error) {
 // Migrate creates or upgrades River's tables beside the ledger's. River
 // runs each migration in a transaction of its own (one adds an enum value
 // and uses it); replicas starting together on PostgreSQL take turns under
-// a session lock.
+// a lock held by a transaction beside them (lockMigrations).
 func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 	db, err := l.DB()
 	if err != nil {
@@ -229,24 +229,46 @@ func Migrate(ctx context.Context, l *sqlledger.Ledger) error {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
 	if l.Driver() == DriverPostgres {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate queue: %w", err)
-		}
-		defer conn.Close()
-		const lock = "hashtext(current_schema() || '.river_migration')"
-		waited := l.NoteWait("queue")
-		_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock("+lock+")")
-		waited()
+		unlock, err := lockMigrations(ctx, l, db)
 		if err != nil {
 			return fmt.Errorf("migrate queue: lock: %w", err)
 		}
-		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lock+")") }()
+		defer unlock()
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate queue: %w", err)
 	}
 	return nil
+}
+
+// lockMigrations takes the queue's migration lock in a transaction that
+// holds it until unlock ends it, while the migrations run on the pool's
+// other connections. Not a session lock: behind PgBouncer in transaction
+// pooling mode the server connection that took it goes back to the pool
+// at once, an unlock sent later may run on another one, and the lock then
+// stays until the pooler closes that connection. A pool of one connection
+// is widened to two meanwhile, or the migrations would wait for the
+// transaction that waits for them.
+func lockMigrations(ctx context.Context, l *sqlledger.Ledger, db *sql.DB) (unlock func(), err error) {
+	restore := func() {}
+	if n := db.Stats().MaxOpenConnections; n == 1 {
+		db.SetMaxOpenConns(2)
+		restore = func() { db.SetMaxOpenConns(n) }
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		restore()
+		return nil, err
+	}
+	waited := l.NoteWait("queue")
+	_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.river_migration'))")
+	waited()
+	if err != nil {
+		_ = tx.Rollback()
+		restore()
+		return nil, err
+	}
+	return func() { _ = tx.Rollback(); restore() }, nil
 }
 
 // fetchCooldown is the shortest pause between two fetches of one queue.
