@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"regexp"
@@ -148,6 +149,19 @@ func TestAsyncIntakeOverAnExpiredClaimCountsATakeover(t *testing.T) {
 		waitState(t, g, "evt_dead", idempotency.StateDone)
 		if n := up.count("evt_dead"); n != 1 {
 			t.Fatalf("the taken-over key reached the upstream %d times, want 1", n)
+		}
+
+		// Another event's claim is not taken over by this body: stored
+		// there, it would be delivered under that event's key.
+		got, err = g.Ledger().Claim(t0ctx, idempotency.ClaimRequest{Ref: idempotency.Ref{Route: "hooks", Key: "evt_reused"},
+			Owner: "a-dead-replica", Fingerprint: bytes.Repeat([]byte{7}, 32), Lease: 50 * time.Millisecond, Retention: time.Hour}, time.Now())
+		if err != nil || got.Status != idempotency.Acquired {
+			t.Fatalf("the dead replica's claim: %v %v", got.Status, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_reused"}`), http.StatusUnprocessableEntity, "mismatch")
+		if n := takeovers(); n != "1" {
+			t.Fatalf("takeovers after refusing another event's claim = %s, want 1", n)
 		}
 	})
 }

@@ -158,8 +158,9 @@ func (e *Engine) confirm(ctx context.Context, req ClaimRequest, c claim) (claim,
 		return c, nil
 	}
 	// A pending row: a replica claimed in the ledger while it could not
-	// reach the screen. Its claim stands while its lease lives.
-	if rec.LeaseUntil.After(e.o.Now()) {
+	// reach the screen. Its claim stands while its lease lives, and after
+	// it against another event's body, as a ledger claim's does.
+	if rec.LeaseUntil.After(e.o.Now()) || !req.MayTakeOver(rec.Fingerprint) {
 		c.release(ctx)
 		c.Claim = Claim{Status: InFlight, Owner: rec.Owner, Fingerprint: rec.Fingerprint}
 		c.screen, c.ledger = false, true

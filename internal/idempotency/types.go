@@ -252,7 +252,9 @@ type Queue interface {
 	// job in one transaction, where there is no row or a pending one owned
 	// by owner or expired before now; otherwise ErrNotOwner. Owner "" owns
 	// no row: the insert is the claim, and replacedPending reports a row
-	// written over another's expired claim (a takeover).
+	// written over another's expired claim (a takeover), which it takes
+	// only when that claim holds rec's fingerprint or none (the claim
+	// path decides the rest, with MayTakeOver).
 	Enqueue(ctx context.Context, rec *Record, owner string, now time.Time) (replacedPending bool, err error)
 }
 

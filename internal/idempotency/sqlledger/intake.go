@@ -44,7 +44,12 @@ func (l *Ledger) DB() (*sql.DB, error) { return l.w.DB() }
 
 // enqueueSQL writes an async delivery's queued row with its request where
 // the key has no row, or over a pending row owned by the caller or whose
-// lease expired; like commitSQL, it never touches a settled row.
+// lease expired; like commitSQL, it never touches a settled row. The
+// intake's own store (owner "") takes an expired claim over only when it
+// holds the same fingerprint, or none: another one may be another event's
+// or an earlier setting's digest of this one, which the claim path tells
+// apart (ClaimRequest.MayTakeOver), and a caller with a claim has been
+// through it.
 const enqueueSQL = `INSERT INTO hookstamp_records ` +
 	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
 	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
@@ -53,7 +58,9 @@ const enqueueSQL = `INSERT INTO hookstamp_records ` +
 	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
 	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
-	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR hookstamp_records.lease_until < ?)`
+	`WHERE hookstamp_records.state = 'pending' AND (hookstamp_records.owner = ? OR (hookstamp_records.lease_until < ? ` +
+	`AND (? <> '' OR hookstamp_records.fingerprint IS NULL OR excluded.fingerprint IS NULL ` +
+	`OR hookstamp_records.fingerprint = excluded.fingerprint)))`
 
 // intakeJob is one Enqueue waiting for its batch.
 type intakeJob struct {
@@ -120,7 +127,7 @@ func newIntakeJob(ctx context.Context, rec *idempotency.Record, owner string, no
 	now = toDB(now, shift)
 	return &intakeJob{ctx: ctx, ref: rec.Ref, done: make(chan error, 1), args: []any{
 		rec.Route, rec.Key, nullBytes(rec.Fingerprint), rec.TraceID, rec.SpanID, rec.Source, now, toDB(rec.ExpiresAt, shift),
-		rec.Request.Method, rec.Request.Path, hdr, rec.Request.Body, owner, now,
+		rec.Request.Method, rec.Request.Path, hdr, rec.Request.Body, owner, now, owner,
 	}}, nil
 }
 
@@ -264,7 +271,8 @@ const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[],
 	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
 	`WHERE r.state = 'pending' AND EXISTS (SELECT 1 FROM t WHERE t.route = r.route AND t."key" = r."key" ` +
-	`AND (r.owner = t.owner OR r.lease_until < t.now)) ` +
+	`AND (r.owner = t.owner OR (r.lease_until < t.now ` +
+	`AND (t.owner <> '' OR r.fingerprint IS NULL OR t.fingerprint IS NULL OR r.fingerprint = t.fingerprint)))) ` +
 	`RETURNING r.route, r."key", r.xmax = 0, r.created_at`
 
 // writeIntakeArrays writes batch (distinct keys) in one statement.

@@ -149,6 +149,89 @@ func TestIntakeTellsTakeoversFromNewRows(t *testing.T) {
 	}
 }
 
+// The intake's own store (no claim of its own) writes over an expired
+// claim only when the claim holds the same fingerprint, or none, as a
+// claim takes one over (ClaimRequest.MayTakeOver): another body stored
+// there would be delivered under the first event's key. A caller holding
+// a claim has been through that check and writes over it. Both the
+// statement a row and PostgreSQL's multi-row one.
+func TestIntakeTakesOverOnlyTheSameEventsExpiredClaim(t *testing.T) {
+	onBothWithJobs(t, func(t *testing.T, l *Ledger, _ *insertedJobs) {
+		ctx := context.Background()
+		now := time.Now()
+		f1, f2 := []byte("fp-1"), []byte("fp-2")
+		ref := func(k string) idempotency.Ref { return idempotency.Ref{Route: "r", Key: k} }
+		cases := []struct {
+			key          string
+			claimed, fp  []byte
+			owner        string
+			wantReplaced bool
+		}{
+			{"other", f1, f2, "", false},
+			{"same", f1, f1, "", true},
+			{"unfingerprinted-claim", nil, f2, "", true},
+			{"unfingerprinted-intake", f1, nil, "", true},
+			{"taken-over-by-a-claim", f1, f2, "taker", true},
+		}
+		for _, how := range []string{"alone", "batch"} {
+			var batch []*intakeJob
+			done := map[string]chan error{}
+			for _, c := range cases {
+				k := how + "-" + c.key
+				cl, err := l.Claim(ctx, idempotency.ClaimRequest{Ref: ref(k), Owner: "dead", Fingerprint: c.claimed,
+					Lease: time.Second, Retention: time.Hour}, now.Add(-time.Minute))
+				if err != nil || cl.Status != idempotency.Acquired {
+					t.Fatalf("claim %s: %v %v", k, cl.Status, err)
+				}
+				rec := &idempotency.Record{Ref: ref(k), State: idempotency.StateQueued, Fingerprint: c.fp, ExpiresAt: now.Add(time.Hour),
+					Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(k)}}
+				if how == "alone" {
+					replaced, err := l.Enqueue(ctx, rec, c.owner, now)
+					if replaced != c.wantReplaced || (c.wantReplaced && err != nil) || (!c.wantReplaced && !errors.Is(err, idempotency.ErrNotOwner)) {
+						t.Errorf("Enqueue(%s) = %v, %v; want replaced %v", k, replaced, err, c.wantReplaced)
+					}
+					continue
+				}
+				j, err := newIntakeJob(ctx, rec, c.owner, now, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, j)
+				done[k] = j.done
+			}
+			if how == "batch" {
+				if err := l.runIntake(ctx, batch); err != nil {
+					t.Fatalf("the batch's transaction: %v", err)
+				}
+				for _, j := range batch {
+					err := <-done[j.ref.Key]
+					want := notWritten
+					for _, c := range cases {
+						if how+"-"+c.key == j.ref.Key && c.wantReplaced {
+							want = replaced
+						}
+					}
+					if j.wrote != want || (want == notWritten) != errors.Is(err, idempotency.ErrNotOwner) {
+						t.Errorf("%s: wrote %d (%v), want %d", j.ref.Key, j.wrote, err, want)
+					}
+				}
+			}
+			for _, c := range cases {
+				k := how + "-" + c.key
+				r, err := l.Lookup(ctx, ref(k))
+				switch {
+				case err != nil:
+					t.Errorf("%s: %v", k, err)
+				case c.wantReplaced && (r.State != idempotency.StateQueued || string(r.Fingerprint) != string(c.fp)):
+					t.Errorf("%s: %s with %q, want queued with %q", k, r.State, r.Fingerprint, c.fp)
+				case !c.wantReplaced && (r.State != idempotency.StatePending || r.Owner != "dead" || string(r.Fingerprint) != string(c.claimed)):
+					t.Errorf("%s: %s of %q with %q, want the dead owner's claim with %q", k, r.State, r.Owner, r.Fingerprint, c.claimed)
+				}
+			}
+		}
+	})
+}
+
 // An acknowledged delivery is never swept while queued: its retention may
 // end while the upstream is down and attempts wait out their backoff. Once
 // dead it is kept until Settlement.KeepUntil, for an operator to redrive;
