@@ -90,10 +90,15 @@ func (l *Ledger) AddAttemptTx(ctx context.Context, ex Execer, a idempotency.Atte
 	if err != nil {
 		return fmt.Errorf("add attempt %s: %w", ref(a.Ref), l.fail("clock", err))
 	}
-	aa := attemptArgsOf(&a, shift)
-	args := aa.args(a.Ref)
+	return l.addAttemptArgs(ctx, ex, a.Ref, attemptArgsOf(&a, shift))
+}
+
+// addAttemptArgs records aa as r's attempt through ex, numbered again
+// while concurrent writers take the number it computed.
+func (l *Ledger) addAttemptArgs(ctx context.Context, ex Execer, r idempotency.Ref, aa *attemptArgs) error {
+	args := aa.args(r)
 	q := l.d.rebind(addAttemptSQL)
-	what := fmt.Sprintf("add attempt %s", ref(a.Ref))
+	what := fmt.Sprintf("add attempt %s", ref(r))
 	return numbered(what, aa.number, func() (bool, error) {
 		res, err := ex.ExecContext(ctx, q, args...)
 		if err != nil {

@@ -177,7 +177,11 @@ type commitJob struct {
 // written; any other lost to another owner (ErrNotOwner). A key may appear
 // once per statement (ON CONFLICT DO UPDATE cannot touch a row twice).
 // The rows written that carry an attempt (att_started not NULL) get it as
-// their next attempt in the same statement.
+// their next attempt in the same statement. The attempt's insert has no
+// ON CONFLICT: a number another writer takes meanwhile (a stale owner's
+// AddAttempt) fails the whole statement, nothing written, and runCommits
+// commits each row alone, numbering its attempt again. Skipped, the record
+// would be done without the forward that produced its answer.
 const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bytea[], ?::bigint[], ?::text[], ?::bytea[], ?::boolean[], ` +
 	`?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::text[], ?::timestamptz[], ` +
 	`?::text[], ?::text[], ?::text[], ?::bytea[], ` +
@@ -203,8 +207,7 @@ const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?:
 	`SELECT t.route, t."key", COALESCE(t.att_number, ` +
 	`(SELECT MAX(x.attempt) + 1 FROM hookstamp_attempts x WHERE x.route = t.route AND x."key" = t."key"), 1), ` +
 	`t.att_started, t.att_ms, t.att_status, t.att_error, t.att_replica, t.att_expires ` +
-	`FROM t JOIN w ON w.route = t.route AND w."key" = t."key" WHERE t.att_started IS NOT NULL ` +
-	`ON CONFLICT (route, "key", attempt) DO NOTHING) ` +
+	`FROM t JOIN w ON w.route = t.route AND w."key" = t."key" WHERE t.att_started IS NOT NULL) ` +
 	`SELECT route, "key" FROM w`
 
 func (l *Ledger) newCommitter(workers, max int) *batcher[*commitJob] {
@@ -269,7 +272,7 @@ func (l *Ledger) commitTransaction(ctx context.Context, batch []*commitJob, resu
 				continue
 			}
 			if a := j.row.att; a != nil {
-				if _, err := tx.ExecContext(ctx, addAttemptSQL, a.args(j.row.ref)...); err != nil {
+				if err := l.addAttemptArgs(ctx, tx, j.row.ref, a); err != nil {
 					return err
 				}
 			}

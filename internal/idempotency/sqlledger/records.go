@@ -389,8 +389,7 @@ func (l *Ledger) commitWithAttempt(ctx context.Context, tx *sql.Tx, query string
 	if err != nil || n == 0 || row.att == nil {
 		return n > 0, err
 	}
-	_, err = tx.ExecContext(ctx, l.d.rebind(addAttemptSQL), row.att.args(row.ref)...)
-	return true, err
+	return true, l.addAttemptArgs(ctx, tx, row.ref, row.att)
 }
 
 // Release deletes the pending row owned by owner. ErrNotOwner when there is
