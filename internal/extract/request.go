@@ -14,9 +14,21 @@ type Request interface {
 	// but empty should be a non-nil empty slice: fingerprints tell the two
 	// apart.
 	Header(name string) []byte
+	// HeaderCount returns how many fields name the header. Keys read it
+	// on every delivery: it should not allocate.
+	HeaderCount(name string) int
+	// HeaderValues returns the value of each field naming the header, in
+	// the order received, each as Header would return it; nil if absent.
+	// It is read only for a header given more than once, and may return
+	// scratch space that the next call reuses.
+	HeaderValues(name string) [][]byte
 	// Query returns the first value of the URL query parameter, nil if
 	// absent (non-nil and empty when present but empty).
 	Query(name string) []byte
+	// QueryCount and QueryValues are HeaderCount and HeaderValues for a
+	// URL query parameter.
+	QueryCount(name string) int
+	QueryValues(name string) [][]byte
 	// Body returns the raw request body.
 	Body() []byte
 	// ContentType returns the Content-Type header value, parameters included.
@@ -35,13 +47,21 @@ type MapRequest struct {
 	Headers map[string]string
 	// QueryArgs maps URL query parameter names to values (exact names).
 	QueryArgs map[string]string
-	RawBody   []byte
+	// HeaderLists and QueryLists give every value of a header or query
+	// parameter, in order, for one given more than once; a name found here
+	// is not looked for in Headers or QueryArgs.
+	HeaderLists map[string][]string
+	QueryLists  map[string][]string
+	RawBody     []byte
 }
 
 var _ Request = MapRequest{}
 
 // Header implements Request.
 func (m MapRequest) Header(name string) []byte {
+	if vs, ok := m.headerList(name); ok {
+		return first(vs)
+	}
 	if v, ok := m.Headers[name]; ok {
 		return view(v)
 	}
@@ -53,12 +73,91 @@ func (m MapRequest) Header(name string) []byte {
 	return nil
 }
 
+// HeaderCount implements Request.
+func (m MapRequest) HeaderCount(name string) int {
+	if vs, ok := m.headerList(name); ok {
+		return len(vs)
+	}
+	return count(m.Header(name))
+}
+
+// HeaderValues implements Request.
+func (m MapRequest) HeaderValues(name string) [][]byte {
+	if vs, ok := m.headerList(name); ok {
+		return views(vs)
+	}
+	return single(m.Header(name))
+}
+
+func (m MapRequest) headerList(name string) ([]string, bool) {
+	if vs, ok := m.HeaderLists[name]; ok {
+		return vs, true
+	}
+	for k, vs := range m.HeaderLists {
+		if strings.EqualFold(k, name) {
+			return vs, true
+		}
+	}
+	return nil, false
+}
+
 // Query implements Request.
 func (m MapRequest) Query(name string) []byte {
+	if vs, ok := m.QueryLists[name]; ok {
+		return first(vs)
+	}
 	if v, ok := m.QueryArgs[name]; ok {
 		return view(v)
 	}
 	return nil
+}
+
+// QueryCount implements Request.
+func (m MapRequest) QueryCount(name string) int {
+	if vs, ok := m.QueryLists[name]; ok {
+		return len(vs)
+	}
+	return count(m.Query(name))
+}
+
+// QueryValues implements Request.
+func (m MapRequest) QueryValues(name string) [][]byte {
+	if vs, ok := m.QueryLists[name]; ok {
+		return views(vs)
+	}
+	return single(m.Query(name))
+}
+
+func first(vs []string) []byte {
+	if len(vs) == 0 {
+		return nil
+	}
+	return view(vs[0])
+}
+
+func count(v []byte) int {
+	if v == nil {
+		return 0
+	}
+	return 1
+}
+
+func single(v []byte) [][]byte {
+	if v == nil {
+		return nil
+	}
+	return [][]byte{v}
+}
+
+func views(vs []string) [][]byte {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(vs))
+	for i, v := range vs {
+		out[i] = view(v)
+	}
+	return out
 }
 
 // Body implements Request.

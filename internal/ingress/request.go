@@ -41,6 +41,10 @@ func (f fastRequest) Header(name string) []byte {
 	return nil
 }
 
+// HeaderCount counts the fields naming the header: fasthttp compares
+// names case-insensitively (it canonicalises them).
+func (f fastRequest) HeaderCount(name string) int { return len(f.req.Header.PeekAll(name)) }
+
 func (f fastRequest) HeaderValues(name string) [][]byte {
 	vs := f.req.Header.PeekAll(name) // fasthttp's scratch slice, rebuilt per call
 	for i, v := range vs {
@@ -69,6 +73,21 @@ func (f fastRequest) Query(name string) []byte {
 		return present
 	}
 	return nil
+}
+
+// QueryCount and QueryValues compare names unescaped, as Query does.
+func (f fastRequest) QueryCount(name string) int {
+	n := 0
+	for k := range f.req.URI().QueryArgs().All() {
+		if string(k) == name {
+			n++
+		}
+	}
+	return n
+}
+
+func (f fastRequest) QueryValues(name string) [][]byte {
+	return f.req.URI().QueryArgs().PeekMulti(name)
 }
 
 // Body is the raw body as received: never decompressed, because signatures

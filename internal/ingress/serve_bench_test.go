@@ -124,10 +124,17 @@ func (v requestView) Header(name string) []byte { return v.r.Header.Peek(name) }
 func (v requestView) HeaderValues(name string) [][]byte {
 	return v.r.Header.PeekAll(name)
 }
-func (v requestView) Query(name string) []byte { return v.r.URI().QueryArgs().Peek(name) }
-func (v requestView) Body() []byte             { return v.r.Body() }
-func (v requestView) ContentType() []byte      { return v.r.Header.ContentType() }
-func (v requestView) Method() []byte           { return v.r.Header.Method() }
+func (v requestView) HeaderCount(name string) int { return len(v.r.Header.PeekAll(name)) }
+func (v requestView) Query(name string) []byte    { return v.r.URI().QueryArgs().Peek(name) }
+func (v requestView) QueryCount(name string) int {
+	return len(v.r.URI().QueryArgs().PeekMulti(name))
+}
+func (v requestView) QueryValues(name string) [][]byte {
+	return v.r.URI().QueryArgs().PeekMulti(name)
+}
+func (v requestView) Body() []byte        { return v.r.Body() }
+func (v requestView) ContentType() []byte { return v.r.Header.ContentType() }
+func (v requestView) Method() []byte      { return v.r.Header.Method() }
 
 // forged refuses every signature.
 type forged struct{}
