@@ -132,3 +132,29 @@ func BenchmarkLargeJSON(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRepeatedFields digests a form field and a query parameter given
+// n times (a key on them is refused at the second): each value is read
+// once, so the cost per value does not grow with n.
+func BenchmarkRepeatedFields(b *testing.B) {
+	for _, n := range []int{1000, extract.MaxFormFields} {
+		body := strings.TrimSuffix(strings.Repeat("k=v%41&", n), "&")
+		q := map[string][]string{"k": strings.Split(strings.Repeat("v", n), "")}
+		b.Run(fmt.Sprintf("form/fingerprint/%d", n), func(b *testing.B) {
+			benchFingerprint(b, newFingerprinter(b, extract.FingerprintFields, "form:k"), formReq(body))
+		})
+		b.Run(fmt.Sprintf("query/fingerprint/%d", n), func(b *testing.B) {
+			benchFingerprint(b, newFingerprinter(b, extract.FingerprintFields, "query:k"), extract.MapRequest{QueryLists: q})
+		})
+		b.Run(fmt.Sprintf("form/fields_hash/%d", n), func(b *testing.B) {
+			e := newExtractor(b, "bench", fieldsHash("form:k"))
+			r := extract.Request(formReq(body))
+			dst := make([]byte, 0, maxLen)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst, _ = e.Key(r, dst[:0])
+			}
+		})
+	}
+}

@@ -31,6 +31,7 @@ const (
 	tagText   = 1 // header, query or form value, or a JSON string's unescaped value
 	tagJSON   = 2 // JSON literal text of a number, true, false or null; or a modifier's text that is not valid JSON
 	tagTree   = 3 // JSON object or array, in the canonical encoding of appendTree
+	tagTexts  = 4 // header, query or form field given n > 1 times: n (8 bytes), then each value length-prefixed, in order
 )
 
 // Node tags of appendTree's canonical encoding of a JSON object or array.
@@ -131,8 +132,12 @@ func (f *Fingerprinter) Mode() string { return f.mode }
 // digest of an unambiguous encoding of the fields in their configured order:
 // each field's spec and its value, length-prefixed, with an absent field
 // encoded differently from an empty one and a JSON string differently from
-// the same text as a JSON number. A JSON object or array is encoded
-// canonically (appendTree), so that re-serialising it changes nothing.
+// the same text as a JSON number. A header, query or form field given more
+// than once is encoded with each of its values, in order, since the
+// application may read any of them; one given once is encoded as it was
+// before, so that stored fingerprints still match. A JSON object or array
+// is encoded canonically (appendTree), so that re-serialising it changes
+// nothing.
 // Fields the delivery's format does not
 // carry (json of a non-JSON body, form of a non-form body) are absent.
 func (f *Fingerprinter) Fingerprint(r Request) []byte {
@@ -197,25 +202,39 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 		dst = appendChunk(dst, fl.spec)
 		switch fl.kind {
 		case kindHeader:
+			if r.HeaderCount(fl.arg) > 1 {
+				dst, valued = appendTexts(dst, r.HeaderValues(fl.arg), valued)
+				break
+			}
 			v := r.Header(fl.arg)
 			dst, valued = appendText(dst, v), valued || len(v) > 0
 		case kindQuery:
+			if r.QueryCount(fl.arg) > 1 {
+				dst, valued = appendTexts(dst, r.QueryValues(fl.arg), valued)
+				break
+			}
 			v := r.Query(fl.arg)
 			dst, valued = appendText(dst, v), valued || len(v) > 0
 		case kindForm:
-			raw, ok := []byte(nil), false
+			var raw []byte
+			n := 0
 			if isFormMediaType(r.ContentType()) {
-				raw, ok = formValue(r.Body(), fl.arg)
+				raw, n = formCount(r.Body(), fl.arg)
 			}
-			if !ok {
+			switch {
+			case n == 0:
 				dst = append(dst, tagAbsent)
-				break
+			case n == 1:
+				valued = valued || len(raw) > 0
+				dst = appendFormValue(append(dst, tagText), raw)
+			default:
+				dst = binary.BigEndian.AppendUint64(append(dst, tagTexts), uint64(n))
+				ff := formField{body: r.Body(), name: fl.arg}
+				for raw, ok := ff.next(); ok; raw, ok = ff.next() {
+					valued = valued || len(raw) > 0
+					dst = appendFormValue(dst, raw)
+				}
 			}
-			valued = valued || len(raw) > 0
-			// The length prefix is the unescaped length: each %XX is one byte.
-			dst = append(dst, tagText)
-			dst = binary.BigEndian.AppendUint64(dst, uint64(len(raw)-2*bytes.Count(raw, []byte{'%'})))
-			dst, _ = appendUnescaped(dst, raw, len(dst)+len(raw))
 		case kindJSON:
 			var res gjson.Result
 			if body, ok := l.jsonBody(); ok {
@@ -248,6 +267,25 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 				dst = append(dst, tagAbsent)
 			}
 		}
+	}
+	return dst, valued
+}
+
+// appendFormValue appends the still-escaped form value raw, unescaped and
+// length-prefixed.
+func appendFormValue(dst, raw []byte) []byte {
+	// The length prefix is the unescaped length: each %XX is one byte.
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(raw)-2*bytes.Count(raw, []byte{'%'})))
+	dst, _ = appendUnescaped(dst, raw, len(dst)+len(raw))
+	return dst
+}
+
+// appendTexts appends the values of a header or query parameter given
+// more than once, and whether any has a value (or valued already did).
+func appendTexts(dst []byte, vs [][]byte, valued bool) ([]byte, bool) {
+	dst = binary.BigEndian.AppendUint64(append(dst, tagTexts), uint64(len(vs)))
+	for _, v := range vs {
+		dst, valued = appendChunk(dst, v), valued || len(v) > 0
 	}
 	return dst, valued
 }

@@ -305,6 +305,17 @@ func refFieldsHash(t *testing.T, list string, r MapRequest) refHash {
 		h.valued = h.valued || v != ""
 		return chunk(append(enc, 1), v)
 	}
+	texts := func(enc []byte, vs []string) []byte {
+		if len(vs) < 2 {
+			return text(enc, strings.Join(vs, ""), len(vs) == 1)
+		}
+		enc = binary.BigEndian.AppendUint64(append(enc, 4), uint64(len(vs)))
+		for _, v := range vs {
+			h.valued = h.valued || v != ""
+			enc = chunk(enc, v)
+		}
+		return enc
+	}
 	enc := []byte("hookstamp key fields_hash v1\n")
 	for _, spec := range strings.Split(list, ",") {
 		spec = strings.TrimSpace(spec)
@@ -318,8 +329,7 @@ func refFieldsHash(t *testing.T, list string, r MapRequest) refHash {
 			v, ok := r.QueryArgs[name]
 			enc = text(enc, v, ok)
 		case KindForm:
-			v := refForm(r, name)
-			enc = text(enc, string(v), v != nil)
+			enc = texts(enc, refFormValues(r, name))
 		case KindJSON:
 			if !validBody {
 				h.malformed = h.malformed || len(r.RawBody) > 0 && isJSONMediaType(r.ContentType())
@@ -658,9 +668,17 @@ func refUnpairedSurrogate(raw []byte) bool {
 	return false
 }
 
-// refForm: net/url.ParseQuery over the first MaxFormFields pairs of a form
-// body.
+// refForm: the first of refFormValues.
 func refForm(r MapRequest, name string) []byte {
+	if vs := refFormValues(r, name); len(vs) > 0 {
+		return []byte(vs[0])
+	}
+	return nil
+}
+
+// refFormValues: the values of name that net/url.ParseQuery finds in the
+// first MaxFormFields pairs of a form body.
+func refFormValues(r MapRequest, name string) []string {
 	ct, _, _ := strings.Cut(r.Headers["Content-Type"], ";")
 	if !strings.EqualFold(strings.TrimSpace(ct), "application/x-www-form-urlencoded") {
 		return nil
@@ -671,10 +689,7 @@ func refForm(r MapRequest, name string) []byte {
 		body = strings.Join(parts[:MaxFormFields], "&")
 	}
 	vals, _ := url.ParseQuery(body)
-	if v := vals[name]; len(v) > 0 {
-		return []byte(v[0])
-	}
-	return nil
+	return vals[name]
 }
 
 // refValidate: the key rules written with the unicode package.
@@ -699,8 +714,8 @@ func refValidate(key []byte) error {
 // FuzzFormField checks the allocation-free form scanner against
 // net/url.ParseQuery: for any body of at most MaxFormFields pairs (whether
 // or not ParseQuery reports an error for some pair) and any name, the
-// scanner finds the field exactly when ParseQuery has it, with ParseQuery's
-// first value; and decoding with a limit gives a prefix of the full value,
+// scanner finds the field's values exactly as ParseQuery has them, in
+// order; and decoding with a limit gives a prefix of the full value,
 // reporting tooLong exactly when the value is longer than the limit.
 func FuzzFormField(f *testing.F) {
 	f.Add("a=1&b=2", "b", uint16(10))
@@ -715,17 +730,26 @@ func FuzzFormField(f *testing.F) {
 			return
 		}
 		vals, _ := url.ParseQuery(body)
-		want, wantOK := vals[name]
-		raw, ok := formValue([]byte(body), name)
-		if ok != wantOK {
-			t.Fatalf("formValue(%q, %q) found = %v, ParseQuery found = %v", body, name, ok, wantOK)
+		want := vals[name]
+		raw, n := formCount([]byte(body), name)
+		if n != len(want) {
+			t.Fatalf("formCount(%q, %q) = %d values, ParseQuery has %d", body, name, n, len(want))
 		}
-		if !ok {
+		var all []string
+		ff := formField{body: []byte(body), name: name}
+		for v, ok := ff.next(); ok; v, ok = ff.next() {
+			u, _ := appendUnescaped(nil, v, len(v))
+			all = append(all, string(u))
+		}
+		if !slices.Equal(all, want) {
+			t.Fatalf("formField(%q, %q) values %q, ParseQuery %q", body, name, all, want)
+		}
+		if n == 0 {
 			return
 		}
 		got, st := appendUnescaped(nil, raw, len(raw))
 		if string(got) != want[0] || (st == absent) != (want[0] == "") || st == tooLong {
-			t.Fatalf("formValue(%q, %q) = %q (%d), ParseQuery = %q", body, name, got, st, want[0])
+			t.Fatalf("formCount(%q, %q) first = %q (%d), ParseQuery = %q", body, name, got, st, want[0])
 		}
 		dst := []byte("prefix")
 		cut, st := appendUnescaped(dst, raw, len(dst)+int(limit))
@@ -780,9 +804,10 @@ func FuzzValidJSON(f *testing.F) {
 }
 
 // FuzzFingerprintFields checks that the fields encoding is unambiguous and
-// ignores only what does not change a field's meaning: two form bodies
-// encode identically exactly when every configured field has the same
-// presence and value in both (as net/url.ParseQuery reads them), and two
+// ignores only what does not change a field's meaning: two form bodies, or
+// two URL queries, encode identically exactly when every configured field
+// has the same values in both, in the same order (as net/url.ParseQuery
+// reads them; none is absent), and two
 // JSON bodies exactly when every configured JSON field has the same
 // presence, type and value in both (as encoding/json reads them, numbers
 // as written): white space, member order and string escapes do not count.
@@ -804,6 +829,14 @@ func FuzzFingerprintFields(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	qfp, err := NewFingerprinter(FingerprintFields, []string{"query:a", "query:b", "query:a b"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("a=1&a=2", "a=1")
+	f.Add("a=1&a=2", "a=2&a=1")
+	f.Add("a=ab&a=c", "a=a&a=bc")
+	f.Add("items[]=x&b=1&items[]=y", "b=1")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		jsonEncode := func(body string) []byte {
 			return jfp.appendFields(nil, MapRequest{
@@ -831,14 +864,18 @@ func FuzzFingerprintFields(f *testing.F) {
 		vb, _ := url.ParseQuery(b)
 		same := true
 		for _, name := range []string{"a", "b", "a b"} {
-			xa, oka := va[name]
-			xb, okb := vb[name]
-			if oka != okb || (oka && xa[0] != xb[0]) {
+			if !slices.Equal(va[name], vb[name]) {
 				same = false
 			}
 		}
 		if got := bytes.Equal(encode(a), encode(b)); got != same {
 			t.Fatalf("encodings of %q and %q: equal = %v, want %v", a, b, got, same)
+		}
+		encodeQuery := func(vals url.Values) []byte {
+			return qfp.appendFields(nil, MapRequest{QueryLists: vals})
+		}
+		if got := bytes.Equal(encodeQuery(va), encodeQuery(vb)); got != same {
+			t.Fatalf("query encodings of %q and %q: equal = %v, want %v", a, b, got, same)
 		}
 	})
 }

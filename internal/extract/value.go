@@ -353,29 +353,55 @@ func isFormMediaType(ct []byte) bool {
 	return strings.EqualFold(str(mediaType(ct)), "application/x-www-form-urlencoded")
 }
 
-// formValue returns the still-escaped value of the first pair named name in
-// an application/x-www-form-urlencoded body, skipping the pairs that
+// formField walks the still-escaped values of the pairs named name in an
+// application/x-www-form-urlencoded body, in order, skipping the pairs that
 // net/url.ParseQuery rejects (a ';' in the pair, a malformed %-escape in its
-// name or value), and looking at no more than MaxFormFields pairs. It never
-// allocates.
-func formValue(body []byte, name string) ([]byte, bool) {
-	for n := 0; len(body) > 0 && n < MaxFormFields; n++ {
-		pair := body
-		if i := bytes.IndexByte(body, '&'); i >= 0 {
-			pair, body = body[:i], body[i+1:]
+// name or value), and looking at no more than MaxFormFields pairs in all.
+// It never allocates.
+type formField struct {
+	body  []byte // the pairs not looked at yet
+	name  string
+	pairs int // pairs looked at
+}
+
+// next returns the value of the next pair named name.
+func (f *formField) next() ([]byte, bool) {
+	for len(f.body) > 0 && f.pairs < MaxFormFields {
+		f.pairs++
+		pair := f.body
+		if i := bytes.IndexByte(f.body, '&'); i >= 0 {
+			pair, f.body = f.body[:i], f.body[i+1:]
 		} else {
-			body = nil
+			f.body = nil
 		}
 		if len(pair) == 0 || bytes.IndexByte(pair, ';') >= 0 {
 			continue
 		}
 		k, v, _ := bytes.Cut(pair, []byte{'='})
-		if !validEscapes(k) || !validEscapes(v) || !unescapedEqual(k, name) {
+		if !validEscapes(k) || !validEscapes(v) || !unescapedEqual(k, f.name) {
 			continue
 		}
 		return v, true
 	}
 	return nil, false
+}
+
+// formValue returns the still-escaped value of the first pair named name
+// in a form body (see formField).
+func formValue(body []byte, name string) ([]byte, bool) {
+	f := formField{body: body, name: name}
+	return f.next()
+}
+
+// formCount returns the still-escaped value of the first pair of a form
+// body named name, and how many pairs are named name (see formField).
+func formCount(body []byte, name string) (first []byte, n int) {
+	f := formField{body: body, name: name}
+	first, ok := f.next()
+	for ; ok; _, ok = f.next() {
+		n++
+	}
+	return first, n
 }
 
 // validEscapes reports whether every '%' in s starts a %XX escape.

@@ -86,3 +86,28 @@ func TestDuplicateFingerprintMemberIsRefused(t *testing.T) {
 		sameReply(t, first, send(t, g, "/hooks", `{"id":"evt_fp","amount":1,"data":{"a":1}}`))
 	})
 }
+
+// A fingerprint field given twice was digested by its first value:
+// amount=1&amount=999, which PHP reads as 999, was replayed as a retry of
+// amount=1. Every value is digested now, so it is key reuse (422); the
+// retry as first sent is still a retry.
+func TestRepeatedFingerprintFieldIsDigested(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "    fingerprint: {mode: fields, fields: [\"form:amount\"]}\n", ""))
+		formHdr := []string{"X-Event-Id", "evt_fp", "Content-Type", "application/x-www-form-urlencoded"}
+		first := send(t, g, "/hooks", "amount=1&note=x", formHdr...)
+		wantOutcome(t, first, http.StatusOK, "forwarded")
+		for _, body := range []string{"amount=1&amount=999", "amount=999&amount=1", "amount=1&amount=1"} {
+			wantOutcome(t, send(t, g, "/hooks", body, formHdr...), http.StatusUnprocessableEntity, "mismatch")
+		}
+		sameReply(t, first, send(t, g, "/hooks", "note=y&amount=1", formHdr...))
+		if n := up.total.Load(); n != 1 {
+			t.Fatalf("the upstream got %d requests, want the first only", n)
+		}
+		// Repeated values are not refused: a delivery of its own is forwarded.
+		wantOutcome(t, send(t, g, "/hooks", "amount=1&amount=999", "X-Event-Id", "evt_fp2", "Content-Type", "application/x-www-form-urlencoded"),
+			http.StatusOK, "forwarded")
+	})
+}
