@@ -29,10 +29,13 @@
 //   - Form sources read the body only when its Content-Type is
 //     application/x-www-form-urlencoded (parameters such as charset are
 //     ignored); for any other body they yield nothing, so a JSON body that
-//     happens to contain "name=" is never misread. The first well-formed
-//     pair with the name wins, decoded exactly as net/url.ParseQuery decodes
-//     it; pairs that ParseQuery would reject (a bad %-escape, a ';') are
-//     skipped, and at most MaxFormFields pairs are looked at.
+//     happens to contain "name=" is never misread. A well-formed pair with
+//     the name is decoded exactly as net/url.ParseQuery decodes it; pairs
+//     that ParseQuery would reject (a bad %-escape, a ';') are skipped, and
+//     at most MaxFormFields pairs are looked at.
+//   - A header, query parameter or form field the request gives more than
+//     once is no key (ErrDuplicateField): the application may read any of
+//     its values. As a fingerprint field, each of its values is digested.
 //   - Values are used byte for byte: nothing is trimmed or case-folded.
 //   - A key must be at most the route's max_length bytes, valid UTF-8 and
 //     free of control characters (see ValidateKey); Key checks all three, and

@@ -16,6 +16,13 @@ import (
 // deduplicated under an event the application did not process.
 var ErrDuplicateMember = fmt.Errorf("%w: the JSON body names a member on the key's path more than once", ErrInvalidKey)
 
+// ErrDuplicateField is returned by Extractor.Key when a header, query or
+// form key source reads a field the request gives more than once (X-Id: A
+// then X-Id: B; id=A&id=B), for the reason of ErrDuplicateMember: the
+// gateway would read the first, and the application may read the last
+// (PHP) or all of them joined ("A, B" in Node.js).
+var ErrDuplicateField = fmt.Errorf("%w: the request gives the key's header, query parameter or form field more than once", ErrInvalidKey)
+
 // duplicateOnPath reports whether body, valid JSON, names a member more
 // than once in an object on the GJSON path, or, below where the path
 // leads, anywhere in the value it selects (a fingerprint field digests the

@@ -108,15 +108,17 @@ func compileSource(s Source) (compiledSource, error) {
 //     ErrInvalidKey). The key is there to be logged, escaped; for
 //     ErrKeyTooLong it is cut at the maximum length. It must not be used as
 //     an identity. A JSON source whose path names a member twice is
-//     ErrDuplicateMember (also a match for ErrInvalidKey), its value
-//     absent or not.
+//     ErrDuplicateMember, and a header, query or form source given more
+//     than once ErrDuplicateField (both match ErrInvalidKey), its first
+//     value absent or not.
 //
 // A fields_hash source yields the lowercase hex SHA-256 of the fields
 // encoding of fingerprint mode fields (see Fingerprinter.Fingerprint),
 // under a domain of its own, so that no such key equals a fingerprint. It
 // yields nothing when none of its fields has a value (each is absent, an
 // empty string, null, [] or {}); a JSON field whose path names a member
-// twice is ErrDuplicateMember, as for a json source.
+// twice is ErrDuplicateMember, and a header, query or form field given
+// more than once ErrDuplicateField, as for the sources of those kinds.
 //
 // Key does not allocate for header, query, json (unless the JSON string has
 // escapes), form and body_hash sources when dst has room for the key, nor
@@ -145,6 +147,8 @@ func (e *Extractor) Key(r Request, dst []byte) ([]byte, error) {
 			return dst, ErrKeyNotUTF8
 		case duplicate:
 			return dst, ErrDuplicateMember
+		case repeated:
+			return dst, ErrDuplicateField
 		}
 		return dst, validateChars(dst[start:])
 	}

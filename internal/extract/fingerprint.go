@@ -171,7 +171,7 @@ func (f *Fingerprinter) Also(r Request) [][]byte {
 
 // appendFields appends the fields encoding to dst.
 func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
-	dst, _ = appendFields(append(dst, fieldsDomain...), &lookup{r: r}, f.fields)
+	dst, _, _ = appendFields(append(dst, fieldsDomain...), &lookup{r: r}, f.fields)
 	return dst
 }
 
@@ -179,13 +179,20 @@ func (f *Fingerprinter) appendFields(dst []byte, r Request) []byte {
 // of the fields encoding under fieldsHashDomain (see Extractor.Key).
 func (l *lookup) appendFieldsHash(dst []byte, fs []field, limit int) ([]byte, status) {
 	var stack [512]byte // enough for typical fields: no allocation
-	enc, valued := appendFields(append(stack[:0], fieldsHashDomain...), l, fs)
+	enc, valued, repeat := appendFields(append(stack[:0], fieldsHashDomain...), l, fs)
+	st := found
 	// appendFields read the body as JSON if, and only if, a field is json.
-	if l.json == jsonOK && duplicateOnPaths(l.body, fs) {
+	switch {
+	case l.json == jsonOK && duplicateOnPaths(l.body, fs):
+		st = duplicate
+	case repeat:
+		st = repeated
+	}
+	if st != found {
 		if valued {
 			dst, _ = putDigest(dst, sha256.Sum256(enc), limit)
 		}
-		return dst, duplicate
+		return dst, st
 	}
 	if !valued {
 		return dst, absent
@@ -195,8 +202,9 @@ func (l *lookup) appendFieldsHash(dst []byte, fs []field, limit int) ([]byte, st
 
 // appendFields appends the encoding of fs, read through l, to dst. valued
 // reports whether any field has a value: present and not an empty string,
-// null, [] or {}.
-func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
+// null, [] or {}; repeat whether a header, query or form field is given
+// more than once.
+func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued, repeat bool) {
 	r := l.r
 	for _, fl := range fs {
 		dst = appendChunk(dst, fl.spec)
@@ -204,6 +212,7 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 		case kindHeader:
 			if r.HeaderCount(fl.arg) > 1 {
 				dst, valued = appendTexts(dst, r.HeaderValues(fl.arg), valued)
+				repeat = true
 				break
 			}
 			v := r.Header(fl.arg)
@@ -211,6 +220,7 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 		case kindQuery:
 			if r.QueryCount(fl.arg) > 1 {
 				dst, valued = appendTexts(dst, r.QueryValues(fl.arg), valued)
+				repeat = true
 				break
 			}
 			v := r.Query(fl.arg)
@@ -228,6 +238,7 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 				valued = valued || len(raw) > 0
 				dst = appendFormValue(append(dst, tagText), raw)
 			default:
+				repeat = true
 				dst = binary.BigEndian.AppendUint64(append(dst, tagTexts), uint64(n))
 				ff := formField{body: r.Body(), name: fl.arg}
 				for raw, ok := ff.next(); ok; raw, ok = ff.next() {
@@ -268,7 +279,7 @@ func appendFields(dst []byte, l *lookup, fs []field) (_ []byte, valued bool) {
 			}
 		}
 	}
-	return dst, valued
+	return dst, valued, repeat
 }
 
 // appendFormValue appends the still-escaped form value raw, unescaped and

@@ -101,7 +101,11 @@ const fuzzMaxLen = 64
 // panics and returns exactly the reference's key, or no key, or the
 // reference's error (ErrMalformedBody when a JSON source met an invalid body
 // that claims to be JSON; ErrKeyTooLong with the key cut at the limit;
-// ErrKeyNotUTF8; ErrKeyControl; ErrKeySpace). Only one corner is checked loosely: a JSON
+// ErrKeyNotUTF8; ErrKeyControl; ErrKeySpace; ErrDuplicateMember and
+// ErrDuplicateField). which picks the configuration and, past the number
+// of configurations, whether the header X-Id (bit 0 of which divided by
+// it) and the query parameter q (bit 1) are given twice: X-Id as hdr then
+// q, q as q then hdr. Only one corner is checked loosely: a JSON
 // string with raw invalid UTF-8 must give ErrKeyNotUTF8 or ErrKeyTooLong,
 // since encoding/json would have replaced the bytes.
 func FuzzExtractKey(f *testing.F) {
@@ -122,6 +126,10 @@ func FuzzExtractKey(f *testing.F) {
 	f.Add(uint8(8), []byte(`[{"id":1,"x":2},{"id":"\u0031"},{"y":{"b":1,"a":[]}},3]`), "application/json", "", "")
 	f.Add(uint8(8), []byte(`{"items":{"z":1,"a":{"id":2}}}`), "", "", "")
 	f.Add(uint8(8), []byte(`[{"id":1,"id":2}]`), "application/json", "", "")
+	f.Add(uint8(6+len(fuzzConfigs)), []byte(`{"id":"j"}`), "application/json", "A", "B")
+	f.Add(uint8(6+2*len(fuzzConfigs)), []byte(`{}`), "application/json", "", "q")
+	f.Add(uint8(7+3*len(fuzzConfigs)), []byte("k=1"), "application/x-www-form-urlencoded", "A", "B")
+	f.Add(uint8(4+len(fuzzConfigs)), []byte(`{"a":"1"}`), "application/json", "A", "B")
 	f.Fuzz(func(t *testing.T, which uint8, body []byte, contentType, hdr, q string) {
 		sources := fuzzConfigs[int(which)%len(fuzzConfigs)]
 		e, err := NewExtractor("r", sources, fuzzMaxLen)
@@ -134,6 +142,15 @@ func FuzzExtractKey(f *testing.F) {
 			QueryArgs:  map[string]string{"q": q},
 			RawBody:    body,
 		}
+		twice := int(which) / len(fuzzConfigs)
+		if twice&1 != 0 {
+			delete(r.Headers, "X-Id")
+			r.HeaderLists = map[string][]string{"X-Id": {hdr, q}}
+		}
+		if twice&2 != 0 {
+			r.QueryArgs = nil
+			r.QueryLists = map[string][]string{"q": {q, hdr}}
+		}
 		got, gotErr := e.Key(r, nil)
 
 		hashMalformed := false
@@ -143,6 +160,11 @@ func FuzzExtractKey(f *testing.F) {
 			case h.dup:
 				if !errors.Is(gotErr, ErrDuplicateMember) {
 					t.Fatalf("Key() = %q, %v; want ErrDuplicateMember", got, gotErr)
+				}
+				return
+			case h.rep:
+				if !errors.Is(gotErr, ErrDuplicateField) {
+					t.Fatalf("Key() = %q, %v; want ErrDuplicateField", got, gotErr)
 				}
 				return
 			case h.valued && h.exact:
@@ -159,12 +181,12 @@ func FuzzExtractKey(f *testing.F) {
 			// No field has a value: the next source decides.
 			sources, hashMalformed = sources[1:], h.malformed
 		}
-		want, loose, malformed, dup := refKey(t, sources, r)
+		want, loose, malformed, refused := refKey(t, sources, r)
 		malformed = malformed || hashMalformed
 		switch {
-		case dup:
-			if !errors.Is(gotErr, ErrDuplicateMember) {
-				t.Fatalf("Key() = %q, %v; want ErrDuplicateMember", got, gotErr)
+		case refused != nil:
+			if gotErr != refused {
+				t.Fatalf("Key() = %q, %v; want %v", got, gotErr, refused)
 			}
 		case want == nil && malformed:
 			if got != nil || gotErr != ErrMalformedBody {
@@ -193,39 +215,51 @@ func FuzzExtractKey(f *testing.F) {
 // refKey is the reference for FuzzExtractKey: the first non-empty value of
 // sources; loose reports a JSON string with raw invalid UTF-8 in it;
 // malformed reports that a JSON source met a body that claims to be JSON and
-// is not; dup that a JSON source consulted met a member named twice on its
-// path or in the value it leads to.
-func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, malformed, dup bool) {
+// is not; refused is ErrDuplicateMember when a JSON source consulted met a
+// member named twice on its path or in the value it leads to, and
+// ErrDuplicateField when a header, query or form source consulted reads a
+// field given more than once.
+func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, malformed bool, refused error) {
 	validBody := refValidJSON(r.RawBody)
 	claimsJSON := len(r.RawBody) > 0 && !validBody && isJSONMediaType(r.ContentType())
 	value := func(k, name string) ([]byte, bool) {
+		var vs []string
 		switch k {
 		case KindHeader:
-			return []byte(r.Headers[name]), false
+			vs = refHeader(r, name)
 		case KindQuery:
-			return []byte(r.QueryArgs[name]), false
+			vs = refQuery(r, name)
 		case KindForm:
-			return refForm(r, name), false
+			vs = refFormValues(r, name)
 		case KindJSON:
 			if !validBody {
 				malformed = malformed || claimsJSON
 				return nil, false
 			}
 			v, bad, d := refJSONPath(t, r.RawBody, strings.Split(name, "."))
-			dup = dup || d
+			if d {
+				refused = ErrDuplicateMember
+			}
 			return v, bad
+		default:
+			t.Fatalf("reference: kind %q", k)
 		}
-		t.Fatalf("reference: kind %q", k)
-		return nil, false
+		if len(vs) > 1 {
+			refused = ErrDuplicateField
+		}
+		if len(vs) == 0 {
+			return nil, false
+		}
+		return []byte(vs[0]), false
 	}
 	for _, s := range sources {
 		if s.Kind != KindTemplate {
 			v, bad := value(s.Kind, s.Arg)
-			if dup {
-				return nil, false, false, true
+			if refused != nil {
+				return nil, false, false, refused
 			}
 			if len(v) > 0 {
-				return v, bad, malformed, false
+				return v, bad, malformed, nil
 			}
 			continue
 		}
@@ -255,8 +289,8 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 			k, name, _ := strings.Cut(rest[1:end], ":")
 			rest = rest[end+1:]
 			v, bad := value(k, name)
-			if dup {
-				return nil, false, false, true
+			if refused != nil {
+				return nil, false, false, refused
 			}
 			if len(v) == 0 {
 				out = nil
@@ -272,17 +306,45 @@ func refKey(t *testing.T, sources []Source, r MapRequest) (key []byte, loose, ma
 			}
 		}
 		if out != nil {
-			return out, anyBad, malformed, false
+			return out, anyBad, malformed, nil
 		}
 	}
-	return nil, false, malformed, false
+	return nil, false, malformed, nil
+}
+
+// refHeader is every value of the header name in r, in order.
+func refHeader(r MapRequest, name string) []string {
+	for k, vs := range r.HeaderLists {
+		if strings.EqualFold(k, name) {
+			return vs
+		}
+	}
+	for k, v := range r.Headers {
+		if strings.EqualFold(k, name) {
+			return []string{v}
+		}
+	}
+	return nil
+}
+
+// refQuery is every value of the query parameter name in r, in order.
+func refQuery(r MapRequest, name string) []string {
+	if vs, ok := r.QueryLists[name]; ok {
+		return vs
+	}
+	if v, ok := r.QueryArgs[name]; ok {
+		return []string{v}
+	}
+	return nil
 }
 
 // refHash is what refFieldsHash finds: the key, when exact; whether any
-// field has a value; malformed and dup as for refKey.
+// field has a value; malformed as for refKey; dup whether a JSON field
+// meets a member named twice, rep whether a header, query or form field
+// is given more than once.
 type refHash struct {
-	key                           string
-	exact, valued, malformed, dup bool
+	key                                string
+	exact, valued, malformed, dup, rep bool
 }
 
 // refFieldsHash is the reference for a fields_hash source (the fuzz lists
@@ -309,6 +371,7 @@ func refFieldsHash(t *testing.T, list string, r MapRequest) refHash {
 		if len(vs) < 2 {
 			return text(enc, strings.Join(vs, ""), len(vs) == 1)
 		}
+		h.rep = true
 		enc = binary.BigEndian.AppendUint64(append(enc, 4), uint64(len(vs)))
 		for _, v := range vs {
 			h.valued = h.valued || v != ""
@@ -323,11 +386,9 @@ func refFieldsHash(t *testing.T, list string, r MapRequest) refHash {
 		kind, name, _ := strings.Cut(spec, ":")
 		switch kind {
 		case KindHeader:
-			v, ok := r.Headers[name]
-			enc = text(enc, v, ok)
+			enc = texts(enc, refHeader(r, name))
 		case KindQuery:
-			v, ok := r.QueryArgs[name]
-			enc = text(enc, v, ok)
+			enc = texts(enc, refQuery(r, name))
 		case KindForm:
 			enc = texts(enc, refFormValues(r, name))
 		case KindJSON:
@@ -666,14 +727,6 @@ func refUnpairedSurrogate(raw []byte) bool {
 		return true
 	}
 	return false
-}
-
-// refForm: the first of refFormValues.
-func refForm(r MapRequest, name string) []byte {
-	if vs := refFormValues(r, name); len(vs) > 0 {
-		return []byte(vs[0])
-	}
-	return nil
 }
 
 // refFormValues: the values of name that net/url.ParseQuery finds in the

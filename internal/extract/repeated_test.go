@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hookstamp/hookstamp/internal/extract"
@@ -22,6 +24,135 @@ func queryReq(kv ...string) extract.MapRequest {
 		q[kv[i]] = append(q[kv[i]], kv[i+1])
 	}
 	return extract.MapRequest{HTTPMethod: "POST", QueryLists: q}
+}
+
+// A key read from a header, query parameter or form field the request
+// gives more than once is refused, whatever the values: the application
+// may read the last (PHP) or all of them joined (Node.js). The first value
+// is still there, to be logged. Given once, each reads as it always did.
+func TestKeyRepeatedField(t *testing.T) {
+	tests := []struct {
+		name    string
+		sources []extract.Source
+		req     extract.MapRequest
+		want    string
+		wantErr error
+	}{
+		// header
+		{"header once", []extract.Source{header("X-Id")}, withHeaderList(jsonReq(`{}`), "X-Id", "A"), "A", nil},
+		{"header twice", []extract.Source{header("X-Id")}, withHeaderList(jsonReq(`{}`), "X-Id", "A", "B"), "A", extract.ErrDuplicateField},
+		{"header twice, the same value", []extract.Source{header("X-Id")}, withHeaderList(jsonReq(`{}`), "X-Id", "A", "A"), "A", extract.ErrDuplicateField},
+		{"header twice, named in another case", []extract.Source{header("X-Id")}, withHeaderList(jsonReq(`{}`), "x-id", "A", "B"), "A", extract.ErrDuplicateField},
+		{"header twice, the first empty: refused, not the next source", []extract.Source{header("X-Id"), jsonPath("id")},
+			withHeaderList(jsonReq(`{"id":"j"}`), "X-Id", "", "B"), "", extract.ErrDuplicateField},
+		{"header twice behind a key from an earlier source", []extract.Source{jsonPath("id"), header("X-Id")},
+			withHeaderList(jsonReq(`{"id":"j"}`), "X-Id", "A", "B"), "j", nil},
+
+		// query
+		{"query once", []extract.Source{query("id")}, queryReq("id", "A"), "A", nil},
+		{"query twice", []extract.Source{query("id")}, queryReq("id", "A", "id", "B"), "A", extract.ErrDuplicateField},
+		{"query twice, the first empty", []extract.Source{query("id"), header("X-Id")},
+			withHeaders(queryReq("id", "", "id", "B"), "X-Id", "h"), "", extract.ErrDuplicateField},
+		{"query twice, another name once", []extract.Source{query("id")}, queryReq("id", "A", "other", "B"), "A", nil},
+
+		// form
+		{"form once", []extract.Source{form("k")}, formReq("k=A&x=1"), "A", nil},
+		{"form twice", []extract.Source{form("k")}, formReq("k=A&x=1&k=B"), "A", extract.ErrDuplicateField},
+		{"form twice, the same value", []extract.Source{form("k")}, formReq("k=A&k=A"), "A", extract.ErrDuplicateField},
+		{"form twice, the name escaped", []extract.Source{form("k")}, formReq("k=A&%6B=B"), "A", extract.ErrDuplicateField},
+		{"form twice, the first empty", []extract.Source{form("k"), header("X-Id")},
+			withHeaders(formReq("k=&k=B"), "X-Id", "h"), "", extract.ErrDuplicateField},
+		{"form twice, the first without '='", []extract.Source{form("k")}, formReq("k&k=B"), "", extract.ErrDuplicateField},
+		{"form: a pair net/url rejects is no occurrence", []extract.Source{form("k")}, formReq("k=A&k=%zz&k=a;b"), "A", nil},
+		{"form: a second occurrence past the pair limit is not looked at", []extract.Source{form("k")},
+			formReq("k=A&" + strings.Repeat("a=1&", extract.MaxFormFields-1) + "k=B"), "A", nil},
+		{"form: a second occurrence at the pair limit is", []extract.Source{form("k")},
+			formReq("k=A&" + strings.Repeat("a=1&", extract.MaxFormFields-2) + "k=B"), "A", extract.ErrDuplicateField},
+		{"form twice in a body that is not a form", []extract.Source{form("k"), header("X-Id")},
+			withHeaders(jsonReq(`k=A&k=B`), "X-Id", "h"), "h", nil},
+
+		// template
+		{"template part twice", []extract.Source{tmpl("{json:a}-{header:X-Id}")},
+			withHeaderList(jsonReq(`{"a":"x"}`), "X-Id", "A", "B"), "x-A", extract.ErrDuplicateField},
+		{"template query part twice", []extract.Source{tmpl("{query:id}:{json:a}")},
+			func() extract.MapRequest {
+				r := queryReq("id", "A", "id", "B")
+				r.RawBody = []byte(`{"a":"x"}`)
+				return r
+			}(),
+			"A", extract.ErrDuplicateField},
+		{"template form part twice", []extract.Source{tmpl("{form:k}")}, formReq("k=A&k=B"), "A", extract.ErrDuplicateField},
+		{"template parts once", []extract.Source{tmpl("{query:id}:{form:k}")},
+			func() extract.MapRequest { r := formReq("k=B"); r.QueryArgs = map[string]string{"id": "A"}; return r }(), "A:B", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newExtractor(t, "r", tt.sources...)
+			got, err := e.Key(tt.req, nil)
+			if !errors.Is(err, tt.wantErr) || (err != nil) != (tt.wantErr != nil) {
+				t.Fatalf("Key() = %q, %v; want %q, %v", got, err, tt.want, tt.wantErr)
+			}
+			if tt.wantErr != nil && !errors.Is(err, extract.ErrInvalidKey) {
+				t.Fatalf("errors.Is(%v, ErrInvalidKey) = false", err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("Key() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A fields_hash key with a header, query or form field given more than
+// once is refused as a source of that kind would be, its digest kept for
+// the log line; given once, the key is the digest of the encoding as it
+// always was.
+func TestFieldsHashRepeatedField(t *testing.T) {
+	tests := []struct {
+		name    string
+		list    string
+		req     extract.MapRequest
+		wantErr error
+	}{
+		{"header twice", "json:id,header:X-Id", withHeaderList(jsonReq(`{"id":"j"}`), "X-Id", "A", "B"), extract.ErrDuplicateField},
+		{"header twice, every value empty", "header:X-Id", withHeaderList(jsonReq(`{}`), "X-Id", "", ""), extract.ErrDuplicateField},
+		{"query twice", "json:id,query:q", func() extract.MapRequest {
+			r := queryReq("q", "A", "q", "B")
+			r.RawBody = []byte(`{"id":"j"}`)
+			return r
+		}(), extract.ErrDuplicateField},
+		{"form twice", "form:a,form:k", formReq("a=1&k=A&k=B"), extract.ErrDuplicateField},
+		{"a JSON member named twice as well", "json:id,header:X-Id", withHeaderList(jsonReq(`{"id":"j","id":"i"}`), "X-Id", "A", "B"), extract.ErrDuplicateMember},
+		{"each once", "json:id,header:X-Id,query:q,form:k", func() extract.MapRequest {
+			r := withHeaders(formReq("k=A"), "X-Id", "h")
+			r.QueryArgs = map[string]string{"q": "q1"}
+			return r
+		}(), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newExtractor(t, "r", fieldsHash(tt.list))
+			got, err := e.Key(tt.req, nil)
+			if !errors.Is(err, tt.wantErr) || (err != nil) != (tt.wantErr != nil) {
+				t.Fatalf("Key() = %q, %v; want %v", got, err, tt.wantErr)
+			}
+			if len(got) != 0 && !hexKey.MatchString(string(got)) {
+				t.Errorf("Key() = %q, want 64 lowercase hex digits or nothing", got)
+			}
+		})
+	}
+	// Given once, the key is the digest of the encoding written out here.
+	r := withHeaders(formReq("k=a%2Bb"), "X-Id", "h")
+	r.QueryArgs = map[string]string{"q": ""}
+	enc := []byte("hookstamp key fields_hash v1\n")
+	enc = textField(enc, "header:X-Id", "h")
+	enc = textField(enc, "query:q", "")
+	enc = textField(enc, "form:k", "a+b")
+	enc = chunk(enc, "form:z")
+	enc = append(enc, 0) // absent
+	sum := sha256.Sum256(enc)
+	if got := key(t, newExtractor(t, "r", fieldsHash("header:X-Id,query:q,form:k,form:z")), r); got != sha256Hex(string(enc)) {
+		t.Errorf("Key() = %s, want %x", got, sum)
+	}
 }
 
 // chunk appends s length-prefixed, as the fields encoding writes strings.

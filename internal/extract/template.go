@@ -197,8 +197,8 @@ func (t *Template) appendTo(dst []byte, l *lookup, limit int) ([]byte, status) {
 		switch st {
 		case absent:
 			return dst[:start], absent
-		case duplicate:
-			return dst, duplicate
+		case duplicate, repeated:
+			return dst, st
 		case tooLong:
 			res = tooLong
 		case notUTF8:

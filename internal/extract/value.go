@@ -120,6 +120,7 @@ const (
 	tooLong                 // the key would pass its limit: appended up to it
 	notUTF8                 // appended, but the value is not valid Unicode
 	duplicate               // a JSON member on the path is named twice: appended (the first), for logging only
+	repeated                // a header, query parameter or form field is given more than once: appended (the first), for logging only
 )
 
 // appendValue appends the value ref names to dst, which may grow to at most
@@ -131,9 +132,11 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 	case kindLiteral:
 		return put(dst, rf.arg, limit)
 	case kindHeader:
-		return put(dst, l.r.Header(rf.arg), limit)
+		dst, st := put(dst, l.r.Header(rf.arg), limit)
+		return dst, once(st, l.r.HeaderCount(rf.arg))
 	case kindQuery:
-		return put(dst, l.r.Query(rf.arg), limit)
+		dst, st := put(dst, l.r.Query(rf.arg), limit)
+		return dst, once(st, l.r.QueryCount(rf.arg))
 	case kindRoute:
 		return put(dst, l.route, limit)
 	case kindMethod:
@@ -152,11 +155,16 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 		if !isFormMediaType(l.r.ContentType()) {
 			return dst, absent
 		}
-		v, ok := formValue(l.r.Body(), rf.arg)
+		ff := formField{body: l.r.Body(), name: rf.arg}
+		v, ok := ff.next()
 		if !ok {
 			return dst, absent
 		}
-		return appendUnescaped(dst, v, limit)
+		dst, st := appendUnescaped(dst, v, limit)
+		if _, again := ff.next(); again {
+			st = repeated
+		}
+		return dst, st
 	case kindBodyHash:
 		body := l.r.Body()
 		if len(body) == 0 {
@@ -165,6 +173,15 @@ func (l *lookup) appendValue(dst []byte, rf ref, limit int) ([]byte, status) {
 		return putDigest(dst, sha256.Sum256(body), limit)
 	}
 	return dst, absent
+}
+
+// once returns st, or repeated when the value's field was given n > 1
+// times.
+func once(st status, n int) status {
+	if n > 1 {
+		return repeated
+	}
+	return st
 }
 
 // putDigest appends sum in lowercase hex.
@@ -384,13 +401,6 @@ func (f *formField) next() ([]byte, bool) {
 		return v, true
 	}
 	return nil, false
-}
-
-// formValue returns the still-escaped value of the first pair named name
-// in a form body (see formField).
-func formValue(body []byte, name string) ([]byte, bool) {
-	f := formField{body: body, name: name}
-	return f.next()
 }
 
 // formCount returns the still-escaped value of the first pair of a form

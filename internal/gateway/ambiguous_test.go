@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -84,6 +85,51 @@ func TestDuplicateFingerprintMemberIsRefused(t *testing.T) {
 		}
 		// The retry, as sent the first time, is still a retry.
 		sameReply(t, first, send(t, g, "/hooks", `{"id":"evt_fp","amount":1,"data":{"a":1}}`))
+	})
+}
+
+// A key header given twice (X-Event-Id: A, then X-Event-Id: B) was keyed
+// by the first line, while both lines went upstream, where PHP reads the
+// last and Node.js both joined ("A, B"): a later delivery keyed B was
+// forwarded again. Such a request is refused under either value, and the
+// key is not looked for in the next source either.
+func TestRepeatedKeyHeaderIsRefused(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, s *stores) {
+		up := newUpstream(t)
+		g := startGateway(t, s.config(t, up.URL, "", ""))
+		for _, lines := range [][]string{{"evt_A", "evt_B"}, {"evt_A", "evt_A"}, {"", "evt_B"}} {
+			req, err := http.NewRequest(http.MethodPost, g.URL()+"/hooks", strings.NewReader(`{"id":"evt_json"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header["X-Event-Id"] = lines
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := wantProblem(t, reply{status: resp.StatusCode, header: resp.Header, body: body}, http.StatusBadRequest, "invalid_key")
+			if !strings.Contains(p.Detail, "more than once") {
+				t.Fatalf("detail %q does not say the field is given twice", p.Detail)
+			}
+		}
+		if n := up.total.Load(); n != 0 {
+			t.Fatalf("the upstream got %d requests", n)
+		}
+		for _, key := range []string{"evt_A", "evt_B", "evt_json"} {
+			wantNoRecord(t, g, "hooks", key)
+		}
+		// Given once, the header keys the delivery as before.
+		wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_json"}`, "X-Event-Id", "evt_B"), http.StatusOK, "forwarded")
+		if n := up.count("evt_B"); n != 1 {
+			t.Fatalf("the upstream got evt_B %d times", n)
+		}
 	})
 }
 

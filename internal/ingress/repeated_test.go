@@ -5,6 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -56,6 +59,69 @@ func (f *countingForwarder) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.n
+}
+
+// A key source whose header, query parameter or form field the request
+// gives more than once is refused 400 invalid_key before anything is
+// claimed or forwarded, as fasthttp reads the request: header names in any
+// case, query names unescaped.
+func TestRepeatedKeyFieldIsRefused(t *testing.T) {
+	tests := []struct {
+		name   string
+		source extract.Source
+		req    func() *http.Request
+	}{
+		{"header twice", extract.Source{Kind: extract.KindHeader, Arg: "X-Event-Id"}, func() *http.Request {
+			r := httptest.NewRequest("POST", "/r", strings.NewReader(`{}`))
+			r.Header.Add("X-Event-Id", "evt_A")
+			r.Header.Add("X-Event-Id", "evt_B")
+			return r
+		}},
+		{"header twice, spelt in two cases", extract.Source{Kind: extract.KindHeader, Arg: "X-Event-Id"}, func() *http.Request {
+			r := httptest.NewRequest("POST", "/r", strings.NewReader(`{}`))
+			r.Header.Set("X-Event-Id", "evt_A")
+			r.Header["x-event-id"] = []string{"evt_B"}
+			return r
+		}},
+		{"header twice, the first empty", extract.Source{Kind: extract.KindHeader, Arg: "X-Event-Id"}, func() *http.Request {
+			r := httptest.NewRequest("POST", "/r", strings.NewReader(`{}`))
+			r.Header["X-Event-Id"] = []string{"", "evt_B"}
+			return r
+		}},
+		{"query twice, the second name escaped", extract.Source{Kind: extract.KindQuery, Arg: "event_id"}, func() *http.Request {
+			return httptest.NewRequest("POST", "/r?event_id=evt_A&event%5Fid=evt_B", strings.NewReader(`{}`))
+		}},
+		{"form field twice", extract.Source{Kind: extract.KindForm, Arg: "notify_id"}, func() *http.Request {
+			r := httptest.NewRequest("POST", "/r", strings.NewReader("notify_id=evt_A&x=1&notify_id=evt_B"))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			return r
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ex, err := extract.NewExtractor("r", []extract.Source{tt.source}, 255)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, fwd := &recordingEngine{}, &countingForwarder{}
+			s := New(Options{Routes: []*Route{{Name: "r", Path: "/r", Methods: []string{"POST"}, Extractor: ex, KeyRequired: true,
+				Policy: &idempotency.Policy{Route: "r"}}}, Engine: eng, Forwarder: fwd})
+			resp, err := s.App().Test(tt.req(), -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			var p struct{ Detail string }
+			_ = json.Unmarshal(body, &p)
+			if resp.StatusCode != 400 || resp.Header.Get(HeaderOutcome) != "invalid_key" || !strings.Contains(p.Detail, "more than once") {
+				t.Errorf("%d %s %s; want 400 invalid_key saying the field is given more than once", resp.StatusCode, resp.Header.Get(HeaderOutcome), body)
+			}
+			if n, d := fwd.count(), len(eng.handled()); n != 0 || d != 0 {
+				t.Errorf("forwarded %d times, %d deliveries handled; want none", n, d)
+			}
+		})
+	}
 }
 
 // A fingerprint field given more than once is not refused: every value is
