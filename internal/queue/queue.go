@@ -48,6 +48,10 @@ const (
 	// DefaultRescueMargin is added to a route's upstream.timeout before a
 	// running job is presumed lost with its replica and delivered again.
 	DefaultRescueMargin = 10 * time.Second
+	// DefaultStartTimeout bounds Start. It makes a few queries per route
+	// one after another, each of which River bounds at 10s when it bounds
+	// it at all.
+	DefaultStartTimeout = 10 * time.Second
 )
 
 // Options configure a Queue.
@@ -63,6 +67,8 @@ type Options struct {
 	Replica string
 	// RescueMargin (DefaultRescueMargin).
 	RescueMargin time.Duration
+	// StartTimeout bounds Start (DefaultStartTimeout).
+	StartTimeout time.Duration
 	Hooks        Hooks
 	// Tracer makes the attempt spans; TracerProvider River's own (no-op
 	// by default).
@@ -125,6 +131,9 @@ func New(o Options) (*Queue, error) {
 	}
 	if o.RescueMargin <= 0 {
 		o.RescueMargin = DefaultRescueMargin
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
 	}
 	q := &Queue{o: o, routes: make(map[string]*Route, len(o.Routes))}
 	db, err := o.Ledger.DB()
@@ -274,12 +283,16 @@ func lockMigrations(ctx context.Context, l *sqlledger.Ledger, db *sql.DB) (unloc
 // fetchCooldown is the shortest pause between two fetches of one queue.
 const fetchCooldown = 5 * time.Millisecond
 
-// Start begins fetching and working jobs. Call it again after an error;
-// not after a Stop.
+// Start begins fetching and working jobs. It fails when the database does
+// not answer within Options.StartTimeout, or when ctx ends first; the jobs
+// are then worked until Stop, whatever becomes of ctx. Call it again after
+// an error; not after a Stop.
 func (q *Queue) Start(ctx context.Context) error {
 	if len(q.routes) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, q.o.StartTimeout)
+	defer cancel()
 	if q.runner == nil {
 		reindex, err := q.mayReindex(ctx)
 		if err != nil {
@@ -299,10 +312,32 @@ func (q *Queue) Start(ctx context.Context) error {
 		}
 		q.runner = runner
 	}
-	if err := q.runner.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("queue: start: %w", err)
+	// River works the jobs under the context it starts with, and its
+	// start-up queries (a ping first) have no deadline of their own: ctx
+	// may end that context only until Start returns.
+	run, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	keep := context.AfterFunc(ctx, func() { abort(context.Cause(ctx)) })
+	err := q.runner.Start(run)
+	if keep() {
+		if err != nil {
+			return fmt.Errorf("queue: start: %w", err)
+		}
+		return nil
 	}
-	return nil
+	if err == nil {
+		// Started all the same, on a context now ended: River stops
+		// itself. A runner not stopped in time is left to finish alone,
+		// as a restart of it would do nothing while it stops.
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if q.Stop(stop) != nil {
+			q.runner = nil
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("queue: start: the database did not answer within %s", q.o.StartTimeout)
+	}
+	return fmt.Errorf("queue: start: %w", context.Cause(ctx))
 }
 
 // mayReindexSQL reports whether the role may rebuild river_job's indexes
@@ -325,8 +360,6 @@ func (q *Queue) mayReindex(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	var ok bool
 	if err := db.QueryRowContext(ctx, mayReindexSQL).Scan(&ok); err != nil {
 		return false, fmt.Errorf("privileges on river_job: %w", err)
