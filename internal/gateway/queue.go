@@ -45,7 +45,7 @@ type queueParts struct {
 	former  []queue.Route
 	adopted bool // adoptFormer has run
 
-	mu      sync.Mutex // started and stopped change under it, with Start and Stop
+	mu      sync.Mutex // guards started and stopped, never held across a call to the database
 	started bool
 	stopped bool
 }
@@ -171,7 +171,7 @@ func (g *Gateway) startQueue(ctx context.Context) {
 	if g.queue.q == nil {
 		return
 	}
-	g.retry(ctx, func(context.Context) error { return g.tryStartQueue() }, func(err error, wait time.Duration) {
+	g.retry(ctx, g.tryStartQueue, func(err error, wait time.Duration) {
 		g.log.Warn("delivery queue not started; trying again", "err", err, "in", wait)
 	})
 }
@@ -241,32 +241,48 @@ func (g *Gateway) warnUnconfigured(ctx context.Context) error {
 }
 
 // tryStartQueue starts the queue unless it is started or being stopped.
-func (g *Gateway) tryStartQueue() error {
+// A stalled database fails it (queue.Options.StartTimeout), and the end of
+// ctx, the gateway's, cuts it short.
+func (g *Gateway) tryStartQueue(ctx context.Context) error {
 	g.queue.mu.Lock()
-	defer g.queue.mu.Unlock()
-	if g.queue.started || g.queue.stopped {
+	skip := g.queue.started || g.queue.stopped
+	g.queue.mu.Unlock()
+	if skip {
 		return nil
 	}
-	if err := g.adoptFormer(context.Background()); err != nil {
+	if err := g.adoptFormer(ctx); err != nil {
 		return err
 	}
-	if err := g.queue.q.Start(context.Background()); err != nil {
+	err := g.queue.q.Start(ctx)
+	g.queue.mu.Lock()
+	stopped := g.queue.stopped
+	g.queue.started = err == nil && !stopped
+	g.queue.mu.Unlock()
+	if !stopped {
 		return err
 	}
-	g.queue.started = true
+	if err == nil {
+		// stopQueue came during the start: it found nothing to stop.
+		// ctx lasts until the gateway closes, as the drain does.
+		g.stopRunner(ctx)
+	}
 	return nil
 }
 
 // stopQueue stops fetching jobs and lets the attempts in flight finish
-// until ctx is done (SIGTERM, SPEC §10); the rest stay queued.
+// until ctx is done (SIGTERM, SPEC §10); the rest stay queued. A start
+// under way stops the queue itself when it ends.
 func (g *Gateway) stopQueue(ctx context.Context) {
 	g.queue.mu.Lock()
-	defer g.queue.mu.Unlock()
-	g.queue.stopped = true
-	if !g.queue.started {
-		return
+	started := g.queue.started
+	g.queue.started, g.queue.stopped = false, true
+	g.queue.mu.Unlock()
+	if started {
+		g.stopRunner(ctx)
 	}
-	g.queue.started = false
+}
+
+func (g *Gateway) stopRunner(ctx context.Context) {
 	if err := g.queue.q.Stop(ctx); err != nil {
 		g.log.Warn("stop the delivery queue", "err", err)
 	}
