@@ -118,6 +118,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 // ends at once, its deliveries cut and their claims released. Without it
 // the second signal was swallowed, and an operator who would not wait had
 // only SIGKILL, which leaves claims in flight to expire with their lease.
+// A third one ends the process, as Go does by default, for a stop that
+// still takes too long (each store call is bounded, not their sum).
 func stopSignals(log *slog.Logger, drain time.Duration) (ctx context.Context, abandon <-chan struct{}, stop func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -134,7 +136,8 @@ func stopSignals(log *slog.Logger, drain time.Duration) (ctx context.Context, ab
 		}
 		select {
 		case s := <-sigs:
-			log.Warn("second stop signal: abandoning in-flight deliveries now; their claims are released", "signal", s.String())
+			signal.Stop(sigs)
+			log.Warn("second stop signal: abandoning in-flight deliveries now; their claims are released (a third signal ends the process at once)", "signal", s.String())
 			close(ab)
 		case <-done:
 		}

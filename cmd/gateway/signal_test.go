@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -188,5 +190,104 @@ routes:
 	}
 	if resp := <-answered; resp != nil && resp.Header.Get("Hookstamp-Outcome") != "released" {
 		t.Fatalf("abandoned delivery: %d %q, want it released", resp.StatusCode, resp.Header.Get("Hookstamp-Outcome"))
+	}
+}
+
+// After the second stop signal, a third ends the process at once, as Go
+// does by default: an operator whose abandon is stuck (here releasing a
+// claim in a ledger that hangs, each call bounded, not their sum) is not
+// left with SIGKILL only. Swallowed, it changed nothing.
+func TestThirdSIGTERMEndsTheProcess(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn, pg := testenv.PostgresBehindProxy(t)
+	received := make(chan struct{}, 1)
+	block := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received <- struct{}{}
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	defer close(block) // before up.Close: it waits for this handler
+
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg := filepath.Join(dir, "c.yaml")
+	// Screen none: claims are the ledger's rows, so releasing one waits
+	// for the ledger.
+	writeFile(t, cfg, `
+server: {listen: "`+addr+`", shutdown_timeout: 30s}
+admin: {listen: ""}
+store: {driver: postgres, dsn: "`+dsn+`"}
+screen: {driver: none}
+routes:
+  - name: demo
+    path: /d
+    upstream: {url: "`+up.URL+`/d"}
+    key: {sources: [{header: X-Event-Id}]}
+`)
+	logs := &testenv.Buffer{}
+	cmd := exec.Command(self, "serve", "-config", cfg)
+	cmd.Env = append(os.Environ(), runAsGateway+"=1")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	testenv.Eventually(t, 20*time.Second, "gateway listening", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/d", strings.NewReader("{}"))
+		req.Header.Set("X-Event-Id", "evt_third_sigterm")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-received:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no delivery in flight; gateway output:\n%s", logs)
+	}
+	pg.Hang()
+	signalAndWait := func(what, logged string) {
+		t.Helper()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, what, func() bool { return strings.Contains(logs.String(), logged) })
+	}
+	signalAndWait("the drain begun", "stop signal: draining")
+	signalAndWait("the drain abandoned", "second stop signal")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Fatalf("after a third SIGTERM: %v, want killed by it; gateway output:\n%s", waitErr, logs)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("still running 2s after a third SIGTERM; gateway output:\n%s", logs)
 	}
 }
