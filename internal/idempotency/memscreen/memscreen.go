@@ -15,6 +15,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -61,12 +62,16 @@ const shardCount = 64
 type Screen struct {
 	maxBody int
 	noDone  bool
-	// maxDone and maxUnrecorded are each shard's shares of MaxDoneBytes
-	// and MaxUnrecordedBytes; 0 = no bound.
+	// maxDone is each shard's share of MaxDoneBytes, maxUnrecorded the
+	// whole of MaxUnrecordedBytes; 0 = no bound.
 	maxDone, maxUnrecorded int
-	now                    func() time.Time
-	seed                   maphash.Seed
-	shards                 [shardCount]shard
+	// unrecorded sums the sizes of every shard's Unrecorded entries: an
+	// even share of their budget would drop answers of a few hundred KiB
+	// that meet in a shard long before the budget is reached.
+	unrecorded atomic.Int64
+	now        func() time.Time
+	seed       maphash.Seed
+	shards     [shardCount]shard
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -89,11 +94,12 @@ type shard struct {
 
 // fifo lists done entries oldest first; stale items (entries dropped or
 // replaced since) are skipped and swept. bytes sums the sizes of the live
-// ones.
+// ones; so does total, if set, with those of the other shards' fifos.
 type fifo struct {
 	items []doneItem
 	head  int
 	bytes int
+	total *atomic.Int64
 }
 
 type doneItem struct {
@@ -103,13 +109,30 @@ type doneItem struct {
 
 func (f *fifo) push(ref idempotency.Ref, e *entry) {
 	f.items = append(f.items, doneItem{ref: ref, seq: e.seq})
-	f.bytes += e.size
+	f.add(e.size)
+}
+
+func (f *fifo) add(n int) {
+	f.bytes += n
+	if f.total != nil {
+		f.total.Add(int64(n))
+	}
+}
+
+// used is what budgets bound: the shard's bytes, or the total.
+func (f *fifo) used() int {
+	if f.total != nil {
+		return int(f.total.Load())
+	}
+	return f.bytes
 }
 
 // evict drops the oldest of f's entries from sh until f is within budget
-// (0: no bound), sparing the entry numbered keep; sh.mu is held.
+// (0: no bound), sparing the entry numbered keep; sh.mu is held. A total
+// over budget is brought down by the shard being written to: about the
+// oldest first, as writes spread evenly over the shards.
 func (f *fifo) evict(sh *shard, budget int, keep uint64) {
-	for budget > 0 && f.bytes > budget && f.head < len(f.items) {
+	for budget > 0 && f.used() > budget && f.head < len(f.items) {
 		it := f.items[f.head]
 		if it.seq == keep {
 			break
@@ -177,7 +200,7 @@ func New(o Options) *Screen {
 		maxBody:       o.MaxCachedBody,
 		noDone:        o.NoDone,
 		maxDone:       max(maxDone, 0) / shardCount,
-		maxUnrecorded: max(maxUnrecorded, 0) / shardCount,
+		maxUnrecorded: max(maxUnrecorded, 0),
 		now:           o.Now,
 		seed:          maphash.MakeSeed(),
 		stop:          make(chan struct{}),
@@ -188,6 +211,7 @@ func New(o Options) *Screen {
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[idempotency.Ref]*entry)
+		s.shards[i].unrecorded.total = &s.unrecorded
 	}
 	every := o.SweepInterval
 	if every <= 0 {
@@ -331,9 +355,9 @@ func (sh *shard) forgetDone(e *entry) {
 	switch {
 	case !e.done:
 	case e.val.Unrecorded:
-		sh.unrecorded.bytes -= e.size
+		sh.unrecorded.add(-e.size)
 	default:
-		sh.done.bytes -= e.size
+		sh.done.add(-e.size)
 	}
 }
 
