@@ -56,8 +56,9 @@ type Options struct {
 	// Queue delivers stored requests again; nil: no async delivery, no
 	// redeliver.
 	Queue Queue
-	// Depths counts the queued and dead deliveries of each async route
-	// (the hookstamp_queue_depth gauges' source); nil: unknown.
+	// Depths counts the queued and dead deliveries of each route that
+	// has any, async or not (the hookstamp_queue_depth gauges' source);
+	// nil: unknown.
 	Depths func(ctx context.Context) (map[string]Depth, error)
 	// Routes are the configured routes, in the order shown.
 	Routes []Route

@@ -17,10 +17,13 @@ type deadData struct {
 }
 
 type routeDead struct {
-	Name  string
-	Dead  []eventRow
-	More  bool
-	Error string
+	Name string
+	// Redrivable: the route stores requests; one switched to sync
+	// without record.request has nothing to deliver again.
+	Redrivable bool
+	Dead       []eventRow
+	More       bool
+	Error      string
 }
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
@@ -29,13 +32,18 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, http.StatusNotFound, "No route of that name is configured.")
 		return
 	}
+	// A route switched from async keeps its dead deliveries (SPEC §10).
+	var depths map[string]Depth
+	if c.o.Depths != nil {
+		depths, _ = c.o.Depths(r.Context()) // unknown: async routes only
+	}
 	d := deadData{Filter: filter, NoAsync: true}
 	for _, rt := range c.o.Routes {
-		if !rt.Async || filter != "" && rt.Name != filter {
+		if !rt.Async && depths[rt.Name].Dead == 0 || filter != "" && rt.Name != filter {
 			continue
 		}
 		d.NoAsync = false
-		rd := routeDead{Name: rt.Name}
+		rd := routeDead{Name: rt.Name, Redrivable: rt.StoresRequests}
 		page, err := c.o.EventLog.EventList(r.Context(), idempotency.ListQuery{Route: rt.Name, State: idempotency.StateDead, Limit: deadListed})
 		if err != nil {
 			rd.Error = detail(err)

@@ -48,6 +48,8 @@ type envOptions struct {
 	// clusterStats makes the statistics every replica's, as with a Redis
 	// screen.
 	clusterStats bool
+	// depths: console.Options.Depths answers them (nil: no Depths).
+	depths map[string]console.Depth
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -73,7 +75,11 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: st, Logger: log, Now: e.clock.Now}
 	if !eo.noUI {
 		o.Console = func(s *admin.Server) http.Handler {
-			return console.New(console.Options{
+			var depths func(context.Context) (map[string]console.Depth, error)
+			if eo.depths != nil {
+				depths = func(context.Context) (map[string]console.Depth, error) { return eo.depths, nil }
+			}
+			return console.New(console.Options{Depths: depths,
 				Token: eo.token, Admin: s, EventLog: s, Queue: eo.queue, Logger: log, Now: e.clock.Now, TraceURL: eo.traceURL,
 				Throttle: s.Throttle(), SecureCookies: eo.secureCookies, Hosts: eo.hosts,
 				Routes: []console.Route{{Name: "pay", StoresRequests: true}, {Name: "ship"}},

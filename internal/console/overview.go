@@ -40,8 +40,10 @@ type routeOverview struct {
 	Held      int
 	HeldMore  bool
 	HeldError bool
-	// Depth is the queue of an async route; nil when it has none or it
-	// is unknown (DepthError).
+	// Queue: the route is async, or was and still has deliveries queued
+	// or dead (SPEC §10). Depth is its queue; nil when unknown
+	// (DepthError).
+	Queue      bool
 	Depth      *Depth
 	OldestAge  string
 	DepthError bool
@@ -69,9 +71,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	now := c.o.Now()
 	for _, rt := range c.o.Routes {
-		ro := routeOverview{Route: rt, DepthError: rt.Async && depthErr != nil}
-		if rt.Async && c.o.Depths != nil && depthErr == nil {
-			d := depths[rt.Name] // absent: nothing queued or dead
+		d, has := depths[rt.Name] // absent: nothing queued or dead
+		ro := routeOverview{Route: rt, Queue: rt.Async || has, DepthError: rt.Async && depthErr != nil}
+		if ro.Queue && c.o.Depths != nil && depthErr == nil {
 			ro.Depth = &d
 			if !d.OldestQueued.IsZero() {
 				ro.OldestAge = now.Sub(d.OldestQueued).Round(time.Second).String()

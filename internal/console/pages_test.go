@@ -6,9 +6,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 
+	"github.com/hookstamp/hookstamp/internal/console"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
@@ -125,5 +127,52 @@ func TestHeldEmptyStateSaysWhy(t *testing.T) {
 	}
 	if p := b.get("/ui/held?route=nope"); p.status != http.StatusNotFound {
 		t.Errorf("held of an unknown route: %d", p.status)
+	}
+}
+
+// A route switched from async to sync keeps its queued and dead
+// deliveries (SPEC §10): the overview and the dead page still show them,
+// without a redrive the route could not carry out when it stores no
+// requests.
+func TestFormerAsyncRouteKeepsItsQueueOnThePages(t *testing.T) {
+	e := newEnv(t, envOptions{depths: map[string]console.Depth{"ship": {Queued: 3, Dead: 2}}})
+	ctx := context.Background()
+	now := time.Now()
+	db, err := e.ledger.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"d1", "d2"} {
+		rec := &idempotency.Record{Ref: idempotency.Ref{Route: "ship", Key: key}, State: idempotency.StateDone, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if err := e.ledger.Commit(ctx, rec, "owner", now); err != nil {
+			t.Fatal(err)
+		}
+		// Dead rows are the queue's to write; Commit writes answers.
+		if _, err := db.ExecContext(ctx, `UPDATE hookstamp_records SET state = 'dead' WHERE route = 'ship' AND key = ?`, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/")
+	for _, want := range []string{
+		`<a href="/ui/events?route=ship&amp;state=queued">3</a>`,
+		`<a href="/ui/dead?route=ship">2</a>`,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("overview lacks %q:\n%s", want, p.body)
+		}
+	}
+	if strings.Contains(p.body, "route=pay&amp;state=queued") {
+		t.Errorf("overview shows a queue for pay, which has none and is not async")
+	}
+	d := b.get("/ui/dead")
+	for _, want := range []string{`<h2 id="dead-ship">ship</h2>`, "<code>d1</code>", "<code>d2</code>", "This route stores no requests now"} {
+		if !strings.Contains(d.body, want) {
+			t.Errorf("dead page lacks %q:\n%s", want, d.body)
+		}
+	}
+	if strings.Contains(d.body, "No route delivers asynchronously") || strings.Contains(d.body, "do=redrive") {
+		t.Errorf("dead page says no route is async, or offers a redrive ship cannot do:\n%s", d.body)
 	}
 }

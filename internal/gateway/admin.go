@@ -202,10 +202,10 @@ func (g *Gateway) console(ops *admin.Server) http.Handler {
 	o := console.Options{
 		Token: g.cfg.Admin.Token, Admin: ops, EventLog: ops, Routes: routes, TraceURL: g.cfg.Admin.TraceURL,
 		Logger: g.log.With("component", "console"), Now: g.now, Throttle: ops.Throttle(), SecureCookies: g.cfg.Admin.SecureCookies,
-		Hosts: consoleHosts(g.cfg.Admin),
+		Hosts: consoleHosts(g.cfg.Admin), Depths: g.queueDepths,
 	}
 	if g.queue.storing() {
-		o.Queue, o.Depths = ops, g.queueDepths
+		o.Queue = ops
 	}
 	return console.New(o)
 }
