@@ -54,6 +54,8 @@ func startChrome(t *testing.T) *chrome {
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
+		// Chromium puts its singleton socket in TMPDIR and leaves it there.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 	)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
