@@ -12,7 +12,6 @@ import (
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
 
@@ -24,15 +23,7 @@ import (
 func stalledQueueStart(t *testing.T, up *upstream, logs *testenv.Buffer) (*Gateway, *testenv.FaultProxy, []string) {
 	t.Helper()
 	dsn, pg := postgresBehindProxy(t)
-	l, err := sqlledger.Open(t0ctx, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = MigrateStore(t0ctx, l)
-	_ = l.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	migrateAs(t, dsn)
 	cfg := gwConfig(t, up.URL, "unused", asyncRoute, "")
 	cfg.Store.Driver, cfg.Store.DSN, cfg.Store.AutoMigrate = config.StorePostgres, dsn, false
 	cfg.Server.ShutdownTimeout = 2 * time.Second
@@ -128,15 +119,7 @@ func TestQueueStartedAfterItsStopStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err := sqlledger.Open(t0ctx, sqlledger.Options{Driver: sqlledger.DriverPostgres, DSN: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = MigrateStore(t0ctx, l)
-	_ = l.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	migrateAs(t, dsn)
 	// River's start creates each route's row in river_queue: it waits for
 	// this lock, after its ping.
 	tx, err := db.Begin()
