@@ -97,10 +97,7 @@ func startQueueWith(t *testing.T, driver string, up queue.Forwarder, hooks queue
 	}
 	q, err := queue.New(queue.Options{Driver: driver, Ledger: l, Forwarder: up, Replica: "replica-a",
 		Logger: slog.New(slog.DiscardHandler), Hooks: hooks,
-		Routes: []queue.Route{{Name: "hooks", UpstreamURL: "http://upstream.invalid",
-			Policy:  &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour},
-			Timeout: 30 * time.Second, MaxAttempts: 25, MaxAge: time.Hour,
-			Backoff: queue.Backoff{Initial: time.Hour, Max: time.Hour}, Concurrency: 1, PollInterval: 20 * time.Millisecond}},
+		Routes: []queue.Route{slowRetryRoute()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -349,4 +346,13 @@ func TestRedeliveryOutlivesItsRecordsExpiry(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowRetryRoute is route hooks with one worker, polling often, whose
+// failed attempts are retried only an hour later.
+func slowRetryRoute() queue.Route {
+	return queue.Route{Name: "hooks", UpstreamURL: "http://upstream.invalid",
+		Policy:  &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour},
+		Timeout: 30 * time.Second, MaxAttempts: 25, MaxAge: time.Hour,
+		Backoff: queue.Backoff{Initial: time.Hour, Max: time.Hour}, Concurrency: 1, PollInterval: 20 * time.Millisecond}
 }

@@ -51,10 +51,7 @@ func TestStartGivesUpOnAStalledDatabase(t *testing.T) {
 	const timeout = 2 * time.Second
 	q, err := queue.New(queue.Options{Driver: queue.DriverPostgres, Ledger: l, Forwarder: up, Replica: "replica-a",
 		Logger: slog.New(slog.DiscardHandler), StartTimeout: timeout,
-		Routes: []queue.Route{{Name: "hooks", UpstreamURL: "http://upstream.invalid",
-			Policy:  &idempotency.Policy{Route: "hooks", Final: idempotency.DefaultFinal, Retention: time.Hour},
-			Timeout: 30 * time.Second, MaxAttempts: 25, MaxAge: time.Hour,
-			Backoff: queue.Backoff{Initial: time.Hour, Max: time.Hour}, Concurrency: 1, PollInterval: 20 * time.Millisecond}},
+		Routes: []queue.Route{slowRetryRoute()},
 	})
 	if err != nil {
 		t.Fatal(err)
