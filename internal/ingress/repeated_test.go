@@ -88,6 +88,11 @@ func TestRepeatedKeyFieldIsRefused(t *testing.T) {
 			r.Header["X-Event-Id"] = []string{"", "evt_B"}
 			return r
 		}},
+		{"User-Agent twice, which fasthttp keeps the last of", extract.Source{Kind: extract.KindHeader, Arg: "user-agent"}, func() *http.Request {
+			r := httptest.NewRequest("POST", "/r", strings.NewReader(`{}`))
+			r.Header["User-Agent"] = []string{"evt_A", "evt_B"}
+			return r
+		}},
 		{"query twice, the second name escaped", extract.Source{Kind: extract.KindQuery, Arg: "event_id"}, func() *http.Request {
 			return httptest.NewRequest("POST", "/r?event_id=evt_A&event%5Fid=evt_B", strings.NewReader(`{}`))
 		}},
@@ -192,5 +197,40 @@ func TestRepeatedFingerprintFieldIsDigested(t *testing.T) {
 	}
 	if n := fwd.count(); n != 2 {
 		t.Errorf("forwarded %d times, want 2", n)
+	}
+}
+
+// fasthttp keeps only the last User-Agent line; a fingerprint field naming
+// it digests every line, so a change in the first is a change.
+func TestRepeatedUserAgentIsDigestedWhole(t *testing.T) {
+	fp, err := extract.NewFingerprinter(extract.FingerprintFields, []string{"header:User-Agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := extract.NewExtractor("r", []extract.Source{{Kind: extract.KindHeader, Arg: "X-Event-Id"}}, 255)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &recordingEngine{}
+	s := New(Options{Routes: []*Route{{Name: "r", Path: "/r", Methods: []string{"POST"}, Extractor: ex, Fingerprinter: fp,
+		KeyRequired: true, Policy: &idempotency.Policy{Route: "r"}}}, Engine: eng, Forwarder: &countingForwarder{}})
+	send := func(agents ...string) []byte {
+		t.Helper()
+		r := httptest.NewRequest("POST", "/r", strings.NewReader(`{}`))
+		r.Header.Set("X-Event-Id", "evt_1")
+		r.Header["User-Agent"] = agents
+		resp, err := s.App().Test(r, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ds := eng.handled()
+		return ds[len(ds)-1].Fingerprint
+	}
+	if a, b := send("A", "Z"), send("B", "Z"); bytes.Equal(a, b) {
+		t.Errorf("User-Agent A, Z and B, Z give one fingerprint %x; the first line was not digested", a)
+	}
+	if a, b := send("A", "Z"), send("A", "Z"); !bytes.Equal(a, b) {
+		t.Errorf("one request's fingerprint changed between sends: %x then %x", a, b)
 	}
 }

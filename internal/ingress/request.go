@@ -1,6 +1,9 @@
 package ingress
 
 import (
+	"bytes"
+	"strings"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -43,14 +46,47 @@ func (f fastRequest) Header(name string) []byte {
 
 // HeaderCount counts the fields naming the header: fasthttp compares
 // names case-insensitively (it canonicalises them).
-func (f fastRequest) HeaderCount(name string) int { return len(f.req.Header.PeekAll(name)) }
+func (f fastRequest) HeaderCount(name string) int {
+	if isUserAgent(name) {
+		if n := len(rawFieldValues(f.req.Header.RawHeaders(), name, nil)); n > 1 {
+			return n
+		}
+	}
+	return len(f.req.Header.PeekAll(name))
+}
 
 func (f fastRequest) HeaderValues(name string) [][]byte {
+	if isUserAgent(name) {
+		if vs := rawFieldValues(f.req.Header.RawHeaders(), name, nil); len(vs) > 1 {
+			return vs
+		}
+	}
 	vs := f.req.Header.PeekAll(name) // fasthttp's scratch slice, rebuilt per call
 	for i, v := range vs {
 		vs[i] = trimOWS(v)
 	}
 	return vs
+}
+
+// isUserAgent reports whether name is User-Agent, the one header fasthttp
+// keeps only the last line of (it refuses a repeated Host, and a
+// Content-Type repeated with another value, itself): its lines are read
+// from the header block as received.
+func isUserAgent(name string) bool { return strings.EqualFold(name, fasthttp.HeaderUserAgent) }
+
+// rawFieldValues appends to dst the value of each line of the header block
+// raw (as fasthttp received it) that names the header, trimmed of optional
+// whitespace. A folded line's continuation is not part of the value.
+func rawFieldValues(raw []byte, name string, dst [][]byte) [][]byte {
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte{'\n'})
+		raw = rest
+		k, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte{'\r'}), []byte{':'})
+		if ok && strings.EqualFold(string(k), name) {
+			dst = append(dst, trimOWS(v))
+		}
+	}
+	return dst
 }
 
 // trimOWS cuts the spaces and horizontal tabs around a field value.
