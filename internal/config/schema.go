@@ -27,53 +27,12 @@ type schema struct {
 var routeType = reflect.TypeOf(Route{})
 
 func (s *schema) value(path string, t reflect.Type, v, def any) any {
-	switch {
-	case t == durationType:
-		switch x := v.(type) {
-		case time.Duration:
-			return x
-		case int, int64, uint64:
-			// YAML reads an unquoted 0 as a number; Go reads "0" as a
-			// duration (as it does from HOOKSTAMP_…=0). Any other number
-			// lacks a unit and stays an error.
-			if d, err := time.ParseDuration(fmt.Sprint(x)); err == nil {
-				return d
-			}
-		case string:
-			d, err := time.ParseDuration(strings.TrimSpace(x))
-			if err == nil {
-				return d
-			}
-		}
-		return s.bad(path, t, def, "bad duration %s (want a Go duration such as \"10s\" or \"1m30s\")", showAt(path, v))
-	case t == sizeType:
-		switch x := v.(type) {
-		case Size:
-			return x
-		case int:
-			if x >= 0 {
-				return Size(x)
-			}
-		case int64:
-			if x >= 0 {
-				return Size(x)
-			}
-		case uint64:
-			if x <= math.MaxInt64 {
-				return Size(x)
-			}
-		case string:
-			n, err := ParseSize(x)
-			if err != nil {
-				if n, ok := yamlNumber(x).(int); ok && n >= 0 {
-					return Size(n)
-				}
-				return s.bad(path, t, def, "%v", err)
-			}
-			return n
-		}
-		return s.bad(path, t, def, "bad size %s (want whole bytes or a unit such as 64KiB, 1MiB, 1GiB)", showAt(path, v))
-	case t == keySourceType:
+	switch t {
+	case durationType:
+		return s.duration(path, v, def)
+	case sizeType:
+		return s.size(path, v, def)
+	case keySourceType:
 		return s.keySource(path, v, def)
 	}
 
@@ -101,45 +60,102 @@ func (s *schema) value(path string, t reflect.Type, v, def any) any {
 		}
 		return s.bad(path, t, def, "want true or false, got %s", showAt(path, v))
 	case reflect.Int:
-		switch x := v.(type) {
-		case int:
-			return x
-		case int64:
-			if x >= math.MinInt && x <= math.MaxInt {
-				return int(x)
-			}
-		case string:
-			if n, err := strconv.Atoi(strings.TrimSpace(x)); err == nil {
-				return n
-			}
-			if n, ok := yamlNumber(x).(int); ok {
-				return n
-			}
-		}
-		return s.bad(path, t, def, "want an integer, got %s", showAt(path, v))
+		return s.integer(path, t, v, def)
 	case reflect.Float64:
-		switch x := v.(type) {
-		case float64:
-			return x
-		case int:
-			return float64(x)
-		case int64:
-			return float64(x)
-		case string:
-			if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
-				return f
-			}
-			switch n := yamlNumber(x).(type) {
-			case float64:
-				return n
-			case int:
-				return float64(n)
-			}
-		}
-		return s.bad(path, t, def, "want a number, got %s", showAt(path, v))
+		return s.float(path, t, v, def)
 	}
 	// Every field type of Config is handled above.
 	panic(fmt.Sprintf("config: no schema rule for %s at %s", t, path))
+}
+
+func (s *schema) duration(path string, v, def any) any {
+	switch x := v.(type) {
+	case time.Duration:
+		return x
+	case int, int64, uint64:
+		// YAML reads an unquoted 0 as a number; Go reads "0" as a
+		// duration (as it does from HOOKSTAMP_…=0). Any other number
+		// lacks a unit and stays an error.
+		if d, err := time.ParseDuration(fmt.Sprint(x)); err == nil {
+			return d
+		}
+	case string:
+		d, err := time.ParseDuration(strings.TrimSpace(x))
+		if err == nil {
+			return d
+		}
+	}
+	return s.bad(path, durationType, def, "bad duration %s (want a Go duration such as \"10s\" or \"1m30s\")", showAt(path, v))
+}
+
+func (s *schema) size(path string, v, def any) any {
+	switch x := v.(type) {
+	case Size:
+		return x
+	case int:
+		if x >= 0 {
+			return Size(x)
+		}
+	case int64:
+		if x >= 0 {
+			return Size(x)
+		}
+	case uint64:
+		if x <= math.MaxInt64 {
+			return Size(x)
+		}
+	case string:
+		n, err := ParseSize(x)
+		if err != nil {
+			if n, ok := yamlNumber(x).(int); ok && n >= 0 {
+				return Size(n)
+			}
+			return s.bad(path, sizeType, def, "%v", err)
+		}
+		return n
+	}
+	return s.bad(path, sizeType, def, "bad size %s (want whole bytes or a unit such as 64KiB, 1MiB, 1GiB)", showAt(path, v))
+}
+
+func (s *schema) integer(path string, t reflect.Type, v, def any) any {
+	switch x := v.(type) {
+	case int:
+		return x
+	case int64:
+		if x >= math.MinInt && x <= math.MaxInt {
+			return int(x)
+		}
+	case string:
+		if n, err := strconv.Atoi(strings.TrimSpace(x)); err == nil {
+			return n
+		}
+		if n, ok := yamlNumber(x).(int); ok {
+			return n
+		}
+	}
+	return s.bad(path, t, def, "want an integer, got %s", showAt(path, v))
+}
+
+func (s *schema) float(path string, t reflect.Type, v, def any) any {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
+			return f
+		}
+		switch n := yamlNumber(x).(type) {
+		case float64:
+			return n
+		case int:
+			return float64(n)
+		}
+	}
+	return s.bad(path, t, def, "want a number, got %s", showAt(path, v))
 }
 
 // yamlNumber reads x as YAML reads an unquoted number: with digit
