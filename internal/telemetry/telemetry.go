@@ -99,39 +99,16 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 	}
 
 	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Traces.SampleRatio))
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
-	switch {
-	case o.SpanExporter != nil:
-		topts = append(topts, sdktrace.WithSyncer(o.SpanExporter))
-	case cfg.Traces.Exporter == config.ExporterStdout:
-		w := o.Stdout
-		if w == nil {
-			w = os.Stdout
-		}
-		exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
-		if err != nil {
-			return nil, fmt.Errorf("telemetry: stdout trace exporter: %w", err)
-		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
-	case cfg.Traces.Exporter == config.ExporterOTLP:
-		exp, err := otlpExporter(ctx)
-		if err != nil {
-			return nil, err
-		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
-	default:
-		// Exporter none: spans are still made, so that logs, ledger rows
-		// and the upstream's traceparent carry trace ids that correlate,
-		// but nothing would read what a recording span records: they are
-		// ids only (idtracer.go).
-		topts = nil
+	topts, err := traceOptions(ctx, cfg.Traces, o)
+	if err != nil {
+		return nil, err
 	}
 	t := &Telemetry{
 		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		log:  log,
 	}
 	if topts != nil {
-		t.sdk = sdktrace.NewTracerProvider(topts...)
+		t.sdk = sdktrace.NewTracerProvider(append(topts, sdktrace.WithResource(res), sdktrace.WithSampler(sampler))...)
 		t.tp = t.sdk
 	} else {
 		t.tp = newIDProvider(sampler)
@@ -148,22 +125,13 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		mopts = append(mopts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	}
 	if cfg.Metrics.Prometheus {
-		t.registry = prometheus.NewRegistry()
-		t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		exp, err := otelprom.New(
-			otelprom.WithRegisterer(t.registry),
-			// Series carry route, outcome… and nothing about the OTel
-			// scope; target_info still carries service name and version.
-			otelprom.WithoutScopeInfo(),
-			// Dots to underscores, "_total" on counters, "_seconds" on
-			// histograms in "s": the names of SPEC §7.
-			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
-		)
+		var exp sdkmetric.Reader
+		t.registry, exp, err = prometheusReader()
 		if err != nil {
 			if t.sdk != nil {
 				_ = t.sdk.Shutdown(ctx)
 			}
-			return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+			return nil, err
 		}
 		mopts = append(mopts, sdkmetric.WithReader(exp))
 	}
@@ -177,6 +145,55 @@ func SetupWith(ctx context.Context, cfg config.Telemetry, version string, log *s
 		return nil, err
 	}
 	return t, nil
+}
+
+// traceOptions returns the trace exporter's options, or none for
+// exporter none: spans are still made then, so that logs, ledger rows and
+// the upstream's traceparent carry trace ids that correlate, but nothing
+// would read what a recording span records: they are ids only
+// (idtracer.go).
+func traceOptions(ctx context.Context, cfg config.Traces, o Overrides) ([]sdktrace.TracerProviderOption, error) {
+	switch {
+	case o.SpanExporter != nil:
+		return []sdktrace.TracerProviderOption{sdktrace.WithSyncer(o.SpanExporter)}, nil
+	case cfg.Exporter == config.ExporterStdout:
+		w := o.Stdout
+		if w == nil {
+			w = os.Stdout
+		}
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: stdout trace exporter: %w", err)
+		}
+		return []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp)}, nil
+	case cfg.Exporter == config.ExporterOTLP:
+		exp, err := otlpExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp)}, nil
+	}
+	return nil, nil
+}
+
+// prometheusReader returns the registry /metrics serves, with the Go and
+// process collectors, and the reader that fills it.
+func prometheusReader() (*prometheus.Registry, sdkmetric.Reader, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(
+		otelprom.WithRegisterer(reg),
+		// Series carry route, outcome… and nothing about the OTel
+		// scope; target_info still carries service name and version.
+		otelprom.WithoutScopeInfo(),
+		// Dots to underscores, "_total" on counters, "_seconds" on
+		// histograms in "s": the names of SPEC §7.
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	return reg, exp, nil
 }
 
 // newResource names the service. OTEL_SERVICE_NAME and
