@@ -126,7 +126,7 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 		c.release(ctx)
 	}
 	if rec := e.readable(ctx, req.Ref, err); rec != nil {
-		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint}
+		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint, Entry: EntryOf(rec)}
 		if rec.State.Answered() {
 			c.Claim = Claim{Status: Done, Fingerprint: rec.Fingerprint, Entry: EntryOf(rec)}
 		}
@@ -219,7 +219,7 @@ func (c *claim) recorded(ctx context.Context, rec *Record) bool {
 		return true
 	case rec.State == StateHeld:
 		c.release(ctx)
-		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint}
+		c.Claim = Claim{Status: Held, Fingerprint: rec.Fingerprint, Entry: EntryOf(rec)}
 		c.screen, c.ledger = false, true
 		return true
 	}

@@ -42,7 +42,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			e.depError("ledger", "enqueue", err)
 			if rec := e.readable(ctx, d.Ref, err); rec != nil {
 				// A ledger refusing writes still knows what it stored.
-				return e.replayFound(ctx, p, d, fwd, ackEntry(p, rec))
+				return e.intakeFound(ctx, nil, p, d, fwd, rec)
 			}
 			if e.passLedger(err) {
 				// As on a synchronous route: the upstream's own answer.
@@ -58,12 +58,25 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		case held.State == StatePending:
 			return Result{}, false
 		}
-		ent := ackEntry(p, held)
-		// A refill of nobody's claim: it never ends one.
-		e.tidyScreen(sctx, d.Ref, newOwner(), asRefill(ent))
-		return e.replayFound(ctx, p, d, fwd, ent)
+		return e.intakeFound(ctx, sctx, p, d, fwd, held)
 	}
 	return e.unavailable(fmt.Errorf("enqueue %q: the record keeps vanishing", d.Key)), true
+}
+
+// intakeFound answers an async delivery whose key holds rec, settled or
+// queued: the route's acknowledgement when rec was acknowledged, refilled
+// into the screen under sctx unless it is nil (a refill of nobody's claim:
+// it never ends one); otherwise, for a record made while the route was
+// synchronous, its recorded answer, or held.
+func (e *Engine) intakeFound(ctx, sctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, rec *Record) (Result, bool) {
+	if !acknowledged(p, EntryOf(rec)) {
+		return e.replayRecord(ctx, p, d, fwd, rec)
+	}
+	ent := ackEntry(p, rec)
+	if sctx != nil {
+		e.tidyScreen(sctx, d.Ref, newOwner(), asRefill(ent))
+	}
+	return e.replayFound(ctx, p, d, fwd, ent)
 }
 
 // store writes d's queued row, request and job unless its key has a row:

@@ -70,7 +70,7 @@ var errNoAnswer = errors.New("the upstream did not answer in time")
 // are ambiguous.
 func handleEngine(t *testing.T, o idempotency.Options) *idempotency.Engine {
 	t.Helper()
-	o.Classify = func(err error) (int, bool) { return http.StatusGatewayTimeout, errors.Is(err, errNoAnswer) }
+	o.Classify = ambiguousNoAnswer
 	e := newEngine(t, o)
 	t.Cleanup(e.Close)
 	return e

@@ -243,7 +243,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 				}
 				return e.mismatch(nil) // key reuse
 			}
-			if c.Status == Held && p.Ack != nil {
+			if c.Status == Held && acknowledged(p, c.Entry) {
 				return e.ackReplay(p, c.Entry)
 			}
 			if c.Status == Held {
@@ -291,12 +291,23 @@ func (e *Engine) hookDelta(f func(string, int), route string, d int) {
 	}
 }
 
-// EntryOf is the screen entry of a record: a done one's answer, or, for
-// any other state, an entry marked Async, which is never replayed as an
-// answer of the upstream.
+// EntryOf is the screen entry of a record: its answer, or, marked Async
+// (never replayed as an answer of the upstream), a record whose provider
+// was acknowledged instead: one stored by an async intake (Acked; queued
+// and dead rows always are). A held row's entry is Async only if acked:
+// it holds no answer to replay either way (status 0).
 func EntryOf(rec *Record) *Entry {
 	return &Entry{Response: rec.Response, BodyCached: true, Fingerprint: rec.Fingerprint,
-		TraceID: rec.TraceID, SpanID: rec.SpanID, Async: rec.State != StateDone}
+		TraceID: rec.TraceID, SpanID: rec.SpanID,
+		Async: rec.Acked || rec.State == StateQueued || rec.State == StateDead}
+}
+
+// acknowledged reports whether a repeat on p's route gets the route's
+// acknowledgement: the route is async and the delivery ent stands for was
+// acknowledged. A record made while the route was synchronous keeps its
+// recorded answer, or stays held.
+func acknowledged(p *Policy, ent *Entry) bool {
+	return p.Ack != nil && ent != nil && ent.Async
 }
 
 // matches reports whether fp, of the record or claim holding d's key, is a

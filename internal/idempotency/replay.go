@@ -47,7 +47,7 @@ func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
 		return e.mismatch(ent), true
 	}
-	if p.Ack != nil {
+	if acknowledged(p, ent) {
 		return e.ackReplay(p, ent), true
 	}
 	if !ent.Async && (ent.BodyCached || ent.BodyOmitted) && replayable(ent.Status) {
@@ -59,6 +59,8 @@ func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	// state now says what this synchronous route answers.
 	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
 	switch {
+	case err == nil && acknowledged(p, EntryOf(rec)):
+		return e.ackReplay(p, EntryOf(rec)), true
 	case err == nil && rec.State == StateDone:
 		if !replayable(rec.Status) {
 			e.o.Logger.ErrorContext(ctx, "a done record holds no status to replay; answering 503", "route", d.Route, "key", d.Key, "status", rec.Status)
@@ -147,8 +149,8 @@ func (e *Engine) settledInLedger(ctx context.Context, p *Policy, d Delivery, fwd
 		e.keep(p, d, ent)
 		return e.replayRecord(ctx, p, d, fwd, rec)
 	case StateHeld:
-		if p.Ack != nil {
-			return e.replay(ctx, p, d, fwd, EntryOf(rec))
+		if ent := EntryOf(rec); acknowledged(p, ent) {
+			return e.replay(ctx, p, d, fwd, ent)
 		}
 		if !d.matches(rec.Fingerprint) && !p.ReplayOnMismatch {
 			return e.mismatch(nil), true
@@ -175,8 +177,8 @@ func (e *Engine) replayRecorded(ctx context.Context, p *Policy, d Delivery, fwd 
 		r, ok := e.replayRecord(ctx, p, d, fwd, rec)
 		return r, ok, nil
 	case StateHeld:
-		if p.Ack != nil {
-			r, ok := e.replay(ctx, p, d, fwd, EntryOf(rec))
+		if ent := EntryOf(rec); acknowledged(p, ent) {
+			r, ok := e.replay(ctx, p, d, fwd, ent)
 			return r, ok, nil
 		}
 		if !p.Shadow {

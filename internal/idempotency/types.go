@@ -85,6 +85,11 @@ type Record struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	ExpiresAt   time.Time
+	// Acked: stored by an async intake, so the provider got the route's
+	// acknowledgement, not the upstream's answer; repeats on an async
+	// route get the acknowledgement again. A row recorded while its route
+	// was synchronous is not, whatever the route is now.
+	Acked bool
 	// Request is the stored delivery (record.request, async routes); nil
 	// when the route stores none.
 	Request *Request

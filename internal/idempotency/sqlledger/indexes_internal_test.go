@@ -201,6 +201,7 @@ func TestMigrateUpgradesAnOlderLedger(t *testing.T) {
 	}
 	for _, s := range []string{
 		"ALTER TABLE hookstamp_records DROP COLUMN request_body",
+		"ALTER TABLE hookstamp_records DROP COLUMN acked",
 		"ALTER TABLE hookstamp_attempts DROP COLUMN expires_at", // and its index
 	} {
 		if err := l.w.Exec(s).Error; err != nil {
@@ -211,7 +212,7 @@ func TestMigrateUpgradesAnOlderLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := l.w.Migrator()
-	if !m.HasColumn(&recordRow{}, "request_body") || !m.HasColumn(&attemptRow{}, "expires_at") {
+	if !m.HasColumn(&recordRow{}, "request_body") || !m.HasColumn(&recordRow{}, "acked") || !m.HasColumn(&attemptRow{}, "expires_at") {
 		t.Fatal("the migration did not add the dropped columns")
 	}
 	states, _, err := l.indexStates(ctx, AttemptsTable)
@@ -221,7 +222,8 @@ func TestMigrateUpgradesAnOlderLedger(t *testing.T) {
 	if states["idx_hookstamp_attempts_expires_at"] != indexValid {
 		t.Fatalf("idx_hookstamp_attempts_expires_at: state %d after the migration", states["idx_hookstamp_attempts_expires_at"])
 	}
-	if got, err := l.Lookup(ctx, rec.Ref); err != nil || got == nil || string(got.Response.Body) != "ok" {
+	// A row stored before acked existed reads as recorded, not acknowledged.
+	if got, err := l.Lookup(ctx, rec.Ref); err != nil || got == nil || string(got.Response.Body) != "ok" || got.Acked {
 		t.Fatalf("the record after the migration: %+v, %v", got, err)
 	}
 }

@@ -52,9 +52,9 @@ func (l *Ledger) DB() (*sql.DB, error) { return l.w.DB() }
 // through it.
 const enqueueSQL = `INSERT INTO hookstamp_records ` +
 	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
-	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
-	`VALUES (?, ?, 'queued', NULL, NULL, ?, 0, '{}', NULL, false, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?) ` +
-	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, ` +
+	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body, acked) ` +
+	`VALUES (?, ?, 'queued', NULL, NULL, ?, 0, '{}', NULL, false, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, true) ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, acked = true, ` +
 	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
 	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +
@@ -263,10 +263,10 @@ const enqueueBatchSQL = `WITH t AS (SELECT * FROM unnest($1::text[], $2::text[],
 	`request_headers, request_body, owner, now)) ` +
 	`INSERT INTO hookstamp_records AS r ` +
 	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, ` +
-	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body) ` +
+	`created_at, completed_at, expires_at, request_method, request_path, request_headers, request_body, acked) ` +
 	`SELECT route, "key", 'queued', NULL, NULL, fingerprint, 0, '{}', NULL, false, trace_id, span_id, source, ` +
-	`created_at, NULL, expires_at, request_method, request_path, request_headers, request_body FROM t ` +
-	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, ` +
+	`created_at, NULL, expires_at, request_method, request_path, request_headers, request_body, true FROM t ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = 'queued', owner = NULL, lease_until = NULL, acked = true, ` +
 	`fingerprint = excluded.fingerprint, trace_id = excluded.trace_id, span_id = excluded.span_id, source = excluded.source, ` +
 	`expires_at = excluded.expires_at, request_method = excluded.request_method, request_path = excluded.request_path, ` +
 	`request_headers = excluded.request_headers, request_body = excluded.request_body ` +

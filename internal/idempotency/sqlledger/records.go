@@ -52,6 +52,9 @@ type recordRow struct {
 	RequestPath    *string `gorm:"column:request_path;type:text"`
 	RequestHeaders *string `gorm:"column:request_headers;type:text"`
 	RequestBody    []byte  `gorm:"column:request_body"`
+	// Acked: the row was stored by an async intake, whose provider got
+	// the route's acknowledgement rather than the upstream's answer.
+	Acked bool `gorm:"column:acked;not null;default:false"`
 }
 
 // attemptRow is hookstamp_attempts (SPEC §11): one row per forward of a
@@ -77,7 +80,7 @@ func (attemptRow) TableName() string { return AttemptsTable }
 func (recordRow) TableName() string { return TableName }
 
 const selectColumns = `SELECT route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, ` +
-	`trace_id, span_id, source, created_at, completed_at, expires_at FROM hookstamp_records `
+	`trace_id, span_id, source, created_at, completed_at, expires_at, acked FROM hookstamp_records `
 
 const lookupSQL = selectColumns + `WHERE route = ? AND "key" = ?`
 
@@ -423,7 +426,7 @@ func scanRecord(rows *sql.Rows) (*idempotency.Record, error) {
 		created, expires time.Time
 	)
 	err := rows.Scan(&rec.Route, &rec.Key, &state, &owner, &lease, &fp, &status, &headers, &body, &omitted,
-		&rec.TraceID, &rec.SpanID, &rec.Source, &created, &completed, &expires)
+		&rec.TraceID, &rec.SpanID, &rec.Source, &created, &completed, &expires, &rec.Acked)
 	if err != nil {
 		return nil, err
 	}
