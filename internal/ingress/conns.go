@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -23,19 +25,34 @@ import (
 type connListener struct {
 	net.Listener
 	tls *tls.Config // nil = plain HTTP
+	log *slog.Logger
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
 }
 
-func newConnListener(ln net.Listener, tc *tls.Config) *connListener {
-	return &connListener{Listener: ln, tls: tc, conns: make(map[*trackedConn]struct{})}
+func newConnListener(ln net.Listener, tc *tls.Config, log *slog.Logger) *connListener {
+	return &connListener{Listener: ln, tls: tc, log: log, conns: make(map[*trackedConn]struct{})}
 }
 
+// Accept waits out a shortage of file descriptors or kernel memory, as
+// net/http's server does: fasthttp ends Serve at any other error than a
+// timeout, and the gateway would exit with it, cutting every delivery in
+// flight, at the will of a sender opening connections.
 func (l *connListener) Accept() (net.Conn, error) {
+	var wait time.Duration
 	raw, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for err != nil {
+		if !shortOfResources(err) {
+			return nil, err
+		}
+		if wait == 0 {
+			l.log.Warn("cannot accept connections: the process is out of file descriptors or memory; retrying until it has some",
+				"err", err)
+		}
+		wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+		time.Sleep(wait)
+		raw, err = l.Listener.Accept()
 	}
 	tc := &trackedConn{Conn: raw, raw: raw, l: l}
 	l.mu.Lock()
@@ -221,6 +238,17 @@ func tellPlainHTTP(err error) {
 func looksLikeHTTP(hdr []byte) bool {
 	for _, m := range []string{"GET /", "HEAD ", "POST ", "PUT /", "PATCH", "DELET", "OPTIO"} {
 		if string(hdr) == m {
+			return true
+		}
+	}
+	return false
+}
+
+// shortOfResources reports whether an Accept failed for want of file
+// descriptors or memory, which closing connections gives back.
+func shortOfResources(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, errno) {
 			return true
 		}
 	}

@@ -164,7 +164,7 @@ func (s *Server) App() *fiber.App { return s.app }
 
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	cl := newConnListener(ln, s.o.TLS)
+	cl := newConnListener(ln, s.o.TLS, s.o.Logger)
 	s.lnMu.Lock()
 	s.ln = cl
 	s.lnMu.Unlock()
