@@ -16,6 +16,7 @@ func Default() Config {
 			ReadTimeout:     10 * time.Second,
 			WriteTimeout:    60 * time.Second,
 			ShutdownTimeout: 15 * time.Second,
+			MaxConns:        4096,
 			TLS:             TLS{MinVersion: "1.2"},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9090", Console: true},

@@ -52,6 +52,9 @@ func (c *Config) validateServer(errs *Errors) {
 	positive(errs, "server.read_timeout", s.ReadTimeout)
 	positive(errs, "server.write_timeout", s.WriteTimeout)
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
+	if s.MaxConns <= 0 {
+		errs.add("server.max_conns", "must be at least 1, got %d", s.MaxConns)
+	}
 	for i, p := range s.TrustedProxies {
 		if _, err := ParseTrustedProxy(p); err != nil {
 			errs.add(index("server.trusted_proxies", i), "%v", err)

@@ -212,6 +212,7 @@ func (g *Gateway) initServer(ctx context.Context, routes []*ingress.Route, o Opt
 		BodyLimit:      int(cfg.Server.BodyLimit),
 		ReadTimeout:    cfg.Server.ReadTimeout,
 		WriteTimeout:   cfg.Server.WriteTimeout,
+		MaxConns:       cfg.Server.MaxConns,
 		TrustedProxies: trusted,
 		Observer:       observer{g.tel, g},
 		Logger:         g.log,

@@ -62,3 +62,55 @@ func TestServerOutlivesRunningOutOfFileDescriptors(t *testing.T) {
 		t.Fatalf("status %d, %d forwards; want 200 and 1", resp.StatusCode, fwd.count())
 	}
 }
+
+// server.max_conns bounds the connections served at once, idle keep-alive
+// ones included: a sender holding thousands open cannot make the gateway
+// hold a read buffer for each. One more is answered 503 and closed; once
+// one closes, the next is served.
+func TestServerServesAtMostMaxConns(t *testing.T) {
+	fwd := &countingForwarder{}
+	s := New(Options{Routes: []*Route{{Name: "r", Path: "/r", Methods: []string{"GET"}}},
+		Engine: passEngine{}, Forwarder: fwd, MaxConns: 2})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	addr := ln.Addr().String()
+	post := func() int {
+		t.Helper()
+		// A connection of its own each time: none is reused.
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Post("http://"+addr+"/r", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	// Accepted in order: the two idle ones hold both places.
+	if got := post(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a third connection: %d, want 503", got)
+	}
+	idle[0].Close()
+	defer idle[1].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for post() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("still refused 5s after an idle connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := fwd.count(); n != 1 {
+		t.Fatalf("%d forwards, want 1 (the refused request was not forwarded)", n)
+	}
+}

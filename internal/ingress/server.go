@@ -72,6 +72,8 @@ type Options struct {
 	BodyLimit    int
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
+	// MaxConns is server.max_conns; 0 is fasthttp's default, 262 144.
+	MaxConns int
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
 	// Observer is told what happens to every request (nil = nothing is).
@@ -130,6 +132,7 @@ func New(o Options) *Server {
 		ReadTimeout:           o.ReadTimeout,
 		WriteTimeout:          o.WriteTimeout,
 		IdleTimeout:           2 * time.Minute,
+		Concurrency:           o.MaxConns,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
 		// Keys and bodies are copied out where they outlive the handler.
