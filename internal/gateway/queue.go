@@ -34,21 +34,26 @@ func MigrateStore(ctx context.Context, l *sqlledger.Ledger) error {
 }
 
 // queueParts deliver the stored requests of async routes, of any route
-// storing requests redelivered by an operator, and those a route queued
-// before it stopped storing requests (adopted at start).
+// storing requests redelivered by an operator, and those of a route that
+// stores no requests now (adopted: adoptFormer).
 type queueParts struct {
 	q      *queue.Queue             // nil when no route is configured
 	async  map[string]bool          // the async routes
 	stores map[string]time.Duration // the routes storing requests, async ones included, and their retention
-	// former are the routes storing no requests: Start adopts those with
-	// deliveries still queued from when they did (adoptFormer).
-	former  []queue.Route
-	adopted bool // adoptFormer has run
+	// adoptEvery is how often watchFormer looks for deliveries of the
+	// routes storing no requests.
+	adoptEvery time.Duration
+	checked    bool // adoptFormer has read the ledger once
 
 	mu      sync.Mutex // guards started and stopped, never held across a call to the database
-	started bool
+	started bool       // River runs: stopQueue stops it
 	stopped bool
 }
+
+// adoptEveryMin bounds adoptEvery below: every replica counts the jobs of
+// its routes storing no requests that often, and while a replica of the
+// route's former configuration runs, it delivers them itself.
+const adoptEveryMin = 5 * time.Second
 
 // storing reports whether the queue serves routes storing requests, for
 // the admin API's redeliveries and the console's queue pages.
@@ -66,9 +71,9 @@ func hasAsync(cfg *config.Config) bool {
 
 // openQueue builds the queue of the routes storing requests; the ledger
 // inserts their jobs with its intake transactions. The other routes are
-// kept for adoptFormer.
+// the queue's former ones, for adoptFormer.
 func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
-	var qr []queue.Route
+	var qr, former []queue.Route
 	var names []string
 	g.queue.async, g.queue.stores = map[string]bool{}, map[string]time.Duration{}
 	for i, rc := range g.cfg.Routes {
@@ -84,7 +89,7 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 			Backoff: queue.Backoff{Initial: a.Backoff.Initial, Max: a.Backoff.Max}, Concurrency: a.Concurrency,
 			PollInterval: cmp.Or(o.QueuePollInterval, a.PollInterval)}
 		if !rc.StoresRequests() {
-			g.queue.former = append(g.queue.former, route)
+			former = append(former, route)
 			continue
 		}
 		g.queue.stores[rc.Name] = r.Policy.Retention
@@ -94,15 +99,19 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 			names = append(names, rc.Name)
 		}
 	}
-	if len(qr) == 0 && len(g.queue.former) == 0 {
+	if len(qr) == 0 && len(former) == 0 {
 		return nil
+	}
+	if len(former) > 0 {
+		poll := slices.MinFunc(former, func(a, b queue.Route) int { return cmp.Compare(a.PollInterval, b.PollInterval) }).PollInterval
+		g.queue.adoptEvery = max(adoptEveryMin, poll)
 	}
 	m, err := g.tel.ObserveQueue(names, g.queueCounts, g.now)
 	if err != nil {
 		return err
 	}
 	q, err := queue.New(queue.Options{
-		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr,
+		Driver: g.cfg.Store.Driver, Ledger: g.ledger, Forwarder: g.fwd, Routes: qr, Former: former,
 		Replica:      replicaName(),
 		RescueMargin: o.RescueMargin,
 		Hooks: queue.Hooks{Attempt: m.Attempt, Lag: m.Lag, Takeover: g.tel.Hooks().Takeover, HeldChanged: g.tel.AddHeld,
@@ -118,37 +127,78 @@ func (g *Gateway) openQueue(routes []*ingress.Route, o Options) error {
 }
 
 // adoptFormer gives the queue the routes that store no requests now but
-// still have deliveries queued from when they did — a route switched from
-// delivery: async to sync keeps its queued rows, and no worker would run
-// their jobs: the provider was acknowledged and will not send them again,
-// and their retries get 409 until they are delivered. It also names such
+// have deliveries waiting from when they did: a route switched from
+// delivery: async to sync keeps its queued rows, a replica still running
+// its former configuration queues more, and an operator's redelivery of a
+// done record waits as a job only. No worker would run their jobs: the
+// provider was acknowledged and will not send them again, and their
+// retries get 409 until they are delivered. Its first run also names such
 // a route's dead deliveries, which wait for an operator.
 func (g *Gateway) adoptFormer(ctx context.Context) error {
-	if g.queue.adopted || len(g.queue.former) == 0 {
+	former := g.queue.q.Former()
+	if len(former) == 0 {
 		return nil
 	}
-	stats, err := g.ledger.QueueStats(ctx)
+	jobs, err := g.queue.q.FormerJobs(ctx)
 	if err != nil {
-		return fmt.Errorf("count the deliveries of routes storing no requests: %w", err)
-	}
-	var adopt []queue.Route
-	for _, r := range g.queue.former {
-		st := stats[r.Name]
-		if st.Queued > 0 {
-			adopt = append(adopt, r)
-			g.log.Warn("route stores no requests now (not async, no record.request) but has deliveries queued from when it did: the queue still delivers them, by the route's async settings; until then their retries get 409",
-				"route", r.Name, "queued", st.Queued, "oldest", st.OldestQueued)
-		}
-		if st.Dead > 0 {
-			g.log.Warn("route stores no requests now but has dead deliveries from when it did: their retries get 409 held until an operator deletes them, or sets record.request: true and redrives them",
-				"route", r.Name, "dead", st.Dead)
-		}
-	}
-	if err := g.queue.q.Adopt(adopt...); err != nil {
 		return err
 	}
-	g.queue.adopted = true
-	return nil
+	var stats map[string]sqlledger.QueueStat
+	if !g.queue.checked || len(jobs) > 0 {
+		if stats, err = g.ledger.QueueStats(ctx); err != nil {
+			return fmt.Errorf("count the deliveries of routes storing no requests: %w", err)
+		}
+	}
+	var adopt []string
+	for _, name := range former {
+		st := stats[name]
+		if jobs[name] > 0 {
+			adopt = append(adopt, name)
+			args := []any{"route", name, "jobs", jobs[name], "queued", st.Queued}
+			if st.Queued > 0 {
+				args = append(args, "oldest", st.OldestQueued)
+			}
+			g.log.Warn("route stores no requests now (not async, no record.request) but has deliveries waiting from when it did, or from replicas still running its former configuration: the queue delivers them, by the route's async settings; until then their retries get 409",
+				args...)
+		}
+		if !g.queue.checked && st.Dead > 0 {
+			g.log.Warn("route stores no requests now but has dead deliveries from when it did: their retries get 409 held until an operator deletes them, or sets record.request: true and redrives them",
+				"route", name, "dead", st.Dead)
+		}
+	}
+	g.queue.checked = true
+	return g.queue.q.Adopt(ctx, adopt...)
+}
+
+// watchFormer runs adoptFormer every adoptEvery, and starts the queue if
+// it adopted a route into an idle one, until every route is adopted and
+// the queue runs, the queue stops, or ctx ends.
+func (g *Gateway) watchFormer(ctx context.Context) {
+	if len(g.queue.q.Former()) == 0 {
+		return
+	}
+	t := time.NewTicker(g.queue.adoptEvery)
+	defer t.Stop()
+	for len(g.queue.q.Former()) > 0 || !g.queue.q.Running() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.queue.mu.Lock()
+		stopped := g.queue.stopped
+		g.queue.mu.Unlock()
+		if stopped {
+			return
+		}
+		if err := g.adoptFormer(ctx); err != nil {
+			g.log.Warn("routes storing no requests: deliveries not looked for; trying again", "err", err, "in", g.queue.adoptEvery)
+			continue
+		}
+		if err := g.tryStartQueue(ctx); err != nil {
+			g.log.Warn("delivery queue not started; trying again", "err", err, "in", g.queue.adoptEvery)
+		}
+	}
 }
 
 // queueCounts reads the queue gauges from the ledger.
@@ -166,12 +216,23 @@ func (g *Gateway) queueCounts(ctx context.Context) (map[string]telemetry.QueueCo
 
 // startQueue starts working jobs. A database that cannot be reached now
 // does not stop the gateway: intake answers 503 until it is back, and the
-// queue keeps trying to start in the background until ctx ends.
+// queue keeps trying to start in the background until ctx ends. Once
+// started, it looks for deliveries of the routes storing no requests
+// (watchFormer).
 func (g *Gateway) startQueue(ctx context.Context) {
 	if g.queue.q == nil {
 		return
 	}
-	g.retry(ctx, g.tryStartQueue, func(err error, wait time.Duration) {
+	g.retry(ctx, func(ctx context.Context) error {
+		if err := g.adoptFormer(ctx); err != nil {
+			return err
+		}
+		if err := g.tryStartQueue(ctx); err != nil {
+			return err
+		}
+		g.watchFormer(ctx)
+		return nil
+	}, func(err error, wait time.Duration) {
 		g.log.Warn("delivery queue not started; trying again", "err", err, "in", wait)
 	})
 }
@@ -240,23 +301,20 @@ func (g *Gateway) warnUnconfigured(ctx context.Context) error {
 	return nil
 }
 
-// tryStartQueue starts the queue unless it is started or being stopped.
-// A stalled database fails it (queue.Options.StartTimeout), and the end of
+// tryStartQueue starts the queue unless it runs or is being stopped. A
+// stalled database fails it (queue.Options.StartTimeout), and the end of
 // ctx, the gateway's, cuts it short.
 func (g *Gateway) tryStartQueue(ctx context.Context) error {
 	g.queue.mu.Lock()
-	skip := g.queue.started || g.queue.stopped
+	skip := g.queue.stopped || g.queue.q.Running()
 	g.queue.mu.Unlock()
 	if skip {
 		return nil
 	}
-	if err := g.adoptFormer(ctx); err != nil {
-		return err
-	}
 	err := g.queue.q.Start(ctx)
 	g.queue.mu.Lock()
 	stopped := g.queue.stopped
-	g.queue.started = err == nil && !stopped
+	g.queue.started = err == nil && !stopped && g.queue.q.Running()
 	g.queue.mu.Unlock()
 	if !stopped {
 		return err

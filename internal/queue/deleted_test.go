@@ -79,10 +79,55 @@ func startQueue(t *testing.T, driver string, up queue.Forwarder) *sqlledger.Ledg
 // startQueueWith is startQueue with hooks.
 func startQueueWith(t *testing.T, driver string, up queue.Forwarder, hooks queue.Hooks) *sqlledger.Ledger {
 	t.Helper()
+	l := migratedLedger(t, driver, "")
+	q := newQueue(t, queue.Options{Driver: driver, Ledger: l, Forwarder: up, Replica: "replica-a",
+		Logger: slog.New(slog.DiscardHandler), Hooks: hooks,
+		Routes: []queue.Route{slowRetryRoute()},
+	})
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newQueue is queue.New(o), inserting o.Ledger's jobs and stopped when
+// the test ends.
+func newQueue(t *testing.T, o queue.Options) *queue.Queue {
+	t.Helper()
+	q, err := queue.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Ledger.UseJobs(q)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.Stop(ctx)
+	})
+	return q
+}
+
+func enqueue(t *testing.T, l *sqlledger.Ledger, r idempotency.Ref) {
+	t.Helper()
+	now := time.Now()
+	rec := &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+		Request: &idempotency.Request{Method: http.MethodPost, Path: "/hooks", Headers: http.Header{}, Body: []byte(`{"id":"` + r.Key + `"}`)}}
+	if _, err := l.Enqueue(context.Background(), rec, "", now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// migratedLedger opens a ledger of driver on dsn ("": a fresh one) with
+// the queue's tables.
+func migratedLedger(t *testing.T, driver, dsn string) *sqlledger.Ledger {
+	t.Helper()
 	ctx := context.Background()
-	dsn := t.TempDir() + "/ledger.db"
-	if driver == queue.DriverPostgres {
+	switch {
+	case dsn != "":
+	case driver == queue.DriverPostgres:
 		dsn = testenv.Postgres(t)
+	default:
+		dsn = t.TempDir() + "/ledger.db"
 	}
 	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: driver, DSN: dsn})
 	if err != nil {
@@ -95,33 +140,7 @@ func startQueueWith(t *testing.T, driver string, up queue.Forwarder, hooks queue
 	if err := queue.Migrate(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.New(queue.Options{Driver: driver, Ledger: l, Forwarder: up, Replica: "replica-a",
-		Logger: slog.New(slog.DiscardHandler), Hooks: hooks,
-		Routes: []queue.Route{slowRetryRoute()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.UseJobs(q)
-	if err := q.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = q.Stop(ctx)
-	})
 	return l
-}
-
-func enqueue(t *testing.T, l *sqlledger.Ledger, r idempotency.Ref) {
-	t.Helper()
-	now := time.Now()
-	rec := &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
-		Request: &idempotency.Request{Method: http.MethodPost, Path: "/hooks", Headers: http.Header{}, Body: []byte(`{"id":"` + r.Key + `"}`)}}
-	if _, err := l.Enqueue(context.Background(), rec, "", now); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // jobsLeft counts the ledger's jobs that may still run, and those that

@@ -15,7 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -62,7 +66,11 @@ type Options struct {
 	Ledger *sqlledger.Ledger
 	// Forwarder sends each attempt.
 	Forwarder Forwarder
-	Routes    []Route
+	// Routes are served from the start: those storing requests.
+	Routes []Route
+	// Former are the routes storing no requests: served only once
+	// adopted (Adopt), when deliveries of theirs wait.
+	Former []Route
 	// Replica names this process in hookstamp_attempts.
 	Replica string
 	// RescueMargin (DefaultRescueMargin).
@@ -100,15 +108,22 @@ type Hooks struct {
 // concurrent use.
 type Queue struct {
 	o      Options
-	routes map[string]*Route
 	driver riverdriver.Driver[*sql.Tx]
 	// jobs inserts and updates jobs in the ledger's transactions; it never
 	// runs any.
 	jobs *river.Client[*sql.Tx]
+	// jobTimeout is the runner's JobTimeout, which covers every route's
+	// upstream.timeout, former ones included.
+	jobTimeout time.Duration
+
+	mu     sync.RWMutex      // guards the fields below; never held across a call to the database
+	routes map[string]*Route // served
+	former map[string]*Route // not served (yet)
 	// cfg is the runner's, which Start makes: it works the jobs, and its
 	// leader maintains River's tables.
-	cfg    *river.Config
-	runner *river.Client[*sql.Tx]
+	cfg     *river.Config
+	runner  *river.Client[*sql.Tx]
+	running bool
 }
 
 var _ sqlledger.Jobs = (*Queue)(nil)
@@ -135,7 +150,7 @@ func New(o Options) (*Queue, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = DefaultStartTimeout
 	}
-	q := &Queue{o: o, routes: make(map[string]*Route, len(o.Routes))}
+	q := &Queue{o: o, routes: make(map[string]*Route, len(o.Routes)), former: make(map[string]*Route, len(o.Former))}
 	db, err := o.Ledger.DB()
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
@@ -167,8 +182,18 @@ func New(o Options) (*Queue, error) {
 		PollOnly: true,
 	}
 	for i := range o.Routes {
-		q.addRoute(&o.Routes[i])
+		r := &o.Routes[i]
+		q.routes[r.Name] = r
+		q.cfg.Queues[QueueName(r.Name)] = queueConfig(r)
+		q.cover(r)
 	}
+	for i := range o.Former {
+		if r := &o.Former[i]; q.routes[r.Name] == nil {
+			q.former[r.Name] = r
+			q.cover(r)
+		}
+	}
+	q.jobTimeout = q.cfg.JobTimeout
 	jobs := *q.cfg
 	jobs.Queues, jobs.Workers = nil, nil
 	if q.jobs, err = river.NewClient(driver, &jobs); err != nil {
@@ -177,36 +202,150 @@ func New(o Options) (*Queue, error) {
 	return q, nil
 }
 
-// addRoute gives r a River queue of its own in the runner's
-// configuration, whose job timeout and rescue cover r's upstream.timeout.
-func (q *Queue) addRoute(r *Route) {
-	q.routes[r.Name] = r
+// queueConfig is r's own River queue.
+func queueConfig(r *Route) river.QueueConfig {
 	poll := cmp.Or(r.PollInterval, DefaultPollInterval)
-	q.cfg.Queues[QueueName(r.Name)] = river.QueueConfig{MaxWorkers: r.Concurrency, FetchPollInterval: poll,
+	return river.QueueConfig{MaxWorkers: r.Concurrency, FetchPollInterval: poll,
 		// River fetches at most a queue's free slots per cooldown: its
 		// default (100ms) caps a route at ten times its concurrency per
 		// second, far below what the upstream can take.
 		FetchCooldown: min(poll, fetchCooldown)}
+}
+
+// cover makes the runner's job timeout and rescue cover r's
+// upstream.timeout: River reads them only when the runner is made.
+func (q *Queue) cover(r *Route) {
 	q.cfg.JobTimeout = max(q.cfg.JobTimeout, r.Timeout+q.o.RescueMargin/2)
 	q.cfg.RescueStuckJobsAfter = max(q.cfg.RescueStuckJobsAfter, r.Timeout+q.o.RescueMargin)
 }
 
-// Adopt adds, before Start, routes that store no requests now but have
-// deliveries queued from when they did (a route switched from async to
-// sync): their jobs are worked by the route's own settings, so that what
-// was acknowledged still reaches the upstream. A route served already is
-// left as it is.
-func (q *Queue) Adopt(routes ...Route) error {
-	if q.runner != nil {
-		return errors.New("queue: routes are adopted before Start")
+// route is the served route of that name, or nil.
+func (q *Queue) route(name string) *Route {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.routes[name]
+}
+
+// known is the route of that name, served or former, or nil.
+func (q *Queue) known(name string) *Route {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return cmp.Or(q.routes[name], q.former[name])
+}
+
+// Former names the routes of Options.Former not adopted yet, sorted.
+func (q *Queue) Former() []string {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return slices.Sorted(maps.Keys(q.former))
+}
+
+// Running reports whether jobs are worked: Start has started River, and
+// Stop has not been called. Start does not while no route is served.
+func (q *Queue) Running() bool {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.running
+}
+
+// FormerJobs counts the delivery jobs waiting or running of each route
+// Former names, leaving out those with none: deliveries a route queued
+// while it stored requests, or that a replica still running its former
+// configuration queues, or an operator's redelivery of a done record.
+func (q *Queue) FormerJobs(ctx context.Context) (map[string]int, error) {
+	byQueue := map[string]string{}
+	for _, name := range q.Former() {
+		byQueue[QueueName(name)] = name
 	}
-	for i := range routes {
-		if q.routes[routes[i].Name] == nil {
-			r := routes[i]
-			q.addRoute(&r)
+	if len(byQueue) == 0 {
+		return nil, nil
+	}
+	args := []any{Args{}.Kind()}
+	marks := make([]string, 0, len(byQueue))
+	for queue := range byQueue {
+		args = append(args, queue)
+		if q.o.Driver == DriverPostgres {
+			marks = append(marks, fmt.Sprintf("$%d", len(args)))
+		} else {
+			marks = append(marks, "?")
+		}
+	}
+	kind := "?"
+	if q.o.Driver == DriverPostgres {
+		kind = "$1"
+	}
+	db, err := q.o.Ledger.DB()
+	if err != nil {
+		return nil, fmt.Errorf("count the jobs of routes not served: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT queue, COUNT(*) FROM river_job WHERE kind = "+kind+" AND state IN "+pendingStates+
+		" AND queue IN ("+strings.Join(marks, ", ")+") GROUP BY queue", args...)
+	if err != nil {
+		return nil, fmt.Errorf("count the jobs of routes not served: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var queue string
+		var n int
+		if err := rows.Scan(&queue, &n); err != nil {
+			return nil, fmt.Errorf("count the jobs of routes not served: %w", err)
+		}
+		out[byQueue[queue]] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count the jobs of routes not served: %w", err)
+	}
+	return out, nil
+}
+
+// Adopt serves the routes of Options.Former named: their jobs are worked
+// by the route's own settings, so that what was acknowledged still
+// reaches the upstream. Before Start they join the runner's
+// configuration; after, their River queues are added to the runner,
+// running or not. A name not among the former routes is ignored.
+func (q *Queue) Adopt(ctx context.Context, names ...string) error {
+	for _, name := range names {
+		if err := q.adopt(ctx, name); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (q *Queue) adopt(ctx context.Context, name string) error {
+	q.mu.Lock()
+	r := q.former[name]
+	if r == nil {
+		q.mu.Unlock()
+		return nil
+	}
+	// Served before its River queue exists: the worker must know the
+	// route of every job that queue fetches.
+	delete(q.former, name)
+	q.routes[name] = r
+	runner := q.runner
+	if runner == nil {
+		q.cfg.Queues[QueueName(name)] = queueConfig(r)
+	}
+	q.mu.Unlock()
+	if runner == nil {
+		return nil
+	}
+	err := runner.Queues().Add(QueueName(name), queueConfig(r))
+	if err == nil {
+		return nil
+	}
+	// Added but not started (the database did not answer): removed, so
+	// that a next Adopt adds it again.
+	if rerr := runner.Queues().Remove(ctx, QueueName(name)); rerr != nil && !errors.As(rerr, new(*river.QueueNotFoundError)) {
+		q.o.Logger.WarnContext(ctx, "remove a River queue not started", "route", name, "err", rerr)
+	}
+	q.mu.Lock()
+	delete(q.routes, name)
+	q.former[name] = r
+	q.mu.Unlock()
+	return fmt.Errorf("queue: adopt route %q: %w", name, err)
 }
 
 // driverFor is River's driver for the ledger's database.
@@ -285,43 +424,37 @@ const fetchCooldown = 5 * time.Millisecond
 
 // Start begins fetching and working jobs. It fails when the database does
 // not answer within Options.StartTimeout, or when ctx ends first; the jobs
-// are then worked until Stop, whatever becomes of ctx. Call it again after
-// an error; not after a Stop.
+// are then worked until Stop, whatever becomes of ctx. It does nothing
+// while no route is served. Call it again after an error, or once a
+// route is adopted into an idle queue; not after a Stop.
 func (q *Queue) Start(ctx context.Context) error {
-	if len(q.routes) == 0 {
+	q.mu.RLock()
+	idle, runner := len(q.routes) == 0, q.runner
+	q.mu.RUnlock()
+	if idle {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.o.StartTimeout)
 	defer cancel()
-	if q.runner == nil {
-		reindex, err := q.mayReindex(ctx)
-		if err != nil {
-			return fmt.Errorf("queue: start: %w", err)
+	if runner == nil {
+		var err error
+		if runner, err = q.newRunner(ctx); err != nil {
+			return err
 		}
-		cfg := *q.cfg
-		if !reindex {
-			// River's leader rebuilds river_job's indexes daily, which
-			// takes the table's owner: a replica under the documented
-			// grants would log an error per index every night.
-			cfg.ReindexerIndexNames = []string{}
-			q.o.Logger.InfoContext(ctx, "River's daily reindex of river_job is off on this replica: its database role neither owns the table nor has MAINTAIN on it")
-		}
-		runner, err := river.NewClient(q.driver, &cfg)
-		if err != nil {
-			return fmt.Errorf("queue: river client: %w", err)
-		}
-		q.runner = runner
 	}
 	// River works the jobs under the context it starts with, and its
 	// start-up queries (a ping first) have no deadline of their own: ctx
 	// may end that context only until Start returns.
 	run, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	keep := context.AfterFunc(ctx, func() { abort(context.Cause(ctx)) })
-	err := q.runner.Start(run)
+	err := runner.Start(run)
 	if keep() {
 		if err != nil {
 			return fmt.Errorf("queue: start: %w", err)
 		}
+		q.mu.Lock()
+		q.running = true
+		q.mu.Unlock()
 		return nil
 	}
 	if err == nil {
@@ -331,13 +464,44 @@ func (q *Queue) Start(ctx context.Context) error {
 		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if q.Stop(stop) != nil {
+			q.mu.Lock()
 			q.runner = nil
+			q.mu.Unlock()
 		}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("queue: start: the database did not answer within %s", q.o.StartTimeout)
 	}
 	return fmt.Errorf("queue: start: %w", context.Cause(ctx))
+}
+
+// newRunner makes the runner from the routes served now; those adopted
+// later are added to it (Adopt).
+func (q *Queue) newRunner(ctx context.Context) (*river.Client[*sql.Tx], error) {
+	reindex, err := q.mayReindex(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: start: %w", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.runner != nil {
+		return q.runner, nil
+	}
+	cfg := *q.cfg
+	cfg.Queues = maps.Clone(q.cfg.Queues)
+	if !reindex {
+		// River's leader rebuilds river_job's indexes daily, which
+		// takes the table's owner: a replica under the documented
+		// grants would log an error per index every night.
+		cfg.ReindexerIndexNames = []string{}
+		q.o.Logger.InfoContext(ctx, "River's daily reindex of river_job is off on this replica: its database role neither owns the table nor has MAINTAIN on it")
+	}
+	runner, err := river.NewClient(q.driver, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("queue: river client: %w", err)
+	}
+	q.runner = runner
+	return runner, nil
 }
 
 // mayReindexSQL reports whether the role may rebuild river_job's indexes
@@ -371,16 +535,20 @@ func (q *Queue) mayReindex(ctx context.Context) (bool, error) {
 // is done; then it cuts them (each records its attempt and is retried
 // later, by any replica).
 func (q *Queue) Stop(ctx context.Context) error {
-	if q.runner == nil {
+	q.mu.Lock()
+	runner := q.runner
+	q.running = false
+	q.mu.Unlock()
+	if runner == nil {
 		return nil
 	}
-	err := q.runner.Stop(ctx)
+	err := runner.Stop(ctx)
 	if err == nil || !errors.Is(err, ctx.Err()) {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return q.runner.StopAndCancel(cctx)
+	return runner.StopAndCancel(cctx)
 }
 
 // InsertTx queues a delivery job for each record in tx (sqlledger.Jobs).

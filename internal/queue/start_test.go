@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 	"github.com/hookstamp/hookstamp/internal/queue"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
@@ -36,31 +35,12 @@ func startWithin(t *testing.T, q *queue.Queue, ctx context.Context, d time.Durat
 func TestStartGivesUpOnAStalledDatabase(t *testing.T) {
 	ctx := context.Background()
 	dsn, pg := testenv.PostgresBehindProxy(t)
-	l, err := sqlledger.Open(ctx, sqlledger.Options{Driver: queue.DriverPostgres, DSN: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := queue.Migrate(ctx, l); err != nil {
-		t.Fatal(err)
-	}
+	l := migratedLedger(t, queue.DriverPostgres, dsn)
 	up := newHeldUpstream()
 	const timeout = 2 * time.Second
-	q, err := queue.New(queue.Options{Driver: queue.DriverPostgres, Ledger: l, Forwarder: up, Replica: "replica-a",
+	q := newQueue(t, queue.Options{Driver: queue.DriverPostgres, Ledger: l, Forwarder: up, Replica: "replica-a",
 		Logger: slog.New(slog.DiscardHandler), StartTimeout: timeout,
 		Routes: []queue.Route{slowRetryRoute()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.UseJobs(q)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = q.Stop(ctx)
 	})
 
 	pg.MuteAfter([]byte("SELECT 1\x00")) // River's ping, whole

@@ -53,12 +53,15 @@ type worker struct {
 }
 
 // Timeout lets an attempt run for its route's upstream.timeout and the
-// settling after it; River's own default would cut a slow upstream.
+// settling after it; River's own default would cut a slow upstream. River
+// also asks it when its leader rescues a job: a negative timeout would
+// leave the job of a route this replica does not serve, its replica dead,
+// running for as long as this replica leads.
 func (w *worker) Timeout(job *river.Job[Args]) time.Duration {
-	if r := w.q.routes[job.Args.Route]; r != nil && r.Timeout > 0 {
+	if r := w.q.known(job.Args.Route); r != nil && r.Timeout > 0 {
 		return r.Timeout + w.q.o.RescueMargin/2
 	}
-	return -1
+	return w.q.jobTimeout
 }
 
 func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
@@ -71,7 +74,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 // next attempt.
 func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	ref := idempotency.Ref{Route: job.Args.Route, Key: job.Args.Key}
-	r := q.routes[ref.Route]
+	r := q.route(ref.Route)
 	if r == nil {
 		// The route left the configuration: its deliveries wait for it.
 		q.o.Logger.WarnContext(ctx, "delivery job for a route that is not configured (or not async); it waits", "route", ref.Route, "key", ref.Key)
