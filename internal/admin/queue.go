@@ -19,8 +19,9 @@ import (
 type Redeliverer interface {
 	// Requeue queues ref's stored request again (see sqlledger).
 	Requeue(ctx context.Context, ref idempotency.Ref, held bool, keep time.Time) (bool, error)
-	// Redrive queues route's dead records again, or those of keys.
-	Redrive(ctx context.Context, route string, keys []string) (int, error)
+	// Redrive queues route's dead records again, or those of keys (see
+	// sqlledger).
+	Redrive(ctx context.Context, route string, keys []string, keep time.Time) (int, error)
 }
 
 // maxRedriveBody bounds a redrive request's body, and maxRedriveKeys the
@@ -142,7 +143,7 @@ func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int,
 		// NUL or invalid UTF-8 fails the statement like an outage.
 		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !recordable(k) })
 	}
-	n, err := s.o.Redeliver.Redrive(ctx, route, keys)
+	n, err := s.o.Redeliver.Redrive(ctx, route, keys, s.keep(route))
 	if err != nil {
 		return 0, s.unavailable(ctx, "redrive", idempotency.Ref{Route: route}, err)
 	}

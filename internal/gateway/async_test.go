@@ -202,7 +202,7 @@ func TestAsyncDeadAfterMaxAttemptsThenRedrive(t *testing.T) {
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	n, err := g.Ledger().Redrive(t0ctx, "hooks", nil)
+	n, err := g.Ledger().Redrive(t0ctx, "hooks", nil, time.Now().Add(time.Hour))
 	if err != nil || n != 1 {
 		t.Fatalf("redrive = %d, %v; want 1", n, err)
 	}

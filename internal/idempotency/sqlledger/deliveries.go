@@ -395,17 +395,23 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 }
 
 // Redrive queues every dead row of route again (or those of keys, when
-// given), in one transaction with their jobs, and returns how many.
-func (l *Ledger) Redrive(ctx context.Context, route string, keys []string) (int, error) {
+// given), in one transaction with their jobs, and returns how many. Each
+// is kept at least until keep, as Requeue keeps one.
+func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep time.Time) (int, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
 		return 0, fmt.Errorf("redrive %q: %w", route, err)
 	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("redrive %q: %w", route, l.fail("clock", err))
+	}
+	kept := toDB(keep, shift)
 	n := 0
-	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL WHERE route = ? AND state = 'dead'`
-		args := []any{route}
+	err = l.inTx(ctx, func(tx *sql.Tx) error {
+		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, ` + keptSQL + `WHERE route = ? AND state = 'dead'`
+		args := []any{kept, kept, route}
 		if keys != nil {
 			if len(keys) == 0 {
 				return nil

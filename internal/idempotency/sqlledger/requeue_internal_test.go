@@ -92,3 +92,40 @@ func TestRedeliveryOfAnExpiredRecordOutlivesTheSweep(t *testing.T) {
 		}
 	})
 }
+
+// A dead record redriven with little of its retention left is kept its
+// route's retention from the redrive, as a redelivered one is: swept at
+// its old expiry once delivered, its answer and attempts would go, and
+// the provider's next copy would be delivered again.
+func TestRedriveKeepsTheRecordRetentionFromThen(t *testing.T) {
+	onBothWithJobs(t, func(t *testing.T, l *Ledger, jobs *insertedJobs) {
+		ctx := context.Background()
+		now := time.Now()
+		r := idempotency.Ref{Route: "r", Key: "dead"}
+		if _, err := l.Enqueue(ctx, &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Minute),
+			Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}, "", now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Settle(ctx, &Settlement{Ref: r, State: idempotency.StateDead, KeepUntil: now.Add(time.Minute),
+			Attempt: idempotency.Attempt{Ref: r, StartedAt: now.Add(-time.Hour), Status: http.StatusBadGateway, Replica: "a"}}, now.Add(-time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.Redrive(ctx, "r", nil, now.Add(time.Hour)); err != nil || n != 1 || len(jobs.refs) != 2 {
+			t.Fatalf("redrive = %d, %v with %d jobs inserted; want 1 with 2", n, err, len(jobs.refs))
+		}
+		if _, err := l.Settle(ctx, &Settlement{Ref: r, State: idempotency.StateDone, Response: idempotency.Response{Status: http.StatusOK, Body: []byte("ok")},
+			Attempt: idempotency.Attempt{Ref: r, StartedAt: now, Status: http.StatusOK, Replica: "a"}}, now, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.Sweep(ctx, now.Add(2*time.Minute), 100); err != nil || n != 0 {
+			t.Fatalf("a sweep past the old expiry took %d records (%v), want none", n, err)
+		}
+		rec, err := l.Lookup(ctx, r)
+		if err != nil || rec.State != idempotency.StateDone || string(rec.Body) != "ok" || rec.ExpiresAt.Before(now.Add(time.Hour-time.Second)) {
+			t.Fatalf("the redriven record: %+v, %v; want it done with its answer, kept an hour", rec, err)
+		}
+		if as, err := l.Attempts(ctx, r); err != nil || len(as) != 2 {
+			t.Fatalf("the redriven record's attempts: %d, %v; want both", len(as), err)
+		}
+	})
+}
