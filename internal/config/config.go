@@ -404,11 +404,12 @@ type Async struct {
 	Ack Ack `koanf:"ack" yaml:"ack"`
 	// MaxAttempts: after this many attempts the delivery is dead. Default 25.
 	MaxAttempts int `koanf:"max_attempts" yaml:"max_attempts"`
-	// MaxAge: a delivery this old after an attempt is dead. Default 72h.
+	// MaxAge: no wait before an attempt runs past this age, and a delivery
+	// this old after a failed attempt is dead. Default 72h.
 	MaxAge time.Duration `koanf:"max_age" yaml:"max_age"`
 	// Backoff spaces the attempts: exponential from Initial, capped at Max,
-	// full jitter; an upstream's Retry-After is honoured up to Max.
-	// Default 1s, 1h.
+	// full jitter; an upstream's Retry-After is honoured up to Max. Neither
+	// waits past MaxAge. Default 1s, 1h.
 	Backoff Backoff `koanf:"backoff" yaml:"backoff"`
 	// Concurrency bounds this route's attempts in flight on one replica.
 	// Default 8.

@@ -212,6 +212,44 @@ func TestAsyncDeadAfterMaxAttemptsThenRedrive(t *testing.T) {
 	}
 }
 
+// max_age bounds the wait for the next attempt too: with a backoff (and
+// Retry-After) of 3 s and a max_age of 1 s, the second attempt goes out
+// at max_age, not 3 s after the first, and fails the delivery for good.
+func TestAsyncLastAttemptGoesOutByMaxAge(t *testing.T) {
+	up := newUpstream(t)
+	var mu sync.Mutex
+	var at []time.Time
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), `    delivery: async
+    async:
+      max_attempts: 5
+      max_age: 1s
+      backoff: {initial: 3s, max: 3s}
+`, "")
+	g := startGatewayWith(t, cfg, asyncOptions(t))
+	sent := time.Now()
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_old"}`), http.StatusAccepted, "accepted")
+	waitStateWithin(t, g, "evt_old", idempotency.StateDead, 2500*time.Millisecond)
+	time.Sleep(3 * time.Second) // past the backoff: the test is that no third attempt comes
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("upstream got %d attempts, want 2: the first, and the last at max_age", len(at))
+	}
+	if d := at[1].Sub(sent); d < 900*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("the second attempt went out %v after intake, want it at max_age (1s)", d)
+	}
+	if got := fmt.Sprint(attemptStatuses(t, g, "evt_old")); got != "[503 503]" {
+		t.Fatalf("attempts recorded %s, want [503 503]", got)
+	}
+}
+
 // attemptStatuses are the statuses of key's recorded attempts, in order.
 // An attempt the application answers only after upstream.timeout may
 // have been acted on: the next attempt sends it again with the same key

@@ -216,6 +216,10 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 		wait = retryAfter(sent.up.Header, q.o.Now())
 	}
 	snooze := sent.route.Backoff.next(sent.run, wait)
+	// The last attempt goes out by max_age; failing, it is the one past
+	// max_age that end makes dead.
+	deadline := sent.job.Args.queuedAt(sent.st.CreatedAt).Add(sent.route.MaxAge)
+	snooze = max(min(snooze, deadline.Sub(q.o.Now())), 0)
 	s := sent.settlement()
 	if sent.st.State == idempotency.StateDone {
 		// A redelivery: the record is not queued, so the sweeper may take
