@@ -423,6 +423,12 @@ type Async struct {
 // MinPollInterval is the shortest Async.PollInterval.
 const MinPollInterval = 10 * time.Millisecond
 
+// MaxDuration is the longest any duration setting may be: ten years, past
+// any use, and far enough below time.Duration's 292 that the sums and
+// doubles the gateway makes of them (a lease's two, a backoff's jitter
+// bound) cannot overflow.
+const MaxDuration = 10 * 365 * 24 * time.Hour
+
 // MaxConcurrency is the largest Async.Concurrency: River's
 // QueueNumWorkersMax, which refuses to start a queue with more.
 const MaxConcurrency = 10_000

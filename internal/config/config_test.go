@@ -680,6 +680,43 @@ routes:
 	}
 }
 
+// A duration over ten years is refused, where the gateway's arithmetic on
+// it would overflow: twice a lease of 1 500 000 h let a second owner take
+// a live claim, and a backoff near time.Duration's maximum broke its
+// jitter. Ten years itself is taken.
+func TestDurationsOverTenYearsAreRefused(t *testing.T) {
+	route := func(upstream, extra string) string {
+		return "routes:\n  - name: a\n    path: /a\n    upstream: {url: \"http://127.0.0.1:9000/a\"" + upstream + "}\n" +
+			"    key: {sources: [{header: X-Event-Id}]}\n" + extra
+	}
+	async := func(extra string) string { return route("", "    delivery: async\n    async: {"+extra+"}\n") }
+	for _, tc := range []struct{ doc, path string }{
+		{"screen: {lease: 1500000h}\n" + minimal, "screen.lease"},
+		{"screen: {ttl: 87601h}\n" + minimal, "screen.ttl"},
+		{"server: {read_timeout: 87601h}\n" + minimal, "server.read_timeout"},
+		{"server: {write_timeout: 87601h}\n" + minimal, "server.write_timeout"},
+		{"server: {shutdown_timeout: 87601h}\n" + minimal, "server.shutdown_timeout"},
+		{"store: {sweep_interval: 87601h}\n" + minimal, "store.sweep_interval"},
+		{route("", "    retention: 87601h\n"), "routes[0].retention"},
+		{route("", "    wait_timeout: 87601h\n"), "routes[0].wait_timeout"},
+		{route("", "    verify: {scheme: stripe, secrets: [x], tolerance: 87601h}\n"), "routes[0].verify.tolerance"},
+		{route(", timeout: 87601h", "    delivery: async\n"), "routes[0].upstream.timeout"},
+		{async("max_age: 87601h"), "routes[0].async.max_age"},
+		{async("backoff: {initial: 1s, max: 2562047h}"), "routes[0].async.backoff.max"},
+		{async("backoff: {initial: 87601h, max: 87601h}"), "routes[0].async.backoff.initial"},
+		{async("poll_interval: 87601h"), "routes[0].async.poll_interval"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			assertProblem(t, mustFail(t, tc.doc), tc.path, "must be at most 87600h (ten years)")
+		})
+	}
+	c := mustLoad(t, "screen: {ttl: 87600h}\n"+route(", timeout: 87600h",
+		"    retention: 87600h\n    delivery: async\n    async: {max_age: 87600h, backoff: {initial: 87600h, max: 87600h}, poll_interval: 87600h}\n"))
+	if a := c.Routes[0].Async; c.Routes[0].Retention != MaxDuration || a.MaxAge != MaxDuration || a.Backoff.Max != MaxDuration {
+		t.Errorf("ten years: retention %s, async %+v", c.Routes[0].Retention, a)
+	}
+}
+
 // Two listeners that cannot both bind are refused by check, not found by
 // serve when the second bind fails: a wildcard host takes the port on
 // every address, and the loopback address has several names.

@@ -424,6 +424,7 @@ func (c *Config) validateRoute(errs *Errors, p string, r Route) {
 	if r.WaitTimeout < 0 || (r.Inflight == InflightWait && r.WaitTimeout == 0) {
 		errs.add(join(p, "wait_timeout"), "must be greater than 0 with inflight wait, got %s", r.WaitTimeout)
 	}
+	notTooLong(errs, join(p, "wait_timeout"), r.WaitTimeout)
 	validateRecord(errs, join(p, "record"), r.Record)
 	validateDelivery(errs, p, r)
 	positive(errs, join(p, "retention"), r.Retention)
@@ -491,6 +492,7 @@ func (c *Config) validateUpstream(errs *Errors, p string, u Upstream, async bool
 	case !async && c.Screen.Lease > 0 && u.Timeout >= c.Screen.Lease:
 		errs.add(join(p, "timeout"), "%s is not shorter than screen.lease (%s): a claim would expire while its delivery is still being forwarded, letting a retry through", u.Timeout, c.Screen.Lease)
 	}
+	notTooLong(errs, join(p, "timeout"), u.Timeout)
 	if u.KeyHeader != "" && !httpguts.ValidHeaderFieldName(u.KeyHeader) {
 		errs.add(join(p, "key_header"), "%q is not a valid header name (\"\" sends none)", u.KeyHeader)
 	}
@@ -802,6 +804,7 @@ func validateQueueing(errs *Errors, ap string, a Async) {
 	if a.Backoff.Max < a.Backoff.Initial {
 		errs.add(join(ap, "backoff.max"), "%s is shorter than backoff.initial (%s)", a.Backoff.Max, a.Backoff.Initial)
 	}
+	notTooLong(errs, join(ap, "backoff.max"), a.Backoff.Max)
 	switch {
 	case a.Concurrency < 1:
 		errs.add(join(ap, "concurrency"), "must be at least 1, got %d", a.Concurrency)
@@ -811,6 +814,7 @@ func validateQueueing(errs *Errors, ap string, a Async) {
 	if a.PollInterval < MinPollInterval {
 		errs.add(join(ap, "poll_interval"), "must be at least %s, got %s: each replica would query the ledger's database without pause", MinPollInterval, a.PollInterval)
 	}
+	notTooLong(errs, join(ap, "poll_interval"), a.PollInterval)
 }
 
 func checkHostPort(s string) error {
@@ -838,6 +842,13 @@ func oneOf(errs *Errors, path, v string, allowed ...string) {
 func positive(errs *Errors, path string, d time.Duration) {
 	if d <= 0 {
 		errs.add(path, "must be greater than 0, got %s", d)
+	}
+	notTooLong(errs, path, d)
+}
+
+func notTooLong(errs *Errors, path string, d time.Duration) {
+	if d > MaxDuration {
+		errs.add(path, "must be at most %s (ten years), got %s", FormatDuration(MaxDuration), FormatDuration(d))
 	}
 }
 
