@@ -66,6 +66,40 @@ func TestHeadPassthroughKeepsUpstreamContentLength(t *testing.T) {
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"after_head"}`), http.StatusOK, "forwarded")
 }
 
+// A replay to HEAD declares the Content-Length the upstream declared, as
+// the first answer did: it had none, the length of the body a GET would
+// get lost with the empty body recorded.
+func TestHeadReplayKeepsTheFirstAnswersContentLength(t *testing.T) {
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Header().Set("Content-Length", "4096")
+		w.WriteHeader(http.StatusOK)
+	})
+	g := startGateway(t, gwConfig(t, up.URL, dbPath(t), "    methods: [POST, HEAD]\n", ""))
+	head := func() rawReply {
+		t.Helper()
+		rs := rawExchange(t, g, "HEAD /hooks HTTP/1.1\r\nHost: gw\r\nX-Event-Id: evt_head\r\nConnection: close\r\n\r\n", 10*time.Second)
+		if len(rs) != 1 || len(rs[0].body) != 0 {
+			t.Fatalf("HEAD answers %+v, want one, without a body", rs)
+		}
+		return rs[0]
+	}
+	first, replay := head(), head()
+	if first.status != http.StatusOK || first.reply().outcome() != "forwarded" || replay.status != http.StatusOK || replay.reply().outcome() != "replayed" {
+		t.Fatalf("answers %d %v then %d %v, want 200 forwarded then replayed", first.status, first.header, replay.status, replay.header)
+	}
+	if got, want := replay.header.Values("Content-Length"), first.header.Values("Content-Length"); fmt.Sprint(got) != "[4096]" || fmt.Sprint(want) != "[4096]" {
+		t.Fatalf("Content-Length: first answer %v, replay %v; want the upstream's [4096] on both", want, got)
+	}
+	if n := up.count("evt_head"); n != 1 {
+		t.Fatalf("upstream got %d requests, want 1", n)
+	}
+	if rec := lookup(t, g, "hooks", "evt_head"); rec.Headers["Content-Length"] != "4096" || len(rec.Body) != 0 {
+		t.Fatalf("the ledger holds headers %v and a body of %d bytes; want Content-Length 4096 and no body", rec.Headers, len(rec.Body))
+	}
+}
+
 // A status line whose code is below 100 is no HTTP answer (RFC 9110 §15).
 // Passed on, "000" reached the provider as 200 (fasthttp's default for a
 // zero status): a success for a delivery the upstream never acknowledged,

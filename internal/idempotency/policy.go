@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -86,6 +87,14 @@ func (p *Policy) recordResponse(up *Upstream) Response {
 		if _, kept := r.Headers[name]; !kept { // unless record.headers lists it too
 			r.keepHeader(up.Header, name, len(bodyHeaders))
 		}
+	}
+	if n, err := strconv.Atoi(up.Header.Get("Content-Length")); err == nil && n > 0 && len(up.Body) == 0 {
+		// An answer to HEAD: it declares the length of a body it does not
+		// send, which a replay to HEAD declares too.
+		if r.Headers == nil {
+			r.Headers = make(map[string]string, 1)
+		}
+		r.Headers["Content-Length"] = strconv.Itoa(n)
 	}
 	r.Body = up.Body
 	return r

@@ -52,7 +52,8 @@ func (s State) Answered() bool {
 type Response struct {
 	Status int
 	// Headers are the kept headers (record.headers) by canonical name,
-	// several values joined with ", ".
+	// several values joined with ", ", and the Content-Length of an
+	// answer to HEAD, which a replay to HEAD declares.
 	Headers map[string]string
 	Body    []byte
 	// BodyOmitted: the body exceeded record.max_body and was not recorded.
@@ -60,7 +61,8 @@ type Response struct {
 }
 
 // SetByReplay reports whether a replay writes header name itself (framing,
-// hop-by-hop, hookstamp's own headers, Date), so that it is never recorded.
+// hop-by-hop, hookstamp's own headers, Date), so that neither
+// record.headers nor an operator's recorded answer names it.
 func SetByReplay(name string) bool {
 	switch c := http.CanonicalHeaderKey(name); c {
 	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade",

@@ -74,6 +74,7 @@ func writeReplay(c *fiber.Ctx, r *idempotency.Response, replayed bool) error {
 	if r.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}
+	headLength(c, r.Headers["Content-Length"])
 	c.Status(r.Status)
 	return c.Send(r.Body)
 }
@@ -109,15 +110,20 @@ func writeUpstream(c *fiber.Ctx, up *idempotency.Upstream) error {
 	if up.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}
-	if c.Method() == fiber.MethodHead {
-		// A HEAD answer keeps the upstream's Content-Length (RFC 9110
-		// §8.6), which fasthttp would set to the empty body's.
-		if n, err := strconv.Atoi(up.Header.Get("Content-Length")); err == nil && n >= 0 {
-			h.SetContentLength(n)
-		}
-	}
+	headLength(c, up.Header.Get("Content-Length"))
 	c.Status(up.Status)
 	return c.Send(up.Body)
+}
+
+// headLength gives an answer to HEAD the Content-Length the upstream
+// declared (RFC 9110 §8.6), which fasthttp would set to the empty body's.
+func headLength(c *fiber.Ctx, declared string) {
+	if c.Method() != fiber.MethodHead {
+		return
+	}
+	if n, err := strconv.Atoi(declared); err == nil && n >= 0 {
+		c.Response().Header.SetContentLength(n)
+	}
 }
 
 // keptOnce reports whether fasthttp keeps one value of response header
