@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if err := g.openScreen(); err != nil {
 		return nil, err
 	}
-	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace})
+	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace, MaxResponseBody: maxResponseBody(cfg)})
 	g.closers = append(g.closers, func() error { g.fwd.Close(); return nil })
 	cache := idempotency.NewCache(g.localCacheBytes(), int(cfg.Screen.MaxCachedBody), g.localCacheMaxAge())
 	if g.engine, err = idempotency.New(g.engineOptions(cache)); err != nil {
@@ -440,6 +440,18 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 		attrs = append(attrs, "err", ev.Result.Err.Error())
 	}
 	g.log.Log(ctx, level, "delivery", attrs...)
+}
+
+// maxResponseBody is what the forwarder reads of an answer: the largest
+// record.max_body, so that each route records the bodies it asks for, and
+// at least the forwarder's default, up to which an answer too large to
+// record still reaches its provider whole.
+func maxResponseBody(cfg *config.Config) int64 {
+	n := int64(forward.DefaultMaxResponseBody)
+	for _, r := range cfg.Routes {
+		n = max(n, int64(r.Record.MaxBody))
+	}
+	return n
 }
 
 // localCacheMaxAge is how long the local cache keeps an entry: with the

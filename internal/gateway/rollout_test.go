@@ -229,6 +229,38 @@ func TestLargeResponses(t *testing.T) {
 	}
 }
 
+// A record.max_body above the forwarder's default 10 MiB is read whole:
+// the forwarder stopped at 10 MiB, so an 11 MiB answer went out empty
+// with Hookstamp-Body-Omitted even on the first delivery, and was
+// recorded without its body.
+func TestMaxBodyAboveTenMiBIsReadWhole(t *testing.T) {
+	huge := bytes.Repeat([]byte("h"), 11<<20)
+	up := newUpstream(t)
+	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(huge)
+	})
+	cfg := gwConfig(t, up.URL, dbPath(t), "    record:\n      max_body: 20MiB", "")
+	cfg.Routes[0].Upstream.Timeout = 20 * time.Second // 11 MiB each way, on a shared machine
+	g := startGateway(t, cfg)
+
+	first := send(t, g, "/hooks", `{"id":"evt_huge"}`)
+	wantOutcome(t, first, 200, "forwarded")
+	replay := send(t, g, "/hooks", `{"id":"evt_huge"}`)
+	wantOutcome(t, replay, 200, "replayed")
+	for _, r := range []reply{first, replay} {
+		if !bytes.Equal(r.body, huge) || r.header.Get("Hookstamp-Body-Omitted") != "" {
+			t.Fatalf("%s answer: %d bytes, Hookstamp-Body-Omitted %q; want the upstream's 11 MiB", r.outcome(), len(r.body), r.header.Get("Hookstamp-Body-Omitted"))
+		}
+	}
+	if rec := lookup(t, g, "hooks", "evt_huge"); rec.BodyOmitted || !bytes.Equal(rec.Body, huge) {
+		t.Fatalf("the ledger holds %d bytes (omitted %v), want the 11 MiB answer", len(rec.Body), rec.BodyOmitted)
+	}
+	if n := up.count("evt_huge"); n != 1 {
+		t.Fatalf("upstream got %d copies, want 1", n)
+	}
+}
+
 func TestSetCookieNeverReplayed(t *testing.T) {
 	up := newUpstream(t)
 	up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
