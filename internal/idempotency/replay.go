@@ -54,13 +54,17 @@ func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		resp := ent.Response
 		return Result{Outcome: Replayed, Replay: &resp, OriginalTraceID: ent.TraceID, OriginalSpanID: ent.SpanID}, true
 	}
-	// The body is in the ledger only, or the entry is an async delivery's
-	// (its acknowledgement, or a queued or dead record's): the record's
-	// state now says what this synchronous route answers.
+	// The body is in the ledger only, the entry is an async delivery's
+	// (its acknowledgement, or a queued or dead record's) on a synchronous
+	// route, or a held key's: the record's state now says what this route
+	// answers.
 	rec, err := e.o.Ledger.Lookup(ctx, d.Ref)
+	if err == nil {
+		if ent := EntryOf(rec); acknowledged(p, ent) {
+			return e.ackReplay(p, ent), true
+		}
+	}
 	switch {
-	case err == nil && acknowledged(p, EntryOf(rec)):
-		return e.ackReplay(p, EntryOf(rec)), true
 	case err == nil && rec.State == StateDone:
 		if !replayable(rec.Status) {
 			e.o.Logger.ErrorContext(ctx, "a done record holds no status to replay; answering 503", "route", d.Route, "key", d.Key, "status", rec.Status)
