@@ -216,8 +216,8 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 		wait = retryAfter(sent.up.Header, q.o.Now())
 	}
 	snooze := sent.route.Backoff.next(sent.run, wait)
-	// The last attempt goes out by max_age; failing, it is the one past
-	// max_age that end makes dead.
+	// The last attempt goes out by max_age: if it fails, the delivery is
+	// then past max_age and dead.
 	deadline := sent.job.Args.queuedAt(sent.st.CreatedAt).Add(sent.route.MaxAge)
 	snooze = max(min(snooze, deadline.Sub(q.o.Now())), 0)
 	s := sent.settlement()
