@@ -119,6 +119,23 @@ func TestAsyncRouteKeepsTheAnswersOfSyncRecords(t *testing.T) {
 			if n := jobs.n.Load(); n != 1 {
 				t.Errorf("%d delivery jobs stored, want 1 (the new delivery's)", n)
 			}
+
+			// An operator releases the held key into the queue: its
+			// provider is acknowledged from then on, and still once the
+			// queue delivered it, whatever the application answered.
+			held := delivery("evt_held").Ref
+			if _, err := l.Requeue(ctx, held, true, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			setRecordState(t, l, held, idempotency.StateDone, `{"error":"refused"}`)
+			// Another replica: nothing of this key in its cache.
+			other := newEngine(t, idempotency.Options{Screen: after, Ledger: l, Queue: l, ConfirmByClaim: su.confirmByClaim,
+				Cache: idempotency.NewCache(1<<20, 64<<10, 0), Classify: ambiguousNoAnswer})
+			t.Cleanup(other.Close)
+			r := other.Handle(ctx, &asyncPolicy, delivery("evt_held"), answer(200, "again"))
+			if r.Outcome != idempotency.Replayed || r.Replay == nil || r.Replay.Status != 202 || string(r.Replay.Body) != "accepted" {
+				t.Fatalf("released, then delivered: %s %+v; want the acknowledgement its provider got once released", r.Outcome, r.Replay)
+			}
 		})
 	}
 }

@@ -321,7 +321,9 @@ func attemptTaken(err error) bool {
 // redelivery waits or runs, has its job already. A row
 // queued again is kept at least until keep: a done one is not safe from
 // the sweeper while its job waits. With held set (an async route's
-// release) it revives a held row and nothing else. It reports whether a
+// release) it revives a held row and nothing else. A revived row is
+// acked: repeats on an async route get the acknowledgement from then on,
+// as they do while it is queued. It reports whether a
 // job was inserted;
 // ErrNotFound without a row, ErrNoRequest when no request is stored,
 // ErrNotOwner for a row no delivery may be queued for (pending; held
@@ -365,7 +367,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 		case idempotency.StateQueued:
 			return nil
 		case idempotency.StateDead, idempotency.StateHeld:
-			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, `+keptSQL+
+			if _, err := tx.ExecContext(ctx, l.d.rebind(`UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, acked = true, `+keptSQL+
 				`WHERE route = ? AND "key" = ?`), kept, kept, r.Route, r.Key); err != nil {
 				return err
 			}
@@ -410,7 +412,7 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep 
 	kept := toDB(keep, shift)
 	n := 0
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, ` + keptSQL + `WHERE route = ? AND state = 'dead'`
+		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, acked = true, ` + keptSQL + `WHERE route = ? AND state = 'dead'`
 		args := []any{kept, kept, route}
 		if keys != nil {
 			if len(keys) == 0 {
