@@ -41,8 +41,8 @@ type Server struct {
 	// WriteTimeout bounds writing one response. Default 60s.
 	WriteTimeout time.Duration `koanf:"write_timeout" yaml:"write_timeout"`
 	// MaxConns bounds the connections the listener serves at once; one
-	// more is answered 503 and closed. Each idle keep-alive connection
-	// holds about 25 KiB. Default 4096.
+	// more is refused: answered 503 and closed (over TLS, closed). Each
+	// idle keep-alive connection holds about 25 KiB. Default 4096.
 	MaxConns int `koanf:"max_conns" yaml:"max_conns"`
 	// ShutdownTimeout is how long in-flight deliveries may drain after
 	// SIGTERM. Default 15s.

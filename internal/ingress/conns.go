@@ -26,6 +26,9 @@ type connListener struct {
 	net.Listener
 	tls *tls.Config // nil = plain HTTP
 	log *slog.Logger
+	// warned is when a shortage was last logged (Unix nanoseconds): once
+	// a minute at most, however many accepts it fails.
+	warned atomic.Int64
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
@@ -46,7 +49,8 @@ func (l *connListener) Accept() (net.Conn, error) {
 		if !shortOfResources(err) {
 			return nil, err
 		}
-		if wait == 0 {
+		if now := time.Now().UnixNano(); now-l.warned.Load() >= int64(time.Minute) {
+			l.warned.Store(now)
 			l.log.Warn("cannot accept connections: the process is out of file descriptors or memory; retrying until it has some",
 				"err", err)
 		}
