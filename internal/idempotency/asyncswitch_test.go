@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
-	"github.com/hookstamp/hookstamp/internal/idempotency/memscreen"
 	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
@@ -21,11 +20,6 @@ import (
 // acknowledged would stop the retries an operator's release waits for,
 // with nothing queued to deliver it. New deliveries are acknowledged.
 func TestAsyncRouteKeepsTheAnswersOfSyncRecords(t *testing.T) {
-	mem := func(t *testing.T) idempotency.Screen {
-		s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
-		t.Cleanup(s.Close)
-		return s
-	}
 	setups := []struct {
 		name           string
 		stores         func(t *testing.T) (l *sqlledger.Ledger, before, after idempotency.Screen)
@@ -35,7 +29,7 @@ func TestAsyncRouteKeepsTheAnswersOfSyncRecords(t *testing.T) {
 			return sqliteLedger(t), nil, nil
 		}},
 		{name: "sqlite-memory", stores: func(t *testing.T) (*sqlledger.Ledger, idempotency.Screen, idempotency.Screen) {
-			return sqliteLedger(t), mem(t), mem(t) // a restart empties the memory screen
+			return sqliteLedger(t), memScreen(t), memScreen(t) // a restart empties the memory screen
 		}},
 		{name: "postgres-redis", stores: func(t *testing.T) (*sqlledger.Ledger, idempotency.Screen, idempotency.Screen) {
 			l, s := productionStores(t) // Redis outlives the restart

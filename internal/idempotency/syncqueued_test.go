@@ -54,18 +54,13 @@ func TestSyncRouteAnswersAsyncRecordsByTheirState(t *testing.T) {
 		screens        func(t *testing.T, l *sqlledger.Ledger) (before, after idempotency.Screen)
 		confirmByClaim bool
 	}
-	mem := func(t *testing.T) idempotency.Screen {
-		s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
-		t.Cleanup(s.Close)
-		return s
-	}
 	setups := []setup{
 		{name: "sqlite-ledger-claims", ledger: func(t *testing.T) *sqlledger.Ledger { return sqliteLedger(t) },
 			screens: func(*testing.T, *sqlledger.Ledger) (idempotency.Screen, idempotency.Screen) { return nil, nil }},
 		{name: "sqlite-memory", ledger: func(t *testing.T) *sqlledger.Ledger { return sqliteLedger(t) },
 			// A restart empties the memory screen.
 			screens: func(t *testing.T, _ *sqlledger.Ledger) (idempotency.Screen, idempotency.Screen) {
-				return mem(t), mem(t)
+				return memScreen(t), memScreen(t)
 			}},
 		{name: "postgres-ledger-claims", ledger: func(t *testing.T) *sqlledger.Ledger { return postgresLedger(t) },
 			screens: func(*testing.T, *sqlledger.Ledger) (idempotency.Screen, idempotency.Screen) { return nil, nil }},
@@ -150,4 +145,11 @@ func TestSyncRouteAnswersAsyncRecordsByTheirState(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memScreen is a memory screen closed when the test ends.
+func memScreen(t *testing.T) idempotency.Screen {
+	s := memscreen.New(memscreen.Options{MaxCachedBody: 64 << 10})
+	t.Cleanup(s.Close)
+	return s
 }
