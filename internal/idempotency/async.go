@@ -18,7 +18,7 @@ import (
 // path (the route was synchronous, or a replica runs an older hookstamp):
 // Handle's claim loop then takes the delivery.
 func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) (Result, bool) {
-	if e.o.Queue == nil || d.Request == nil {
+	if e.o.Queue == nil || (d.Request == nil && d.StoreRequest == nil) {
 		return Result{}, false
 	}
 	c, found, err := e.peek(ctx, d.Ref)
@@ -30,6 +30,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 	case found:
 		return Result{}, false
 	}
+	d.withRequest()
 	// Stored even if the provider has gone away.
 	sctx, cancel := e.detached(ctx)
 	defer cancel()
@@ -139,6 +140,7 @@ func (e *Engine) peek(ctx context.Context, ref Ref) (Claim, bool, error) {
 // the claim was lost before the store: the caller claims again.
 func (c *claim) enqueue(ctx context.Context, p *Policy, d Delivery) (Result, bool) {
 	e := c.e
+	d.withRequest()
 	if e.o.Queue == nil || d.Request == nil {
 		c.release(ctx)
 		return e.unavailable(fmt.Errorf("enqueue %q: the route is async but no queue or request was given", d.Key)), true

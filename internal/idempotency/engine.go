@@ -47,6 +47,9 @@ type Delivery struct {
 	// Request is stored with the record, and each forward recorded as an
 	// attempt (record.request); nil = neither.
 	Request *Request
+	// StoreRequest, when set, makes Request on first need: a repeat that
+	// is replayed, or waits for its first delivery, never copies it.
+	StoreRequest func() *Request
 
 	ticket Ticket // taken before anything is read, for every Cache.Put
 }
@@ -255,6 +258,14 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 		default:
 			return e.unavailable(fmt.Errorf("claim %q: unexpected status %v", d.Key, c.Status))
 		}
+	}
+}
+
+// withRequest makes d's stored request if the route stores one and it is
+// not made yet.
+func (d *Delivery) withRequest() {
+	if d.Request == nil && d.StoreRequest != nil {
+		d.Request = d.StoreRequest()
 	}
 }
 

@@ -49,6 +49,7 @@ func (c *claim) commitWithinLease(ctx context.Context, p *Policy) (context.Conte
 // commit when the answer is final, hold or release otherwise.
 func (c *claim) forward(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc) Result {
 	e := c.e
+	d.withRequest()
 	if e.flights != nil && c.holds() {
 		// Finished after the settling, for its waiters to find it.
 		f := e.flights.start(d.Ref, d.Fingerprint)

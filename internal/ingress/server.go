@@ -349,8 +349,10 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 		// What each attempt or redelivery sends again: the request as
 		// this forward sends it, X-Forwarded-* as at intake. Stored as
 		// the sender sent it, it would pass on at redelivery the
-		// forwarding headers the forward dropped.
-		d.Request = s.stored(c, route, rest)
+		// forwarding headers the forward dropped. Made when the delivery
+		// is forwarded or stored: a repeat waiting for its first delivery
+		// holds no second copy of its body.
+		d.StoreRequest = func() *idempotency.Request { return s.stored(c, route, rest) }
 	}
 	return s.o.Engine.Handle(ctx, p, d, fwd)
 }
