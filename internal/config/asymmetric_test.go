@@ -20,7 +20,6 @@ func TestPublicKeySchemesValidate(t *testing.T) {
 		{"discord key of 31 bytes", route("    verify: {scheme: discord, public_key: '" + strings.Repeat("ab", 31) + "'}\n"), "routes[0].verify.public_key", "key 1: neither hex"},
 		{"discord with secrets", route("    verify: {scheme: discord, secrets: [x], public_key: '" + testDiscordKey + "'}\n"), "routes[0].verify.secrets", "not used by scheme discord"},
 		{"sendgrid key that is Ed25519", route("    verify: {scheme: sendgrid, public_key: 'MCowBQYDK2VwAyEAfR8MO5suSl1sjwobLD1OX2BxgpOktcbX6PkKGyw9Tl8='}\n"), "routes[0].verify.public_key", "an Ed25519 key is not an ECDSA key"},
-		{"ecdsa without header", route("    verify: {scheme: ecdsa, public_key: '" + testSendGridKey + "'}\n"), "routes[0].verify.header", "required with scheme ecdsa"},
 		{"ed25519 template signing the secret", route("    verify: {scheme: ed25519, header: X-Sig, public_key: '" + testDiscordKey + "', template: '{secret}{body}'}\n"), "routes[0].verify.template", "{secret} has no meaning"},
 		{"discord with a template", route("    verify: {scheme: discord, public_key: '" + testDiscordKey + "', template: '{body}'}\n"), "routes[0].verify.template", "only used by schemes hmac, ed25519 and ecdsa"},
 		{"ed25519 bad encoding", route("    verify: {scheme: ed25519, header: X-Sig, encoding: base32, public_key: '" + testDiscordKey + "'}\n"), "routes[0].verify.encoding", `unknown value "base32"`},

@@ -457,6 +457,8 @@ routes:
 				return []any{r.Verify.Template, r.Verify.Header, r.Verify.Challenge, r.Verify.Timestamp}
 			},
 			[]any{"", "", "", VerifyTimestamp{}}},
+		{"a route naming another scheme keeps that scheme's tolerance, not the preset's", "    preset: dingtalk\n    verify: {scheme: stripe, secrets: [s]}\n",
+			func(r Route) any { return r.Verify.Tolerance }, 5 * time.Minute},
 		{"a route's own verify settings win over the preset's", "    preset: zoom\n    verify: {secrets: [s], header: X-Mine}\n",
 			func(r Route) any { return []any{r.Verify.Header, r.Verify.Prefix, r.Verify.Challenge} },
 			[]any{"X-Mine", "v0=", ChallengeZoom}},
@@ -586,7 +588,6 @@ routes:
 		{"bad status", route2("    record: {statuses: [2xx, 999]}\n"), "routes[2].record.statuses[1]", "bad status"},
 		{"no statuses", route2("    record: {statuses: []}\n"), "routes[2].record.statuses", "at least one final status"},
 		{"unknown scheme", route2("    verify: {scheme: strip, secrets: [x]}\n"), "routes[2].verify.scheme", `unknown scheme "strip"`},
-		{"hmac without header", route2("    verify: {scheme: hmac, secrets: [x]}\n"), "routes[2].verify.header", "required with scheme hmac"},
 		{"hmac bad algorithm", route2("    verify: {scheme: hmac, secrets: [x], header: X-Sig, algorithm: md5}\n"), "routes[2].verify.algorithm", `unknown value "md5"`},
 		{"hmac bad encoding", route2("    verify: {scheme: hmac, secrets: [x], header: X-Sig, encoding: base32}\n"), "routes[2].verify.encoding", `unknown value "base32"`},
 		{"stripe without secret", route2("    verify: {scheme: stripe, secrets: ['${S:-}']}\n"), "routes[2].verify.secrets", "at least one non-empty secret"},
@@ -778,7 +779,7 @@ routes:
     path: /ok
     upstream: {}
     key: {sources: [{header: X}]}
-    verify: {scheme: hmac, secrets: [x]}
+    verify: {scheme: token, secrets: [x]}
 `)
 	want := []string{
 		"screen.ttl", // type problems first, keys in sorted order

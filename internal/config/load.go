@@ -123,6 +123,9 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 			c.Routes[i].Verify.Secrets[j] = strings.TrimSpace(s)
 		}
 		c.Routes[i].Verify.ChallengeToken = strings.TrimSpace(c.Routes[i].Verify.ChallengeToken)
+		if v := &c.Routes[i].Verify; verify.TakesTemplate(v.Scheme) && v.Header == "" && v.JSON == "" {
+			v.Header = verify.DefaultHeader // shown by check as it is used
+		}
 	}
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err

@@ -278,11 +278,13 @@ func (p Preset) rawFragment(route map[string]any) map[string]any {
 		key["required"] = false
 	}
 	verify := map[string]any{"scheme": p.Scheme}
-	if p.Tolerance > 0 {
-		verify["tolerance"] = p.Tolerance
-	}
 	ownVerify, _ := route["verify"].(map[string]any)
 	if scheme, set := ownVerify["scheme"]; !set || scheme == p.Scheme {
+		// The provider's replay window goes with its scheme: a route
+		// verifying another way gets that scheme's default.
+		if p.Tolerance > 0 {
+			verify["tolerance"] = p.Tolerance
+		}
 		maps.Copy(verify, nonZeroRaw(reflect.ValueOf(p.Verify)))
 	}
 	frag := map[string]any{

@@ -41,7 +41,8 @@ func selfSigned(tb testing.TB, dir, name string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
-const tlsRoutes = `
+// oneRoute is a configuration of one route keyed by a header.
+const oneRoute = `
 routes:
   - name: a
     path: /a
@@ -52,15 +53,15 @@ routes:
 func TestTLSAccepted(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := selfSigned(t, dir, "a.example")
-	c := mustLoad(t, "server:\n  tls: {cert_file: "+certFile+", key_file: "+keyFile+"}\n  redirect_listen: \":80\"\n"+tlsRoutes)
+	c := mustLoad(t, "server:\n  tls: {cert_file: "+certFile+", key_file: "+keyFile+"}\n  redirect_listen: \":80\"\n"+oneRoute)
 	if !c.Server.TLS.Enabled() || c.Server.TLS.MinVersion != TLS12 || TLSVersion(c.Server.TLS.MinVersion) != tls.VersionTLS12 {
 		t.Fatalf("files: %+v", c.Server.TLS)
 	}
-	c = mustLoad(t, "server:\n  tls: {acme: {domains: [hooks.example.com], email: ops@example.com}, min_version: \"1.3\"}\n"+tlsRoutes)
+	c = mustLoad(t, "server:\n  tls: {acme: {domains: [hooks.example.com], email: ops@example.com}, min_version: \"1.3\"}\n"+oneRoute)
 	if !c.Server.TLS.ACME.Enabled() || TLSVersion(c.Server.TLS.MinVersion) != tls.VersionTLS13 {
 		t.Fatalf("acme: %+v", c.Server.TLS)
 	}
-	if c := mustLoad(t, tlsRoutes); c.Server.TLS.Enabled() {
+	if c := mustLoad(t, oneRoute); c.Server.TLS.Enabled() {
 		t.Fatal("TLS on by default")
 	}
 }
@@ -96,7 +97,7 @@ func TestTLSErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := mustFail(t, "server:\n  "+tc.server+"\n"+tlsRoutes)
+			errs := mustFail(t, "server:\n  "+tc.server+"\n"+oneRoute)
 			for _, e := range errs {
 				if e.Path == tc.path && strings.Contains(e.Msg, tc.want) {
 					return

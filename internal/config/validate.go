@@ -702,11 +702,9 @@ func validateSchemeNeeds(errs *Errors, p string, v Verify) {
 	if verify.TakesTemplate(v.Scheme) || v.Scheme == SchemeToken {
 		switch {
 		case v.Header == "" && v.JSON == "":
-			what := "signature"
-			if v.Scheme == SchemeToken {
-				what = "token"
-			}
-			errs.add(join(p, "header"), "required with scheme %s (the header carrying the %s), unless json names where it is in the body", v.Scheme, what)
+			// Schemes with a signature have a default header (Load sets
+			// it); a token has none.
+			errs.add(join(p, "header"), "required with scheme %s (the header carrying the token), unless json names where it is in the body", v.Scheme)
 		case v.Header != "" && !httpguts.ValidHeaderFieldName(v.Header):
 			errs.add(join(p, "header"), "%q is not a valid header name", v.Header)
 		}

@@ -8,13 +8,7 @@ import (
 // The keys of schemes hmac and token are reported at their own path, and
 // `gateway check` prints none of their secrets.
 func TestVerifyBuildingBlockProblems(t *testing.T) {
-	const route = `
-routes:
-  - name: a
-    path: /a
-    upstream: {url: "http://127.0.0.1:9000/a"}
-    key: {sources: [{header: X-Event-Id}]}
-    verify: `
+	const route = oneRoute + "    verify: "
 	for _, tc := range []struct{ name, verify, path, want string }{
 		{"template without a scheme", `{template: "{body}"}`, "routes[0].verify.scheme", "template set but no scheme"},
 		{"bad template", `{scheme: hmac, secrets: [s], header: X-S, template: "{nope}"}`, "routes[0].verify.template", "unknown placeholder"},
@@ -33,6 +27,27 @@ routes:
 		t.Run(tc.name, func(t *testing.T) {
 			assertProblem(t, mustFail(t, route+tc.verify+"\n"), tc.path, tc.want)
 		})
+	}
+}
+
+// The schemes that read a signature read X-Signature unless header or
+// json says otherwise (SPEC §3), and check shows it; they were refused
+// without a header, though the documentation gave that default.
+func TestSignatureHeaderDefault(t *testing.T) {
+	const route = oneRoute + "    verify: "
+	for _, tc := range []struct{ verify, want string }{
+		{`{scheme: hmac, secrets: [s]}`, "X-Signature"},
+		{`{scheme: ecdsa, public_key: '` + testSendGridKey + `'}`, "X-Signature"},
+		{`{scheme: hmac, secrets: [s], header: X-Sig}`, "X-Sig"},
+		{`{scheme: hmac, secrets: [s], json: sig}`, ""},
+	} {
+		c, err := LoadFromBytes([]byte(route+tc.verify+"\n"), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.verify, err)
+		}
+		if got := c.Routes[0].Verify.Header; got != tc.want {
+			t.Errorf("%s: header %q, want %q", tc.verify, got, tc.want)
+		}
 	}
 }
 

@@ -26,7 +26,7 @@ func newSigSource(header, json string) (sigSource, error) {
 		}
 		return sigSource{json: json}, nil
 	case header == "":
-		header = defaultHeader
+		header = DefaultHeader
 	}
 	if !httpguts.ValidHeaderFieldName(header) {
 		return sigSource{}, fmt.Errorf("header: %q is not a valid header name", header)

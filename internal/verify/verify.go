@@ -141,9 +141,9 @@ func TakesTemplate(scheme string) bool {
 	return scheme == SchemeHMAC || scheme == SchemeEd25519 || scheme == SchemeECDSA
 }
 
-// defaultHeader carries the signature of schemes hmac, ed25519 and ecdsa
+// DefaultHeader carries the signature of schemes hmac, ed25519 and ecdsa
 // when Options.Header and JSON are empty.
-const defaultHeader = "X-Signature"
+const DefaultHeader = "X-Signature"
 
 // DefaultTolerance is the timestamp tolerance used when Options.Tolerance is
 // zero, for every timed scheme but Twitch.
@@ -185,7 +185,7 @@ type Options struct {
 	// hmac without Timestamp.
 	Tolerance time.Duration
 	// Header names the signature header for schemes hmac, ed25519 and
-	// ecdsa (default defaultHeader) and the token header for scheme token.
+	// ecdsa (default DefaultHeader) and the token header for scheme token.
 	Header string
 	// JSON is, instead of Header, the plain GJSON path of the signature
 	// (hmac, ed25519, ecdsa) or token (token) inside the JSON body:
@@ -308,7 +308,7 @@ func checkOwnOptions(o Options) error {
 		{"json", o.JSON != "" && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
 		// A default value changes nothing (configuration fills some in, and
 		// SPEC §3's reference lists them beside a built-in scheme).
-		{"header", o.Header != "" && o.Header != defaultHeader && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
+		{"header", o.Header != "" && o.Header != DefaultHeader && o.Scheme != SchemeToken && !configured, "schemes hmac, ed25519, ecdsa and token"},
 		{"prefix", o.Prefix != "" && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"encoding", o.Encoding != "" && o.Encoding != "hex" && !configured, "schemes hmac, ed25519 and ecdsa"},
 		{"algorithm", o.Algorithm != "" && o.Algorithm != "sha256", "scheme hmac"},
