@@ -87,6 +87,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gateway check: %v\n", err)
 			return 1
 		}
+		for _, w := range cfg.Warnings(time.Now()) {
+			fmt.Fprintf(stderr, "gateway check: warning: %s\n", w)
+		}
 		fmt.Fprintf(stdout, "# %s: valid. Effective configuration, secrets redacted:\n%s", *path, out)
 		return 0
 	case "migrate":
@@ -101,6 +104,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	log := telemetry.NewLogger(cfg.Telemetry.Log, stderr)
 	telemetry.LogErrors(log)
 	redis.SetLogger(telemetry.RedisLogger(log))
+	for _, w := range cfg.Warnings(time.Now()) {
+		log.Warn("configuration warning", "detail", w)
+	}
 	ctx, abandon, stop := stopSignals(log, cfg.Server.ShutdownTimeout)
 	defer stop()
 	if *demoAddr != "" {

@@ -33,6 +33,21 @@ func TestCheckShippedConfig(t *testing.T) {
 	}
 }
 
+// Warnings go to standard error: standard output stays the effective
+// configuration, which a pipeline may parse.
+func TestCheckPrintsWarningsApart(t *testing.T) {
+	code, out, errOut := runCLI(t, []string{"HOOKSTAMP_STORE_DRIVER=postgres"}, "check", "-config", "../../config.yaml")
+	if code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errOut)
+	}
+	if want := "gateway check: warning: HOOKSTAMP_STORE_DRIVER sets nothing: one level down is a double underscore, HOOKSTAMP_STORE__DRIVER\n"; errOut != want {
+		t.Errorf("standard error %q, want %q", errOut, want)
+	}
+	if strings.Contains(out, "warning") || !strings.Contains(out, "driver: sqlite") {
+		t.Errorf("standard output:\n%s", out)
+	}
+}
+
 func TestCheckRedactsSecretsAndListsEveryError(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

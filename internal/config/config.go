@@ -27,6 +27,8 @@ type Config struct {
 	Telemetry Telemetry `koanf:"telemetry" yaml:"telemetry"`
 	// Routes are the deduplicated endpoints; at least one is required.
 	Routes []Route `koanf:"routes" yaml:"routes"`
+
+	envWarnings []string // HOOKSTAMP_ variables that look meant to set a key
 }
 
 // Server is the public listener that providers deliver to.

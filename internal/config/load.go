@@ -52,8 +52,9 @@ func Load(path string, environ []string) (*Config, error) {
 //     keys outside routes can be set this way: scalars, and the string lists
 //     server.trusted_proxies and screen.redis.addrs as comma-separated text.
 //     A HOOKSTAMP_ variable that names no such key is ignored, so
-//     HOOKSTAMP_ADMIN_TOKEN or HOOKSTAMP_CONFIG can serve other purposes,
-//     except one naming routes (HOOKSTAMP_ROUTES__0__PATH), an error;
+//     HOOKSTAMP_CONFIG or a ${HOOKSTAMP_ADMIN_TOKEN} can serve other
+//     purposes, except one naming routes (HOOKSTAMP_ROUTES__0__PATH) or
+//     plainly meant as an override (misnamed), an error;
 //  4. ${NAME} and ${NAME:-default} in string values, from environ; an unset
 //     NAME without default is an error (":-" also applies to an empty NAME);
 //  5. each route's preset, under the keys the route sets itself;
@@ -76,7 +77,11 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	// ${NAME} is substituted in the file's values only: a value set by an
 	// environment override is taken literally (a password may hold "${").
 	var phases [3]Errors
-	interpolate(doc, "", lookupIn(environ), &phases[0])
+	lookup, referenced := lookupIn(environ), map[string]bool{}
+	interpolate(doc, "", func(name string) (string, bool) {
+		referenced[name] = true
+		return lookup(name)
+	}, &phases[0])
 
 	k := koanf.New(".")
 	defaults := toRaw(reflect.ValueOf(Default())).(map[string]any)
@@ -86,7 +91,8 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	if err := k.Load(confmap.Provider(doc, ""), nil); err != nil {
 		return nil, fmt.Errorf("load YAML: %w", err)
 	}
-	envProvider, fromEnv := overrides(environ, &phases[1])
+	var envWarnings []string
+	envProvider, fromEnv := overrides(environ, referenced, &phases[1], &envWarnings)
 	if err := k.Load(envProvider, nil); err != nil {
 		return nil, fmt.Errorf("load environment: %w", err)
 	}
@@ -109,6 +115,8 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 	// presented one; a token read from a secret file often ends in a
 	// newline, which would make it impossible to present.
 	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
+	slices.Sort(envWarnings)
+	c.envWarnings = envWarnings
 	// The Redis password and the DSN come from secret files as well: a
 	// password kept with its newline fails AUTH only once serve connects,
 	// and a DSN with one names another SQLite file or reads as a bad URL.
@@ -146,8 +154,10 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 
 // overrides is the provider of the HOOKSTAMP_* variables of environ, and
 // the map it fills as it loads: key path → variable that set it. A
-// variable naming a route's value is a problem in errs.
-func overrides(environ []string, errs *Errors) (*env.Env, map[string]string) {
+// variable naming a route's value, or meant as an override but naming no
+// key (see misnamed), is a problem in errs, or in warnings when it may
+// serve another purpose.
+func overrides(environ []string, referenced map[string]bool, errs *Errors, warnings *[]string) (*env.Env, map[string]string) {
 	keys := envKeys()
 	fromEnv := map[string]string{}
 	return env.Provider(".", env.Opt{
@@ -162,6 +172,12 @@ func overrides(environ []string, errs *Errors) (*env.Env, map[string]string) {
 					// the route would serve otherwise than its author
 					// believes.
 					errs.add(key, "set by %s: routes cannot be set from the environment; write ${NAME} in the route's value instead", name)
+				} else if msg, sure := misnamed(name, key, keys); msg != "" && !referenced[name] {
+					if sure {
+						errs.add(key, "set by %s: %s", name, msg)
+					} else {
+						*warnings = append(*warnings, name+" "+msg)
+					}
 				}
 				return "", nil // names no configuration key: not ours
 			}
@@ -317,6 +333,40 @@ func envKeys() map[string]reflect.Type {
 	}
 	walk("", reflect.TypeOf(Config{}))
 	return out
+}
+
+// misnamed says why the variable name, naming key, sets nothing though it
+// looks meant to set a key: the gateway would otherwise run, and check
+// pass, on the value the operator meant to replace. sure: it can mean
+// nothing else (a section's key misspelled, one item of a list), so it is
+// refused; HOOKSTAMP_STORE_DRIVER, one level down by a single underscore,
+// is only warned of, as a name of the same shape may be set for other
+// tools (the Helm chart always sets HOOKSTAMP_ADMIN_TOKEN). "" when the
+// name resembles no key.
+func misnamed(name, key string, keys map[string]reflect.Type) (msg string, sure bool) {
+	envName := func(k string) string { return EnvPrefix + strings.ToUpper(strings.ReplaceAll(k, ".", "__")) }
+	section, _, nested := strings.Cut(key, ".")
+	if !nested {
+		for k := range keys {
+			if strings.ReplaceAll(k, ".", "_") == key {
+				return "sets nothing: one level down is a double underscore, " + envName(k), false
+			}
+		}
+		return "", false
+	}
+	var known []string
+	for k, t := range keys {
+		if strings.HasPrefix(key, k+".") && t.Kind() == reflect.Slice {
+			return "sets nothing: a list is set whole, as comma-separated text in " + envName(k), true
+		}
+		if strings.HasPrefix(k, section+".") {
+			known = append(known, envName(k))
+		}
+	}
+	if len(known) == 0 {
+		return "", false // not a section of the configuration
+	}
+	return "names no configuration key" + suggest(name, known), true
 }
 
 // splitList reads a comma-separated environment value as a list.

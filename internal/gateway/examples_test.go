@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
 	"github.com/hookstamp/hookstamp/internal/verify/verifytest"
@@ -115,6 +116,9 @@ func TestExamplesAreValid(t *testing.T) {
 			}
 			if _, err := buildRoutes(cfg); err != nil {
 				t.Fatalf("routes do not build: %v", err)
+			}
+			if w := cfg.Warnings(time.Now()); len(w) > 0 {
+				t.Errorf("gateway check would warn:\n%s", strings.Join(w, "\n"))
 			}
 			for _, r := range cfg.Routes {
 				if r.Preset != "" {
