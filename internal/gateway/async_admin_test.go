@@ -36,7 +36,13 @@ func startAsyncAdmin(tb testing.TB, up *upstream) *Gateway {
 // adminPost POSTs body to the admin API path of g.
 func adminPost(tb testing.TB, g *Gateway, path, body string) (int, string) {
 	tb.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+g.AdminAddr()+path, strings.NewReader(body))
+	return adminCall(tb, g, http.MethodPost, path, body)
+}
+
+// adminCall sends method with body to the admin API path of g.
+func adminCall(tb testing.TB, g *Gateway, method, path, body string) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequest(method, "http://"+g.AdminAddr()+path, strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -371,23 +377,34 @@ func detailShowsTheNextAttempt(t *testing.T, driver string) {
 	g := startGatewayWith(t, cfg, asyncOptions(t))
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_next"}`), http.StatusAccepted, "accepted")
 	testenv.Eventually(t, 10*time.Second, "the first attempt", func() bool { return up.count("evt_next") == 1 })
-	var detail struct {
-		State         string     `json:"state"`
-		NextAttemptAt *time.Time `json:"next_attempt_at"`
-	}
+	var detail asyncDetail
 	testenv.Eventually(t, 10*time.Second, "next_attempt_at in the detail", func() bool {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+g.AdminAddr()+"/admin/routes/hooks/records/evt_next", nil)
-		req.Header.Set("Authorization", "Bearer "+asyncAdminToken)
-		resp, err := client.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&detail) == nil && detail.NextAttemptAt != nil
+		detail = detailOf(t, g, "evt_next")
+		return detail.NextAttemptAt != nil
 	})
 	if detail.State != "queued" || detail.NextAttemptAt.Before(time.Now()) || detail.NextAttemptAt.After(time.Now().Add(time.Hour+time.Minute)) {
 		t.Fatalf("detail: %s, next attempt %v; want queued, within the hour's backoff", detail.State, detail.NextAttemptAt)
 	}
+}
+
+// asyncDetail is what the tests read of a record's detail (GET
+// /admin/routes/hooks/records/{key}).
+type asyncDetail struct {
+	State         string     `json:"state"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+}
+
+// detailOf reads the detail of key's record, or a zero one when the admin
+// API does not answer it.
+func detailOf(tb testing.TB, g *Gateway, key string) asyncDetail {
+	tb.Helper()
+	var d asyncDetail
+	if status, body := adminCall(tb, g, http.MethodGet, "/admin/routes/hooks/records/"+key, ""); status == http.StatusOK {
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			tb.Fatalf("detail of %s: %v: %s", key, err, body)
+		}
+	}
+	return d
 }
 
 // A record whose request was stored while its route kept requests is not
@@ -548,6 +565,73 @@ func TestRedeliverOfADoneRecordOnceAtATime(t *testing.T) {
 			})
 			if n := up.count("evt_r"); n != 3 {
 				t.Fatalf("upstream received %d copies, want 3", n)
+			}
+		})
+	}
+}
+
+// An operator deleted an async delivery while its job waited out a long
+// backoff (the upstream answered 503, Retry-After: 3600), and the
+// provider's resend was stored and delivered: a new record, done. The
+// deleted record's job stays in River's table until it wakes (up to
+// backoff.max later) and ends itself. Until then the operator saw the new
+// done record with a next_attempt_at, and its redelivery refused 409 "a
+// delivery of this record is still queued": the queue took the old job,
+// matched by route and key, for the new record's. Only the jobs of the
+// record itself (the created_at it carries) count now.
+func TestJobOfADeletedRecordDoesNotHoldUpItsSuccessor(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t)
+			var down atomic.Bool
+			down.Store(true)
+			up.setReply(func(w http.ResponseWriter, r *http.Request, n int) {
+				if down.Load() {
+					w.Header().Set("Retry-After", "3600")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintf(w, `{"copy":%d}`, n)
+			})
+			cfg := gwConfig(t, up.URL, dbPath(t), strings.Replace(asyncRoute, "{initial: 5ms, max: 50ms}", "{initial: 1h, max: 1h}", 1), "")
+			onStore(t, cfg, driver)
+			cfg.Admin.Listen, cfg.Admin.Token = "127.0.0.1:0", asyncAdminToken
+			g := startGatewayWith(t, cfg, asyncOptions(t))
+			const record = "/admin/routes/hooks/records/evt_stale"
+
+			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_stale"}`), http.StatusAccepted, "accepted")
+			testenv.Eventually(t, 10*time.Second, "the first attempt's job waiting out its backoff", func() bool {
+				next := detailOf(t, g, "evt_stale").NextAttemptAt
+				return up.count("evt_stale") == 1 && next != nil && next.After(time.Now().Add(30*time.Minute))
+			})
+			if status, body := adminCall(t, g, http.MethodDelete, record, ""); status != http.StatusNoContent {
+				t.Fatalf("delete = %d %s, want 204", status, body)
+			}
+			down.Store(false)
+			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_stale"}`), http.StatusAccepted, "accepted")
+			waitState(t, g, "evt_stale", idempotency.StateDone)
+
+			if d := detailOf(t, g, "evt_stale"); d.State != "done" || d.NextAttemptAt != nil {
+				t.Errorf("detail of the new record: %s, next attempt %v; want done, none", d.State, d.NextAttemptAt)
+			}
+			if status, body := adminPost(t, g, record+"/redeliver", ""); status != http.StatusAccepted {
+				t.Fatalf("redeliver of the new done record = %d %s, want 202", status, body)
+			}
+			testenv.Eventually(t, 10*time.Second, "the redelivery's answer recorded", func() bool {
+				return string(lookup(t, g, "hooks", "evt_stale").Body) == `{"copy":3}`
+			})
+			if n := up.count("evt_stale"); n != 3 {
+				t.Fatalf("upstream received %d copies, want 3: the deleted record's attempt, the resend's, the redelivery's", n)
+			}
+			// The deleted record's job still sleeps, and is ignored.
+			db, err := g.Ledger().DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var waiting int
+			if err := db.QueryRow(`SELECT COUNT(*) FROM river_job WHERE state = 'scheduled'`).Scan(&waiting); err != nil || waiting != 1 {
+				t.Fatalf("%d jobs waiting (%v), want the deleted record's one", waiting, err)
 			}
 		})
 	}

@@ -23,5 +23,13 @@ func (a Args) queuedAt(intake time.Time) time.Time {
 	return intake
 }
 
+// of reports whether a is a job of the record whose created_at, as the
+// database holds it, is created: a job without Created is any record's of
+// its key. The worker's rule (sqlledger.Stored.Is), for the jobs it does
+// not run.
+func (a Args) of(created time.Time) bool {
+	return a.Created.IsZero() || a.Created.Equal(created)
+}
+
 // Kind names delivery jobs in River's tables.
 func (Args) Kind() string { return "hookstamp_delivery" }

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -599,12 +600,22 @@ func nameDigest(route string, n int) string {
 	return hex.EncodeToString(sum[:n])
 }
 
-// recordJobsSQL selects a record's delivery jobs whose state is in the
-// list that follows, by driver (River keeps a job's args as JSON; on
-// PostgreSQL containment is what its GIN index on them answers).
+// recordJobsSQL selects, by driver, the args and scheduled_at of the
+// delivery jobs of a route and key whose state is in the list that
+// follows, each with the created_at of the key's record, for the caller to
+// keep the record's own (Args.of): a job left by a deleted record of the
+// key waits out its backoff, then ends itself (attempt). None without a
+// record. River keeps a job's args as JSON. On PostgreSQL containment is
+// what its GIN index on them answers (a condition on the queue would have
+// the planner walk the route's whole queue instead). SQLite has no index
+// on them: the route's queue and the states narrow the scan to the
+// route's jobs not finished (River's fetching index, on state and queue),
+// and "+" keeps its planner off the index on kind, which every job has.
 var recordJobsSQL = map[string]string{
-	DriverPostgres: `FROM river_job WHERE kind = $1 AND args @> jsonb_build_object('route', $2::text, 'key', $3::text) AND state IN `,
-	DriverSQLite:   `FROM river_job WHERE kind = ? AND json_extract(args, '$.route') = ? AND json_extract(args, '$.key') = ? AND state IN `,
+	DriverPostgres: `SELECT j.args::text, j.scheduled_at, r.created_at FROM hookstamp_records r JOIN river_job j ON j.kind = $1 ` +
+		`AND j.args @> jsonb_build_object('route', $2::text, 'key', $3::text) WHERE r.route = $2 AND r."key" = $3 AND j.state IN `,
+	DriverSQLite: `SELECT json(j.args), j.scheduled_at, r.created_at FROM hookstamp_records r JOIN river_job j ON +j.kind = ? ` +
+		`AND json_extract(j.args, '$.route') = r.route AND json_extract(j.args, '$.key') = r."key" WHERE r.route = ? AND r."key" = ? AND j.queue = ? AND j.state IN `,
 }
 
 // waitingStates are those of a job whose next run has not started;
@@ -614,36 +625,77 @@ const (
 	pendingStates = `('available', 'scheduled', 'retryable', 'running', 'pending')`
 )
 
-// PendingTx reports whether a delivery job of r waits or runs, in tx.
+// querier is a pool or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// recordJobs returns the scheduled_at of each delivery job of r's record
+// whose state is in states, as the database returns it.
+func (q *Queue) recordJobs(ctx context.Context, db querier, r idempotency.Ref, states string) ([]string, error) {
+	args := []any{Args{}.Kind(), r.Route, r.Key}
+	if q.o.Driver == DriverSQLite {
+		args = append(args, QueueName(r.Route))
+	}
+	rows, err := db.QueryContext(ctx, recordJobsSQL[q.o.Driver]+states, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var (
+			raw       []byte
+			scheduled sql.NullString
+			created   time.Time
+			job       Args
+		)
+		if err := rows.Scan(&raw, &scheduled, &created); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, &job); err != nil {
+			return nil, fmt.Errorf("job args: %w", err)
+		}
+		if job.of(created) {
+			out = append(out, scheduled.String)
+		}
+	}
+	return out, rows.Err()
+}
+
+// PendingTx reports whether a delivery job of r's record waits or runs,
+// in tx.
 func (q *Queue) PendingTx(ctx context.Context, tx *sql.Tx, r idempotency.Ref) (bool, error) {
-	var pending bool
-	if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 "+recordJobsSQL[q.o.Driver]+pendingStates+")", Args{}.Kind(), r.Route, r.Key).Scan(&pending); err != nil {
+	jobs, err := q.recordJobs(ctx, tx, r, pendingStates)
+	if err != nil {
 		return false, fmt.Errorf("pending delivery jobs of %q: %w", r.Key, err)
 	}
-	return pending, nil
+	return len(jobs) > 0, nil
 }
 
 // NextAttempt returns when ref's delivery is next attempted, and false
-// when no job of it is waiting: none, or its attempt is running (the admin
-// API's next_attempt_at).
+// when no job of its record is waiting: none, or its attempt is running
+// (the admin API's next_attempt_at).
 func (q *Queue) NextAttempt(ctx context.Context, ref idempotency.Ref) (time.Time, bool, error) {
 	db, err := q.o.Ledger.DB()
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
 	}
-	var at sql.NullString
-	err = db.QueryRowContext(ctx, "SELECT MIN(scheduled_at) "+recordJobsSQL[q.o.Driver]+waitingStates, Args{}.Kind(), ref.Route, ref.Key).Scan(&at)
+	jobs, err := q.recordJobs(ctx, db, ref, waitingStates)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
 	}
-	if !at.Valid {
-		return time.Time{}, false, nil
+	var next time.Time
+	for _, at := range jobs {
+		t, err := parseDBTime(at)
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
+		}
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
 	}
-	t, err := parseDBTime(at.String)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next attempt of %q: %w", ref.Key, err)
-	}
-	return t, true, nil
+	return next, !next.IsZero(), nil
 }
 
 // parseDBTime reads a timestamp as PostgreSQL or SQLite return it.

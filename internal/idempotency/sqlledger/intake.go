@@ -16,7 +16,9 @@ import (
 type Jobs interface {
 	// InsertTx queues a delivery job for each record, in tx.
 	InsertTx(ctx context.Context, tx *sql.Tx, ds []Delivery) error
-	// PendingTx reports whether a delivery job of r waits or runs, in tx.
+	// PendingTx reports whether a delivery job of r's record waits or
+	// runs, in tx: not one left by a deleted record of the key
+	// (Delivery.Created).
 	PendingTx(ctx context.Context, tx *sql.Tx, r idempotency.Ref) (bool, error)
 }
 
