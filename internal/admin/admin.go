@@ -96,7 +96,10 @@ type Options struct {
 	Queue Queue
 	// Redeliver delivers stored requests again (redeliver, dead/redrive)
 	// on the routes in Stores; nil or a route not in it answers 409: no
-	// worker would deliver what it queued.
+	// worker would deliver what it queued. It also releases held
+	// deliveries whose provider was acknowledged, on any route: the queue
+	// adopts the jobs of a route storing no requests now. Nil: such a
+	// release answers 409.
 	Redeliver Redeliverer
 	// Stores names the routes storing requests now (record.request, or
 	// async), each with its retention: a record queued again is kept that
@@ -105,8 +108,8 @@ type Options struct {
 	// Secrets are where each route's deliveries carry its verify secret
 	// itself, which a stored request shows redacted.
 	Secrets map[string]Secret
-	// Async names the async routes: releasing one of their held records
-	// queues it again, as nobody would send it again.
+	// Async names the async routes, whose records always show a
+	// next_attempt_at (null when none is due).
 	Async map[string]bool
 	// Stats answers /admin/stats; nil answers 404.
 	Stats Stats

@@ -151,19 +151,38 @@ func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int,
 	return n, nil
 }
 
-// releaseAsync releases a held record of an async route by delivering it
-// again: its provider was acknowledged and will not send it again.
-func (s *Server) releaseAsync(ctx context.Context, rec *idempotency.Record) (Record, error) {
+// releaseAcked releases a held record whose provider was acknowledged by
+// delivering it again through the queue: the provider will not send it
+// again, and deleting the row would lose the event. The queue delivers it
+// whatever the route is now (one storing no requests adopts its jobs).
+func (s *Server) releaseAcked(ctx context.Context, rec *idempotency.Record) (Record, error) {
+	if s.o.Redeliver == nil {
+		return Record{}, errAckedNoQueue
+	}
 	_, err := s.o.Redeliver.Requeue(ctx, rec.Ref, true, s.keep(rec.Route))
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrNotOwner):
 		return Record{}, refused(http.StatusNotFound, "no held record for this key on this route (resolved meanwhile?)")
+	case errors.Is(err, sqlledger.ErrNoRequest):
+		return Record{}, errAckedNoRequest
 	case err != nil:
 		return Record{}, s.unavailable(ctx, "release", rec.Ref, err)
 	}
 	s.heldChanged(rec.Route, -1)
-	s.o.Logger.InfoContext(ctx, "admin: held async delivery released: delivered again", "route", rec.Route, "key", rec.Key)
+	s.o.Logger.InfoContext(ctx, "admin: held acknowledged delivery released: delivered again", "route", rec.Route, "key", rec.Key)
 	out := RecordOf(rec)
 	out.State = string(idempotency.StateQueued)
 	return out, nil
 }
+
+// errAckedNoRequest and errAckedNoQueue refuse to release a held delivery
+// whose provider was acknowledged when nothing here can deliver it again:
+// deleting it instead would lose the event, as the provider will not
+// send it again.
+var (
+	errAckedNoRequest = refused(http.StatusConflict, "the held delivery was acknowledged to its provider, which will not send it again, "+
+		"but no request is stored for it: it cannot be delivered again, and releasing it would lose it. "+
+		`If the upstream acted on it, resolve it with {"action":"record",...}; otherwise delete the record knowingly`)
+	errAckedNoQueue = refused(http.StatusConflict, "the held delivery was acknowledged to its provider, which will not send it again, "+
+		"and this gateway runs no delivery queue to deliver it: releasing it would lose it")
+)

@@ -41,10 +41,14 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, ref idempotency
 	writeJSON(w, http.StatusOK, rec)
 }
 
-// Resolve settles a held key: "release" deletes the held row (the next
-// delivery is forwarded), "record" makes it done with the operator's
-// response (repeats replay it). It returns the record afterwards; for
-// release, the record as it was, with state "released".
+// Resolve settles a held key: "record" makes it done with the operator's
+// response (repeats replay it); "release" has the delivery made again,
+// as the row says, whatever its route is now (SPEC §8): a row whose
+// provider was acknowledged (Acked: an async intake, or queued again by
+// an operator) is queued again, as nobody would send it again; any other
+// is deleted, so that the provider's next delivery is forwarded. It
+// returns the record afterwards; for release, the record as it was,
+// with state "queued" or "released".
 func (s *Server) Resolve(ctx context.Context, ref idempotency.Ref, req ResolveRequest) (Record, error) {
 	resp, msg := req.response()
 	if msg != "" {
@@ -72,13 +76,15 @@ func (s *Server) Resolve(ctx context.Context, ref idempotency.Ref, req ResolveRe
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
 	}
-	if req.Action == "release" && s.o.Async[ref.Route] && s.delivers(ref.Route) {
-		return s.releaseAsync(ctx, rec)
+	if req.Action == "release" && rec.Acked {
+		return s.releaseAcked(ctx, rec)
 	}
 	var settle *idempotency.Record
 	if req.Action == "record" {
 		settle = &idempotency.Record{Ref: ref, State: idempotency.StateDone, Response: resp}
 	}
+	// The ledger deletes a held row only if it is not acknowledged: one
+	// that took the key meanwhile and was acknowledged is not lost.
 	err = s.o.Ledger.Resolve(ctx, ref, settle)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):

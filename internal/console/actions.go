@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/url"
@@ -22,7 +23,9 @@ type action struct {
 	Record bool
 	// Route: the action is on a whole route and takes no key.
 	Route bool
-	run   func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error
+	// run does it and returns the notice to show (notices), "" for the
+	// action's own.
+	run func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) (string, error)
 	// back is where the browser goes after the action.
 	back func(ref idempotency.Ref) string
 }
@@ -30,11 +33,14 @@ type action struct {
 var actions = map[string]action{
 	"release": {
 		Title:   "Release the held key",
-		Explain: "The held row is deleted: the provider's next delivery of this key is forwarded to the upstream. Choose this when the upstream did not act on the first delivery.",
+		Explain: "The delivery is made again. If its provider was acknowledged (an async route's answer), it will not send it again: the stored request is queued and delivered to the upstream, whatever the route is now. Otherwise the held row is deleted: the provider's next delivery of this key is forwarded to the upstream. Choose this when the upstream did not act on the first delivery.",
 		Button:  "Release",
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
-			_, err := c.o.Admin.Resolve(ctx, ref, admin.ResolveRequest{Action: "release"})
-			return err
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
+			rec, err := c.o.Admin.Resolve(ctx, ref, admin.ResolveRequest{Action: "release"})
+			if err == nil && rec.State == string(idempotency.StateQueued) {
+				return "release-queued", nil
+			}
+			return "", err
 		},
 		back: heldPage,
 	},
@@ -43,13 +49,13 @@ var actions = map[string]action{
 		Explain: "The key becomes done with this answer: every repeat of the delivery gets it, and nothing more is forwarded. Choose this when the upstream did act on the first delivery.",
 		Button:  "Record this answer",
 		Record:  true,
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) error {
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) (string, error) {
 			req, err := recordRequest(form)
 			if err != nil {
-				return err
+				return "", err
 			}
 			_, err = c.o.Admin.Resolve(ctx, ref, req)
-			return err
+			return "", err
 		},
 		back: heldPage,
 	},
@@ -57,8 +63,8 @@ var actions = map[string]action{
 		Title:   "Delete the record",
 		Explain: "The key is forgotten in the ledger and the screen: the next delivery with this key is forwarded to the upstream as a new event.",
 		Button:  "Delete",
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
-			return c.o.Admin.Delete(ctx, ref)
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
+			return "", c.o.Admin.Delete(ctx, ref)
 		},
 		back: eventsPage,
 	},
@@ -66,8 +72,8 @@ var actions = map[string]action{
 		Title:   "Deliver the stored request again",
 		Explain: "The stored request is queued and delivered to the upstream again, with the same idempotency key header; its new final answer is recorded and replayed to repeats from then on.",
 		Button:  "Redeliver",
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
-			return c.queue().Redeliver(ctx, ref)
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
+			return "", c.queue().Redeliver(ctx, ref)
 		},
 		back: eventPage,
 	},
@@ -75,12 +81,12 @@ var actions = map[string]action{
 		Title:   "Queue the dead delivery again",
 		Explain: "The delivery gets a fresh set of attempts: it is delivered to the upstream again, with the same idempotency key header, until it takes it or the attempts run out again.",
 		Button:  "Redrive",
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
 			n, err := c.queue().Redrive(ctx, ref.Route, []string{ref.Key})
 			if err == nil && n == 0 {
-				return errNotDead
+				return "", errNotDead
 			}
-			return err
+			return "", err
 		},
 		back: deadPage,
 	},
@@ -89,12 +95,12 @@ var actions = map[string]action{
 		Explain: "Every dead delivery of this route gets a fresh set of attempts. Fix what made the upstream refuse them first, or they will die again.",
 		Button:  "Redrive all",
 		Route:   true,
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) error {
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
 			n, err := c.queue().Redrive(ctx, ref.Route, nil)
 			if err == nil && n == 0 {
-				return errNoneDead
+				return "", errNoneDead
 			}
-			return err
+			return "", err
 		},
 		back: deadPage,
 	},
@@ -108,6 +114,8 @@ var notices = map[string]string{
 	"redeliver":   "Queued: the stored request is delivered to the upstream again.",
 	"redrive":     "Queued again: the dead delivery gets a fresh set of attempts.",
 	"redrive-all": "Queued again: every dead delivery of the route gets a fresh set of attempts.",
+	// a release of a delivery acknowledged to its provider
+	"release-queued": "Released into the queue: the delivery, acknowledged to its provider, is delivered to the upstream again.",
 }
 
 func heldPage(ref idempotency.Ref) string {
@@ -204,7 +212,8 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	ref := idempotency.Ref{Route: d.Route, Key: d.Key}
-	if err := d.Action.run(r.Context(), c, ref, r.PostForm); err != nil {
+	done, err := d.Action.run(r.Context(), c, ref, r.PostForm)
+	if err != nil {
 		d.Error = detail(err)
 		d.Status, d.ContentType, d.Body = r.PostForm.Get("status"), r.PostForm.Get("content_type"), r.PostForm.Get("body")
 		c.render(w, r, statusOf(err), "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
@@ -213,7 +222,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 	c.o.Logger.InfoContext(r.Context(), "console: action done", "action", d.Do, "route", ref.Route, "key", ref.Key)
 	back, _ := url.Parse(d.Back)
 	q := back.Query()
-	q.Set("done", d.Do)
+	q.Set("done", cmp.Or(done, d.Do))
 	back.RawQuery = q.Encode()
 	http.Redirect(w, r, back.String(), http.StatusSeeOther)
 }

@@ -45,6 +45,27 @@ func TestHeldPageListsAndReleases(t *testing.T) {
 	}
 }
 
+// Releasing a held delivery whose provider was acknowledged queues it
+// again, and the notice says so: the console said the provider's next
+// delivery would be forwarded, which never comes for an acknowledged one.
+func TestReleaseOfAnAcknowledgedHeldDeliveryQueuesIt(t *testing.T) {
+	e := newEnv(t, envOptions{requeue: true})
+	ref := idempotency.Ref{Route: "pay", Key: "evt_acked"}
+	e.holdAcked(t, ref)
+	b := e.browser(t)
+	tok := b.mustSignIn()
+	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"release"}, "route": {"pay"}, "key": {ref.Key}})
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/held?done=release-queued&route=pay" {
+		t.Fatalf("release: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
+	}
+	if rec := e.lookup(t, ref); rec == nil || rec.State != idempotency.StateQueued {
+		t.Fatalf("released, the record is %+v; want it queued", rec)
+	}
+	if after := b.get(p.header.Get("Location")); !strings.Contains(after.body, "Released into the queue") {
+		t.Errorf("held page after release:\n%s", after.body)
+	}
+}
+
 func TestRecordAnAnswerForAHeldKey(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ref := idempotency.Ref{Route: "pay", Key: "k1"}

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"log/slog"
@@ -50,6 +51,9 @@ type envOptions struct {
 	clusterStats bool
 	// depths: console.Options.Depths answers them (nil: no Depths).
 	depths map[string]console.Depth
+	// requeue: the admin API queues deliveries again in the ledger, whose
+	// jobs go nowhere.
+	requeue bool
 }
 
 func newEnv(tb testing.TB, eo envOptions) *env {
@@ -73,6 +77,10 @@ func newEnv(tb testing.TB, eo envOptions) *env {
 		st = clusterStats{e.stats}
 	}
 	o := admin.Options{Token: eo.token, Routes: []string{"pay", "ship"}, Ledger: l, Stats: st, Logger: log, Now: e.clock.Now}
+	if eo.requeue {
+		l.UseJobs(noJobs{})
+		o.Redeliver = l
+	}
 	if !eo.noUI {
 		o.Console = func(s *admin.Server) http.Handler {
 			var depths func(context.Context) (map[string]console.Depth, error)
@@ -192,6 +200,30 @@ func (e *env) hold(tb testing.TB, ref idempotency.Ref) {
 	rec := &idempotency.Record{Ref: ref, State: idempotency.StateHeld, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Source: "10.0.0.9"}
 	if err := e.ledger.Commit(context.Background(), rec, "owner", now); err != nil {
 		tb.Fatalf("commit held: %v", err)
+	}
+}
+
+// noJobs takes the ledger's delivery jobs and runs none.
+type noJobs struct{}
+
+func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error { return nil }
+func (noJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) {
+	return false, nil
+}
+
+// holdAcked stores ref as an async intake does (its provider acknowledged)
+// and holds it, as an attempt without an answer on a record.ambiguous:
+// hold route does. The env needs requeue.
+func (e *env) holdAcked(tb testing.TB, ref idempotency.Ref) {
+	tb.Helper()
+	ctx, now := context.Background(), time.Now()
+	if _, err := e.ledger.Enqueue(ctx, &idempotency.Record{Ref: ref, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+		Request: &idempotency.Request{Method: "POST", Path: "/pay", Body: []byte("{}")}}, "", now); err != nil {
+		tb.Fatalf("enqueue: %v", err)
+	}
+	if _, err := e.ledger.Settle(ctx, &sqlledger.Settlement{Ref: ref, State: idempotency.StateHeld, KeepUntil: now.Add(time.Hour),
+		Attempt: idempotency.Attempt{Ref: ref, StartedAt: now, Replica: "a"}}, now, nil); err != nil {
+		tb.Fatalf("hold: %v", err)
 	}
 }
 

@@ -134,8 +134,14 @@ func (g *Gateway) startAdmin() error {
 		q  admin.Queue
 		rd admin.Redeliverer
 	)
+	if g.queue.q != nil {
+		// Redeliveries need a route storing requests (Stores); the release
+		// of a held delivery acknowledged to its provider does not: the
+		// queue adopts the jobs of routes storing none now.
+		rd = g.ledger
+	}
 	if g.queue.storing() {
-		q, rd = g.queue.q, g.ledger
+		q = g.queue.q
 	}
 	a.srv = admin.New(admin.Options{
 		Queue:       q,

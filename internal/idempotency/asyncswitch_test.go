@@ -114,9 +114,11 @@ func TestAsyncRouteKeepsTheAnswersOfSyncRecords(t *testing.T) {
 				t.Errorf("%d delivery jobs stored, want 1 (the new delivery's)", n)
 			}
 
-			// An operator releases the held key into the queue: its
-			// provider is acknowledged from then on, and still once the
-			// queue delivered it, whatever the application answered.
+			// The held key queued again (as a release does for an
+			// acknowledged delivery; an operator's release of this one,
+			// held while the route was sync, deletes it): its provider
+			// is acknowledged from then on, and still once the queue
+			// delivered it, whatever the application answered.
 			held := delivery("evt_held").Ref
 			if _, err := l.Requeue(ctx, held, true, time.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)

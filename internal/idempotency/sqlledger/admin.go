@@ -15,7 +15,7 @@ const (
 	heldSQL        = selectColumns + `WHERE route = ? AND state = 'held' ORDER BY created_at, "key" LIMIT ?`
 	countHeldSQL   = `SELECT COUNT(*) FROM hookstamp_records WHERE route = ? AND state = 'held'`
 	countHeldByRSQ = `SELECT route, COUNT(*) FROM hookstamp_records WHERE state = 'held' GROUP BY route`
-	releaseHeldSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'held'`
+	releaseHeldSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'held' AND acked = false`
 	resolveHeldSQL = `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
 		`WHERE route = ? AND "key" = ? AND state = 'held'`
 )
@@ -111,7 +111,9 @@ func (l *Ledger) CountHeldByRoute(ctx context.Context) (map[string]int, error) {
 // Resolve settles a held record: rec == nil deletes it (the next delivery
 // is forwarded), otherwise it becomes done with rec's Response and
 // CompletedAt (Options.Now when zero), keeping the rest. ErrNotFound when
-// ref has no held record.
+// ref has no held record, or, for rec == nil, only an acknowledged one
+// (Acked): its provider will not send it again, so deleting it would lose
+// the delivery; Requeue releases it.
 func (l *Ledger) Resolve(ctx context.Context, r idempotency.Ref, rec *idempotency.Record) error {
 	ctx, cancel := l.op(ctx)
 	defer cancel()

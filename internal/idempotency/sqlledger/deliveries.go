@@ -320,8 +320,9 @@ func attemptTaken(err error) bool {
 // answer replaces its answer; a queued row, or a done one whose
 // redelivery waits or runs, has its job already. A row
 // queued again is kept at least until keep: a done one is not safe from
-// the sweeper while its job waits. With held set (an async route's
-// release) it revives a held row and nothing else. A revived row is
+// the sweeper while its job waits. With held set (the release of a held
+// row whose provider was acknowledged) it revives a held row and nothing
+// else. A revived row is
 // acked: repeats on an async route get the acknowledgement from then on,
 // as they do while it is queued. It reports whether a
 // job was inserted;

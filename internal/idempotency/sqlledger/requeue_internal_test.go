@@ -17,26 +17,7 @@ func TestReleaseQueuesOnlyAHeldDelivery(t *testing.T) {
 	onBothWithJobs(t, func(t *testing.T, l *Ledger, jobs *insertedJobs) {
 		ctx := context.Background()
 		now := time.Now()
-		settled := func(key string, st idempotency.State) idempotency.Ref {
-			t.Helper()
-			r := idempotency.Ref{Route: "r", Key: key}
-			if _, err := l.Enqueue(ctx, &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
-				Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(key)}}, "", now); err != nil {
-				t.Fatal(err)
-			}
-			if st == idempotency.StateQueued {
-				return r
-			}
-			s := &Settlement{Ref: r, State: st, KeepUntil: now.Add(time.Hour),
-				Attempt: idempotency.Attempt{Ref: r, StartedAt: now, Status: http.StatusBadGateway, Replica: "a"}}
-			if st == idempotency.StateDone {
-				s.Response = idempotency.Response{Status: http.StatusOK}
-			}
-			if _, err := l.Settle(ctx, s, now, nil); err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
+		settled := func(key string, st idempotency.State) idempotency.Ref { return settledDelivery(t, l, key, st, now) }
 		held := settled("held", idempotency.StateHeld)
 		before := len(jobs.refs)
 		if queued, err := l.Requeue(ctx, held, true, now.Add(time.Hour)); err != nil || !queued {
@@ -59,6 +40,30 @@ func TestReleaseQueuesOnlyAHeldDelivery(t *testing.T) {
 			t.Fatalf("%d jobs inserted by refused releases", n)
 		}
 	})
+}
+
+// settledDelivery stores key as an async intake does (acknowledged) at
+// now, and settles it st unless st is queued.
+func settledDelivery(t *testing.T, l *Ledger, key string, st idempotency.State, now time.Time) idempotency.Ref {
+	t.Helper()
+	ctx := context.Background()
+	r := idempotency.Ref{Route: "r", Key: key}
+	if _, err := l.Enqueue(ctx, &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+		Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte(key)}}, "", now); err != nil {
+		t.Fatal(err)
+	}
+	if st == idempotency.StateQueued {
+		return r
+	}
+	s := &Settlement{Ref: r, State: st, KeepUntil: now.Add(time.Hour),
+		Attempt: idempotency.Attempt{Ref: r, StartedAt: now, Status: http.StatusBadGateway, Replica: "a"}}
+	if st == idempotency.StateDone {
+		s.Response = idempotency.Response{Status: http.StatusOK}
+	}
+	if _, err := l.Settle(ctx, s, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // A done record redelivered after its expiry, before the sweeper took it,
@@ -126,6 +131,27 @@ func TestRedriveKeepsTheRecordRetentionFromThen(t *testing.T) {
 		}
 		if as, err := l.Attempts(ctx, r); err != nil || len(as) != 2 {
 			t.Fatalf("the redriven record's attempts: %d, %v; want both", len(as), err)
+		}
+	})
+}
+
+// A release that deletes (Resolve without a record) takes only a held row
+// whose provider was not acknowledged: an acknowledged one, deleted, would
+// be lost, as its provider never sends it again. Such a row, there in the
+// admin API's place of one it read unacknowledged (that row resolved and
+// the key taken again meanwhile), is left held, for Requeue.
+func TestReleaseDeletesNoAcknowledgedHeldRow(t *testing.T) {
+	onBothWithJobs(t, func(t *testing.T, l *Ledger, _ *insertedJobs) {
+		ctx := context.Background()
+		r := settledDelivery(t, l, "acked", idempotency.StateHeld, time.Now())
+		if err := l.Resolve(ctx, r, nil); !errors.Is(err, idempotency.ErrNotFound) {
+			t.Fatalf("release by delete of an acknowledged held row: %v, want ErrNotFound", err)
+		}
+		if rec, err := l.Lookup(ctx, r); err != nil || rec.State != idempotency.StateHeld || !rec.Acked {
+			t.Fatalf("the acknowledged held row after it: %+v, %v; want it held, acknowledged", rec, err)
+		}
+		if atts, err := l.Attempts(ctx, r); err != nil || len(atts) != 1 {
+			t.Fatalf("its attempts: %d, %v; want the one kept", len(atts), err)
 		}
 	})
 }
