@@ -76,8 +76,14 @@ func (s *Server) Resolve(ctx context.Context, ref idempotency.Ref, req ResolveRe
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.WarnContext(ctx, "admin: forget before resolve failed", "route", ref.Route, "key", ref.Key, "err", err)
 	}
-	if req.Action == "release" && rec.Acked {
-		return s.releaseAcked(ctx, rec)
+	if req.Action == "release" && (rec.Acked || s.o.Async[ref.Route]) {
+		// A row of a route async now is queued again too when its request
+		// is stored: one an async intake held before the acked column
+		// existed reads as not acknowledged.
+		out, err := s.releaseAcked(ctx, rec)
+		if rec.Acked || !errors.Is(err, errAckedNoRequest) {
+			return out, err
+		}
 	}
 	var settle *idempotency.Record
 	if req.Action == "record" {

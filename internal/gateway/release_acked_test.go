@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"database/sql"
 	"fmt"
 	"net/http"
 	"strings"
@@ -57,6 +58,21 @@ func heldThenRestarted(t *testing.T, driver, before string, want int, after stri
 	next.Store = cfg.Store
 	next.Admin.Listen, next.Admin.Token = "127.0.0.1:0", asyncAdminToken
 	return up, startGatewayWith(t, next, asyncOptions(t))
+}
+
+// heldAsyncEdited is heldThenRestarted of an async route that stays
+// async, with the held row then changed by update.
+func heldAsyncEdited(t *testing.T, driver, update string) (*upstream, *Gateway, *sql.DB) {
+	t.Helper()
+	up, g := heldThenRestarted(t, driver, asyncRoute, http.StatusAccepted, asyncRoute+"    record: {ambiguous: hold}\n")
+	db, err := g.Ledger().DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(update); err != nil {
+		t.Fatal(err)
+	}
+	return up, g, db
 }
 
 // releaseHeld asks g's admin API to release evt_h.
@@ -133,14 +149,7 @@ func TestReleaseOfAHeldKeyWithoutARequestOnARouteMadeAsyncLetsTheRetryIn(t *test
 func TestReleaseOfAnAcknowledgedHeldDeliveryWithoutItsRequestIsRefused(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
-			up, g := heldThenRestarted(t, driver, asyncRoute, http.StatusAccepted, asyncRoute+"    record: {ambiguous: hold}\n")
-			db, err := g.Ledger().DB()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.Exec(`UPDATE hookstamp_records SET request_method = NULL, request_path = NULL, request_headers = NULL, request_body = NULL WHERE "key" = 'evt_h'`); err != nil {
-				t.Fatal(err)
-			}
+			up, g, db := heldAsyncEdited(t, driver, `UPDATE hookstamp_records SET request_method = NULL, request_path = NULL, request_headers = NULL, request_body = NULL WHERE "key" = 'evt_h'`)
 			jobs := func() int {
 				var n int
 				if err := db.QueryRow(`SELECT COUNT(*) FROM river_job`).Scan(&n); err != nil {
@@ -162,6 +171,28 @@ func TestReleaseOfAnAcknowledgedHeldDeliveryWithoutItsRequestIsRefused(t *testin
 			}
 			if n := up.count("evt_h"); n != 1 {
 				t.Errorf("the upstream got evt_h %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A delivery an async route held before the upgrade that added acked
+// reads as not acknowledged; released while its route is still async, it
+// is delivered again from its stored request, as before that upgrade. A
+// release by the row's flag alone deleted it: its provider, told 202,
+// never sends it again.
+func TestReleaseOfAHeldDeliveryStoredBeforeAckedWasKeptDeliversIt(t *testing.T) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			up, g, _ := heldAsyncEdited(t, driver, `UPDATE hookstamp_records SET acked = false WHERE "key" = 'evt_h'`)
+			if st, body := releaseHeld(t, g); st != http.StatusOK || !strings.Contains(body, `"state":"queued"`) {
+				t.Fatalf("release = %d %s, want 200, queued", st, body)
+			}
+			if rec := waitStateWithin(t, g, "evt_h", idempotency.StateDone, 30*time.Second); string(rec.Body) != `{"copy":2}` {
+				t.Errorf("evt_h recorded %d %q, want the upstream's answer to the second copy", rec.Status, rec.Body)
+			}
+			if n := up.count("evt_h"); n != 2 {
+				t.Errorf("the upstream got evt_h %d times, want 2 (the unanswered attempt, then the release's)", n)
 			}
 		})
 	}
