@@ -48,7 +48,8 @@ type Delivery struct {
 	// attempt (record.request); nil = neither.
 	Request *Request
 	// StoreRequest, when set, makes Request on first need: a repeat that
-	// is replayed, or waits for its first delivery, never copies it.
+	// waits for its first delivery, or is answered from the cache or the
+	// screen, never copies it.
 	StoreRequest func() *Request
 
 	ticket Ticket // taken before anything is read, for every Cache.Put

@@ -32,7 +32,8 @@ func TestOnlyTheStoredDeliveryCopiesItsRequest(t *testing.T) {
 			if async {
 				p.Ack = &idempotency.Response{Status: 202, Body: []byte("accepted")}
 			}
-			e := newEngine(t, idempotency.Options{Screen: memScreen(t), Ledger: l, Queue: l})
+			screen := memScreen(t)
+			e := newEngine(t, idempotency.Options{Screen: screen, Ledger: l, Queue: l})
 			t.Cleanup(e.Close)
 
 			var copies atomic.Int64
@@ -56,6 +57,16 @@ func TestOnlyTheStoredDeliveryCopiesItsRequest(t *testing.T) {
 			if async {
 				if r := <-first; r.Outcome != idempotency.Accepted {
 					t.Fatalf("first delivery: %s (%v), want accepted", r.Outcome, r.Err)
+				}
+				// The screen learns of it in the background; a repeat
+				// before that finds it by trying to store it.
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					if _, found, _ := screen.Peek(ctx, d.Ref); found {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the screen never held the stored delivery")
+					}
 				}
 			} else {
 				<-entered
