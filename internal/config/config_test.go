@@ -712,7 +712,7 @@ func TestDurationsOverTenYearsAreRefused(t *testing.T) {
 		})
 	}
 	c := mustLoad(t, "screen: {ttl: 87600h}\n"+route(", timeout: 87600h",
-		"    retention: 87600h\n    delivery: async\n    async: {max_attempts: 1, max_age: 87600h, backoff: {initial: 87600h, max: 87600h}, poll_interval: 87600h}\n"))
+		"    retention: 87600h\n    delivery: async\n    async: {max_age: 87600h, backoff: {initial: 87600h, max: 87600h}, poll_interval: 87600h}\n"))
 	if a := c.Routes[0].Async; c.Routes[0].Retention != MaxDuration || a.MaxAge != MaxDuration || a.Backoff.Max != MaxDuration {
 		t.Errorf("ten years: retention %s, async %+v", c.Routes[0].Retention, a)
 	}

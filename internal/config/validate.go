@@ -761,10 +761,6 @@ func validateDelivery(errs *Errors, p string, r Route) {
 		// A synchronous route storing requests redelivers them through the
 		// queue with these settings.
 		validateQueueing(errs, ap, a)
-		if first := r.Upstream.Timeout + a.Backoff.Initial; a.MaxAttempts > 1 && a.MaxAge > 0 && a.MaxAge < first {
-			errs.add(join(ap, "max_age"), "%s leaves no time for a second attempt (upstream.timeout %s + backoff.initial %s): a delivery failing once would be dead at once; raise it, or set max_attempts: 1",
-				a.MaxAge, r.Upstream.Timeout, a.Backoff.Initial)
-		}
 	}
 	if r.Delivery != DeliveryAsync {
 		return

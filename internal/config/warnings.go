@@ -43,6 +43,10 @@ func routeWarnings(p string, r Route) []string {
 		w = append(w, fmt.Sprintf("%s.record.statuses: the upstream's %s would not be final: %s; list \"2xx\" unless that is meant",
 			p, strings.Join(notFinal, ", "), again))
 	}
+	if a := r.Async; r.StoresRequests() && a.MaxAttempts > 1 && a.MaxAge <= r.Upstream.Timeout {
+		w = append(w, fmt.Sprintf("%s.async.max_age: %s is not longer than upstream.timeout (%s): an attempt that fails only at its timeout leaves the delivery dead after one of its %d attempts",
+			p, a.MaxAge, r.Upstream.Timeout, a.MaxAttempts))
+	}
 	if kind, other := bodyKinds(r); kind != "" {
 		w = append(w, fmt.Sprintf("%s.fingerprint.fields: every field is read from a %s body, but the route's key from a %s body: no delivery carries the fields, so a reused key with another event is replayed, not refused",
 			p, other, kind))

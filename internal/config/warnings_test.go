@@ -89,14 +89,14 @@ func TestMisnamedOverrides(t *testing.T) {
 	wantWarning(t, c.Warnings(time.Now()), "HOOKSTAMP_ADMIN_TOKEN sets nothing: one level down is a double underscore, HOOKSTAMP_ADMIN__TOKEN")
 }
 
-// An async max_age shorter than one attempt and its backoff made every
-// failure final: the provider had its acknowledgement, and the event went
-// dead after one attempt of max_attempts.
-func TestMaxAgeLeavesASecondAttempt(t *testing.T) {
+// An async max_age no longer than upstream.timeout made a failure that
+// took the whole timeout final: the provider had its acknowledgement, and
+// the event went dead after one attempt of max_attempts.
+func TestMaxAgeShorterThanAnAttemptIsWarned(t *testing.T) {
 	route := "routes:\n  - name: a\n    path: /a\n    upstream: {url: \"http://127.0.0.1:9000/a\", timeout: 5s}\n" +
 		"    key: {sources: [{header: X-Event-Id}]}\n    delivery: async\n"
-	assertProblem(t, mustFail(t, route+"    async: {max_age: 5s}\n"), "routes[0].async.max_age",
-		"5s leaves no time for a second attempt (upstream.timeout 5s + backoff.initial 1s)")
-	mustLoad(t, route+"    async: {max_age: 6s}\n")
-	mustLoad(t, route+"    async: {max_age: 1s, max_attempts: 1}\n")
+	wantWarning(t, mustLoad(t, route+"    async: {max_age: 5s}\n").Warnings(time.Now()),
+		"routes[0].async.max_age: 5s is not longer than upstream.timeout (5s): an attempt that fails only at its timeout leaves the delivery dead after one of its 25 attempts")
+	wantWarning(t, mustLoad(t, route+"    async: {max_age: 6s}\n").Warnings(time.Now()))
+	wantWarning(t, mustLoad(t, route+"    async: {max_age: 1s, max_attempts: 1}\n").Warnings(time.Now()))
 }
