@@ -325,10 +325,12 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Ready is Ping, and checks that the ledger table can be read (/readyz):
-// a database that answers without the schema (store.auto_migrate false and
-// `gateway migrate` not run) refuses every delivery. The statement goes
-// through database/sql, not GORM, so that readiness probes make no spans.
+// Ready is Ping, and checks that the ledger table can be read (/readyz),
+// every column this release reads included: a database that answers
+// without the schema, or with an earlier release's (store.auto_migrate
+// false and `gateway migrate` not run), refuses deliveries. The statement
+// goes through database/sql, not GORM, so that readiness probes make no
+// spans.
 func (l *Ledger) Ready(ctx context.Context) error {
 	if err := l.Ping(ctx); err != nil {
 		return err
@@ -340,7 +342,7 @@ func (l *Ledger) Ready(ctx context.Context) error {
 		if err != nil {
 			return l.fail("ready", err)
 		}
-		if _, err := sdb.ExecContext(ctx, "SELECT 1 FROM "+TableName+" WHERE 1 = 0"); err != nil {
+		if _, err := sdb.ExecContext(ctx, selectColumns+"WHERE 1 = 0"); err != nil {
 			if l.unavailable(err) {
 				return l.fail("ready", err)
 			}

@@ -353,6 +353,32 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 }
 
+// A replica of this release on a schema an earlier release migrated (a
+// column missing: auto_migrate off, `gateway migrate` not run yet) is not
+// ready: it refused deliveries reading that column, while /readyz, which
+// only read the table, kept it in the load balancer.
+func TestReadyNeedsThisReleasesColumns(t *testing.T) {
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			l := openLedger(t, d.options(t))
+			if err := l.Ready(t.Context()); err != nil {
+				t.Fatalf("Ready on a migrated ledger: %v", err)
+			}
+			db, err := l.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec(`ALTER TABLE hookstamp_records DROP COLUMN acked`); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "acked") {
+				t.Fatalf("Ready without a column this release reads: %v, want an error naming it", err)
+			}
+		})
+	}
+}
+
 // TestConcurrentMigrate is replicas starting together with auto_migrate on
 // an empty database.
 func TestConcurrentMigrate(t *testing.T) {
