@@ -22,7 +22,7 @@ import (
 // invalid index behind, which the next migration rebuilds.
 
 // models are the ledger's tables, in the order they are migrated.
-var models = []any{&recordRow{}, &attemptRow{}}
+var models = []any{&recordRow{}, &attemptRow{}, &metaRow{}}
 
 // indexState is what the catalog says of an index a model defines.
 type indexState int

@@ -249,7 +249,8 @@ func (l *Ledger) Writer() (*sql.DB, error) { return l.w.DB() }
 func (l *Ledger) Driver() string { return l.d.name }
 
 // Migrate creates or upgrades the hookstamp_records and hookstamp_attempts
-// tables and their indexes.
+// tables and their indexes, and hookstamp_meta with the ledger's
+// deployment identity (Deployment).
 // It is idempotent, and safe to run from several replicas at once (they are
 // serialised by a lock). On PostgreSQL the indexes of tables that exist are
 // built without holding off writes (buildIndexes). Reaching the database
@@ -269,6 +270,9 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 	}
 	err := l.migrateLocked(ctx, func(tx *gorm.DB) error {
 		if err := tx.AutoMigrate(models...); err != nil {
+			return err
+		}
+		if err := writeDeployment(tx); err != nil {
 			return err
 		}
 		for _, name := range retiredIndexes {

@@ -1,0 +1,74 @@
+package sqlledger
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// MetaTable holds facts about the ledger itself, one row per name: for
+// now its deployment identity (SPEC §5).
+const MetaTable = "hookstamp_meta"
+
+// metaDeployment names the row of the ledger's deployment identity.
+const metaDeployment = "deployment"
+
+// metaRow is the hookstamp_meta schema, for AutoMigrate only.
+type metaRow struct {
+	Name  string `gorm:"column:name;type:text;primaryKey"`
+	Value string `gorm:"column:value;type:text;not null"`
+}
+
+// TableName implements GORM's tabler.
+func (metaRow) TableName() string { return MetaTable }
+
+// ErrNoDeployment: the ledger has no deployment identity to read: its
+// schema predates hookstamp_meta (a migration not run yet), or the role
+// may not read the table.
+var ErrNoDeployment = errors.New("the ledger has no deployment identity: " + MetaTable + " cannot be read (run gateway migrate)")
+
+// writeDeployment gives a ledger its deployment identity, a random id,
+// the first time it is migrated; later migrations keep the one it has.
+// Every gateway on the ledger, and only those, then names the same id.
+func writeDeployment(tx *gorm.DB) error {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
+	return tx.Exec("INSERT INTO "+MetaTable+" (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+		metaDeployment, hex.EncodeToString(b)).Error
+}
+
+// Deployment is the ledger's deployment identity, written once by its
+// first migration: the gateways serving this ledger are one deployment,
+// and a Redis screen.prefix is claimed for it (internal/gateway). It is
+// ErrNoDeployment when the ledger has none (schema older than
+// hookstamp_meta), and wraps ErrUnavailable when the database does not
+// answer.
+func (l *Ledger) Deployment(ctx context.Context) (string, error) {
+	if err := l.check(); err != nil {
+		return "", fmt.Errorf("deployment: %w", err)
+	}
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	sdb, err := l.r.DB()
+	if err != nil {
+		return "", l.fail("deployment", err)
+	}
+	// database/sql, not GORM: GORM's prepared-statement mode hides a
+	// missing table from Row().
+	var id string
+	err = sdb.QueryRowContext(ctx, "SELECT value FROM "+MetaTable+" WHERE name = '"+metaDeployment+"'").Scan(&id)
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return "", ErrNoDeployment
+	case l.unavailable(err):
+		return "", l.fail("deployment", err)
+	}
+	return "", fmt.Errorf("%w: %w", ErrNoDeployment, err)
+}
