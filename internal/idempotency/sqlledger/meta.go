@@ -35,7 +35,17 @@ var ErrNoDeployment = errors.New("the ledger has no deployment identity: " + Met
 // writeDeployment gives a ledger its deployment identity, a random id,
 // the first time it is migrated; later migrations keep the one it has.
 // Every gateway on the ledger, and only those, then names the same id.
+// A ledger that has one is only read: a migration on an up-to-date
+// database writes nothing, so a replica whose DSN is a read-only standby
+// still starts with auto_migrate.
 func writeDeployment(tx *gorm.DB) error {
+	var n int64
+	if err := tx.Raw("SELECT COUNT(*) FROM "+MetaTable+" WHERE name = ?", metaDeployment).Scan(&n).Error; err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
 	return tx.Exec("INSERT INTO "+MetaTable+" (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
