@@ -5,6 +5,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -51,6 +52,9 @@ type Options struct {
 	// (the queue's default when 0). Tests set both short.
 	QueuePollInterval time.Duration
 	RescueMargin      time.Duration
+	// PrefixCheck is how often the Redis screen's prefix marker is
+	// checked and set again if lost (DefaultPrefixCheck when 0).
+	PrefixCheck time.Duration
 }
 
 // Gateway is one running hookstamp process.
@@ -64,13 +68,17 @@ type Gateway struct {
 	screen idempotency.Screen
 	// screenPing answers /readyz's screen check (nil: no screen).
 	screenPing func(context.Context) error
-	closers    []func() error // screens and others, closed in reverse order
-	engine     *idempotency.Engine
-	fwd        *forward.Forwarder
-	server     *ingress.Server
-	admin      adminParts // admin.go: admin listener, stats, cache invalidation
-	queue      queueParts // queue.go: delivery of stored requests
-	tls        tlsParts   // tls.go: certificate, redirect listener
+	// guard claims a Redis screen's prefix for the ledger (nil: another
+	// screen); the engine calls the screen through it.
+	guard       *prefixGuard
+	prefixCheck time.Duration
+	closers     []func() error // screens and others, closed in reverse order
+	engine      *idempotency.Engine
+	fwd         *forward.Forwarder
+	server      *ingress.Server
+	admin       adminParts // admin.go: admin listener, stats, cache invalidation
+	queue       queueParts // queue.go: delivery of stored requests
+	tls         tlsParts   // tls.go: certificate, redirect listener
 
 	ln       net.Listener
 	serveErr chan error
@@ -81,7 +89,7 @@ type Gateway struct {
 
 // New builds every component from cfg; nothing listens until Start.
 func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err error) {
-	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now}
+	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, prefixCheck: cmp.Or(o.PrefixCheck, DefaultPrefixCheck)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -103,7 +111,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if err := g.openLedger(ctx); err != nil {
 		return nil, err
 	}
-	if err := g.openScreen(); err != nil {
+	if err := g.openScreen(ctx); err != nil {
 		return nil, err
 	}
 	g.fwd = forward.New(forward.Options{InjectTrace: g.tel.InjectTrace, MaxResponseBody: maxResponseBody(cfg)})
@@ -180,8 +188,11 @@ func (g *Gateway) engineOptions(cache *idempotency.Cache) idempotency.Options {
 		Hooks:   g.tel.Hooks(),
 		Replica: replicaName(),
 	}
-	if g.screen == nil {
+	switch {
+	case g.screen == nil:
 		eo.Screen = nil // a nil *Screen in the interface would not be nil
+	case g.guard != nil:
+		eo.Screen = guardedScreen{s: g.screen, g: g.guard}
 	}
 	if hasAsync(cfg) {
 		eo.Queue = g.ledger
@@ -266,6 +277,10 @@ func (g *Gateway) Start() error {
 		return err
 	}
 	g.startQueue(ctx)
+	if g.guard != nil {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.watchPrefix(ctx, g.prefixCheck) }()
+	}
 	g.retry(ctx, g.warnUnconfigured, func(err error, wait time.Duration) {
 		g.log.Debug("routes not configured: ledger not read; trying again", "err", err, "in", wait)
 	})

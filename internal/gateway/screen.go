@@ -12,7 +12,9 @@ import (
 
 // openScreen builds the screen screen.driver names, and its /readyz check;
 // with "none" there is neither (claims are pending rows in the ledger).
-func (g *Gateway) openScreen() error {
+// A Redis screen's prefix is claimed for the ledger (prefix.go): another
+// deployment's claim refuses the start.
+func (g *Gateway) openScreen(ctx context.Context) error {
 	cfg := g.cfg
 	switch cfg.Screen.Driver {
 	case config.ScreenMemory:
@@ -38,8 +40,20 @@ func (g *Gateway) openScreen() error {
 		if err != nil {
 			return fmt.Errorf("open redis screen: %w", err)
 		}
-		g.screen, g.screenPing = s, s.Ping
+		g.screen = s
 		g.closers = append(g.closers, s.Close)
+		if err := g.openPrefixGuard(); err != nil {
+			return err
+		}
+		if err := g.guard.claimAtStart(ctx); err != nil {
+			return err
+		}
+		g.screenPing = func(ctx context.Context) error {
+			if err := s.Ping(ctx); err != nil {
+				return err
+			}
+			return g.guard.ready(ctx)
+		}
 		if p := cfg.Screen.Prefix; p != "" && !strings.HasSuffix(p, ":") {
 			// Keys are {prefix}{route}:{key}: "shop" with route "1" and
 			// "shop1:" with route "stripe" both name shop1:stripe:evt_1.
