@@ -125,6 +125,8 @@ type Queue struct {
 	cfg     *river.Config
 	runner  *river.Client[*sql.Tx]
 	running bool
+
+	kept keptAnswers
 }
 
 var _ sqlledger.Jobs = (*Queue)(nil)

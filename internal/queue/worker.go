@@ -81,11 +81,15 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobSnooze(time.Hour)
 	}
 	horizon := q.horizon(r)
+	kept := q.kept.take(job.ID)
 	st, err := q.o.Ledger.Stored(ctx, ref)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		return nil // deleted by an operator or swept: nothing to deliver
 	case err != nil:
+		if kept != nil {
+			q.kept.put(kept)
+		}
 		return unsent{fmt.Errorf("read delivery %q: %w", ref.Key, err)}
 	case st.Request == nil || (st.State != idempotency.StateQueued && st.State != idempotency.StateDone):
 		return nil // resolved or already settled by an operator
@@ -94,6 +98,13 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		q.o.Logger.WarnContext(ctx, "delivery job ended: its record was deleted and the key stored again since; the new record's job delivers it",
 			"route", ref.Route, "key", ref.Key)
 		return nil
+	}
+	if kept != nil {
+		// An earlier run here sent the attempt and got a final answer it
+		// could not record: recorded now, not sent again.
+		sent := *kept
+		sent.job, sent.route, sent.st, sent.horizon = job, r, st, horizon
+		return q.finish(ctx, &sent)
 	}
 	run := job.Attempt + int(gjson.GetBytes(job.Metadata, "snoozes").Int())
 	recorded, err := q.recordLost(ctx, job, ref)
@@ -106,11 +117,21 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + recorded + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
 	up, ferr := q.send(ctx, r, st, &a)
 	a.Duration = q.o.Now().Sub(a.StartedAt)
-	sent := &sentAttempt{job: job, route: r, st: st, a: a, up: up, err: ferr, run: run, horizon: horizon}
-	if ended, err := q.end(ctx, sent); ended {
-		return err
+	return q.finish(ctx, &sentAttempt{job: job, route: r, st: st, a: a, up: up, err: ferr, run: run, horizon: horizon})
+}
+
+// finish settles a sent attempt: it ends the job or snoozes it until the
+// next attempt. A final answer the ledger would not take is kept for the
+// job's next run here.
+func (q *Queue) finish(ctx context.Context, sent *sentAttempt) error {
+	ended, err := q.end(ctx, sent)
+	if !ended {
+		return q.retry(ctx, sent)
 	}
-	return q.retry(ctx, sent)
+	if err != nil {
+		q.kept.put(sent)
+	}
+	return err
 }
 
 // sentAttempt is a run's attempt once sent: what the run read, sent and
