@@ -128,6 +128,8 @@ type Engine struct {
 	retryStop   chan struct{}
 	retries     sync.WaitGroup
 	attempts    AttemptRecorder // the ledger's, if it keeps attempts
+	// writesFailing: the last ledger write failed to reach it (writefail.go).
+	writesFailing atomic.Bool
 }
 
 // New returns an engine. Options.Ledger is required.

@@ -164,6 +164,7 @@ func (e *Engine) attempt(r *commitRetry) (settled bool, attempts int, err error)
 	log := e.o.Logger.With("route", r.rec.Route, "key", r.rec.Key, "attempts", attempts)
 	switch {
 	case err == nil:
+		e.writesWork(r.ctx)
 		log.WarnContext(r.ctx, "ledger record written by a retry after its first commit could not reach the ledger")
 		if c := e.o.Cache; c != nil {
 			c.Put(r.rec.Ref, EntryOf(r.rec), r.ticket)

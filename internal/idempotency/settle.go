@@ -121,6 +121,7 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 	endSpan(span, err)
 	switch {
 	case err == nil:
+		e.writesWork(ctx)
 		c.markDone(sctx, ent)
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
@@ -134,6 +135,7 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 	case c.pass:
 		// A bonus lost: no commit failure, which would bury real ones.
 		e.depError("ledger", "commit", err)
+		e.writesFailed(ctx, err)
 		e.o.Logger.WarnContext(ctx, "passthrough delivery not recorded: the ledger is unavailable",
 			"route", d.Route, "key", d.Key, "err", err)
 		ent.Unrecorded = true
@@ -142,6 +144,7 @@ func (c *claim) commit(ctx, sctx context.Context, p *Policy, d Delivery, up *Ups
 		cancel()
 	default:
 		e.depError("ledger", "commit", err)
+		e.writesFailed(ctx, err)
 		e.hook(e.o.Hooks.CommitFailure, d.Route)
 		e.o.Logger.ErrorContext(ctx, "commit failed after a successful forward; repeats are intercepted only while the screen remembers",
 			"route", d.Route, "key", d.Key, "err", err)
@@ -169,8 +172,10 @@ func (c *claim) hold(ctx context.Context, p *Policy, d Delivery, status int, cau
 		e.depError("ledger", "commit", err)
 		e.o.Logger.ErrorContext(ctx, "could not hold an ambiguous delivery; releasing it",
 			"route", d.Route, "key", d.Key, "err", err)
+		e.writesFailed(ctx, err)
 		return Result{}, false
 	}
+	e.writesWork(ctx)
 	// Repeats confirm in the ledger and find the hold there.
 	c.settleScreen(ctx, nil)
 	e.hookDelta(e.o.Hooks.HeldChanged, d.Route, 1)

@@ -1,0 +1,45 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+)
+
+// A ledger can answer reads and refuse writes: a full disk, a read-only
+// file, a PostgreSQL hot standby or default_transaction_read_only. A
+// delivery that is forwarded after only a ledger lookup (the screen's
+// claim confirmed by a lookup) cannot see that before its commit fails,
+// and every first delivery would be forwarded with nothing recorded. So a
+// commit that could not reach the ledger marks its writes failing, and
+// while they are marked such a delivery claims in the ledger before it is
+// forwarded, as confirmByClaim does: refused, it is answered as for an
+// unreachable ledger (store.on_unavailable); granted, the ledger takes
+// writes again. Any ledger write that succeeds clears the mark. Unmarked,
+// a delivery pays one atomic load.
+
+// writesFailed marks the ledger's writes failing after a write failed with
+// err, if the ledger could not be reached.
+func (e *Engine) writesFailed(ctx context.Context, err error) {
+	if !errors.Is(err, ErrUnavailable) || e.writesFailing.Load() || !e.writesFailing.CompareAndSwap(false, true) {
+		return
+	}
+	e.o.Logger.WarnContext(ctx, "the ledger refused a write: until one succeeds, a delivery not yet recorded claims in the ledger before it is forwarded, and store.on_unavailable applies when the claim is refused",
+		"err", err)
+}
+
+// writesWork clears the mark of writesFailed after a ledger write
+// succeeded.
+func (e *Engine) writesWork(ctx context.Context) {
+	if e.writesFailing.Load() && e.writesFailing.CompareAndSwap(true, false) {
+		e.o.Logger.InfoContext(ctx, "the ledger takes writes again: deliveries are confirmed as configured")
+	}
+}
+
+// claimWrote clears the mark after a ledger claim that wrote its row. One
+// that found the key held or recorded may have written nothing: SQLite on
+// a full disk skips an insert that conflicts without touching the disk.
+func (e *Engine) claimWrote(ctx context.Context, s ClaimStatus) {
+	if s == Acquired || s == TakenOver {
+		e.writesWork(ctx)
+	}
+}
