@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/libtnb/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -109,7 +110,7 @@ var postgresDialect = dialect{
 }
 
 // sqlitePools opens SQLite as one writer connection (writes never meet
-// SQLITE_BUSY) and a pool of read-only connections beside it (WAL); an
+// SQLITE_BUSY; reopened after SQLITE_READONLY, unfit.go) and a pool of read-only connections beside it (WAL); an
 // in-memory database gets the writer only. Both prepare their statements
 // once per connection, which SQLite would otherwise compile every call.
 func sqlitePools(o Options, cfg func() *gorm.Config) (w, r *gorm.DB, err error) {
@@ -171,7 +172,7 @@ func openSQLiteWriter(dsn string, cfg *gorm.Config, within time.Duration) (*gorm
 	cfg.Logger = logs.LogMode(logger.Silent)
 	deadline := time.Now().Add(within)
 	for wait := time.Millisecond; ; wait = min(2*wait, 64*time.Millisecond) {
-		db, err := gorm.Open(sqlite.Open(dsn), cfg)
+		db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: sqliteWriterDriver, DSN: dsn}), cfg)
 		if err == nil {
 			db.Logger = logs
 			return db, nil
@@ -251,7 +252,13 @@ func postgresPool(o Options, cfg func() *gorm.Config) (*gorm.DB, error) {
 	// Open must not need the database: the gateway starts, reports not
 	// ready, and answers 503 until PostgreSQL is back.
 	c.DisableAutomaticPing = true
-	db, err := gorm.Open(postgres.New(postgres.Config{DSN: pgdsn.WithConnectTimeout(o.DSN, o.OpTimeout)}), c)
+	// A connection whose session refuses writes is not reused (unfit.go).
+	db, err := gorm.Open(postgres.New(postgres.Config{
+		DSN: pgdsn.WithConnectTimeout(o.DSN, o.OpTimeout),
+		OptionOpenDB: []stdlib.OptionOpenDB{
+			stdlib.OptionBeforeConnect(markUnfitSessions), stdlib.OptionResetSession(dropUnfitSessions),
+		},
+	}), c)
 	if err != nil {
 		return nil, err
 	}

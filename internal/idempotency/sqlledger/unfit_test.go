@@ -1,0 +1,138 @@
+package sqlledger_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	gosqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// TestPostgresReadOnlySessionsAreNotReused: an operator turns
+// default_transaction_read_only on for the ledger's role, which applies to
+// sessions opened from then on, and resets it. The connections opened
+// meanwhile refused writes for as long as the pool kept them (idle up to 5
+// minutes, an hour at most); now a write succeeds at once.
+func TestPostgresReadOnlySessionsAreNotReused(t *testing.T) {
+	o := postgresOptions(t)
+	openLedger(t, o) // migrated by the admin role
+	admin, err := sql.Open("pgx", testenv.PostgresAdminDSN())
+	if err != nil {
+		t.Fatalf("admin: %v", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	u, err := url.Parse(o.DSN)
+	if err != nil {
+		t.Fatalf("dsn: %v", err)
+	}
+	schema, role := u.Query().Get("search_path"), testenv.Name("hs_ro_")
+	adminExec := func(q string) {
+		t.Helper()
+		if _, err := admin.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	adminExec("CREATE ROLE " + role + " LOGIN")
+	t.Cleanup(func() { // after the ledger's Close, before the schema's drop
+		adminExec("DROP OWNED BY " + role)
+		adminExec("DROP ROLE " + role)
+	})
+	adminExec("GRANT USAGE ON SCHEMA " + schema + " TO " + role)
+	adminExec("GRANT ALL ON ALL TABLES IN SCHEMA " + schema + " TO " + role)
+	adminExec("ALTER ROLE " + role + " SET default_transaction_read_only = on")
+
+	u.User = url.User(role)
+	o.DSN = u.String()
+	l, err := sqlledger.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	for i := range 3 {
+		err := l.Commit(t.Context(), doneRecord(ref("during"), t0, t0.Add(time.Hour)), "o", t0)
+		wantUnavailable(t, "Commit while the role is read-only", err)
+		if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "25006" {
+			t.Fatalf("Commit %d while the role is read-only: %v, want SQLSTATE 25006", i, err)
+		}
+	}
+
+	adminExec("ALTER ROLE " + role + " RESET default_transaction_read_only")
+	testenv.Eventually(t, 2*time.Second, "a write after the reset", func() bool {
+		return l.Commit(t.Context(), doneRecord(ref("after"), t0, t0.Add(time.Hour)), "o", t0) == nil
+	})
+	wantState(t, l, ref("after"), idempotency.StateDone)
+}
+
+// TestSQLiteWriterReopensWhenTheFileIsWritableAgain: the gateway starts
+// while its database file cannot be written (chattr +i, a read-only
+// restore): SQLite opens the writer read-only. Once the file is writable
+// again the next write succeeds; it failed with SQLITE_READONLY until a
+// restart.
+func TestSQLiteWriterReopensWhenTheFileIsWritableAgain(t *testing.T) {
+	o := sqliteOptions(t)
+	before := openLedger(t, o)
+	mustCommit(t, before, doneRecord(ref("before"), t0, t0.Add(time.Hour)), "o", t0)
+	if err := before.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	writable := readOnlyFile(t, o.DSN)
+
+	l, err := sqlledger.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open on a read-only file: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	wantState(t, l, ref("before"), idempotency.StateDone)
+	err = l.Commit(t.Context(), doneRecord(ref("during"), t0, t0.Add(time.Hour)), "o", t0)
+	wantUnavailable(t, "Commit on a read-only file", err)
+	if se := (*gosqlite.Error)(nil); !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_READONLY {
+		t.Fatalf("Commit on a read-only file: %v, want SQLITE_READONLY", err)
+	}
+
+	writable()
+	// River writes through the same *sql.DB, the writer.
+	db, err := l.DB()
+	if err != nil {
+		t.Fatalf("DB: %v", err)
+	}
+	if _, err := db.ExecContext(t.Context(), `UPDATE hookstamp_records SET state = state WHERE "key" = 'before'`); err != nil {
+		t.Fatalf("a write through the shared *sql.DB once the file is writable: %v", err)
+	}
+	mustCommit(t, l, doneRecord(ref("after"), t0, t0.Add(time.Hour)), "o", t0)
+	wantState(t, l, ref("after"), idempotency.StateDone)
+}
+
+// readOnlyFile makes path unwritable, for root too (whom file modes do not
+// stop): chattr +i, skipping the test where the file system or the
+// container refuses it. It returns the undo, which also runs at cleanup.
+func readOnlyFile(t *testing.T, path string) (undo func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(path, 0o444); err != nil {
+			t.Fatalf("chmod: %v", err)
+		}
+		undo = func() { _ = os.Chmod(path, 0o644) }
+	} else {
+		if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+			t.Skipf("cannot make %s read-only for root: chattr +i: %v %s", path, err, out)
+		}
+		undo = func() { _ = exec.Command("chattr", "-i", path).Run() }
+	}
+	t.Cleanup(undo)
+	if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+		_ = f.Close()
+		t.Fatalf("%s is still writable", path)
+	}
+	return undo
+}
