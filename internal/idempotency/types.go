@@ -92,6 +92,12 @@ type Record struct {
 	// route get the acknowledgement again. A row recorded while its route
 	// was synchronous is not, whatever the route is now.
 	Acked bool
+	// AckUnknown: the row does not say (acked NULL): it was written by a
+	// release that did not know the column, during a rolling update or
+	// before it. Acked is false. Such a row is answered as those releases
+	// answered it: the acknowledgement on a route async now, its recorded
+	// answer (or held) on a synchronous one.
+	AckUnknown bool
 	// Request is the stored delivery (record.request, async routes); nil
 	// when the route stores none.
 	Request *Request

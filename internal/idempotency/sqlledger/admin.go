@@ -15,7 +15,7 @@ const (
 	heldSQL        = selectColumns + `WHERE route = ? AND state = 'held' ORDER BY created_at, "key" LIMIT ?`
 	countHeldSQL   = `SELECT COUNT(*) FROM hookstamp_records WHERE route = ? AND state = 'held'`
 	countHeldByRSQ = `SELECT route, COUNT(*) FROM hookstamp_records WHERE state = 'held' GROUP BY route`
-	releaseHeldSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'held' AND acked = false`
+	releaseHeldSQL = `DELETE FROM hookstamp_records WHERE route = ? AND "key" = ? AND state = 'held' AND COALESCE(acked, false) = false`
 	resolveHeldSQL = `UPDATE hookstamp_records SET state = 'done', status = ?, headers = ?, body = ?, body_omitted = ?, completed_at = ? ` +
 		`WHERE route = ? AND "key" = ? AND state = 'held'`
 )

@@ -191,10 +191,10 @@ const commitBatchSQL = `WITH t AS (SELECT * FROM unnest(?::text[], ?::text[], ?:
 	`att_number, att_started, att_ms, att_status, att_error, att_replica, att_expires)), ` +
 	`w AS (INSERT INTO hookstamp_records AS r ` +
 	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
-	`request_method, request_path, request_headers, request_body) ` +
+	`request_method, request_path, request_headers, request_body, acked) ` +
 	`SELECT route, "key", state, NULL, NULL, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
-	`request_method, request_path, request_headers, request_body FROM t ` +
-	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
+	`request_method, request_path, request_headers, request_body, false FROM t ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, acked = false, ` +
 	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
 	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
 	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at, ` +
@@ -482,8 +482,8 @@ type claimInsert struct {
 // made their row, even when two claims of one key share the batch (ON
 // CONFLICT DO NOTHING keeps the first and skips the other).
 const claimBatchSQL = `INSERT INTO hookstamp_records ` +
-	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
-	`SELECT route, "key", 'pending', owner, lease_until, fingerprint, 0, '{}', NULL, false, '', '', source, created_at, NULL, expires_at ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, acked) ` +
+	`SELECT route, "key", 'pending', owner, lease_until, fingerprint, 0, '{}', NULL, false, '', '', source, created_at, NULL, expires_at, NULL ` +
 	`FROM unnest(?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::bytea[], ?::text[], ?::timestamptz[], ?::timestamptz[]) ` +
 	`AS t(route, "key", owner, lease_until, fingerprint, source, created_at, expires_at) ` +
 	`ON CONFLICT (route, "key") DO NOTHING RETURNING owner`

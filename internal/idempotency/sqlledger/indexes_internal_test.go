@@ -222,8 +222,9 @@ func TestMigrateUpgradesAnOlderLedger(t *testing.T) {
 	if states["idx_hookstamp_attempts_expires_at"] != indexValid {
 		t.Fatalf("idx_hookstamp_attempts_expires_at: state %d after the migration", states["idx_hookstamp_attempts_expires_at"])
 	}
-	// A row stored before acked existed reads as recorded, not acknowledged.
-	if got, err := l.Lookup(ctx, rec.Ref); err != nil || got == nil || string(got.Response.Body) != "ok" || got.Acked {
+	// A row stored before acked existed reads as neither acknowledged nor
+	// recorded synchronously: unknown, answered as that release did.
+	if got, err := l.Lookup(ctx, rec.Ref); err != nil || got == nil || string(got.Response.Body) != "ok" || got.Acked || !got.AckUnknown {
 		t.Fatalf("the record after the migration: %+v, %v", got, err)
 	}
 }

@@ -269,6 +269,9 @@ func (l *Ledger) Migrate(ctx context.Context) error {
 		}
 	}
 	err := l.migrateLocked(ctx, func(tx *gorm.DB) error {
+		if err := relaxAcked(tx, l.d.name); err != nil {
+			return err
+		}
 		if err := tx.AutoMigrate(models...); err != nil {
 			return err
 		}

@@ -52,9 +52,16 @@ type recordRow struct {
 	RequestPath    *string `gorm:"column:request_path;type:text"`
 	RequestHeaders *string `gorm:"column:request_headers;type:text"`
 	RequestBody    []byte  `gorm:"column:request_body"`
-	// Acked: the row was stored by an async intake, whose provider got
-	// the route's acknowledgement rather than the upstream's answer.
-	Acked bool `gorm:"column:acked;not null;default:false"`
+	// Acked: the row was stored by an async intake, or queued again by an
+	// operator, so its provider got the route's acknowledgement rather
+	// than the upstream's answer (true); or it was recorded by a
+	// synchronous forward (false). NULL, the default: written by a
+	// release that did not know the column (before an upgrade, or by a
+	// replica not yet upgraded during one), which answered every repeat on
+	// an async route with the acknowledgement; or a pending claim, which
+	// its commit or the intake settles. Every write of a settled row here
+	// names it, so that NULL stays the older releases' own.
+	Acked *bool `gorm:"column:acked"`
 }
 
 // attemptRow is hookstamp_attempts (SPEC §11): one row per forward of a
@@ -84,10 +91,13 @@ const selectColumns = `SELECT route, "key", state, owner, lease_until, fingerpri
 
 const lookupSQL = selectColumns + `WHERE route = ? AND "key" = ?`
 
-// claimInsertSQL makes a pending row unless the key has one.
+// claimInsertSQL makes a pending row unless the key has one. Its acked is
+// NULL, named so: the claim's commit (false) or the intake (true) settles
+// it, and a release that does not know the column, taking the claim over
+// during a rolling update, leaves it NULL, which is what its row is.
 const claimInsertSQL = `INSERT INTO hookstamp_records ` +
-	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at) ` +
-	`VALUES (?, ?, 'pending', ?, ?, ?, 0, '{}', NULL, false, '', '', ?, ?, NULL, ?) ` +
+	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, acked) ` +
+	`VALUES (?, ?, 'pending', ?, ?, ?, 0, '{}', NULL, false, '', '', ?, ?, NULL, ?, NULL) ` +
 	`ON CONFLICT (route, "key") DO NOTHING`
 
 // takeoverSQL moves an expired pending row to a new owner; compare-and-swap
@@ -99,12 +109,14 @@ const takeoverSQL = `UPDATE hookstamp_records SET owner = ?, lease_until = ?, fi
 // commitSQL writes a done or held row: inserted when the key has no row,
 // or replacing a pending row owned by the caller or whose lease expired. A
 // done or held row matches neither, so it never changes (0 rows affected).
-// created_at stays the row's creation time.
+// created_at stays the row's creation time. The record is a synchronous
+// forward's, its provider given the upstream's answer: acked false, over a
+// claim's NULL too.
 const commitSQL = `INSERT INTO hookstamp_records ` +
 	`(route, "key", state, owner, lease_until, fingerprint, status, headers, body, body_omitted, trace_id, span_id, source, created_at, completed_at, expires_at, ` +
-	`request_method, request_path, request_headers, request_body) ` +
-	`VALUES (?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ` +
-	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, ` +
+	`request_method, request_path, request_headers, request_body, acked) ` +
+	`VALUES (?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false) ` +
+	`ON CONFLICT (route, "key") DO UPDATE SET state = excluded.state, owner = NULL, lease_until = NULL, acked = false, ` +
 	`fingerprint = excluded.fingerprint, status = excluded.status, headers = excluded.headers, body = excluded.body, ` +
 	`body_omitted = excluded.body_omitted, trace_id = excluded.trace_id, span_id = excluded.span_id, ` +
 	`source = excluded.source, completed_at = excluded.completed_at, expires_at = excluded.expires_at, ` +
@@ -115,7 +127,7 @@ const commitSQL = `INSERT INTO hookstamp_records ` +
 // commitClaimedSQL is commitSQL without the insert: it turns a pending row
 // owned by the owner (or whose lease expired) into the record, and writes
 // nothing when the key has no row (Recommit).
-const commitClaimedSQL = `UPDATE hookstamp_records SET state = ?, owner = NULL, lease_until = NULL, ` +
+const commitClaimedSQL = `UPDATE hookstamp_records SET state = ?, owner = NULL, lease_until = NULL, acked = false, ` +
 	`fingerprint = ?, status = ?, headers = ?, body = ?, body_omitted = ?, trace_id = ?, span_id = ?, ` +
 	`source = ?, completed_at = ?, expires_at = ?, ` +
 	`request_method = ?, request_path = ?, request_headers = ?, request_body = ? ` +
@@ -424,12 +436,14 @@ func scanRecord(rows *sql.Rows) (*idempotency.Record, error) {
 		status           int64
 		omitted          bool
 		created, expires time.Time
+		acked            sql.NullBool
 	)
 	err := rows.Scan(&rec.Route, &rec.Key, &state, &owner, &lease, &fp, &status, &headers, &body, &omitted,
-		&rec.TraceID, &rec.SpanID, &rec.Source, &created, &completed, &expires, &rec.Acked)
+		&rec.TraceID, &rec.SpanID, &rec.Source, &created, &completed, &expires, &acked)
 	if err != nil {
 		return nil, err
 	}
+	rec.Acked, rec.AckUnknown = acked.Bool, !acked.Valid
 	rec.State = idempotency.State(state)
 	rec.Owner = owner.String
 	if lease.Valid {
