@@ -78,8 +78,8 @@ func (s *Server) Resolve(ctx context.Context, ref idempotency.Ref, req ResolveRe
 	}
 	if req.Action == "release" && (rec.Acked || s.o.Async[ref.Route]) {
 		// A row of a route async now is queued again too when its request
-		// is stored: one an async intake held before the acked column
-		// existed reads as not acknowledged.
+		// is stored: one an async intake of a release without the acked
+		// column held reads as unknown (AckUnknown), not acknowledged.
 		out, err := s.releaseAcked(ctx, rec)
 		if rec.Acked || !errors.Is(err, errAckedNoRequest) {
 			return out, err

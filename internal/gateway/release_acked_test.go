@@ -176,15 +176,15 @@ func TestReleaseOfAnAcknowledgedHeldDeliveryWithoutItsRequestIsRefused(t *testin
 	}
 }
 
-// A delivery an async route held before the upgrade that added acked
-// reads as not acknowledged; released while its route is still async, it
-// is delivered again from its stored request, as before that upgrade. A
-// release by the row's flag alone deleted it: its provider, told 202,
-// never sends it again.
+// A delivery an async route held under a release without acked (the
+// column NULL) reads as not known to be acknowledged; released while its
+// route is still async, it is delivered again from its stored request, as
+// that release did. A release by the row's flag alone deleted it: its
+// provider, told 202, never sends it again.
 func TestReleaseOfAHeldDeliveryStoredBeforeAckedWasKeptDeliversIt(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
-			up, g, _ := heldAsyncEdited(t, driver, `UPDATE hookstamp_records SET acked = false WHERE "key" = 'evt_h'`)
+			up, g, _ := heldAsyncEdited(t, driver, `UPDATE hookstamp_records SET acked = NULL WHERE "key" = 'evt_h'`)
 			if st, body := releaseHeld(t, g); st != http.StatusOK || !strings.Contains(body, `"state":"queued"`) {
 				t.Fatalf("release = %d %s, want 200, queued", st, body)
 			}

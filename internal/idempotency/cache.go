@@ -101,6 +101,7 @@ const (
 	bodyOmitted
 	unrecorded
 	async
+	ackUnknown
 )
 
 // is reports whether the slot holds ref's entry.
@@ -124,6 +125,7 @@ func (sl *cacheSlot) entry(e *Entry) {
 	*e = Entry{
 		Response:   Response{Status: sl.status, Headers: sl.headers, Body: body, BodyOmitted: sl.flags&bodyOmitted != 0},
 		BodyCached: sl.flags&bodyCached != 0, Unrecorded: sl.flags&unrecorded != 0, Async: sl.flags&async != 0,
+		AckUnknown:  sl.flags&ackUnknown != 0,
 		Fingerprint: fp,
 		// The bytes are never written again (cacheSlot).
 		TraceID: unsafe.String(unsafe.SliceData(trace), len(trace)),
@@ -152,6 +154,7 @@ func newSlot(ref Ref, e *Entry, headers map[string]string) cacheSlot {
 	flag(e.BodyOmitted, bodyOmitted)
 	flag(e.Unrecorded, unrecorded)
 	flag(e.Async, async)
+	flag(e.AckUnknown, ackUnknown)
 	return sl
 }
 

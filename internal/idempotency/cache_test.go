@@ -459,6 +459,7 @@ func TestCacheEntryRoundTrip(t *testing.T) {
 		"body omitted":               {Response: Response{Status: 200, BodyOmitted: true}, Fingerprint: []byte{9}},
 		"unrecorded":                 {Response: Response{Status: 200, Body: []byte("x")}, BodyCached: true, Unrecorded: true},
 		"async":                      {Response: Response{Status: 202, Body: []byte("ack")}, BodyCached: true, Async: true},
+		"ack unknown":                {Response: Response{Status: 200, Body: []byte("ok")}, BodyCached: true, AckUnknown: true},
 		"ids of 255 and 200 bytes": {Response: Response{Status: 200}, BodyCached: true,
 			TraceID: strings.Repeat("t", 255), SpanID: strings.Repeat("s", 200)},
 	}

@@ -309,19 +309,22 @@ func (e *Engine) hookDelta(f func(string, int), route string, d int) {
 // (never replayed as an answer of the upstream), a record whose provider
 // was acknowledged instead: one stored by an async intake (Acked; queued
 // and dead rows always are). A held row's entry is Async only if acked:
-// it holds no answer to replay either way (status 0).
+// it holds no answer to replay either way (status 0). A row written by a
+// release that did not know acked carries AckUnknown.
 func EntryOf(rec *Record) *Entry {
 	return &Entry{Response: rec.Response, BodyCached: true, Fingerprint: rec.Fingerprint,
 		TraceID: rec.TraceID, SpanID: rec.SpanID,
-		Async: rec.Acked || rec.State == StateQueued || rec.State == StateDead}
+		Async:      rec.Acked || rec.State == StateQueued || rec.State == StateDead,
+		AckUnknown: rec.AckUnknown}
 }
 
 // acknowledged reports whether a repeat on p's route gets the route's
 // acknowledgement: the route is async and the delivery ent stands for was
-// acknowledged. A record made while the route was synchronous keeps its
-// recorded answer, or stays held.
+// acknowledged, or was written by a release that did not record it, which
+// acknowledged every repeat on an async route. A record made while the
+// route was synchronous keeps its recorded answer, or stays held.
 func acknowledged(p *Policy, ent *Entry) bool {
-	return p.Ack != nil && ent != nil && ent.Async
+	return p.Ack != nil && ent != nil && (ent.Async || ent.AckUnknown)
 }
 
 // matches reports whether fp, of the record or claim holding d's key, is a

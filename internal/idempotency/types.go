@@ -188,7 +188,13 @@ type Entry struct {
 	// answers it with its acknowledgement; a synchronous route (one that
 	// was async when the delivery was stored) reads the record's state in
 	// the ledger and never replays the entry's Response.
-	Async       bool
+	Async bool
+	// AckUnknown: the entry's record is Record.AckUnknown, written by a
+	// release that did not know whether its provider was acknowledged.
+	// An async route answers it with its acknowledgement, as those
+	// releases did; a synchronous one as a recorded answer (Async
+	// false), or reads the ledger (Async true: queued or dead).
+	AckUnknown  bool
 	Fingerprint []byte
 	TraceID     string
 	SpanID      string

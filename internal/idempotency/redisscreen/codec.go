@@ -13,7 +13,7 @@ import (
 // reads (the Lua scripts never look inside):
 //
 //	version  byte (codecVersion)
-//	flags    byte (flagBodyCached | flagBodyOmitted | flagAsync)
+//	flags    byte (flagBodyCached | flagBodyOmitted | flagAsync | flagAckUnknown)
 //	status   uvarint
 //	headers  uvarint count, then per header: uvarint len, name, uvarint len, value
 //	trace id uvarint len, bytes
@@ -30,6 +30,11 @@ const (
 	// flagAsync: an async delivery's entry (Entry.Async), which a
 	// synchronous route must not replay. An older replica ignores it.
 	flagAsync
+	// flagAckUnknown: the entry's record was written by a release that
+	// did not record whether its provider was acknowledged
+	// (Entry.AckUnknown). An older replica ignores it; an entry written
+	// without it reads as known.
+	flagAckUnknown
 )
 
 var errCorrupt = errors.New("corrupt screen entry")
@@ -46,6 +51,9 @@ func encodeEntry(dst []byte, e *idempotency.Entry, keepBody bool) []byte {
 	}
 	if e.Async {
 		flags |= flagAsync
+	}
+	if e.AckUnknown {
+		flags |= flagAckUnknown
 	}
 	dst = append(dst, codecVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(e.Status))
@@ -94,6 +102,7 @@ func decodeEntry(s string) (*idempotency.Entry, error) {
 	}
 	e.BodyOmitted = flags&flagBodyOmitted != 0
 	e.Async = flags&flagAsync != 0
+	e.AckUnknown = flags&flagAckUnknown != 0
 	status := d.uvarint()
 	if status > 999 {
 		d.fail()

@@ -29,6 +29,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"body dropped", idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("big")}}, false},
 		{"body omitted", idempotency.Entry{Response: idempotency.Response{Status: 200, BodyOmitted: true}}, true},
 		{"async", idempotency.Entry{Response: idempotency.Response{Status: 202, Body: []byte("ack")}, Async: true}, true},
+		{"ack unknown", idempotency.Entry{Response: idempotency.Response{Status: 200, Body: []byte("ok")}, AckUnknown: true}, true},
+		{"async ack unknown", idempotency.Entry{Response: idempotency.Response{Status: 0}, Async: true, AckUnknown: true}, true},
 		{"long header", idempotency.Entry{Response: idempotency.Response{
 			Status: 999, Headers: map[string]string{"Link": strings.Repeat("x", 300)},
 		}}, true},
@@ -45,7 +47,7 @@ func TestCodecRoundTrip(t *testing.T) {
 				want.Body = nil
 			}
 			if got.Status != want.Status || !maps.Equal(got.Headers, want.Headers) || !bytes.Equal(got.Body, want.Body) ||
-				got.BodyCached != want.BodyCached || got.BodyOmitted != want.BodyOmitted || got.Async != want.Async ||
+				got.BodyCached != want.BodyCached || got.BodyOmitted != want.BodyOmitted || got.Async != want.Async || got.AckUnknown != want.AckUnknown ||
 				got.TraceID != want.TraceID || got.SpanID != want.SpanID {
 				t.Fatalf("decoded %+v, want %+v", got, want)
 			}
