@@ -99,9 +99,10 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 			"route", ref.Route, "key", ref.Key)
 		return nil
 	}
-	if kept != nil {
+	if kept != nil && !job.Args.Created.IsZero() {
 		// An earlier run here sent the attempt and got a final answer it
-		// could not record: recorded now, not sent again.
+		// could not record: recorded now, not sent again. (A job from
+		// before Created names no record: its answer might be another's.)
 		sent := *kept
 		sent.job, sent.route, sent.st, sent.horizon = job, r, st, horizon
 		return q.finish(ctx, &sent)
