@@ -231,3 +231,34 @@ func TestLedgerWithoutIdentityStartsWithAWarning(t *testing.T) {
 	}
 	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_old"}`), http.StatusOK, "forwarded")
 }
+
+// A Redis user the ACL lets read the marker but not write it cannot claim
+// the prefix, yet still learns whose it is: B is refused on A's prefix.
+// It was let start (the guard off) whatever the marker said.
+func TestPrefixReadableButNotWritableStillRefusesAnother(t *testing.T) {
+	addr, prefix := testenv.RedisPrefix(t)
+	up := newUpstream(t)
+	a := startGateway(t, deploymentConfig(t, up.URL, config.StoreSQLite, addr, prefix))
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	user := "hs_" + strings.ReplaceAll(prefix, ":", "_")
+	t.Cleanup(func() {
+		_ = rc.Do(context.Background(), "ACL", "DELUSER", user).Err()
+		_ = rc.Close()
+	})
+	// Every key of the prefix but the marker, which it may only read.
+	if err := rc.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw-"+user, "resetkeys",
+		"~"+prefix+"[^d]*", "%R~"+MarkerKey(prefix), "&*", "+@all").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+
+	cfgB := deploymentConfig(t, up.URL, config.StoreSQLite, addr, prefix)
+	cfgB.Screen.Redis.Username, cfgB.Screen.Redis.Password = user, "pw-"+user
+	b, err := New(context.Background(), cfgB, Options{Logger: testLogger(t)})
+	if err == nil {
+		_ = b.Shutdown(context.Background())
+		t.Fatalf("B started on A's prefix (marker %s) with a user that may not write it", marker(t, rc, prefix))
+	}
+	if !errors.Is(err, ErrPrefixTaken) || !strings.Contains(err.Error(), deploymentOf(t, a)) {
+		t.Fatalf("B's start: %v, want ErrPrefixTaken naming A", err)
+	}
+}

@@ -117,6 +117,8 @@ config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memor
 		{"no persistence", ``, "set persistence.enabled"},
 		{"async route, ephemeral", `persistence: {ephemeral: true}
 config: {routes: [` + async + `]}`, "config.routes[0] (gh) is delivery: async on a SQLite ledger without persistence"},
+		{"Redis screen, ephemeral", `persistence: {ephemeral: true}
+config: {screen: {driver: redis, redis: {addrs: ["redis:6379"]}}}`, "persistence.ephemeral with config.screen.driver redis"},
 		{"file outside the volume", `persistence: {enabled: true}
 config: {store: {dsn: /tmp/hookstamp.db}}`, `config.store.dsn: "/tmp/hookstamp.db" is not a file in /app/data`},
 		{"in memory", `persistence: {enabled: true}

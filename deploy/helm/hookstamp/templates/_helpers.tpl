@@ -280,6 +280,9 @@ ledger even then: the provider was told the delivery was taken.
 {{- else if not $p.ephemeral }}
 {{- fail "config.store.driver sqlite keeps the ledger in /app/data: set persistence.enabled (a PersistentVolumeClaim). In an emptyDir every new pod starts with an empty ledger, and forwards again the provider retries of events already answered. For a demo, persistence.ephemeral: true accepts that" }}
 {{- else }}
+{{- if eq (dig "screen" "driver" "memory" .Values.config) "redis" }}
+{{- fail "persistence.ephemeral with config.screen.driver redis: every new pod's empty ledger is a new deployment to Redis, which refuses it the prefix the last pod claimed (SPEC §5), so the pod would not start. Use the memory screen with an ephemeral ledger, or persistence.enabled" }}
+{{- end }}
 {{- range $i, $r := .Values.config.routes }}
 {{- if eq ($r.delivery | default "sync") "async" }}
 {{- fail (printf "config.routes[%d] (%s) is delivery: async on a SQLite ledger without persistence: deliveries acknowledged to the provider and not yet delivered would be lost with the pod. Set persistence.enabled" $i ($r.name | default "")) }}
