@@ -130,6 +130,10 @@ type Engine struct {
 	attempts    AttemptRecorder // the ledger's, if it keeps attempts
 	// writesFailing: the last ledger write failed to reach it (writefail.go).
 	writesFailing atomic.Bool
+	// writesWarned: when the last "refused a write" warning was logged
+	// (unix nanoseconds); writesLogged: it was, for the outage now marked.
+	writesWarned atomic.Int64
+	writesLogged atomic.Bool
 }
 
 // New returns an engine. Options.Ledger is required.

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // A ledger can answer reads and refuse writes: a full disk, a read-only
@@ -23,6 +24,15 @@ func (e *Engine) writesFailed(ctx context.Context, err error) {
 	if !errors.Is(err, ErrUnavailable) || e.writesFailing.Load() || !e.writesFailing.CompareAndSwap(false, true) {
 		return
 	}
+	// A timeout or lock conflict also marks it, and the next claim clears
+	// it: logged once a minute, not at every turn.
+	now := time.Now().UnixNano()
+	last := e.writesWarned.Load()
+	if now-last < int64(time.Minute) || !e.writesWarned.CompareAndSwap(last, now) {
+		e.writesLogged.Store(false)
+		return
+	}
+	e.writesLogged.Store(true)
 	e.o.Logger.WarnContext(ctx, "the ledger refused a write: until one succeeds, a delivery not yet recorded claims in the ledger before it is forwarded, and store.on_unavailable applies when the claim is refused",
 		"err", err)
 }
@@ -30,7 +40,7 @@ func (e *Engine) writesFailed(ctx context.Context, err error) {
 // writesWork clears the mark of writesFailed after a ledger write
 // succeeded.
 func (e *Engine) writesWork(ctx context.Context) {
-	if e.writesFailing.Load() && e.writesFailing.CompareAndSwap(true, false) {
+	if e.writesFailing.Load() && e.writesFailing.CompareAndSwap(true, false) && e.writesLogged.Swap(false) {
 		e.o.Logger.InfoContext(ctx, "the ledger takes writes again: deliveries are confirmed as configured")
 	}
 }

@@ -333,7 +333,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 }
 
 // Ready is Ping, and checks that the ledger table can be read (/readyz),
-// every column this release reads included: a database that answers
+// with the columns every delivery's lookup reads (selectColumns): a database that answers
 // without the schema, or with an earlier release's (store.auto_migrate
 // false and `gateway migrate` not run), refuses deliveries. The statement
 // goes through database/sql, not GORM, so that readiness probes make no
