@@ -111,34 +111,13 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		// The schema pass normalised every value, so this is a bug here.
 		return nil, fmt.Errorf("decode configuration: %w", err)
 	}
-	// A bearer token has no spaces (RFC 6750), and the admin API trims the
-	// presented one; a token read from a secret file often ends in a
-	// newline, which would make it impossible to present.
-	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
+	c.tidy()
 	slices.Sort(envWarnings)
 	c.envWarnings = envWarnings
-	// The Redis password and the DSN come from secret files as well: a
-	// password kept with its newline fails AUTH only once serve connects,
-	// and a DSN with one names another SQLite file or reads as a bad URL.
-	c.Screen.Redis.Password = strings.TrimSpace(c.Screen.Redis.Password)
-	c.Store.DSN = strings.TrimSpace(c.Store.DSN)
-	// Signing secrets come the same way (${STRIPE_WEBHOOK_SECRET} from a
-	// Kubernetes Secret or a file) and no provider's secret begins or ends
-	// in white space: kept, a trailing newline would make every genuine
-	// delivery fail verification (401) under a configuration that checks.
-	for i := range c.Routes {
-		for j, s := range c.Routes[i].Verify.Secrets {
-			c.Routes[i].Verify.Secrets[j] = strings.TrimSpace(s)
-		}
-		c.Routes[i].Verify.ChallengeToken = strings.TrimSpace(c.Routes[i].Verify.ChallengeToken)
-		if v := &c.Routes[i].Verify; verify.TakesTemplate(v.Scheme) && v.Header == "" && v.JSON == "" {
-			v.Header = verify.DefaultHeader // shown by check as it is used
-		}
-	}
 	if err := c.Validate(); err != nil && !errors.As(err, &phases[2]) {
 		return nil, err
 	}
-	c.validateEnvironment(&phases[2], lookupIn(environ))
+	c.validateEnvironment(&phases[2], lookup)
 
 	problems := mergePhases(phases[:])
 	for _, p := range problems {
@@ -150,6 +129,34 @@ func LoadFromBytes(data []byte, environ []string) (*Config, error) {
 		return nil, problems
 	}
 	return &c, nil
+}
+
+// tidy trims the values read from secret files, and fills what a route's
+// verify scheme reads by default, so that check shows what is used.
+func (c *Config) tidy() {
+	// A bearer token has no spaces (RFC 6750), and the admin API trims the
+	// presented one; a token read from a secret file often ends in a
+	// newline, which would make it impossible to present.
+	c.Admin.Token = strings.TrimSpace(c.Admin.Token)
+	// The Redis password and the DSN come from secret files as well: a
+	// password kept with its newline fails AUTH only once serve connects,
+	// and a DSN with one names another SQLite file or reads as a bad URL.
+	c.Screen.Redis.Password = strings.TrimSpace(c.Screen.Redis.Password)
+	c.Store.DSN = strings.TrimSpace(c.Store.DSN)
+	// Signing secrets come the same way (${STRIPE_WEBHOOK_SECRET} from a
+	// Kubernetes Secret or a file) and no provider's secret begins or ends
+	// in white space: kept, a trailing newline would make every genuine
+	// delivery fail verification (401) under a configuration that checks.
+	for i := range c.Routes {
+		v := &c.Routes[i].Verify
+		for j, s := range v.Secrets {
+			v.Secrets[j] = strings.TrimSpace(s)
+		}
+		v.ChallengeToken = strings.TrimSpace(v.ChallengeToken)
+		if verify.TakesTemplate(v.Scheme) && v.Header == "" && v.JSON == "" {
+			v.Header = verify.DefaultHeader
+		}
+	}
 }
 
 // overrides is the provider of the HOOKSTAMP_* variables of environ, and
