@@ -123,7 +123,7 @@ func (g *Gateway) startAdmin() error {
 	if err != nil {
 		return fmt.Errorf("admin.listen %s: %w", addr, err)
 	}
-	checks := []admin.Check{{Name: "ledger", Ping: g.ledger.Ready}} // the table too: without it every delivery is refused
+	checks := []admin.Check{{Name: "ledger", Ping: g.ledgerReady}}
 	if g.screenPing != nil {
 		checks = append(checks, admin.Check{Name: "screen", Ping: g.screenPing})
 	}
@@ -273,3 +273,27 @@ func (g *Gateway) queueDepths(ctx context.Context) (map[string]console.Depth, er
 	}
 	return out, nil
 }
+
+// ledgerReady is the ledger's /readyz check: it answers, its table can be
+// read (without it every delivery is refused), and, while the engine
+// knows its writes failing, it takes one again.
+func (g *Gateway) ledgerReady(ctx context.Context) error {
+	if err := g.ledger.Ready(ctx); err != nil {
+		return err
+	}
+	if !g.engine.WritesFailing() {
+		return nil
+	}
+	if err := g.engine.ProbeWrites(ctx); err != nil {
+		return refusingWrites{err}
+	}
+	return nil
+}
+
+// refusingWrites: the ledger answers reads and refuses writes.
+type refusingWrites struct{ error }
+
+func (e refusingWrites) Unwrap() error { return e.error }
+
+// ReadyText implements the admin listener's summary of an error.
+func (refusingWrites) ReadyText() string { return "refusing writes" }

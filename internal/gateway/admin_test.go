@@ -729,6 +729,48 @@ func TestAdminReadyzWithoutSchema(t *testing.T) {
 	}
 }
 
+// TestAdminReadyzWhileTheLedgerRefusesWrites: a replica starts while its
+// role's sessions are read-only (default_transaction_read_only, as on a
+// hot standby): reads answer, writes fail. /readyz says so, and the first
+// delivery is refused 503 with nothing forwarded; before, /readyz said
+// ready and the first delivery after each start was forwarded and then
+// failed to commit. Once the role takes writes again, /readyz turns
+// ready by itself, with no delivery needed: a replica out of rotation gets
+// none.
+func TestAdminReadyzWhileTheLedgerRefusesWrites(t *testing.T) {
+	s := newSetup(t)
+	s.store, s.dsn = "postgres", testenv.Postgres(t)
+	s.start(t) // migrates, as the admin user
+	role := testenv.PostgresRole(t, "hs_ro_")
+	u, err := url.Parse(s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	testenv.PostgresExec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+schema+" TO "+role,
+		"ALTER ROLE "+role+" SET default_transaction_read_only = on")
+	s.dsn = testenv.AsRole(t, s.dsn, role)
+	g := s.start(t)
+
+	ready := func() answer { return exchange(t, http.MethodGet, "http://"+g.AdminAddr()+"/readyz", "") }
+	if a := ready(); a.status != http.StatusServiceUnavailable || strings.TrimSpace(string(a.body)) != `{"ledger":{"ok":false,"error":"refusing writes"},"screen":{"ok":true}}` {
+		t.Fatalf("/readyz while the ledger refuses writes: %d %s, want 503 naming the ledger refusing writes", a.status, a.body)
+	}
+	want(t, deliver(t, g, "/hooks", `{"id":"evt_ro_first"}`), http.StatusServiceUnavailable, "unavailable")
+	if n := s.upstream.count("evt_ro_first"); n != 0 {
+		t.Fatalf("upstream received the first delivery after a start on a ledger refusing writes %d times, want 0 (it could not be recorded)", n)
+	}
+
+	testenv.PostgresExec(t, "ALTER ROLE "+role+" RESET default_transaction_read_only")
+	testenv.Eventually(t, 10*time.Second, "/readyz 200 once the role takes writes", func() bool { return ready().status == http.StatusOK })
+	want(t, deliver(t, g, "/hooks", `{"id":"evt_ro_first"}`), http.StatusOK, "forwarded")
+	want(t, deliver(t, g, "/hooks", `{"id":"evt_ro_first"}`), http.StatusOK, "replayed")
+	if n := s.upstream.count("evt_ro_first"); n != 1 {
+		t.Fatalf("upstream received evt_ro_first %d times, want 1", n)
+	}
+}
+
 // TestAdminDeleteReachesOtherReplicas: replica A forwards and keeps the
 // record in its local cache; an operator deletes it through replica B; A's
 // cache drops it (Redis pub/sub), so the next delivery to A is forwarded —

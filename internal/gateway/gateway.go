@@ -120,6 +120,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if g.engine, err = idempotency.New(g.engineOptions(cache)); err != nil {
 		return nil, err
 	}
+	g.probeWrites(ctx)
 
 	routes, err := buildRoutes(cfg)
 	if err != nil {
@@ -136,6 +137,15 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 		return nil, err
 	}
 	return g, nil
+}
+
+// probeWrites marks a ledger that refuses writes already (a full disk, a
+// read-only standby) before the first delivery, which would otherwise be
+// forwarded and then fail to commit. Not a reason to refuse to start:
+// deliveries recorded before are still replayed, and the mark clears
+// when a write succeeds.
+func (g *Gateway) probeWrites(ctx context.Context) {
+	_ = g.engine.ProbeWrites(ctx) // the engine logs the refusal; the ledger bounds the wait
 }
 
 // openLedger opens the store and, with store.auto_migrate, brings its

@@ -53,3 +53,31 @@ func (e *Engine) claimWrote(ctx context.Context, s ClaimStatus) {
 		e.writesWork(ctx)
 	}
 }
+
+// WriteProber is a ledger that can be asked to take a write that records
+// no delivery (sqlledger).
+type WriteProber interface {
+	ProbeWrite(ctx context.Context) error
+}
+
+// WritesFailing reports that the ledger's last write failed to reach it,
+// and none has succeeded since.
+func (e *Engine) WritesFailing() bool { return e.writesFailing.Load() }
+
+// ProbeWrites asks the ledger to take a write, if it can be asked, and
+// marks its writes failing or clears the mark by the answer. A replica
+// out of its load balancer's rotation gets no delivery whose write could
+// clear the mark: readiness probes it instead. At start it marks a ledger
+// that already refuses writes before the first delivery is forwarded.
+func (e *Engine) ProbeWrites(ctx context.Context) error {
+	p, ok := e.o.Ledger.(WriteProber)
+	if !ok {
+		return nil
+	}
+	if err := p.ProbeWrite(ctx); err != nil {
+		e.writesFailed(ctx, err)
+		return err
+	}
+	e.writesWork(ctx)
+	return nil
+}

@@ -55,6 +55,8 @@ func (l *readOnlyLedger) Recommit(ctx context.Context, rec *idempotency.Record, 
 	return l.db().Recommit(ctx, rec, owner, now, claimed)
 }
 
+func (l *readOnlyLedger) ProbeWrite(ctx context.Context) error { return l.db().ProbeWrite(ctx) }
+
 // openReadOnlyLedger opens a migrated ledger and a second, read-only
 // connection to its database.
 func openReadOnlyLedger(t *testing.T, driver string) *readOnlyLedger {
@@ -221,4 +223,35 @@ func TestARetriedCommitEndsTheWriteOutage(t *testing.T) {
 		t.Fatalf("the delivery after the retry landed claimed in the ledger: the retry did not clear the mark")
 	}
 	waitRecord(t, l.rw, deliveryOf("evt_refused").Ref)
+}
+
+// A write probe marks a ledger refusing writes before any delivery has
+// failed to commit, and clears the mark once the ledger takes writes
+// again, on both drivers: readiness and the start of a gateway rely on it
+// (SPEC §6).
+func TestAWriteProbeMarksAndClears(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{sqlledger.DriverSQLite, sqlledger.DriverPostgres} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			l := openReadOnlyLedger(t, driver)
+			var failures, claimErrors, forwards atomic.Int64
+			e, _ := writeFailEngine(t, l, idempotency.FailReject, -1, &failures, &claimErrors)
+			if err := e.ProbeWrites(ctx); err != nil || e.WritesFailing() {
+				t.Fatalf("probe of a writable ledger: %v, marked %v; want nil, unmarked", err, e.WritesFailing())
+			}
+			l.readOnly.Store(true)
+			if err := e.ProbeWrites(ctx); !errors.Is(err, idempotency.ErrUnavailable) || !e.WritesFailing() {
+				t.Fatalf("probe of a ledger refusing writes: %v, marked %v; want ErrUnavailable, marked", err, e.WritesFailing())
+			}
+			if r := e.Handle(ctx, racePolicy, deliveryOf("evt_after_probe"), fwdBody(&forwards, []byte("1"))); r.Outcome != idempotency.Unavailable || forwards.Load() != 0 {
+				t.Fatalf("first delivery after a failed probe: %s, upstream received %d; want unavailable, 0", r.Outcome, forwards.Load())
+			}
+			l.readOnly.Store(false)
+			if err := e.ProbeWrites(ctx); err != nil || e.WritesFailing() {
+				t.Fatalf("probe once writes work: %v, marked %v; want nil, unmarked", err, e.WritesFailing())
+			}
+		})
+	}
 }

@@ -79,3 +79,13 @@ func adminExec(stmt string) error {
 	}
 	return nil
 }
+
+// PostgresExec runs each statement on the tests' server as the admin user.
+func PostgresExec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	for _, stmt := range stmts {
+		if err := adminExec(stmt); err != nil {
+			tb.Fatalf("testenv: %v", err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -81,4 +82,27 @@ func (l *Ledger) Deployment(ctx context.Context) (string, error) {
 		return "", l.fail("deployment", err)
 	}
 	return "", fmt.Errorf("%w: %w", ErrNoDeployment, err)
+}
+
+const probeWriteSQL = "INSERT INTO " + MetaTable + " (name, value) VALUES ('write-probe', ?) " +
+	"ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+
+// ProbeWrite writes hookstamp_meta's probe row, committed: a database
+// that answers reads and refuses writes (a full disk, a read-only role or
+// standby) fails it with ErrUnavailable, as it fails a delivery's commit.
+func (l *Ledger) ProbeWrite(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return fmt.Errorf("probe write: %w", err)
+	}
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	sdb, err := l.w.DB()
+	if err != nil {
+		return l.fail("probe write", err)
+	}
+	_, err = sdb.ExecContext(ctx, l.d.rebind(probeWriteSQL), time.Now().UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return l.fail("probe write", err)
+	}
+	return nil
 }
