@@ -165,8 +165,10 @@ func (p *prefixGuard) claimLocked(ctx context.Context) error {
 		get = pipe.Get(ctx, p.key)
 		return nil
 	})
-	if err != nil && redis.HasErrorPrefix(err, "NOPERM") && get.Err() == nil {
-		err = nil // the marker may be read, not written: what it names decides
+	if err != nil && set.Err() != nil && get.Err() == nil {
+		// The marker may be read, not written (NOPERM; OOM with
+		// maxmemory-policy noeviction): what it names decides.
+		err = nil
 	}
 	if err != nil && redis.HasErrorPrefix(err, "NOPERM") {
 		// An ACL user without the key: no worse than before the guard.

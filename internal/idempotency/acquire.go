@@ -90,6 +90,10 @@ func (e *Engine) withoutScreen(ctx context.Context, p *Policy, req ClaimRequest,
 		r := e.passthrough(ctx, p, req, d, fwd, err)
 		return claim{}, &r
 	}
+	// Rejected is what is not recorded: the ledger may hold the answer.
+	if r, ok, _ := e.replayRecorded(ctx, p, d, fwd); ok {
+		return claim{}, &r
+	}
 	r := e.unavailable(fmt.Errorf("screen claim %q: %w", req.Key, err))
 	return claim{}, &r
 }

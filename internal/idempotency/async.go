@@ -75,7 +75,7 @@ func (e *Engine) intakeFound(ctx, sctx context.Context, p *Policy, d Delivery, f
 	}
 	ent := ackEntry(p, rec)
 	if sctx != nil {
-		e.tidyScreen(sctx, d.Ref, newOwner(), asRefill(ent))
+		e.refillScreen(sctx, d.Ref, newOwner(), asRefill(ent))
 	}
 	return e.replayFound(ctx, p, d, fwd, ent)
 }
@@ -94,7 +94,7 @@ func (e *Engine) store(ctx, sctx context.Context, p *Policy, d Delivery) (held *
 	endSpan(span, err)
 	if err == nil {
 		ent := ackEntry(p, rec)
-		e.tidyScreen(sctx, d.Ref, "", ent)
+		e.refillScreen(sctx, d.Ref, "", ent)
 		if cache := e.o.Cache; cache != nil {
 			cache.Put(d.Ref, ent, d.ticket)
 		}

@@ -118,12 +118,22 @@ func (c *claim) markDone(ctx context.Context, ent *Entry) {
 	}
 }
 
+// refillScreen is tidyScreen for an entry no delivery's claim left in the
+// screen: skipped while the breaker is open, as claims are.
+func (e *Engine) refillScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
+	if e.breaker.closed() {
+		e.tidyScreen(ctx, ref, owner, ent)
+	}
+}
+
 // tidyScreen turns a screen claim whose answer was lost into ent's record,
 // or releases it (ent nil), in the background: it most likely never
-// landed, and the answer must not wait another timeout for it. Skipped
-// while the breaker is open and once Close began.
+// landed, and the answer must not wait another timeout for it. Not
+// skipped while the breaker is open: the claims whose answers were lost
+// are the ones that open it, and a Redis that blocked lands them when it
+// wakes (the breaker bounds how many). Skipped once Close began.
 func (e *Engine) tidyScreen(ctx context.Context, ref Ref, owner string, ent *Entry) {
-	if e.o.Screen == nil || !e.breaker.closed() {
+	if e.o.Screen == nil {
 		return
 	}
 	e.background(ctx, func(ctx context.Context) {
