@@ -34,6 +34,13 @@ type dialect struct {
 	// application allows a statement, spent waiting for the copy that
 	// holds the key, and a retry would wait as long again.
 	retryable func(error) bool
+	// endsOnError: a statement's error can roll the whole transaction
+	// back while the client still holds it open, so the key's row is
+	// looked for before COMMIT. pin: the transaction runs on a pinned
+	// connection with autocommit off, so that statements after such a
+	// rollback do not commit one by one (MySQL; SQLite has no such
+	// setting).
+	endsOnError, pin bool
 }
 
 func dialectOf(db *gorm.DB) (*dialect, error) {
@@ -166,6 +173,8 @@ var mysqlDialect = dialect{
 		}
 		return e.Number == 1213 // ER_LOCK_DEADLOCK
 	},
+	endsOnError: true,
+	pin:         true,
 }
 
 var sqliteDialect = dialect{
@@ -208,6 +217,7 @@ var sqliteDialect = dialect{
 		}
 		return false
 	},
+	endsOnError: true,
 }
 
 // duplicate reports whether err is the unique index refusing the key.

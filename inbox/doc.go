@@ -20,6 +20,15 @@
 // on MySQL/MariaDB and SQLite a failed statement leaves the transaction
 // open, and a final answer would commit the key without the write.
 //
+// fn and the handler must also give up when a statement fails, not retry
+// it in place: a deadlock on MySQL/MariaDB, or on SQLite a ROLLBACK
+// conflict clause or RAISE(ROLLBACK), rolls the whole transaction back,
+// key included. The inbox then commits nothing (Once returns
+// ErrRolledBack, the middleware answers 503). On MySQL/MariaDB the
+// transaction runs on a connection with autocommit off, so what the
+// handler wrote after the rollback is rolled back too; SQLite has no such
+// setting, and those writes are committed one by one.
+//
 // # The unique index decides
 //
 // The key is inserted first, in the transaction that then runs the

@@ -20,7 +20,7 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 			return c.Status(http.StatusBadRequest).SendString(p)
 		}
 		ctx := c.UserContext()
-		tx, replay, leave, err := in.begin(ctx, key)
+		cl, replay, leave, err := in.begin(ctx, key)
 		if leave != nil {
 			defer leave()
 		}
@@ -38,9 +38,9 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 			return c.Status(replay.status).Send(replay.body)
 		}
 		var handlerErr error
-		c.SetUserContext(in.withTx(ctx, key, tx))
+		c.SetUserContext(in.withTx(ctx, key, cl.tx))
 		defer c.SetUserContext(ctx)
-		ok := in.run(tx, key, func() int {
+		ok := in.run(cl, func() int {
 			if handlerErr = next(c); handlerErr != nil {
 				return http.StatusInternalServerError // not final: rolled back
 			}

@@ -3,11 +3,13 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -67,6 +69,12 @@ var (
 	// ErrInvalidKey: the key is not valid UTF-8 or holds a control
 	// character, which hookstamp never forwards (SPEC §2, invalid_key).
 	ErrInvalidKey = errors.New("inbox: key not valid UTF-8 or holding a control character")
+	// ErrRolledBack: the database rolled back the transaction holding the
+	// key (a deadlock on MySQL/MariaDB; a ROLLBACK conflict clause or
+	// RAISE(ROLLBACK) on SQLite) and the handler went on without returning
+	// the error. Nothing is committed, except on SQLite, where what the
+	// handler wrote after the rollback committed statement by statement.
+	ErrRolledBack = errors.New("inbox: the database rolled the transaction back and the handler went on; key not recorded")
 	// ErrHeldByHandler: Once was called, from a handler the middleware
 	// runs, with the key the middleware holds for it; it would wait for
 	// the handler's own transaction forever. Write through Tx instead.
@@ -84,7 +92,7 @@ type Inbox struct {
 	o     Options
 	gate  gate
 	// SQL, built once for the table.
-	insertSQL, answerSQL, selectSQL string
+	insertSQL, answerSQL, selectSQL, heldSQL string
 }
 
 // New returns an Inbox on db and creates its table when it is missing
@@ -131,8 +139,9 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 	}
 	in := &Inbox{db: db, quiet: db.Logger.LogMode(logger.Silent), d: d, o: o}
 	t, k := in.quote(o.Table), in.quote("key")
-	in.insertSQL = "INSERT INTO " + t + " (consumer, " + k + ", status, headers, body, created_at, expires_at) VALUES (?, ?, 0, '', ?, ?, ?)"
-	in.answerSQL = "UPDATE " + t + " SET status = ?, headers = ?, body = ? WHERE consumer = ? AND " + k + " = ?"
+	in.insertSQL = "INSERT INTO " + t + " (consumer, " + k + ", status, headers, body, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+	in.answerSQL = "UPDATE " + t + " SET status = ?, headers = ?, body = ? WHERE consumer = ? AND " + k + " = ? AND headers = ?"
+	in.heldSQL = "SELECT count(*) FROM " + t + " WHERE consumer = ? AND " + k + " = ? AND headers = ?"
 	in.selectSQL = "SELECT status, headers, body FROM " + t + " WHERE consumer = ? AND " + k + " = ?"
 	if err := in.Migrate(context.Background()); err != nil {
 		return nil, err
@@ -198,6 +207,11 @@ func (in *Inbox) exists(db *gorm.DB) (table, index bool, err error) {
 // error is returned as is, and nothing is recorded: the key and fn's writes
 // roll back together. A panic in fn rolls back and panics again.
 //
+// fn must return the error of a statement that fails: the database may
+// have rolled the whole transaction back (a deadlock on MySQL/MariaDB; a
+// ROLLBACK conflict clause or RAISE(ROLLBACK) on SQLite). When it did and
+// fn went on, Once commits nothing and returns ErrRolledBack.
+//
 // An error from the commit itself (ctx cancelled while COMMIT was on the
 // wire, a connection lost) leaves the outcome unknown, as with any
 // transaction; the key and fn's writes still committed or not together,
@@ -214,46 +228,145 @@ func (in *Inbox) Once(ctx context.Context, key string, fn func(tx *gorm.DB) erro
 		return false, fmt.Errorf("inbox: record %q: %w", key, err)
 	}
 	defer leave()
-	tx, err := in.claim(ctx, key)
-	if err != nil || tx == nil {
+	c, err := in.claim(ctx, key)
+	if err != nil || c == nil {
 		return false, err
 	}
-	committed := false
+	settled := false
 	defer func() {
-		if !committed {
-			tx.Rollback()
+		if !settled {
+			c.rollback()
 		}
 	}()
-	if err := fn(tx); err != nil {
+	if err := fn(c.tx); err != nil {
 		return false, err
 	}
-	committed = true
-	if err := tx.Commit().Error; err != nil {
+	settled = true
+	if err := in.stillHeld(c); err != nil {
+		c.rollback()
+		return false, err
+	}
+	if err := c.commit(); err != nil {
 		return false, fmt.Errorf("inbox: commit %q: %w", key, err)
 	}
 	return true, nil
 }
 
+// claim is the transaction that holds a key: the key's row is its first
+// insert, marked with a token of its own (in headers, until an answer
+// replaces it). The token tells the row from one that another copy
+// inserted after the database had rolled this transaction back.
+type claim struct {
+	tx         *gorm.DB
+	key, token string
+	end        gorm.TxCommitter
+	conn       *sql.Conn // pinned (MySQL), autocommit off until released
+}
+
+func (c *claim) commit() error {
+	err := c.end.Commit()
+	c.release(err == nil)
+	return err
+}
+
+func (c *claim) rollback() {
+	c.release(c.end.Rollback() == nil)
+}
+
+// release gives the pinned connection back to the pool with autocommit on
+// again, or closes it when the transaction's end failed: SET autocommit = 1
+// would commit a transaction still open.
+func (c *claim) release(ended bool) {
+	if c.conn == nil {
+		return
+	}
+	if ended {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c.conn.ExecContext(ctx, "SET autocommit = 1")
+		cancel()
+		ended = err == nil
+	}
+	if !ended {
+		_ = c.conn.Raw(func(any) error { return driver.ErrBadConn }) // closes it
+	}
+	c.conn.Close()
+	c.conn = nil
+}
+
+// stillHeld returns ErrRolledBack when c's row is no longer in c's
+// transaction, where the database can end a transaction on a statement's
+// error while the client still holds it open. (PostgreSQL keeps a failed
+// transaction open until ROLLBACK, and refuses its COMMIT.)
+func (in *Inbox) stillHeld(c *claim) error {
+	if !in.d.endsOnError {
+		return nil
+	}
+	var n int64
+	if err := c.tx.Raw(in.heldSQL, in.o.Consumer, c.key, c.token).Row().Scan(&n); err != nil {
+		return fmt.Errorf("inbox: check %q: %w", c.key, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("inbox: %q: %w", c.key, ErrRolledBack)
+	}
+	return nil
+}
+
+// beginTx begins a transaction. On MySQL it runs on a connection of its
+// own with autocommit off until it ends: a deadlock rolls the transaction
+// back on the server while the client still holds it, and the statements
+// a handler runs after that would commit one by one; with autocommit off
+// they open a transaction that the claim's rollback ends.
+func (in *Inbox) beginTx(ctx context.Context) (*claim, error) {
+	db := in.db.WithContext(ctx)
+	c := &claim{}
+	if in.d.pin {
+		pool, err := in.db.DB()
+		if err != nil {
+			return nil, err
+		}
+		if c.conn, err = pool.Conn(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := c.conn.ExecContext(ctx, "SET autocommit = 0"); err != nil {
+			c.release(false)
+			return nil, err
+		}
+		db.Statement.ConnPool = c.conn
+	}
+	c.tx = db.Begin()
+	if c.tx.Error != nil {
+		c.release(false)
+		return nil, c.tx.Error
+	}
+	c.end, _ = c.tx.Statement.ConnPool.(gorm.TxCommitter)
+	if c.end == nil {
+		c.release(false)
+		return nil, fmt.Errorf("connection pool %T ends no transaction", c.tx.Statement.ConnPool)
+	}
+	return c, nil
+}
+
 // claim begins a transaction and inserts key in it. It returns the open
 // transaction, or nil when the key is already recorded. Deadlocks and busy
 // databases are retried while ctx allows.
-func (in *Inbox) claim(ctx context.Context, key string) (*gorm.DB, error) {
+func (in *Inbox) claim(ctx context.Context, key string) (*claim, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		tx := in.db.WithContext(ctx).Begin()
-		if tx.Error != nil {
-			return nil, fmt.Errorf("inbox: begin: %w", tx.Error)
+		c, err := in.beginTx(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: begin: %w", err)
 		}
+		c.key, c.token = key, "claim:"+strconv.FormatUint(rand.Uint64(), 36)
 		now := in.o.Now().UTC().Truncate(time.Microsecond)
-		err := tx.Session(&gorm.Session{Logger: in.quiet}).
-			Exec(in.insertSQL, in.o.Consumer, key, []byte{}, now, now.Add(in.o.Retention)).Error
+		err = c.tx.Session(&gorm.Session{Logger: in.quiet}).
+			Exec(in.insertSQL, in.o.Consumer, key, 0, c.token, []byte{}, now, now.Add(in.o.Retention)).Error
 		if err == nil {
-			return tx, nil
+			return c, nil
 		}
-		tx.Rollback()
+		c.rollback()
 		switch {
 		case in.d.duplicate(in.db, err):
 			return nil, nil

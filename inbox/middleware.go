@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
-
-	"gorm.io/gorm"
 )
 
 // Final reports whether an answer with this status is recorded and
@@ -86,16 +84,21 @@ func decodeHeader(s string) (http.Header, error) {
 	return h, nil
 }
 
-// record writes an answer's status, headers and body to key's row in tx.
-func (in *Inbox) record(tx *gorm.DB, key string, status int, headers string, body []byte) error {
+// record writes an answer's status, headers and body to c's row, in c's
+// transaction. The row is gone (ErrRolledBack) when the database rolled
+// the transaction back.
+func (in *Inbox) record(c *claim, status int, headers string, body []byte) error {
 	if body == nil {
 		body = []byte{}
 	}
-	res := tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, key)
-	if res.Error == nil && res.RowsAffected != 1 {
-		return fmt.Errorf("inbox: record %q: %d rows updated, want 1", key, res.RowsAffected)
+	res := c.tx.Exec(in.answerSQL, status, headers, body, in.o.Consumer, c.key, c.token)
+	switch {
+	case res.Error != nil:
+		return fmt.Errorf("inbox: record %q: %w", c.key, res.Error)
+	case res.RowsAffected != 1:
+		return fmt.Errorf("inbox: record %q: %w", c.key, ErrRolledBack)
 	}
-	return res.Error
+	return nil
 }
 
 // recorded reads key's answer; found is false when the row is gone (swept
@@ -109,11 +112,11 @@ func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool
 		}
 		return a, false, fmt.Errorf("inbox: read %q: %w", key, err)
 	}
+	if a.status == 0 { // recorded by Once: no answer of its own, headers hold its claim's token
+		return answer{status: http.StatusOK, header: http.Header{}}, true, nil
+	}
 	if a.header, err = decodeHeader(headers); err != nil {
 		return a, false, fmt.Errorf("inbox: read %q: headers: %w", key, err)
-	}
-	if a.status == 0 { // recorded by Once: no answer of its own
-		a.status = http.StatusOK
 	}
 	return a, true, nil
 }
@@ -121,25 +124,25 @@ func (in *Inbox) recorded(ctx context.Context, key string) (a answer, found bool
 // begin claims key for a handler: it returns the open transaction, or the
 // recorded answer of a key already taken. leave, returned with the
 // transaction, ends the key's turn (gate) once the transaction has ended.
-func (in *Inbox) begin(ctx context.Context, key string) (tx *gorm.DB, replay *answer, leave func(), err error) {
+func (in *Inbox) begin(ctx context.Context, key string) (c *claim, replay *answer, leave func(), err error) {
 	if leave, err = in.gate.enter(ctx, key); err != nil {
 		return nil, nil, nil, fmt.Errorf("inbox: record %q: %w", key, err)
 	}
-	if tx, replay, err = in.claimOrRead(ctx, key); tx == nil {
+	if c, replay, err = in.claimOrRead(ctx, key); c == nil {
 		leave()
 		return nil, replay, nil, err
 	}
-	return tx, nil, leave, nil
+	return c, nil, leave, nil
 }
 
 // claimOrRead claims key: the open transaction, or the recorded answer
 // of a key already taken.
-func (in *Inbox) claimOrRead(ctx context.Context, key string) (*gorm.DB, *answer, error) {
+func (in *Inbox) claimOrRead(ctx context.Context, key string) (*claim, *answer, error) {
 	const rounds = 3 // a row swept between the insert and the read, more than once, is a database that does not keep what it reports
 	for range rounds {
-		tx, err := in.claim(ctx, key)
-		if err != nil || tx != nil {
-			return tx, nil, err
+		c, err := in.claim(ctx, key)
+		if err != nil || c != nil {
+			return c, nil, err
 		}
 		a, found, err := in.recorded(ctx, key)
 		if err != nil {
@@ -182,7 +185,7 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 			http.Error(w, p, http.StatusBadRequest)
 			return
 		}
-		tx, replay, leave, err := in.begin(r.Context(), key)
+		c, replay, leave, err := in.begin(r.Context(), key)
 		if leave != nil {
 			defer leave()
 		}
@@ -201,8 +204,8 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		rec := &recorder{header: http.Header{}}
-		if in.run(tx, key, func() int {
-			next.ServeHTTP(rec, r.WithContext(in.withTx(r.Context(), key, tx)))
+		if in.run(c, func() int {
+			next.ServeHTTP(rec, r.WithContext(in.withTx(r.Context(), key, c.tx)))
 			return rec.code()
 		}, func() (string, []byte) { return in.encodeHeader(rec.header), rec.body.Bytes() }) {
 			rec.writeTo(w)
@@ -212,31 +215,32 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// run calls handle inside tx; a final status is recorded (with the
-// headers and body answer gives) and committed, anything else rolled back.
-// It reports whether the handler's own answer stands: false when the
-// answer could not be recorded. A panic in handle rolls back and goes on.
-func (in *Inbox) run(tx *gorm.DB, key string, handle func() int, answer func() (string, []byte)) bool {
+// run calls handle inside c's transaction; a final status is recorded
+// (with the headers and body answer gives) and committed, anything else
+// rolled back. It reports whether the handler's own answer stands: false
+// when the answer could not be recorded. A panic in handle rolls back and
+// goes on.
+func (in *Inbox) run(c *claim, handle func() int, answer func() (string, []byte)) bool {
 	settled := false
 	defer func() {
 		if !settled {
-			tx.Rollback()
+			c.rollback()
 		}
 	}()
 	status := handle()
 	settled = true
 	if !Final(status) {
-		tx.Rollback()
+		c.rollback()
 		return true
 	}
 	headers, body := answer()
-	if err := in.record(tx, key, status, headers, body); err != nil {
-		tx.Rollback()
-		in.o.Logger.Error("inbox: could not record the answer; rolled back", "key", key, "err", err)
+	if err := in.record(c, status, headers, body); err != nil {
+		c.rollback()
+		in.o.Logger.Error("inbox: could not record the answer; rolled back", "key", c.key, "err", err)
 		return false
 	}
-	if err := tx.Commit().Error; err != nil {
-		in.o.Logger.Error("inbox: commit failed; the handler's writes are not applied", "key", key, "err", err)
+	if err := c.commit(); err != nil {
+		in.o.Logger.Error("inbox: commit failed; the handler's writes are not applied", "key", c.key, "err", err)
 		return false
 	}
 	return true
