@@ -41,6 +41,10 @@ type dialect struct {
 	// rollback do not commit one by one (MySQL; SQLite has no such
 	// setting).
 	endsOnError, pin bool
+	// aborted reports whether err is a statement refused because an
+	// earlier one failed the transaction (PostgreSQL's 25P02); nil where a
+	// failed statement leaves the transaction going.
+	aborted func(error) bool
 }
 
 func dialectOf(db *gorm.DB) (*dialect, error) {
@@ -134,6 +138,10 @@ var postgresDialect = dialect{
 			return true
 		}
 		return false
+	},
+	aborted: func(err error) bool {
+		var e interface{ SQLState() string }
+		return errors.As(err, &e) && e.SQLState() == "25P02" // in_failed_sql_transaction
 	},
 }
 

@@ -18,7 +18,9 @@
 // its answer is recorded with the key and replayed to every repeat. Such a
 // handler must answer a non-final status (see Final) when a write fails:
 // on MySQL/MariaDB and SQLite a failed statement leaves the transaction
-// open, and a final answer would commit the key without the write.
+// open, and a final answer would commit the key without the write. (On
+// PostgreSQL it aborts the transaction: a final answer is then recorded
+// with the key alone, none of the handler's writes applied.)
 //
 // fn and the handler must also give up when a statement fails, not retry
 // it in place: a deadlock on MySQL/MariaDB, or on SQLite a ROLLBACK

@@ -29,18 +29,12 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 			in.o.Logger.Error("inbox: could not claim the key", "key", key, "err", err)
 			return c.Status(http.StatusServiceUnavailable).SendString("inbox unavailable")
 		case replay != nil:
-			for name, vs := range replay.header {
-				c.Response().Header.Del(name)
-				for _, v := range vs {
-					c.Response().Header.Add(name, v)
-				}
-			}
-			return c.Status(replay.status).Send(replay.body)
+			return replay.send(c)
 		}
 		var handlerErr error
 		c.SetUserContext(in.withTx(ctx, key, cl.tx))
 		defer c.SetUserContext(ctx)
-		ok := in.run(cl, func() int {
+		replay, ok := in.run(ctx, cl, func() int {
 			if handlerErr = next(c); handlerErr != nil {
 				return http.StatusInternalServerError // not final: rolled back
 			}
@@ -60,7 +54,20 @@ func (in *Inbox) Fiber(next fiber.Handler) fiber.Handler {
 		case !ok:
 			c.Response().Reset()
 			return c.Status(http.StatusServiceUnavailable).SendString("inbox could not record the answer")
+		case replay != nil:
+			c.Response().Reset()
+			return replay.send(c)
 		}
 		return nil
 	}
+}
+
+func (a *answer) send(c *fiber.Ctx) error {
+	for name, vs := range a.header {
+		c.Response().Header.Del(name)
+		for _, v := range vs {
+			c.Response().Header.Add(name, v)
+		}
+	}
+	return c.Status(a.status).Send(a.body)
 }

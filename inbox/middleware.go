@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"gorm.io/gorm"
 )
 
 // Final reports whether an answer with this status is recorded and
@@ -195,32 +198,40 @@ func (in *Inbox) Middleware(next http.Handler) http.Handler {
 			http.Error(w, "inbox unavailable", http.StatusServiceUnavailable)
 			return
 		case replay != nil:
-			h := w.Header()
-			for name, v := range replay.header {
-				h[name] = v
-			}
-			w.WriteHeader(replay.status)
-			_, _ = w.Write(replay.body)
+			replay.writeTo(w)
 			return
 		}
 		rec := &recorder{header: http.Header{}}
-		if in.run(c, func() int {
+		replay, ok := in.run(r.Context(), c, func() int {
 			next.ServeHTTP(rec, r.WithContext(in.withTx(r.Context(), key, c.tx)))
 			return rec.code()
-		}, func() (string, []byte) { return in.encodeHeader(rec.header), rec.body.Bytes() }) {
+		}, func() (string, []byte) { return in.encodeHeader(rec.header), rec.body.Bytes() })
+		switch {
+		case !ok:
+			http.Error(w, "inbox could not record the answer", http.StatusServiceUnavailable)
+		case replay != nil:
+			replay.writeTo(w)
+		default:
 			rec.writeTo(w)
-			return
 		}
-		http.Error(w, "inbox could not record the answer", http.StatusServiceUnavailable)
 	})
+}
+
+func (a *answer) writeTo(w http.ResponseWriter) {
+	h := w.Header()
+	for name, v := range a.header {
+		h[name] = v
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 }
 
 // run calls handle inside c's transaction; a final status is recorded
 // (with the headers and body answer gives) and committed, anything else
-// rolled back. It reports whether the handler's own answer stands: false
-// when the answer could not be recorded. A panic in handle rolls back and
-// goes on.
-func (in *Inbox) run(c *claim, handle func() int, answer func() (string, []byte)) bool {
+// rolled back. ok is false when the answer could not be recorded; replay,
+// when not nil, is the answer another copy recorded, to send instead of
+// the handler's. A panic in handle rolls back and goes on.
+func (in *Inbox) run(ctx context.Context, c *claim, handle func() int, answer func() (string, []byte)) (replay *answer, ok bool) {
 	settled := false
 	defer func() {
 		if !settled {
@@ -231,19 +242,55 @@ func (in *Inbox) run(c *claim, handle func() int, answer func() (string, []byte)
 	settled = true
 	if !Final(status) {
 		c.rollback()
-		return true
+		return nil, true
 	}
 	headers, body := answer()
-	if err := in.record(c, status, headers, body); err != nil {
+	err := in.record(c, status, headers, body)
+	if err != nil && in.d.aborted != nil && in.d.aborted(err) {
+		c.rollback()
+		if replay, err = in.recordAlone(ctx, c.key, status, headers, body); err == nil {
+			return replay, true
+		}
+	}
+	if err != nil {
 		c.rollback()
 		in.o.Logger.Error("inbox: could not record the answer; rolled back", "key", c.key, "err", err)
-		return false
+		return nil, false
 	}
 	if err := c.commit(); err != nil {
 		in.o.Logger.Error("inbox: commit failed; the handler's writes are not applied", "key", c.key, "err", err)
-		return false
+		return nil, false
 	}
-	return true
+	return nil, true
+}
+
+// recordAlone records key with a final answer in a statement of its own,
+// after PostgreSQL aborted the handler's transaction (a statement of it
+// failed, and the handler answered all the same): none of the handler's
+// writes apply, as on MySQL and SQLite none of its failed ones do. A key
+// another copy recorded meanwhile gives that copy's answer, as a repeat
+// would get.
+func (in *Inbox) recordAlone(ctx context.Context, key string, status int, headers string, body []byte) (*answer, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	now := in.o.Now().UTC().Truncate(time.Microsecond)
+	err := in.db.WithContext(ctx).Session(&gorm.Session{Logger: in.quiet}).
+		Exec(in.insertSQL, in.o.Consumer, key, status, headers, body, now, now.Add(in.o.Retention)).Error
+	switch {
+	case err == nil:
+		return nil, nil
+	case !in.d.duplicate(in.db, err):
+		return nil, fmt.Errorf("inbox: record %q alone: %w", key, err)
+	}
+	a, found, err := in.recorded(ctx, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, fmt.Errorf("inbox: record %q alone: recorded but not found", key)
+	}
+	return &a, nil
 }
 
 // recorder holds a handler's answer until it is committed.

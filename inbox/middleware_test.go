@@ -211,6 +211,39 @@ func TestMiddlewareNonFinalRollsBack(t *testing.T) {
 	})
 }
 
+// A handler whose write fails and that answers a final 409 (the order was
+// already paid) has its 409 recorded and replayed on every database. On
+// PostgreSQL the failed INSERT aborts the transaction, so the answer is
+// recorded in one of its own; it was 503 for ever, each retry failing alike.
+func TestMiddlewareFinalAnswerAfterAFailedStatement(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		mustExec(t, db, "CREATE UNIQUE INDEX payments_event_id ON payments (event_id)")
+		if err := book(db, "order_42"); err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if err := book(inbox.Tx(r.Context()), "order_42"); err != nil {
+				http.Error(w, "order already paid", http.StatusConflict)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})))
+		defer srv.Close()
+		for i := range 3 {
+			if a := post(t, srv.URL, "evt_14"); a.status != http.StatusConflict || a.body != "order already paid\n" {
+				t.Fatalf("copy %d: %d %q, want the handler's 409", i+1, a.status, a.body)
+			}
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want once", n)
+		}
+		wantCounts(t, db, inbox.DefaultTable, "order_42", 1, 0)
+		wantCounts(t, db, inbox.DefaultTable, "evt_14", 0, 1)
+	})
+}
+
 // A panicking handler rolls back and the panic goes on to the server.
 func TestMiddlewarePanicRollsBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
