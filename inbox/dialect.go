@@ -13,15 +13,18 @@ import (
 // bounded sweep, and which errors mean "the key is taken" or "try again".
 type dialect struct {
 	name string
-	// exists reports whether the table and its index exist, reading the
-	// catalog only: DDL on them, even IF NOT EXISTS, may need privileges
-	// the application's user lacks, and take locks. nil where it needs
-	// neither (SQLite).
-	exists func(db *gorm.DB, table string) (bool, bool, error)
+	// exists reports whether the table and its index exist, and the key
+	// column's width, reading the catalog only: DDL on them, even IF NOT
+	// EXISTS, may need privileges the application's user lacks, and take
+	// locks. nil where it needs neither (SQLite).
+	exists func(db *gorm.DB, table string) (found, error)
 	// lock returns the statement that serialises the processes creating
-	// the table, until the transaction ends; nil where the DDL is safe
-	// against itself.
-	lock func(table string) string
+	// the table, until the transaction ends (or unlock, when not nil);
+	// nil where the DDL is safe against itself.
+	lock, unlock func(table string) string
+	// widenKey returns the statements that widen a narrower key column
+	// to MaxKeyLen bytes, in a transaction.
+	widenKey func(table string, quote func(string) string) []string
 	// createTable and createIndex create them when missing; createIndex
 	// is nil where createTable declares the index.
 	createTable, createIndex func(table string, quote func(string) string) string
@@ -78,7 +81,7 @@ func indexName(table string) string {
 
 var postgresDialect = dialect{
 	name: "postgres",
-	exists: func(db *gorm.DB, table string) (bool, bool, error) {
+	exists: func(db *gorm.DB, table string) (found, error) {
 		// A scan of the catalog, not to_regclass: that reads the session's
 		// cache, which waiting for an advisory lock does not refresh, and
 		// misses a table the lock's holder created meanwhile. The index is
@@ -88,12 +91,14 @@ var postgresDialect = dialect{
 		if schema != "" {
 			visible, args = "n.nspname = ?", append(args, schema)
 		}
-		var t, i bool
-		err := db.Raw(`WITH t AS (SELECT c.relnamespace FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		// atttypmod is a varchar's width + 4, -1 for text.
+		var s found
+		err := db.Raw(`WITH t AS (SELECT c.oid, c.relnamespace FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE c.relname = ? AND `+visible+`)
-			SELECT EXISTS (SELECT FROM t), EXISTS (SELECT FROM pg_class i JOIN t USING (relnamespace) WHERE i.relname = ?)`,
-			append(args, indexName(table))...).Row().Scan(&t, &i)
-		return t, i, err
+			SELECT EXISTS (SELECT FROM t), EXISTS (SELECT FROM pg_class i JOIN t USING (relnamespace) WHERE i.relname = ?),
+				coalesce((SELECT greatest(a.atttypmod - 4, 0) FROM pg_attribute a JOIN t ON a.attrelid = t.oid WHERE a.attname = 'key'), 0)`,
+			append(args, indexName(table))...).Row().Scan(&s.table, &s.index, &s.keyWidth)
+		return s, err
 	},
 	// CREATE TABLE IF NOT EXISTS is not safe against itself in PostgreSQL
 	// (two can race on the catalog). The lock's key names the table
@@ -111,7 +116,7 @@ var postgresDialect = dialect{
 	createTable: func(table string, q func(string) string) string {
 		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
 			consumer VARCHAR(100) NOT NULL,
-			"key" VARCHAR(255) NOT NULL,
+			"key" VARCHAR(2048) NOT NULL,
 			status INTEGER NOT NULL,
 			headers TEXT NOT NULL,
 			body BYTEA NOT NULL,
@@ -121,6 +126,13 @@ var postgresDialect = dialect{
 	},
 	createIndex: func(table string, q func(string) string) string {
 		return "CREATE INDEX IF NOT EXISTS " + q(indexName(table)) + " ON " + q(table) + " (expires_at)"
+	},
+	// Widening a varchar rewrites nothing, but takes the table's
+	// exclusive lock, queued behind every transaction holding a key and
+	// ahead of every insert: the wait is bounded.
+	widenKey: func(table string, q func(string) string) []string {
+		return []string{"SET LOCAL lock_timeout = '2s'",
+			"ALTER TABLE " + q(table) + ` ALTER COLUMN "key" TYPE VARCHAR(2048)`}
 	},
 	sweepSQL: func(table string, q func(string) string) string {
 		// SKIP LOCKED: a row a live transaction is writing is left for the
@@ -147,12 +159,21 @@ var postgresDialect = dialect{
 
 var mysqlDialect = dialect{
 	name: "mysql",
-	exists: func(db *gorm.DB, table string) (bool, bool, error) {
-		schema, name := splitTable(table)
-		var n int64
-		err := db.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(nullif(?, ''), DATABASE()) AND table_name = ?",
-			schema, name).Scan(&n).Error
-		return n > 0, n > 0, err // the index comes with the table
+	exists: func(db *gorm.DB, table string) (found, error) {
+		database, name := splitTable(table)
+		var col struct{ N, Width int }
+		err := db.Raw("SELECT count(*) AS n, coalesce(max(character_maximum_length), 0) AS width FROM information_schema.columns "+
+			"WHERE table_schema = coalesce(nullif(?, ''), DATABASE()) AND table_name = ? AND column_name = 'key'",
+			database, name).Scan(&col).Error
+		return found{table: col.N > 0, index: col.N > 0, keyWidth: col.Width}, err // the index comes with the table
+	},
+	// ALTER TABLE is safe against itself, but a second one would copy the
+	// table again. A named lock is the session's: it is released
+	// explicitly, before the connection goes back to the pool.
+	lock:   func(string) string { return "DO GET_LOCK('hookstamp_inbox_migrate', 600)" },
+	unlock: func(string) string { return "DO RELEASE_LOCK('hookstamp_inbox_migrate')" },
+	widenKey: func(table string, q func(string) string) []string {
+		return []string{"ALTER TABLE " + q(table) + " MODIFY `key` VARBINARY(2048) NOT NULL"}
 	},
 	createTable: func(table string, q func(string) string) string {
 		// The index is declared inside CREATE TABLE: MySQL has no CREATE
@@ -161,7 +182,7 @@ var mysqlDialect = dialect{
 		// would be one key.
 		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
 			consumer VARBINARY(100) NOT NULL,
-			` + "`key`" + ` VARBINARY(255) NOT NULL,
+			` + "`key`" + ` VARBINARY(2048) NOT NULL,
 			status INT NOT NULL,
 			headers TEXT NOT NULL,
 			body LONGBLOB NOT NULL,

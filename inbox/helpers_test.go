@@ -71,7 +71,7 @@ func connect(tb testing.TB, d gorm.Dialector) *gorm.DB {
 // Payment is the business write of the tests: one row per applied event.
 type Payment struct {
 	ID      uint   `gorm:"primaryKey"`
-	EventID string `gorm:"size:255;not null"`
+	EventID string `gorm:"size:2048;not null"`
 	Cents   int
 }
 

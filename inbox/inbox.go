@@ -54,8 +54,9 @@ const (
 	DefaultHeader    = "Idempotency-Key"
 )
 
-// MaxKeyLen is the longest key the table holds, in bytes.
-const MaxKeyLen = 255
+// MaxKeyLen is the longest key the table holds, in bytes: the longest
+// hookstamp forwards (a route's key.max_length is at most 2048).
+const MaxKeyLen = 2048
 
 // maxConsumerLen is the consumer column's width.
 const maxConsumerLen = 100
@@ -93,6 +94,7 @@ type Inbox struct {
 	gate  gate
 	// SQL, built once for the table.
 	insertSQL, answerSQL, selectSQL, heldSQL string
+	keyLimit                                 int // the key column's width: MaxKeyLen unless Migrate could not widen it
 }
 
 // New returns an Inbox on db and creates its table when it is missing
@@ -143,24 +145,41 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 	in.answerSQL = "UPDATE " + t + " SET status = ?, headers = ?, body = ? WHERE consumer = ? AND " + k + " = ? AND headers = ?"
 	in.heldSQL = "SELECT count(*) FROM " + t + " WHERE consumer = ? AND " + k + " = ? AND headers = ?"
 	in.selectSQL = "SELECT status, headers, body FROM " + t + " WHERE consumer = ? AND " + k + " = ?"
+	in.keyLimit = MaxKeyLen
 	if err := in.Migrate(context.Background()); err != nil {
-		return nil, err
+		// A table of an earlier version that this user may not widen
+		// still serves the keys it holds; a longer one gets an error
+		// (503 in the middlewares: the sender retries until it is).
+		s, serr := in.exists(db)
+		if serr != nil || !s.table || !s.index || !s.narrow() {
+			return nil, err
+		}
+		o.Logger.Warn("inbox: keys longer than the table's key column are refused until Migrate widens it",
+			"table", o.Table, "bytes", s.keyWidth, "err", err)
+		in.keyLimit = s.keyWidth
 	}
 	return in, nil
 }
 
-// Migrate creates the inbox table and its index when they are missing. New
-// calls it; it is safe to run from several processes at once. When both
-// exist it only looks them up: it takes no lock, and the application's
-// database user needs no privilege to create tables (a migration role may
-// create them first, with New or Migrate).
+// Migrate creates the inbox table and its index when they are missing,
+// and widens a key column narrower than MaxKeyLen (a table of an earlier
+// version, 255 bytes). New calls it; it is safe to run from several
+// processes at once. When the table is as it should be it only looks it
+// up: it takes no lock, and the application's database user needs no
+// privilege to create or alter tables (a migration role may run New or
+// Migrate first).
+//
+// Widening takes the table's lock: on PostgreSQL for a moment (no more
+// than two seconds' wait for the transactions holding keys, or Migrate
+// fails); on MySQL/MariaDB for as long as it copies the table, holding up
+// every key's insert meanwhile.
 func (in *Inbox) Migrate(ctx context.Context) error {
 	db := in.db.WithContext(ctx)
-	table, index, err := in.exists(db)
-	if err == nil && !(table && index) {
+	s, err := in.exists(db)
+	if err == nil && !s.ready() {
 		// Read committed, so that the check after the lock sees what the
 		// lock's holder committed.
-		err = db.Transaction(func(tx *gorm.DB) error { return in.create(tx, table, index) },
+		err = db.Transaction(func(tx *gorm.DB) error { return in.create(tx, s) },
 			&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	}
 	if err != nil {
@@ -169,33 +188,53 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// create creates the table and the index, those of them found missing, in
-// tx.
-func (in *Inbox) create(tx *gorm.DB, table, index bool) error {
+// found is what the catalog says of the inbox table.
+type found struct {
+	table, index bool
+	keyWidth     int // the key column's width in bytes; 0: unbounded or unknown
+}
+
+func (s found) narrow() bool { return s.keyWidth > 0 && s.keyWidth < MaxKeyLen }
+func (s found) ready() bool  { return s.table && s.index && !s.narrow() }
+
+// create creates the table and the index, those of them found missing,
+// and widens the key column, in tx.
+func (in *Inbox) create(tx *gorm.DB, s found) (err error) {
 	if in.d.lock != nil {
 		if err := tx.Exec(in.d.lock(in.o.Table)).Error; err != nil {
 			return err
 		}
+		if in.d.unlock != nil {
+			defer func() { err = errors.Join(err, tx.Exec(in.d.unlock(in.o.Table)).Error) }()
+		}
 		// Another process may have created them while this one waited.
-		var err error
-		if table, index, err = in.exists(tx); err != nil {
+		if s, err = in.exists(tx); err != nil {
 			return err
 		}
 	}
-	if !table {
+	if !s.table {
 		if err := tx.Exec(in.d.createTable(in.o.Table, in.quote)).Error; err != nil {
 			return err
 		}
 	}
-	if !index && in.d.createIndex != nil {
-		return tx.Exec(in.d.createIndex(in.o.Table, in.quote)).Error
+	if !s.index && in.d.createIndex != nil {
+		if err := tx.Exec(in.d.createIndex(in.o.Table, in.quote)).Error; err != nil {
+			return err
+		}
+	}
+	if s.table && s.narrow() {
+		for _, stmt := range in.d.widenKey(in.o.Table, in.quote) {
+			if err := tx.Exec(stmt).Error; err != nil {
+				return fmt.Errorf("widen the key column (%d bytes) to %d: %w", s.keyWidth, MaxKeyLen, err)
+			}
+		}
 	}
 	return nil
 }
 
-func (in *Inbox) exists(db *gorm.DB) (table, index bool, err error) {
+func (in *Inbox) exists(db *gorm.DB) (found, error) {
 	if in.d.exists == nil {
-		return false, false, nil
+		return found{}, nil
 	}
 	return in.d.exists(db, in.o.Table)
 }
@@ -352,6 +391,9 @@ func (in *Inbox) beginTx(ctx context.Context) (*claim, error) {
 func (in *Inbox) claim(ctx context.Context, key string) (*claim, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
+	}
+	if len(key) > in.keyLimit {
+		return nil, fmt.Errorf("inbox: key of %d bytes, the table's key column holds %d until Migrate widens it: %w", len(key), in.keyLimit, ErrKeyTooLong)
 	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {

@@ -1,0 +1,147 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+
+	"github.com/hookstamp/hookstamp/inbox"
+	"github.com/hookstamp/hookstamp/internal/config"
+	"github.com/hookstamp/hookstamp/internal/testenv"
+)
+
+// keyOf is a key of n bytes, multi-byte characters included.
+func keyOf(n int) string {
+	key := "evt_ü" + strings.Repeat("x", n)
+	return key[:n]
+}
+
+// The longest key a route may forward is applied once and replayed: the
+// inbox answered 400 over 255 bytes, final under the gateway's default
+// record.statuses, so the event was never applied and every retry was
+// answered 400.
+func TestMiddlewareHoldsTheGatewaysLongestKey(t *testing.T) {
+	if inbox.MaxKeyLen < config.MaxKeyLength {
+		t.Fatalf("inbox.MaxKeyLen %d < the gateway's key.max_length bound %d", inbox.MaxKeyLen, config.MaxKeyLength)
+	}
+	eachBackend(t, func(t *testing.T, db *gorm.DB) {
+		h := &payments{}
+		srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(h))
+		defer srv.Close()
+		for _, n := range []int{256, config.MaxKeyLength} {
+			key := keyOf(n)
+			first := post(t, srv.URL, key)
+			if again := post(t, srv.URL, key); first.status != http.StatusCreated || again.body != first.body {
+				t.Fatalf("%d-byte key: %d %q, then %d %q; want 201 replayed", n, first.status, first.body, again.status, again.body)
+			}
+			wantCounts(t, db, inbox.DefaultTable, key, 1, 1)
+		}
+		if a := post(t, srv.URL, keyOf(inbox.MaxKeyLen+1)); a.status != http.StatusBadRequest {
+			t.Errorf("key over MaxKeyLen: %d %q, want 400", a.status, a.body)
+		}
+	})
+}
+
+// oldTable is the inbox table as versions before the key column's
+// widening created it.
+var oldTable = map[string]string{
+	"postgres": `CREATE TABLE hookstamp_inbox (consumer VARCHAR(100) NOT NULL, "key" VARCHAR(255) NOT NULL,
+		status INTEGER NOT NULL, headers TEXT NOT NULL, body BYTEA NOT NULL,
+		created_at TIMESTAMPTZ NOT NULL, expires_at TIMESTAMPTZ NOT NULL, PRIMARY KEY (consumer, "key"));
+		CREATE INDEX hookstamp_inbox_expires_at ON hookstamp_inbox (expires_at)`,
+	"mysql": "CREATE TABLE hookstamp_inbox (consumer VARBINARY(100) NOT NULL, `key` VARBINARY(255) NOT NULL," +
+		" status INT NOT NULL, headers TEXT NOT NULL, body LONGBLOB NOT NULL," +
+		" created_at DATETIME(6) NOT NULL, expires_at DATETIME(6) NOT NULL, PRIMARY KEY (consumer, `key`)," +
+		" INDEX hookstamp_inbox_expires_at (expires_at)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+}
+
+// Replicas starting together on a table of an earlier version widen its
+// key column once between them, and the keys it held are still honoured.
+func TestNewWidensAnOldTable(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			db := b.open(t)
+			for _, stmt := range strings.Split(oldTable[db.Dialector.Name()], ";") {
+				mustExec(t, db, stmt)
+			}
+			mustExec(t, db, "INSERT INTO hookstamp_inbox VALUES ('default', 'evt_60', 201, '{}', 'booked', '2026-01-01', '2099-01-01')")
+			replicas := make([]*gorm.DB, 6)
+			for i := range replicas {
+				replicas[i] = db.Session(&gorm.Session{NewDB: true})
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, len(replicas))
+			for _, r := range replicas {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := inbox.New(r, inbox.Options{})
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+			}
+			ib := newInbox(t, db, inbox.Options{})
+			srv := httptest.NewServer(ib.Middleware(&payments{}))
+			defer srv.Close()
+			if a := post(t, srv.URL, "evt_60"); a.status != http.StatusCreated || a.body != "booked" {
+				t.Errorf("a key recorded before: %d %q, want its 201 replayed", a.status, a.body)
+			}
+			key := keyOf(inbox.MaxKeyLen)
+			if ran, err := ib.Once(context.Background(), key, func(tx *gorm.DB) error { return book(tx, key) }); !ran || err != nil {
+				t.Fatalf("%d-byte key: ran=%v err=%v", len(key), ran, err)
+			}
+			wantCounts(t, db, inbox.DefaultTable, key, 1, 1)
+		})
+	}
+}
+
+// An application whose user may not alter the old table still starts and
+// serves the keys it holds; a longer one is answered 503, not a final
+// 400, so that the sender retries until a migration role has widened the
+// column.
+func TestNewOnAnOldTableItMayNotWiden(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	owner := openDB(t, postgres.Open(dsn))
+	for _, stmt := range strings.Split(oldTable["postgres"], ";") {
+		mustExec(t, owner, stmt)
+	}
+	role, as := pgRole(t, owner, dsn)
+	mustExec(t, owner, "GRANT SELECT, INSERT, UPDATE, DELETE ON hookstamp_inbox, payments TO "+role)
+	mustExec(t, owner, "GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+schemaOf(t, owner)+" TO "+role)
+	app := as(url.Values{"search_path": {schemaOf(t, owner)}})
+
+	ib := newInbox(t, app, inbox.Options{})
+	long := keyOf(300)
+	if ran, err := ib.Once(context.Background(), long, func(*gorm.DB) error { return nil }); ran || !errors.Is(err, inbox.ErrKeyTooLong) {
+		t.Errorf("300-byte key: ran=%v err=%v, want ErrKeyTooLong", ran, err)
+	}
+	srv := httptest.NewServer(ib.Middleware(&payments{}))
+	defer srv.Close()
+	if a := post(t, srv.URL, long); a.status != http.StatusServiceUnavailable {
+		t.Errorf("300-byte key: %d %q, want 503", a.status, a.body)
+	}
+	if a := post(t, srv.URL, keyOf(255)); a.status != http.StatusCreated {
+		t.Errorf("255-byte key: %d %q, want 201", a.status, a.body)
+	}
+
+	newInbox(t, owner, inbox.Options{}) // the migration role
+	srv.Config.Handler = newInbox(t, app, inbox.Options{}).Middleware(&payments{})
+	if a := post(t, srv.URL, long); a.status != http.StatusCreated {
+		t.Errorf("300-byte key once widened: %d %q, want 201", a.status, a.body)
+	}
+	wantCounts(t, owner, inbox.DefaultTable, long, 1, 1)
+}
