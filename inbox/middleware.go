@@ -44,11 +44,16 @@ func (in *Inbox) encodeHeader(h http.Header) string {
 	kept := map[string][]string{}
 	utf := true
 	for _, name := range in.o.Headers {
-		if v := h.Values(name); len(v) > 0 {
-			kept[http.CanonicalHeaderKey(name)] = v
+		name = http.CanonicalHeaderKey(name)
+		v, set := h[name]
+		switch {
+		case len(v) > 0:
+			kept[name] = v
 			for _, s := range v {
 				utf = utf && utf8.ValidString(s)
 			}
+		case set: // present with no value: net/http sends none and sniffs no Content-Type
+			kept[name] = []string{}
 		}
 	}
 	if utf {
@@ -57,6 +62,7 @@ func (in *Inbox) encodeHeader(h http.Header) string {
 	}
 	raw := make(map[string][][]byte, len(kept))
 	for name, v := range kept {
+		raw[name] = make([][]byte, 0, len(v))
 		for _, s := range v {
 			raw[name] = append(raw[name], []byte(s))
 		}
@@ -75,6 +81,7 @@ func decodeHeader(s string) (http.Header, error) {
 			return nil, err
 		}
 		for name, v := range raw {
+			h[name] = make([]string, 0, len(v))
 			for _, b := range v {
 				h[name] = append(h[name], string(b))
 			}

@@ -124,6 +124,24 @@ func TestMiddlewareReplaysHeaderBytes(t *testing.T) {
 	})
 }
 
+// A handler that sends no Content-Type (net/http's nil value, which turns
+// sniffing off) has none sent to a repeat either, on the wire: the replay
+// went out sniffed as text/html.
+func TestMiddlewareReplaysNoContentType(t *testing.T) {
+	db := backends[2].open(t)
+	srv := httptest.NewServer(newInbox(t, db, inbox.Options{Headers: []string{"Content-Type", "X-Note"}}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil
+		w.Header().Set("X-Note", "caf\xe9") // recorded too: the headers go as bytes
+		io.WriteString(w, "<html>hello</html>")
+	})))
+	defer srv.Close()
+	for i := range 2 {
+		if a := post(t, srv.URL, "evt_15"); a.status != http.StatusOK || a.header["Content-Type"] != nil {
+			t.Errorf("answer %d: %d with Content-Type %q, want 200 with none", i+1, a.status, a.header["Content-Type"])
+		}
+	}
+}
+
 // Once called from a middleware handler with the key the middleware holds
 // would wait for the handler's own transaction: it is refused at once.
 func TestOnceInsideItsOwnKeysHandlerIsRefused(t *testing.T) {
