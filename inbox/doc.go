@@ -31,18 +31,28 @@
 // handler wrote after the rollback is rolled back too; SQLite has no such
 // setting, and those writes are committed one by one.
 //
+// # One Inbox per route
+//
+// hookstamp keeps each route's keys apart: the same key on two routes is
+// two events. The inbox knows no routes (the gateway forwards none), so
+// each endpoint behind a route of its own needs an Inbox of its own,
+// with its own Options.Consumer (or Table); one Inbox shared by two
+// endpoints would answer the second event with the first one's answer.
+//
 // # The unique index decides
 //
 // The key is inserted first, in the transaction that then runs the
 // business write; the table's primary key (consumer, key) decides which of
 // two concurrent copies runs. There is no read-then-insert. Copies of one
 // key in one process wait in the Inbox, holding no connection, until the
-// copy before them has committed or rolled back: a burst of copies larger
-// than the connection pool cannot starve the first one's transaction, nor
-// a handler that also reads through the application's own *gorm.DB (a
-// second connection; its business writes go through the transaction).
-// Copies in other processes wait in the database, each on a connection of
-// its own. How each database makes them wait:
+// copy before them has committed or rolled back: a burst of copies of one
+// key larger than the connection pool cannot starve the first one's
+// transaction. Distinct keys each hold a connection for their
+// transaction, so handlers read and write through tx (or Tx): one that
+// also took a second connection from the application's own *gorm.DB
+// would wait for it forever once as many keys as the pool has
+// connections were in flight. Copies in other processes wait in the
+// database, each on a connection of its own. How each database makes them wait:
 //
 //   - PostgreSQL: the second INSERT blocks until the first transaction ends
 //     (or until lock_timeout, when the application sets one: that error is

@@ -21,8 +21,9 @@ import (
 // Options configure an Inbox. The zero value works.
 type Options struct {
 	// Consumer names the application (or the part of it) whose keys these
-	// are; two consumers may record the same key independently. Default
-	// "default".
+	// are; two consumers may record the same key independently. Give each
+	// endpoint behind a hookstamp route of its own a Consumer of its own:
+	// the gateway keeps each route's keys apart. Default "default".
 	Consumer string
 	// Table is the inbox table's name, optionally with its schema
 	// (PostgreSQL), database (MySQL) or attached database (SQLite):
