@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/config"
 )
@@ -143,6 +144,56 @@ func TestSenderInsideTrustedRangeIsTheSource(t *testing.T) {
 			t.Errorf("X-Forwarded-For %q: no ledger record", tc.xff)
 		} else if rec.Source != tc.want {
 			t.Errorf("X-Forwarded-For %q: ledger source %q, want %q", tc.xff, rec.Source, tc.want)
+		}
+	}
+}
+
+// A prefix route's rest with a dot segment that the upstream, not the
+// gateway, would resolve ("..;" to Tomcat and Spring, double escapes to a
+// second decoder, "\" to IIS) reaches outside upstream.url: it gets 400
+// and nothing is forwarded, whatever the method (GET passes through).
+// Names holding dots or ";" are forwarded as sent.
+func TestPrefixRestThatEscapesUpstreamURLIsRefused(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, routingConfig(t, fmt.Sprintf(`
+  - name: tc
+    path: /tc/*
+    methods: [POST]
+    upstream: {url: "%s/app/hooks/"}
+    key: {sources: [{header: X-Event-Id}]}
+`, up.URL)))
+	raw := func(method, path string) reply {
+		t.Helper()
+		req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: gw\r\nX-Event-Id: evt-%s\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", method, path, path)
+		out := rawExchange(t, g, req, 2*time.Second)
+		if len(out) != 1 {
+			t.Fatalf("%s %s: want one answer, got %+v", method, path, out)
+		}
+		return out[0].reply()
+	}
+	for _, path := range []string{
+		"/tc/..;/..;/admin/secret.txt",
+		"/tc/%2e%2e;/%2e%2e;/admin",
+		"/tc/..%3B/..%3B/admin",
+		"/tc/..%5C..%5Cadmin",
+		"/tc/%252e%252e/admin",
+		"/tc/a%00b",
+	} {
+		for _, method := range []string{http.MethodPost, http.MethodGet} {
+			wantProblem(t, raw(method, path), http.StatusBadRequest, "")
+		}
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests, want none", n)
+	}
+	for _, tc := range []struct{ path, uri string }{
+		{"/tc/a;b", "/app/hooks/a;b"},
+		{"/tc/a.b", "/app/hooks/a.b"},
+		{"/tc/...", "/app/hooks/..."},
+	} {
+		wantOutcome(t, raw(http.MethodPost, tc.path), http.StatusOK, "forwarded")
+		if _, uri, _ := up.lastRequest(); uri != tc.uri {
+			t.Errorf("POST %s: upstream got %q, want %q", tc.path, uri, tc.uri)
 		}
 	}
 }

@@ -140,3 +140,58 @@ func byMethod(rs []*Route, method string) *Route {
 	}
 	return nil
 }
+
+// escapingRest reports why a prefix route's rest of the path is refused, or
+// "" when it may be forwarded. The upstream may decode the rest again, drop
+// ";" parameters (Tomcat, Spring) or read "\" as "/" (IIS), and then
+// resolve dot segments the gateway never saw as such: "..;/admin" would
+// reach outside upstream.url. So the rest, unescaped until nothing changes,
+// may hold no segment that is "." or ".." once its ";" parameters are
+// dropped, and no backslash or NUL.
+func escapingRest(rest string) string {
+	for {
+		next := unescapeLenient(rest)
+		if next == rest {
+			break
+		}
+		rest = next
+	}
+	if strings.ContainsAny(rest, "\\\x00") {
+		return "the path after the route's prefix holds a backslash or a NUL byte"
+	}
+	for seg := range strings.SplitSeq(rest, "/") {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return "the path after the route's prefix holds a dot segment (\".\" or \"..\", escaped or with \";\" parameters), which the upstream could resolve outside upstream.url"
+		}
+	}
+	return ""
+}
+
+// unescapeLenient decodes the %XX escapes of s, leaving a "%" that starts
+// none as it is.
+func unescapeLenient(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if isEscape([]byte(s[i:min(i+3, len(s))])) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}

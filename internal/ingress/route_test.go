@@ -112,6 +112,43 @@ func TestEscapedRest(t *testing.T) {
 	}
 }
 
+// A prefix route's rest (decoded once, as matched) is refused when an
+// upstream that decodes again, drops ";" parameters or reads "\" as "/"
+// would find a dot segment in it; names that merely hold dots or ";" pass.
+func TestEscapingRest(t *testing.T) {
+	cases := []struct {
+		name, rest string
+		refused    bool
+	}{
+		{"dot-dot with a parameter", "..;/..;/admin/secret", true},
+		{"dot-dot with an empty parameter deeper in", "a/..;/b", true},
+		{"dot with a parameter", ".;x/admin", true},
+		{"escaped semicolon", "..%3B/x", true},
+		{"double-escaped dots", "%2e%2e/admin", true},
+		{"triple-escaped dots", "%25252e%25252e/admin", true},
+		{"double-escaped slash around dots", "a%2F..%2Fadmin", true},
+		{"backslash", "..\\admin", true},
+		{"backslash in a name", "a\\b", true},
+		{"escaped backslash", "a%5Cb", true},
+		{"NUL", "a\x00b", true},
+		{"parameter on a name", "a;b", false},
+		{"dot inside a name", "a.b", false},
+		{"three dots", "...", false},
+		{"dots after the parameter", "a;..", false},
+		{"dots begin a name", "..a/.b", false},
+		{"escaped slash", "files/a%2Fb", false},
+		{"malformed escape", "a%zz/%", false},
+		{"empty", "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := escapingRest(tc.rest); (got != "") != tc.refused {
+				t.Fatalf("escapingRest(%q) = %q, want refused %v", tc.rest, got, tc.refused)
+			}
+		})
+	}
+}
+
 // A query is passed on as sent, escapes kept, with the bytes a request
 // line cannot carry raw escaped (fasthttp accepts "?a=1 2": written
 // upstream as it is, the request line broke and the upstream's 400 was

@@ -276,6 +276,10 @@ func (s *Server) handle(c *fiber.Ctx) error {
 	if route == nil {
 		return writeProblem(c, http.StatusNotFound, "", "no route is configured for this path", 0)
 	}
+	if problem := escapingRest(rest); problem != "" {
+		// Not a delivery to the route: nothing about it is counted there.
+		return writeProblem(c, http.StatusBadRequest, "", problem, 0)
+	}
 	c.Locals(routeLocal{}, route)
 	ctx := c.UserContext() // descends from s.abandon
 
