@@ -13,7 +13,8 @@
 // /admin/* needs Authorization: Bearer <admin.token>. The token is compared
 // in constant time on SHA-256 digests, so neither its bytes nor its length
 // leak through timing. With no token configured /admin/* answers 404: the
-// API is off.
+// API is off. A browser's request from another origin gets 403 whatever
+// its token.
 package admin
 
 import (
@@ -254,6 +255,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusMisdirectedRequest, "a browser may call the admin API only under the admin listener's address, localhost, or a name in admin.console_hosts")
 		return
 	}
+	if crossOrigin(r) {
+		// A page of another site can make the operator's browser call
+		// the API, without the token but perhaps with credentials it
+		// keeps for the listener (a proxy's Basic authentication).
+		s.o.Logger.WarnContext(r.Context(), "admin: a browser's request from another origin refused", "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+		problem(w, http.StatusForbidden, "a browser may call the admin API only from the admin listener's own origin")
+		return
+	}
 	if len(r.Header.Values("Authorization")) > 1 {
 		// Which one a proxy in front checked, and which one the gateway
 		// would, is not known: net/http's Get reads the first.
@@ -268,8 +277,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.authorized(r) {
-		s.wrong.Failed(r.RemoteAddr)
-		s.o.Logger.WarnContext(r.Context(), "admin: wrong or missing bearer token", "remote", r.RemoteAddr, "path", path)
+		if r.Header.Get("Authorization") == "" {
+			// No guess at the token: counted, it would let any page that
+			// can make a browser send requests here lock the operator's
+			// address out.
+			s.o.Logger.InfoContext(r.Context(), "admin: no bearer token", "remote", r.RemoteAddr, "path", path)
+		} else {
+			s.wrong.Failed(r.RemoteAddr)
+			s.o.Logger.WarnContext(r.Context(), "admin: wrong bearer token", "remote", r.RemoteAddr, "path", path)
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookstamp admin"`)
 		problem(w, http.StatusUnauthorized, "a valid bearer token is required")
 		return

@@ -214,6 +214,23 @@ func TestWrongTokensAreSlowedDown(t *testing.T) {
 	}
 }
 
+// A request without Authorization guesses nothing: it gets 401 but does
+// not count, so that requests a page makes the operator's browser send
+// cannot make the operator's address wait. Wrong tokens still count.
+func TestRequestsWithoutATokenAreNotSlowedDown(t *testing.T) {
+	e := newEnv(t, nil)
+	for range 10 {
+		wantProblem(t, e.do(t, http.MethodGet, "/admin/stats", "", ""), http.StatusUnauthorized)
+	}
+	if r := e.do(t, http.MethodGet, "/admin/stats", token, ""); r.status != http.StatusOK {
+		t.Fatalf("the right token after ten requests without one: %d %s", r.status, r.body)
+	}
+	for i := range 4 {
+		wantProblem(t, e.do(t, http.MethodGet, "/admin/stats", "guess"+strconv.Itoa(i), ""), http.StatusUnauthorized)
+	}
+	wantProblem(t, e.do(t, http.MethodGet, "/admin/stats", token, ""), http.StatusTooManyRequests)
+}
+
 // Two Authorization fields: net/http's Get read the first, while a proxy
 // in front may have checked the other. Refused 400 whichever is right,
 // and nothing is done.

@@ -53,3 +53,16 @@ func hostName(h string) string {
 func fromBrowser(r *http.Request) bool {
 	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
 }
+
+// crossOrigin reports whether a browser says r comes from another origin
+// (Sec-Fetch-Site, else Origin against Host), by the check the console
+// puts on its forms. That check passes every GET and HEAD, which a page
+// of another site can send; the API, which no page of its own calls,
+// applies it to every method.
+func crossOrigin(r *http.Request) bool {
+	unsafe := *r
+	unsafe.Method = http.MethodPost
+	return sameOriginOnly.Check(&unsafe) != nil
+}
+
+var sameOriginOnly = http.NewCrossOriginProtection()

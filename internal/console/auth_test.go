@@ -174,6 +174,39 @@ func TestWrongAPITokensSlowDownTheSignIn(t *testing.T) {
 	}
 }
 
+// The requests a page of another site makes the operator's browser send
+// to the admin API carry no bearer token (or a proxy's Basic credentials,
+// refused for their origin): they leave the operator's sign-in as it was.
+func TestBrowserRequestsWithoutATokenDoNotSlowDownTheSignIn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i := range 10 {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/admin/x", nil)
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		if i%2 == 1 {
+			req.SetBasicAuth("ops", "proxy-password")
+		}
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("cross-site request %d: %d, want 403", i, res.StatusCode)
+		}
+	}
+	for range 10 {
+		res, err := e.srv.Client().Get(e.srv.URL + "/admin/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a request without a token: %d, want 401", res.StatusCode)
+		}
+	}
+	e.browser(t).mustSignIn()
+}
+
 // Wrong tokens from more addresses than the throttle's table holds (10 000
 // IPv6 /64s: one /48) make none but those addresses wait: the operator's
 // right token from another address is taken, by the API and the sign-in,
