@@ -780,6 +780,17 @@ func TestJoinURL(t *testing.T) {
 		{"prefix keeps encoding", "http://u/in", "/a%2Fb/c%20d", "q=%26", "http://u/in/a%2Fb/c%20d?q=%26"},
 		{"prefix with base query", "http://u/in?t=1", "/a", "b=2", "http://u/in/a?t=1&b=2"},
 		{"fragment dropped", "http://u/in#frag", "/a", "", "http://u/in/a"},
+		// upstream.url's parameters win: an application reading the last of
+		// a repeated parameter must not read the sender's.
+		{"sender's parameter of a configured name dropped", "http://u/qs?tenant=acme&api_key=K3Y", "",
+			"tenant=evil&x=1&api_key=x", "http://u/qs?tenant=acme&api_key=K3Y&x=1"},
+		{"configured name escaped by the sender", "http://u/qs?api_key=K3Y", "", "api%5Fkey=x&b=2", "http://u/qs?api_key=K3Y&b=2"},
+		{"configured name as an array", "http://u/qs?tenant=acme", "", "tenant[]=evil&tenant%5B0%5D=evil", "http://u/qs?tenant=acme"},
+		{"configured name as PHP reads it", "http://u/qs?api_key=K3Y", "", "api.key=x&api+key=y", "http://u/qs?api_key=K3Y"},
+		{"configured name after a semicolon", "http://u/qs?tenant=acme", "", "a=1;tenant=evil&b=2", "http://u/qs?tenant=acme&b=2"},
+		{"configured name without a value", "http://u/qs?debug", "", "debug=1&a=1", "http://u/qs?debug&a=1"},
+		{"names differ in case", "http://u/qs?tenant=acme", "", "Tenant=x", "http://u/qs?tenant=acme&Tenant=x"},
+		{"every sender parameter dropped", "http://u/qs?tenant=acme", "/a", "tenant=evil", "http://u/qs/a?tenant=acme"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

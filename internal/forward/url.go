@@ -1,11 +1,15 @@
 package forward
 
-import "strings"
+import (
+	"net/url"
+	"strings"
+)
 
 // JoinURL builds the upstream URL of a delivery (SPEC §4): base's path, one
 // slash, and suffix (a prefix route's rest of the path, escaped as
 // received; "" for an exact route); then base's query and rawQuery joined
-// with "&". A fragment in base is dropped.
+// with "&", without rawQuery's parameters whose names base's query has. A
+// fragment in base is dropped.
 func JoinURL(base, suffix, rawQuery string) string {
 	if i := strings.IndexByte(base, '#'); i >= 0 {
 		base = base[:i]
@@ -21,6 +25,7 @@ func JoinURL(base, suffix, rawQuery string) string {
 			path += "/" + suffix
 		}
 	}
+	rawQuery = withoutNames(rawQuery, query)
 	switch {
 	case query != "" && rawQuery != "":
 		query += "&" + rawQuery
@@ -32,3 +37,44 @@ func JoinURL(base, suffix, rawQuery string) string {
 	}
 	return path + "?" + query
 }
+
+// withoutNames is rawQuery without the parameters (the "&"-separated
+// pairs) naming one that configured names. An application reading the
+// last of a repeated parameter would otherwise read the sender's value
+// where upstream.url sets one (a tenant, an API key). A pair that ";"
+// splits further is dropped if any part names one: some parsers split on
+// ";" too.
+func withoutNames(rawQuery, configured string) string {
+	if rawQuery == "" || configured == "" {
+		return rawQuery
+	}
+	names := make(map[string]bool)
+	for _, p := range strings.FieldsFunc(configured, func(r rune) bool { return r == '&' || r == ';' }) {
+		names[paramName(p)] = true
+	}
+	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
+	for pair := range strings.SplitSeq(rawQuery, "&") {
+		named := false
+		for p := range strings.SplitSeq(pair, ";") {
+			named = named || names[paramName(p)]
+		}
+		if !named {
+			kept = append(kept, pair)
+		}
+	}
+	return strings.Join(kept, "&")
+}
+
+// paramName is a query parameter's name as applications read it:
+// unescaped, up to a "[" (PHP's and Rails' arrays: "a[]" sets "a"), with
+// "." and " " read as "_" (PHP).
+func paramName(pair string) string {
+	name, _, _ := strings.Cut(pair, "=")
+	if u, err := url.QueryUnescape(name); err == nil {
+		name = u
+	}
+	name, _, _ = strings.Cut(name, "[")
+	return phpName.Replace(name)
+}
+
+var phpName = strings.NewReplacer(".", "_", " ", "_")

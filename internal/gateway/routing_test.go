@@ -197,3 +197,22 @@ func TestPrefixRestThatEscapesUpstreamURLIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Parameters upstream.url sets are the operator's: a sender's of the same
+// name is not forwarded, so that an application reading the last of a
+// repeated parameter reads the configured value. Others pass as sent.
+func TestConfiguredQueryParametersWinOverTheSenders(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, routingConfig(t, fmt.Sprintf(`
+  - name: qs
+    path: /qs
+    methods: [POST]
+    upstream: {url: "%s/qs?tenant=acme&api_key=K3Y"}
+    key: {sources: [{header: X-Event-Id}]}
+`, up.URL)))
+	r := send(t, g, "/qs?tenant=evil&api_key=x&page=2", `{}`, "X-Event-Id", "evt-qs")
+	wantOutcome(t, r, http.StatusOK, "forwarded")
+	if _, uri, _ := up.lastRequest(); uri != "/qs?tenant=acme&api_key=K3Y&page=2" {
+		t.Fatalf("upstream got %q, want /qs?tenant=acme&api_key=K3Y&page=2", uri)
+	}
+}
