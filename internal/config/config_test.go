@@ -834,7 +834,7 @@ func TestValidateProgrammaticConfig(t *testing.T) {
 
 func TestRedacted(t *testing.T) {
 	c := mustLoad(t, `
-admin: {token: t0ken}
+admin: {token: t0ken, trace_url: "https://viewer:tr4ce@grafana:3000/explore?traceId={trace_id}"}
 store: {driver: postgres, dsn: "postgres://hook:pa55word@db:5432/hs?sslmode=disable"}
 screen: {redis: {password: r3dis, addrs: ["redis://:addrpw@r1:6379", "r2:6379"]}}
 routes:
@@ -850,6 +850,7 @@ routes:
 		got, want any
 	}{
 		{"admin.token", r.Admin.Token, RedactedValue},
+		{"admin.trace_url", r.Admin.TraceURL, "https://[redacted]@grafana:3000/explore?traceId=[redacted]"},
 		{"store.dsn", r.Store.DSN, "postgres://hook:[redacted]@db:5432/hs?sslmode=disable"},
 		{"screen.redis.password", r.Screen.Redis.Password, RedactedValue},
 		{"screen.redis.addrs", r.Screen.Redis.Addrs, []string{"redis://:[redacted]@r1:6379", "r2:6379"}},
@@ -869,7 +870,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"t0ken", "pa55word", "r3dis", "gh1", "upw", "addrpw"} {
+	for _, secret := range []string{"t0ken", "tr4ce", "pa55word", "r3dis", "gh1", "upw", "addrpw"} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("YAML output leaks %q:\n%s", secret, out)
 		}

@@ -8,10 +8,11 @@ import (
 // Redacted returns a deep copy of c with every secret replaced by
 // RedactedValue: verify.secrets, verify.challenge_token, admin.token, screen.redis.password, the
 // passwords inside store.dsn and screen.redis.addrs, and the userinfo and query values of
-// upstream URLs. An empty secret stays empty, so an unset one is visible as such.
+// upstream URLs and admin.trace_url. An empty secret stays empty, so an unset one is visible as such.
 func (c *Config) Redacted() *Config {
 	r := c.clone()
 	r.Admin.Token = redact(r.Admin.Token)
+	r.Admin.TraceURL = RedactURL(r.Admin.TraceURL)
 	r.Screen.Redis.Password = redact(r.Screen.Redis.Password)
 	r.Store.DSN = RedactDSN(r.Store.DSN)
 	for i, a := range r.Screen.Redis.Addrs {

@@ -47,6 +47,12 @@ routes:
     upstream: {url: "http://u:9000/x?password=` + secret + `#frag"}
     key: {sources: [{header: X-Event-Id}]}
 `, `routes[0].upstream.url: "http://u:9000/x?password=[redacted]" has a fragment`},
+		{"trace url with credentials and a scheme that is not http", `
+admin: {trace_url: "ftp://viewer:` + secret + `@grafana/explore?traceId={trace_id}"}
+` + minimal, `admin.trace_url: "ftp://[redacted]@grafana/explore?traceId=[redacted]" is not an absolute http`},
+		{"trace url with credentials and no placeholder", `
+admin: {trace_url: "https://viewer:` + secret + `@grafana/explore"}
+` + minimal, `admin.trace_url: "https://[redacted]@grafana/explore" does not contain {trace_id}`},
 		{"admin token written as a list", `
 admin: {token: ["` + secret + `"]}
 ` + minimal, "admin.token: want a text value, got a list"},

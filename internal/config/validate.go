@@ -167,9 +167,9 @@ func checkTraceURL(errs *Errors, s string) {
 	case err != nil:
 		errs.add("admin.trace_url", "%s", urlProblem(s, err))
 	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		errs.add("admin.trace_url", "%q is not an absolute http:// or https:// URL", s)
+		errs.add("admin.trace_url", "%q is not an absolute http:// or https:// URL", RedactURL(s))
 	case !strings.Contains(s, "{trace_id}"):
-		errs.add("admin.trace_url", "%q does not contain {trace_id}, which the console replaces with the event's trace id", s)
+		errs.add("admin.trace_url", "%q does not contain {trace_id}, which the console replaces with the event's trace id", RedactURL(s))
 	}
 }
 
