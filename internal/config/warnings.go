@@ -20,8 +20,16 @@ func (c *Config) Warnings(now time.Time) []string {
 	if msg := certWarning(c.Server.TLS, now); msg != "" {
 		w = append(w, msg)
 	}
+	if n := len(c.Admin.Token); n > 0 && n < MinAdminToken {
+		w = append(w, fmt.Sprintf("admin.token: %d bytes is short: wrong tokens are slowed down per address, not across many, and the token redelivers and deletes events; use 32 random bytes (openssl rand -hex 32)", n))
+	}
 	return w
 }
+
+// MinAdminToken is the admin.token length, in bytes, below which Warnings
+// warns. A refusal would stop gateways whose shorter tokens served until
+// now.
+const MinAdminToken = 16
 
 func routeWarnings(p string, r Route) []string {
 	var w []string

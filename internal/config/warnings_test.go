@@ -83,9 +83,9 @@ func TestMisnamedOverrides(t *testing.T) {
 	if c.Store.Driver != "sqlite" {
 		t.Errorf("store.driver %q", c.Store.Driver)
 	}
-	c = mustLoad(t, "admin: {token: \"${HOOKSTAMP_ADMIN_TOKEN}\"}\n"+minimal, "HOOKSTAMP_ADMIN_TOKEN=secret-token")
+	c = mustLoad(t, "admin: {token: \"${HOOKSTAMP_ADMIN_TOKEN}\"}\n"+minimal, "HOOKSTAMP_ADMIN_TOKEN=secret-admin-token")
 	wantWarning(t, c.Warnings(time.Now()))
-	c = mustLoad(t, minimal, "HOOKSTAMP_ADMIN_TOKEN=secret-token")
+	c = mustLoad(t, minimal, "HOOKSTAMP_ADMIN_TOKEN=secret-admin-token")
 	wantWarning(t, c.Warnings(time.Now()), "HOOKSTAMP_ADMIN_TOKEN sets nothing: one level down is a double underscore, HOOKSTAMP_ADMIN__TOKEN")
 }
 
@@ -99,4 +99,24 @@ func TestMaxAgeShorterThanAnAttemptIsWarned(t *testing.T) {
 		"routes[0].async.max_age: 5s is not longer than upstream.timeout (5s): an attempt that fails only at its timeout leaves the delivery dead after one of its 25 attempts")
 	wantWarning(t, mustLoad(t, route+"    async: {max_age: 6s}\n").Warnings(time.Now()))
 	wantWarning(t, mustLoad(t, route+"    async: {max_age: 1s, max_attempts: 1}\n").Warnings(time.Now()))
+}
+
+// A short admin.token is within reach of guesses spread over many
+// addresses, each slowed down alone: check says so (and serve at start),
+// and still takes it, as gateways run with such tokens.
+func TestShortAdminTokenIsWarned(t *testing.T) {
+	for _, tc := range []struct {
+		token string
+		want  []string
+	}{
+		{"t0ken", []string{"admin.token: 5 bytes is short"}},
+		{"fifteen-bytes-x", []string{"admin.token: 15 bytes is short"}},
+		{"sixteen-bytes-xx", nil},
+		{"", nil},
+	} {
+		t.Run(tc.token, func(t *testing.T) {
+			c := mustLoad(t, "admin: {token: \""+tc.token+"\"}\n"+minimal)
+			wantWarning(t, c.Warnings(time.Now()), tc.want...)
+		})
+	}
 }

@@ -178,22 +178,12 @@ func (g *Gateway) startAdmin() error {
 		g.log.Warn("admin.token is empty: the admin API (/admin/*) is off; /healthz, /readyz and /metrics still answer",
 			"addr", ln.Addr().String())
 	}
-	if n := len(g.cfg.Admin.Token); n > 0 && n < minAdminToken {
-		g.log.Warn("admin.token is short: the throttle slows guesses per address, not across many; use 32 random bytes (openssl rand -hex 32)",
-			"length", n, "want_at_least", minAdminToken)
-	}
 	g.log.Info("admin listener serving", "addr", ln.Addr().String())
 	if g.cfg.Admin.Token != "" && g.cfg.Admin.Console {
 		g.log.Info("operator console: sign in with admin.token", "url", "http://"+ln.Addr().String()+"/ui/")
 	}
 	return nil
 }
-
-// minAdminToken is the token length below which start-up warns: the
-// token redelivers payments, and guesses spread over many addresses are
-// each slowed down alone. A refusal would stop gateways whose shorter
-// tokens served until now.
-const minAdminToken = 16
 
 // console builds the operator console over the admin API's operations
 // (admin.console, with a token).
