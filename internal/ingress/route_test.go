@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"net/url"
+	"path"
 	"strings"
 	"testing"
 )
@@ -194,6 +195,35 @@ func FuzzEscapedRest(f *testing.F) {
 			} else if !pathSafe(got[i]) {
 				t.Fatalf("escapedRest(%q, %q, %q) = %q: byte %q at %d is not allowed raw in a path", rest, decoded, raw, got, got[i], i)
 			}
+		}
+	})
+}
+
+// FuzzEscapingRest: a rest escapingRest lets through stays under the
+// upstream URL's path for an upstream that decodes it any number of
+// times, drops ";" parameters and resolves dot segments (path.Clean).
+func FuzzEscapingRest(f *testing.F) {
+	for _, s := range []string{"..;/admin", "a/%2e%2e;x/b", "%25252e%25252e/x", "a.b/...", "a;b/c", "a%2Fb", "%zz/.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rest string) {
+		if escapingRest(rest) != "" {
+			return
+		}
+		seen := rest
+		for {
+			segs := strings.Split(seen, "/")
+			for i, seg := range segs {
+				segs[i], _, _ = strings.Cut(seg, ";")
+			}
+			if p := path.Clean("/up/" + strings.Join(segs, "/")); p != "/up" && !strings.HasPrefix(p, "/up/") {
+				t.Fatalf("escapingRest let %q through; read as %q it resolves to %q, outside /up/", rest, seen, p)
+			}
+			next, err := url.PathUnescape(seen)
+			if err != nil || next == seen {
+				return
+			}
+			seen = next
 		}
 	})
 }
