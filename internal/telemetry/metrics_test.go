@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -433,5 +434,58 @@ func TestExemplarsOnlyWithExportedTraces(t *testing.T) {
 				t.Fatalf("exemplar on %q: %v, want %v", line, got, tc.exemplars)
 			}
 		})
+	}
+}
+
+// While the ledger cannot count the queue, the queue gauges report the
+// last counts, the oldest delivery's age still growing: series that
+// vanished would resolve HookstampDeadDeliveries and HookstampQueueBacklog
+// mid-outage, to wait out their "for" again after it. The failure is
+// logged once, not at every scrape.
+func TestQueueGaugesKeepTheLastCounts(t *testing.T) {
+	var logs testenv.Buffer
+	tel, err := telemetry.SetupWith(context.Background(), config.Default().Telemetry, "v-test",
+		slog.New(slog.NewJSONHandler(&logs, nil)), telemetry.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	oldest := now.Add(-time.Minute)
+	var fail error
+	count := func(context.Context) (map[string]telemetry.QueueCount, error) {
+		if fail != nil {
+			return nil, fail
+		}
+		return map[string]telemetry.QueueCount{"hooks": {Queued: 3, Dead: 2, Oldest: oldest}}, nil
+	}
+	if _, err := tel.ObserveQueue([]string{"hooks"}, count, func() time.Time { return now }); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, wantAge float64) {
+		t.Helper()
+		fams := scrape(t, tel.MetricsHandler())
+		queued := value(fams, "hookstamp_queue_depth", "route", "hooks", "state", "queued")
+		dead := value(fams, "hookstamp_queue_depth", "route", "hooks", "state", "dead")
+		age := value(fams, "hookstamp_queue_oldest_seconds", "route", "hooks")
+		if queued != 3 || dead != 2 || age != wantAge {
+			t.Errorf("%s: queued %v, dead %v, oldest %v s; want 3, 2, %v", step, queued, dead, age, wantAge)
+		}
+	}
+	check("counted", 60)
+	fail = errors.New("ledger down")
+	for i := range 3 {
+		now = now.Add(time.Minute)
+		check(fmt.Sprintf("ledger down, scrape %d", i+1), float64(120+60*i))
+	}
+	if n := strings.Count(logs.String(), "cannot count the queue"); n != 1 {
+		t.Errorf("%d warnings in 3 failed scrapes, want 1:\n%s", n, logs.String())
+	}
+	fail = nil
+	check("counted again", 240)
+	fail = errors.New("ledger down again")
+	check("down again", 240)
+	if n := strings.Count(logs.String(), "cannot count the queue"); n != 2 {
+		t.Errorf("%d warnings after a second outage, want 2:\n%s", n, logs.String())
 	}
 }

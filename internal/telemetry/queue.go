@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,7 +48,8 @@ type QueueMetrics struct {
 // each scrape, so that they hold across replicas and restarts. Any other
 // route count finds queued or dead deliveries of is reported too: one
 // switched to sync or removed keeps them (SPEC §10), and its dead ones
-// still wait for an operator.
+// still wait for an operator. When count fails, the gauges report the
+// last counts it returned.
 func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (map[string]QueueCount, error), now func() time.Time) (*QueueMetrics, error) {
 	m := t.mp.Meter(instrumentation)
 	q := &QueueMetrics{}
@@ -69,13 +71,28 @@ func (t *Telemetry) ObserveQueue(routes []string, count func(context.Context) (m
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: instrument %s: %w", metricQueueOldest, err)
 	}
+	var (
+		mu     sync.Mutex
+		last   map[string]QueueCount // the last counts read, reported while the ledger cannot be read
+		warned bool                  // the failure to count was logged; until a count succeeds again
+	)
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cctx, cancel := context.WithTimeout(ctx, heldCountTimeout)
 		defer cancel()
 		counts, err := count(cctx)
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			t.log.WarnContext(ctx, "hookstamp_queue_depth: cannot count the queue", "err", err)
-			return nil
+			// Series that vanish resolve the alerts on them mid-incident
+			// (dead deliveries, the backlog), which then wait out their
+			// "for" again: the last counts stand, their age growing.
+			if !warned {
+				t.log.WarnContext(ctx, "hookstamp_queue_depth: cannot count the queue; reporting the last counts", "err", err)
+				warned = true
+			}
+			counts = last
+		} else {
+			warned, last = false, counts
 		}
 		observe := func(r string, c QueueCount) {
 			o.ObserveInt64(depth, int64(c.Queued), metric.WithAttributes(attribute.String("route", r), attribute.String("state", "queued")))
