@@ -126,7 +126,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (_ *Gateway, err er
 	if err != nil {
 		return nil, err
 	}
-	g.initMetrics()
+	if err := g.initMetrics(); err != nil {
+		return nil, err
+	}
 	if err := g.openQueue(routes, o); err != nil {
 		return nil, err
 	}
@@ -242,10 +244,11 @@ func (g *Gateway) initServer(ctx context.Context, routes []*ingress.Route, o Opt
 	return nil
 }
 
-// initMetrics creates the metric series of every route at zero and makes
+// initMetrics creates the metric series of every route at zero, makes
 // hookstamp_held_keys count the ledger's held rows at each scrape (right
-// after a restart, and across replicas).
-func (g *Gateway) initMetrics() {
+// after a restart, and across replicas) and hookstamp_dependency_up run
+// /readyz's checks of the ledger and the screen.
+func (g *Gateway) initMetrics() error {
 	names := make([]string, len(g.cfg.Routes))
 	for i, r := range g.cfg.Routes {
 		names[i] = r.Name
@@ -256,6 +259,11 @@ func (g *Gateway) initMetrics() {
 	}
 	g.tel.Init(names, deps...)
 	g.tel.CountHeldWith(g.ledger.CountHeldByRoute)
+	checks := []telemetry.DependencyCheck{{Name: "ledger", Check: g.ledgerReady}}
+	if g.screen != nil {
+		checks = append(checks, telemetry.DependencyCheck{Name: "screen", Check: g.screenPing})
+	}
+	return g.tel.ObserveDependencies(checks)
 }
 
 func failMode(s string) idempotency.FailMode {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -487,5 +488,53 @@ func TestQueueGaugesKeepTheLastCounts(t *testing.T) {
 	check("down again", 240)
 	if n := strings.Count(logs.String(), "cannot count the queue"); n != 2 {
 		t.Errorf("%d warnings after a second outage, want 2:\n%s", n, logs.String())
+	}
+}
+
+// hookstamp_dependency_up is what each dependency's check finds at scrape
+// time. A check that does not answer costs a scrape at most
+// DependencyCheckTimeout and reads as down; while it still runs, later
+// scrapes report the last finding and start no other.
+func TestDependencyUpGauge(t *testing.T) {
+	tel := setup(t, config.Default().Telemetry)
+	var ledgerDown atomic.Bool
+	ledgerDown.Store(true)
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	var screenChecks atomic.Int32
+	err := tel.ObserveDependencies([]telemetry.DependencyCheck{
+		{Name: "ledger", Check: func(context.Context) error {
+			if ledgerDown.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		}},
+		{Name: "screen", Check: func(context.Context) error {
+			screenChecks.Add(1)
+			<-hang // deaf to its context
+			return nil
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		ledgerDown     bool
+		ledger, screen float64
+	}{{true, 0, 0}, {true, 0, 0}, {false, 1, 0}} {
+		ledgerDown.Store(want.ledgerDown)
+		start := time.Now()
+		fams := scrape(t, tel.MetricsHandler())
+		if d := time.Since(start); d > telemetry.DependencyCheckTimeout+500*time.Millisecond {
+			t.Errorf("scrape %d took %v", i+1, d)
+		}
+		l := value(fams, "hookstamp_dependency_up", "dependency", "ledger")
+		s := value(fams, "hookstamp_dependency_up", "dependency", "screen")
+		if l != want.ledger || s != want.screen {
+			t.Errorf("scrape %d: ledger %v, screen %v; want %v, %v", i+1, l, s, want.ledger, want.screen)
+		}
+	}
+	if n := screenChecks.Load(); n != 1 {
+		t.Errorf("the hung screen was checked %d times, want 1: checks pile up", n)
 	}
 }

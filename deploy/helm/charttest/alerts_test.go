@@ -54,6 +54,8 @@ func TestAlertRules(t *testing.T) {
 		"HookstampDeadDeliveries":            "hookstamp_queue_depth",
 		"HookstampHeldKeys":                  "hookstamp_held_keys",
 		"HookstampQueueBacklog":              "hookstamp_queue_oldest_seconds",
+		"HookstampLedgerDown":                "hookstamp_dependency_up",
+		"HookstampScreenDown":                "hookstamp_dependency_up",
 		"HookstampLedgerErrors":              "hookstamp_dependency_errors_total",
 		"HookstampScreenErrors":              "hookstamp_dependency_errors_total",
 		"HookstampDeliveriesRefused":         "hookstamp_requests_total",
