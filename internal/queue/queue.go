@@ -620,6 +620,53 @@ var recordJobsSQL = map[string]string{
 		`AND json_extract(j.args, '$.route') = r.route AND json_extract(j.args, '$.key') = r."key" WHERE r.route = ? AND r."key" = ? AND j.queue = ? AND j.state IN `,
 }
 
+// waitingSQL selects, by driver, the route, state, created_at and job
+// args of every delivery job that waits or runs (the states follow) for
+// a queued or done record of its key, for QueueStats.
+var waitingSQL = map[string]string{
+	DriverPostgres: `SELECT r.route, r."key", r.state, r.created_at, j.args::text FROM river_job j JOIN hookstamp_records r ` +
+		`ON r.route = j.args->>'route' AND r."key" = j.args->>'key' WHERE j.kind = $1 AND r.state IN ('queued', 'done') AND j.state IN `,
+	DriverSQLite: `SELECT r.route, r."key", r.state, r.created_at, json(j.args) FROM river_job j JOIN hookstamp_records r ` +
+		`ON r.route = json_extract(j.args, '$.route') AND r."key" = json_extract(j.args, '$.key') ` +
+		`WHERE j.kind = ? AND r.state IN ('queued', 'done') AND j.state IN `,
+}
+
+var _ sqlledger.WaitingJobs = (*Queue)(nil)
+
+// Waiting returns the delivery jobs that wait or run for a queued or
+// done record, those left by a deleted record of the key aside
+// (sqlledger.WaitingJobs).
+func (q *Queue) Waiting(ctx context.Context, db *sql.DB) ([]sqlledger.WaitingJob, error) {
+	rows, err := db.QueryContext(ctx, waitingSQL[q.o.Driver]+pendingStates, Args{}.Kind())
+	if err != nil {
+		return nil, fmt.Errorf("waiting delivery jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []sqlledger.WaitingJob
+	for rows.Next() {
+		var (
+			w     sqlledger.WaitingJob
+			state string
+			raw   []byte
+			job   Args
+		)
+		if err := rows.Scan(&w.Route, &w.Key, &state, &w.Created, &raw); err != nil {
+			return nil, fmt.Errorf("waiting delivery jobs: %w", err)
+		}
+		if err := json.Unmarshal(raw, &job); err != nil {
+			return nil, fmt.Errorf("waiting delivery jobs: job args: %w", err)
+		}
+		if job.of(w.Created) {
+			w.State, w.Requeued = idempotency.State(state), job.Requeued
+			out = append(out, w)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("waiting delivery jobs: %w", err)
+	}
+	return out, nil
+}
+
 // waitingStates are those of a job whose next run has not started;
 // pendingStates add a running job's.
 const (

@@ -464,14 +464,36 @@ func repeat(s string, n int) string {
 
 // QueueStat is one route's async deliveries by state.
 type QueueStat struct {
+	// Queued counts the deliveries waiting: queued rows, and done ones
+	// an operator's redelivery waits or runs for.
 	Queued, Dead int
-	// OldestQueued is the creation time of the oldest queued delivery;
-	// zero when none is queued.
+	// OldestQueued is when the oldest waiting delivery was queued: its
+	// intake, or an operator's redelivery or redrive since; zero when
+	// none waits.
 	OldestQueued time.Time
 }
 
+// WaitingJobs is what a Jobs may also answer, for QueueStats.
+type WaitingJobs interface {
+	// Waiting returns the delivery jobs that wait or run for a queued or
+	// done record, each once, for the record it was queued for.
+	Waiting(ctx context.Context, db *sql.DB) ([]WaitingJob, error)
+}
+
+// WaitingJob is a delivery job that waits or runs, with its record.
+type WaitingJob struct {
+	idempotency.Ref
+	// State is the record's: queued, or done for a redelivery.
+	State idempotency.State
+	// Created is the record's created_at, as the database holds it;
+	// Requeued is the job's Delivery.Requeued.
+	Created, Requeued time.Time
+}
+
 // QueueStats counts the queued and dead rows of every route that has any
-// (hookstamp_queue_depth, hookstamp_queue_oldest_seconds).
+// (hookstamp_queue_depth, hookstamp_queue_oldest_seconds), and, when its
+// Jobs answer WaitingJobs, the done rows a redelivery waits for; the
+// oldest waiting one is then dated from when it was last queued.
 func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
@@ -510,6 +532,38 @@ func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, l.fail("queue stats", err)
+	}
+	w, ok := l.jobs.(WaitingJobs)
+	if !ok {
+		return out, nil
+	}
+	jobs, err := w.Waiting(ctx, db)
+	if err != nil {
+		return nil, l.fail("queue stats", err)
+	}
+	// A queued row's created_at is its intake: one redriven or released
+	// has waited only since its job was inserted. Every queued row has a
+	// job from its intake on (one transaction); the rows' own MIN stands
+	// for a route whose jobs were not found.
+	since := map[string]time.Time{}
+	for _, j := range jobs {
+		s := out[j.Route]
+		if j.State == idempotency.StateDone {
+			s.Queued++
+		}
+		at := j.Created.UTC().Add(-shift)
+		if j.Requeued.After(at) {
+			at = j.Requeued
+		}
+		if o, ok := since[j.Route]; !ok || at.Before(o) {
+			since[j.Route] = at
+		}
+		out[j.Route] = s
+	}
+	for route, at := range since {
+		s := out[route]
+		s.OldestQueued = at
+		out[route] = s
 	}
 	return out, nil
 }
