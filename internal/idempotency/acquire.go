@@ -32,7 +32,7 @@ func (e *Engine) acquire(ctx context.Context, p *Policy, d Delivery, fwd Forward
 		return c, nil
 	}
 	if got.Status == TakenOver {
-		e.hook(e.o.Hooks.Takeover, req.Route)
+		e.tookOver(ctx, req.Ref)
 	}
 	// A retried commit of the key goes first, for the confirmation to find.
 	e.nudgeCommitRetry(ctx, req.Ref)
@@ -122,7 +122,7 @@ func (e *Engine) ledgerClaim(ctx context.Context, req ClaimRequest, fwd ForwardF
 	if err == nil {
 		e.claimWrote(ctx, got.Status)
 		if got.Status == TakenOver {
-			e.hook(e.o.Hooks.Takeover, req.Route)
+			e.tookOver(ctx, req.Ref)
 		}
 		return c, nil
 	}
@@ -177,7 +177,7 @@ func (e *Engine) confirm(ctx context.Context, req ClaimRequest, c claim) (claim,
 		return e.confirmByClaim(ctx, req, c) // takes the expired claim over, or fails closed
 	}
 	if c.Status != TakenOver {
-		e.hook(e.o.Hooks.Takeover, req.Route)
+		e.tookOver(ctx, req.Ref)
 	}
 	c.Claim = Claim{Status: TakenOver}
 	return c, nil
@@ -204,7 +204,7 @@ func (e *Engine) confirmByClaim(ctx context.Context, req ClaimRequest, c claim) 
 	case TakenOver:
 		// A replica that claimed in the ledger died: its lease expired.
 		if c.Status != TakenOver {
-			e.hook(e.o.Hooks.Takeover, req.Route)
+			e.tookOver(ctx, req.Ref)
 		}
 		c.Claim, c.ledger = lc, true
 		return c, nil

@@ -303,6 +303,16 @@ func (e *Engine) hook(f func(string), route string) {
 	}
 }
 
+// tookOver counts a claim of ref taken over after its owner's lease
+// expired and names it in the log: the upstream may get the delivery a
+// second time (the one documented second copy), and the metric alone
+// does not say which key.
+func (e *Engine) tookOver(ctx context.Context, ref Ref) {
+	e.hook(e.o.Hooks.Takeover, ref.Route)
+	e.o.Logger.WarnContext(ctx, "claim taken over after its owner's lease expired: the upstream may get this delivery a second time, with the same key",
+		"route", ref.Route, "key", ref.Key)
+}
+
 func (e *Engine) hookDelta(f func(string, int), route string, d int) {
 	if f != nil {
 		f(route, d)
