@@ -266,7 +266,9 @@ func (g *Gateway) queueDepths(ctx context.Context) (map[string]console.Depth, er
 
 // ledgerReady is the ledger's /readyz check: it answers, its table can be
 // read (without it every delivery is refused), and, while the engine
-// knows its writes failing, it takes one again.
+// knows its writes failing, it takes a probe write. A probe that fails for
+// another reason than a refused write (a schema without hookstamp_meta, a
+// role that may not write it) tells nothing: ready, as before the probe.
 func (g *Gateway) ledgerReady(ctx context.Context) error {
 	if err := g.ledger.Ready(ctx); err != nil {
 		return err
@@ -274,7 +276,7 @@ func (g *Gateway) ledgerReady(ctx context.Context) error {
 	if !g.engine.WritesFailing() {
 		return nil
 	}
-	if err := g.engine.ProbeWrites(ctx); err != nil {
+	if err := g.engine.ProbeWrites(ctx); errors.Is(err, idempotency.ErrUnavailable) {
 		return refusingWrites{err}
 	}
 	return nil

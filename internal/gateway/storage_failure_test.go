@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/libtnb/sqlite"
@@ -138,5 +139,38 @@ func TestLockedSQLitePassStillReplaysRecorded(t *testing.T) {
 	sameReply(t, first, again)
 	if n := up.count("evt_lock"); n != 1 {
 		t.Fatalf("upstream received the recorded event %d times, want 1", n)
+	}
+}
+
+// A write probe that fails for another reason than a refused write (a
+// ledger whose schema predates hookstamp_meta, a role that may not write
+// it) does not keep /readyz at 503 while the ledger's writes are marked
+// failing: it tells nothing of the records' writes, and a replica out of
+// rotation would get no delivery to clear the mark.
+func TestReadyzIgnoresAProbeThatCannotRun(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	cfg := gwConfig(t, up.URL, dbPath(t), "", "")
+	cfg.Admin.Listen = "127.0.0.1:0"
+	g := startGateway(t, cfg)
+	db, err := g.Ledger().DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(t.Context(), "DROP TABLE hookstamp_meta"); err != nil {
+		t.Fatal(err)
+	}
+	cut, cancel := context.WithCancel(t.Context())
+	cancel()
+	_ = g.engine.ProbeWrites(cut) // a write that could not reach the ledger marks it
+	if !g.engine.WritesFailing() {
+		t.Fatal("the ledger's writes are not marked failing: this test proves nothing")
+	}
+	if status, body := get(t, "http://"+g.AdminAddr()+"/readyz"); status != http.StatusOK {
+		t.Fatalf("/readyz = %d %s, want 200: the probe cannot run, the ledger takes writes", status, body)
+	}
+	wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_after"}`), http.StatusOK, "forwarded")
+	if g.engine.WritesFailing() {
+		t.Fatal("the delivery's claim did not clear the mark")
 	}
 }

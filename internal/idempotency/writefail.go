@@ -65,19 +65,20 @@ type WriteProber interface {
 func (e *Engine) WritesFailing() bool { return e.writesFailing.Load() }
 
 // ProbeWrites asks the ledger to take a write, if it can be asked, and
-// marks its writes failing or clears the mark by the answer. A replica
-// out of its load balancer's rotation gets no delivery whose write could
-// clear the mark: readiness probes it instead. At start it marks a ledger
-// that already refuses writes before the first delivery is forwarded.
+// marks its writes failing when it refuses: at start, before the first
+// delivery is forwarded and fails to commit. A probe taken does not clear
+// the mark; the next delivery's claim does, the write that counts: room
+// for a probe row need not be room for a record. Readiness probes while
+// the mark is set, since a replica out of its balancer's rotation gets no
+// delivery to tell it the ledger takes writes again.
 func (e *Engine) ProbeWrites(ctx context.Context) error {
 	p, ok := e.o.Ledger.(WriteProber)
 	if !ok {
 		return nil
 	}
-	if err := p.ProbeWrite(ctx); err != nil {
+	err := p.ProbeWrite(ctx)
+	if err != nil {
 		e.writesFailed(ctx, err)
-		return err
 	}
-	e.writesWork(ctx)
-	return nil
+	return err
 }

@@ -226,10 +226,10 @@ func TestARetriedCommitEndsTheWriteOutage(t *testing.T) {
 }
 
 // A write probe marks a ledger refusing writes before any delivery has
-// failed to commit, and clears the mark once the ledger takes writes
-// again, on both drivers: readiness and the start of a gateway rely on it
-// (SPEC §6).
-func TestAWriteProbeMarksAndClears(t *testing.T) {
+// failed to commit, on both drivers: readiness and the start of a gateway
+// rely on it (SPEC §6). Once the ledger takes writes again the probe
+// succeeds, and the next delivery's claim clears the mark.
+func TestAWriteProbeMarks(t *testing.T) {
 	t.Parallel()
 	for _, driver := range []string{sqlledger.DriverSQLite, sqlledger.DriverPostgres} {
 		t.Run(driver, func(t *testing.T) {
@@ -249,8 +249,15 @@ func TestAWriteProbeMarksAndClears(t *testing.T) {
 				t.Fatalf("first delivery after a failed probe: %s, upstream received %d; want unavailable, 0", r.Outcome, forwards.Load())
 			}
 			l.readOnly.Store(false)
-			if err := e.ProbeWrites(ctx); err != nil || e.WritesFailing() {
-				t.Fatalf("probe once writes work: %v, marked %v; want nil, unmarked", err, e.WritesFailing())
+			if err := e.ProbeWrites(ctx); err != nil {
+				t.Fatalf("probe once writes work: %v", err)
+			}
+			claims := l.claims.Load()
+			if r := e.Handle(ctx, racePolicy, deliveryOf("evt_after_probe"), fwdBody(&forwards, []byte("1"))); r.Outcome != idempotency.Forwarded || forwards.Load() != 1 {
+				t.Fatalf("delivery once writes work: %s (%v), upstream received %d; want forwarded, 1", r.Outcome, r.Err, forwards.Load())
+			}
+			if l.claims.Load() != claims+1 || e.WritesFailing() {
+				t.Fatalf("ledger claims %d, marked %v; want the delivery's claim, and the mark cleared by it", l.claims.Load()-claims, e.WritesFailing())
 			}
 		})
 	}

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -84,12 +84,15 @@ func (l *Ledger) Deployment(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("%w: %w", ErrNoDeployment, err)
 }
 
-const probeWriteSQL = "INSERT INTO " + MetaTable + " (name, value) VALUES ('write-probe', ?) " +
-	"ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+// probeSize is the probe row's value: larger than a page, so that it is
+// written to pages the database must find room for, as a delivery's
+// record is; an update in place of a small row fits where it was.
+const probeSize = 8 << 10
 
-// ProbeWrite writes hookstamp_meta's probe row, committed: a database
-// that answers reads and refuses writes (a full disk, a read-only role or
-// standby) fails it with ErrUnavailable, as it fails a delivery's commit.
+// ProbeWrite inserts a row of hookstamp_meta the size of a delivery's
+// record and deletes it, committed: a database that answers reads and
+// refuses writes (a full disk, a read-only role or standby) fails it with
+// ErrUnavailable, as it fails a delivery's claim or commit.
 func (l *Ledger) ProbeWrite(ctx context.Context) error {
 	if err := l.check(); err != nil {
 		return fmt.Errorf("probe write: %w", err)
@@ -100,8 +103,21 @@ func (l *Ledger) ProbeWrite(ctx context.Context) error {
 	if err != nil {
 		return l.fail("probe write", err)
 	}
-	_, err = sdb.ExecContext(ctx, l.d.rebind(probeWriteSQL), time.Now().UTC().Format(time.RFC3339Nano))
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	name := "write-probe:" + hex.EncodeToString(b)
+	tx, err := sdb.BeginTx(ctx, nil)
 	if err != nil {
+		return l.fail("probe write", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, l.d.rebind("INSERT INTO "+MetaTable+" (name, value) VALUES (?, ?)"), name, strings.Repeat("x", probeSize)); err != nil {
+		return l.fail("probe write", err)
+	}
+	if _, err := tx.ExecContext(ctx, l.d.rebind("DELETE FROM "+MetaTable+" WHERE name = ?"), name); err != nil {
+		return l.fail("probe write", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return l.fail("probe write", err)
 	}
 	return nil

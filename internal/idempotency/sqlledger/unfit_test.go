@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +137,39 @@ func readOnlyFile(t *testing.T, path string) (undo func()) {
 		t.Fatalf("%s is still writable", path)
 	}
 	return undo
+}
+
+// TestProbeWriteFailsWhereAClaimCannotBeWritten: a SQLite ledger that
+// cannot grow (max_page_count, standing in for a full disk) refuses a new
+// delivery's claim; the write probe must fail too, or /readyz says ready
+// while every first delivery is refused. An update in place of a small row
+// fits in the page it is on, and would succeed.
+func TestProbeWriteFailsWhereAClaimCannotBeWritten(t *testing.T) {
+	o := sqliteOptions(t)
+	l := openLedger(t, o)
+	if err := l.ProbeWrite(t.Context()); err != nil {
+		t.Fatalf("ProbeWrite on a ledger with room: %v", err)
+	}
+	db, err := l.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages int
+	if err := db.QueryRowContext(t.Context(), "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	o.DSN += fmt.Sprintf("?_pragma=max_page_count(%d)", pages)
+	full := openLedger(t, o)
+	var claimErr error
+	for i := 0; i < 10000 && claimErr == nil; i++ {
+		req := idempotency.ClaimRequest{Ref: ref(fmt.Sprintf("evt_%05d_%s", i, strings.Repeat("k", 200))),
+			Owner: "o", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+		_, claimErr = full.Claim(t.Context(), req, t0)
+	}
+	wantUnavailable(t, "a claim once the ledger is full", claimErr)
+	wantUnavailable(t, "ProbeWrite once the ledger is full", full.ProbeWrite(t.Context()))
 }
