@@ -5,6 +5,7 @@ package ingress
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,12 +148,16 @@ func byMethod(rs []*Route, method string) *Route {
 // resolve dot segments the gateway never saw as such: "..;/admin" would
 // reach outside upstream.url. So the rest, unescaped until nothing changes,
 // may hold no segment that is "." or ".." once its ";" parameters are
-// dropped, and no backslash or NUL.
+// dropped, and no backslash or NUL; one still escaped after maxUnescapes
+// rounds is refused (each round costs a pass over the rest).
 func escapingRest(rest string) string {
-	for {
+	for round := 0; ; round++ {
 		next := unescapeLenient(rest)
 		if next == rest {
 			break
+		}
+		if round == maxUnescapes {
+			return "the path after the route's prefix is percent-encoded more than " + strconv.Itoa(maxUnescapes) + " times over"
 		}
 		rest = next
 	}
@@ -168,6 +173,10 @@ func escapingRest(rest string) string {
 	return ""
 }
 
+// maxUnescapes is how many times over escapingRest decodes a rest: more
+// than any chain of proxies and frameworks decodes a path.
+const maxUnescapes = 4
+
 // unescapeLenient decodes the %XX escapes of s, leaving a "%" that starts
 // none as it is.
 func unescapeLenient(s string) string {
@@ -176,7 +185,7 @@ func unescapeLenient(s string) string {
 	}
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
-		if isEscape([]byte(s[i:min(i+3, len(s))])) {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
 			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
 			i += 2
 			continue

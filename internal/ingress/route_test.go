@@ -127,6 +127,8 @@ func TestEscapingRest(t *testing.T) {
 		{"escaped semicolon", "..%3B/x", true},
 		{"double-escaped dots", "%2e%2e/admin", true},
 		{"triple-escaped dots", "%25252e%25252e/admin", true},
+		{"a name escaped five times over", "%2525252541", true},
+		{"a name escaped four times over", "%25252541", false},
 		{"double-escaped slash around dots", "a%2F..%2Fadmin", true},
 		{"backslash", "..\\admin", true},
 		{"backslash in a name", "a\\b", true},
@@ -197,6 +199,17 @@ func FuzzEscapedRest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkEscapingRestNested: a sender's rest nesting escapes as deep as
+// the request line allows is refused in a few passes, not one per level.
+func BenchmarkEscapingRestNested(b *testing.B) {
+	rest := "/%" + strings.Repeat("25", 8<<10) + "2e"
+	for b.Loop() {
+		if escapingRest(rest) == "" {
+			b.Fatal("not refused")
+		}
+	}
 }
 
 // FuzzEscapingRest: a rest escapingRest lets through stays under the
