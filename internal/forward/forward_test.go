@@ -786,6 +786,7 @@ func TestJoinURL(t *testing.T) {
 			"tenant=evil&x=1&api_key=x", "http://u/qs?tenant=acme&api_key=K3Y&x=1"},
 		{"configured name escaped by the sender", "http://u/qs?api_key=K3Y", "", "api%5Fkey=x&b=2", "http://u/qs?api_key=K3Y&b=2"},
 		{"configured name as an array", "http://u/qs?tenant=acme", "", "tenant[]=evil&tenant%5B0%5D=evil", "http://u/qs?tenant=acme"},
+		{"another key of a configured map", "http://u/qs?filter[tenant]=acme", "", "filter[status]=open&filter[tenant]=evil&filter=evil", "http://u/qs?filter[tenant]=acme&filter[status]=open"},
 		{"configured name as PHP reads it", "http://u/qs?api_key=K3Y", "", "api.key=x&api+key=y", "http://u/qs?api_key=K3Y"},
 		{"configured name after a semicolon", "http://u/qs?tenant=acme", "", "a=1;tenant=evil&b=2", "http://u/qs?tenant=acme&b=2"},
 		{"configured name without a value", "http://u/qs?debug", "", "debug=1&a=1", "http://u/qs?debug&a=1"},

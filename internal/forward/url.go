@@ -48,15 +48,19 @@ func withoutNames(rawQuery, configured string) string {
 	if rawQuery == "" || configured == "" {
 		return rawQuery
 	}
-	names := make(map[string]bool)
+	names, bases := make(map[string]bool), make(map[string]bool)
 	for _, p := range strings.FieldsFunc(configured, func(r rune) bool { return r == '&' || r == ';' }) {
-		names[paramName(p)] = true
+		name, base := paramName(p)
+		names[name], bases[base] = true, true
 	}
 	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
 	for pair := range strings.SplitSeq(rawQuery, "&") {
 		named := false
 		for p := range strings.SplitSeq(pair, ";") {
-			named = named || names[paramName(p)]
+			// "a[]" or "a[x]" overrides "a", and "a" all of "a[x]";
+			// "a[y]" leaves "a[x]" alone.
+			name, base := paramName(p)
+			named = named || names[name] || names[base] || bases[name]
 		}
 		if !named {
 			kept = append(kept, pair)
@@ -65,16 +69,18 @@ func withoutNames(rawQuery, configured string) string {
 	return strings.Join(kept, "&")
 }
 
-// paramName is a query parameter's name as applications read it:
-// unescaped, up to a "[" (PHP's and Rails' arrays: "a[]" sets "a"), with
-// "." and " " read as "_" (PHP).
-func paramName(pair string) string {
-	name, _, _ := strings.Cut(pair, "=")
+// paramName is a query parameter's name as applications read it,
+// unescaped, with "." and " " read as "_" (PHP), and its base, the name up
+// to a "[" (PHP's and Rails' arrays and maps: "a[]" and "a[x]" set "a").
+// "a[]" is named "a".
+func paramName(pair string) (name, base string) {
+	name, _, _ = strings.Cut(pair, "=")
 	if u, err := url.QueryUnescape(name); err == nil {
 		name = u
 	}
-	name, _, _ = strings.Cut(name, "[")
-	return phpName.Replace(name)
+	name = strings.TrimSuffix(phpName.Replace(name), "[]")
+	base, _, _ = strings.Cut(name, "[")
+	return name, base
 }
 
 var phpName = strings.NewReplacer(".", "_", " ", "_")
