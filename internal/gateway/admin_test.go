@@ -729,11 +729,9 @@ func TestAdminReadyzWithoutSchema(t *testing.T) {
 // TestAdminReadyzWhileTheLedgerRefusesWrites: a replica starts while its
 // role's sessions are read-only (default_transaction_read_only, as on a
 // hot standby): reads answer, writes fail. /readyz says so, and the first
-// delivery is refused 503 with nothing forwarded; before, /readyz said
-// ready and the first delivery after each start was forwarded and then
-// failed to commit. Once the role takes writes again, /readyz turns
-// ready by itself, with no delivery needed: a replica out of rotation gets
-// none.
+// delivery is refused 503 with nothing forwarded, not forwarded to fail
+// its commit. Once the role takes writes again, /readyz turns ready by
+// itself, with no delivery needed: a replica out of rotation gets none.
 func TestAdminReadyzWhileTheLedgerRefusesWrites(t *testing.T) {
 	s := newSetup(t)
 	s.store, s.dsn = "postgres", testenv.Postgres(t)

@@ -31,10 +31,13 @@ func pressureCluster(tb testing.TB, extra ...string) (cluster, *redis.Client) {
 }
 
 // blockRedis makes the server answer nothing for d, and returns once it
-// has begun.
-func blockRedis(rc *redis.Client, d time.Duration) {
+// has stopped answering.
+func blockRedis(tb testing.TB, rc *redis.Client, d time.Duration) {
+	tb.Helper()
 	go rc.Do(context.Background(), "DEBUG", "SLEEP", d.Seconds())
-	time.Sleep(100 * time.Millisecond)
+	probe := redis.NewClient(&redis.Options{Addr: rc.Options().Addr, ReadTimeout: 20 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	testenv.Eventually(tb, time.Second, "Redis blocked", func() bool { return probe.Ping(context.Background()).Err() != nil })
 }
 
 // sendAll sends one delivery per key at once and returns the replies in
@@ -68,11 +71,9 @@ func keysOf(prefix string, n int) []string {
 
 // Redis blocks while new events arrive: their screen claims time out and
 // open the breaker, and land once Redis wakes, claims no delivery holds.
-// They were settled only while the breaker was closed, so each stayed in
-// flight for its whole lease: the provider's retry waited wait_timeout
-// and got 409 (reject) or waited it before its replay (store). Now each
-// delivery settles what it may have left in the screen whatever the
-// breaker says, and a retry a second after Redis woke is answered at once.
+// Each delivery settles what it may have left in the screen whatever the
+// breaker says, so a retry a second after Redis woke is answered at once,
+// not after wait_timeout with a 409 (reject) or a late replay (store).
 func TestClaimsLandingAfterRedisBlockedAreSettled(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{config.ScreenUnavailableStore, config.ScreenUnavailableReject} {
@@ -83,7 +84,7 @@ func TestClaimsLandingAfterRedisBlockedAreSettled(t *testing.T) {
 			g := startGateway(t, c.replicaConfig(t, up.URL, mode))
 			wantOutcome(t, send(t, g, "/hooks", `{"id":"evt_warm"}`), 200, "forwarded")
 
-			blockRedis(rc, 2*time.Second)
+			blockRedis(t, rc, 2*time.Second)
 			keys := keysOf("evt_blocked", 8)
 			sendAll(g, keys)
 			testenv.Eventually(t, 5*time.Second, "Redis awake", func() bool { return rc.Ping(context.Background()).Err() == nil })
@@ -110,10 +111,9 @@ func TestClaimsLandingAfterRedisBlockedAreSettled(t *testing.T) {
 
 // screen.on_unavailable: reject. A blocked Redis opens the breaker; once
 // both stores answer again, repeats of recorded events arrive together.
-// The first claim is the breaker's probe and every other skipped the
-// screen and was answered 503 without a look at the ledger, which holds
-// their answers. Now a recorded delivery is replayed from the ledger
-// while the screen is skipped, as with pass and store.
+// The first claim is the breaker's probe and every other skips the
+// screen; each is replayed from the ledger, which holds their answers, as
+// with pass and store, not refused 503.
 func TestRejectModeReplaysRecordedWhileTheScreenIsSkipped(t *testing.T) {
 	t.Parallel()
 	c, rc := pressureCluster(t)
@@ -123,7 +123,7 @@ func TestRejectModeReplaysRecordedWhileTheScreenIsSkipped(t *testing.T) {
 	for _, k := range keys {
 		wantOutcome(t, send(t, g, "/hooks", fmt.Sprintf(`{"id":%q}`, k)), 200, "forwarded")
 	}
-	blockRedis(rc, 1200*time.Millisecond)
+	blockRedis(t, rc, 1200*time.Millisecond)
 	sendAll(g, keysOf("evt_new", 3)) // open the breaker
 	testenv.Eventually(t, 5*time.Second, "Redis awake", func() bool { return rc.Ping(context.Background()).Err() == nil })
 	time.Sleep(3 * time.Second) // past the breaker's cooldown
@@ -143,9 +143,9 @@ func TestRejectModeReplaysRecordedWhileTheScreenIsSkipped(t *testing.T) {
 // Redis at maxmemory with noeviction refuses every write, the SET NX of
 // the screen.prefix marker included, although the marker is there and
 // names this deployment's ledger. A replica started then (a rolling
-// update) stayed off the screen: /readyz said the screen unreachable and,
-// with reject, every delivery got 503, while the replicas started before
-// replayed from the same Redis. The marker read decides now.
+// update) must use the screen as the replicas started before do, the
+// marker read deciding: off it, /readyz would say the screen unreachable
+// and, with reject, every delivery get 503.
 func TestMarkerReadDecidesWhenRedisRefusesWrites(t *testing.T) {
 	t.Parallel()
 	c, rc := pressureCluster(t)
