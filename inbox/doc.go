@@ -16,11 +16,18 @@
 // or, for an HTTP handler, ib.Middleware(handler) (net/http) or
 // ib.Fiber(handler) (Fiber), where the handler writes through inbox.Tx and
 // its answer is recorded with the key and replayed to every repeat. Such a
-// handler must answer a non-final status (see Final) when a write fails:
-// on MySQL/MariaDB and SQLite a failed statement leaves the transaction
-// open, and a final answer would commit the key without the write. (On
-// PostgreSQL it aborts the transaction: a final answer is then recorded
-// with the key alone, none of the handler's writes applied.)
+// handler must answer a non-final status (see Final) when a write the
+// event needs fails: on MySQL/MariaDB and SQLite a failed statement leaves
+// the transaction open, and a final answer would commit the key without
+// the write. A refusal (a final status other than 2xx: 409, the order was
+// already paid) may follow a failed statement and is recorded on every
+// database; on PostgreSQL, whose failed statement aborts the transaction,
+// with the key alone, none of the handler's writes applied. A 2xx may
+// not: on PostgreSQL the aborted transaction took the handler's writes
+// with it, so the middleware answers 503 and the sender's retry runs the
+// handler again. A handler that expects a statement to fail and goes on
+// (an insert whose row may be there already) runs it in a savepoint,
+// tx.SavePoint(name) and, when it fails, tx.RollbackTo(name).
 //
 // fn and the handler must also give up when a statement fails, not retry
 // it in place: a deadlock on MySQL/MariaDB, or on SQLite a ROLLBACK

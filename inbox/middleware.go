@@ -187,7 +187,9 @@ func (in *Inbox) keyProblem(key string) string {
 // the headers next set; a repeat gets the status, the Options.Headers and
 // the body, byte for byte. A non-final answer rolls everything back and is
 // passed on; a panic rolls back and panics again. A request without a key
-// gets 400; a database that cannot record gets 503 (nothing committed).
+// gets 400; a database that cannot record gets 503 (nothing committed), and
+// so does a 2xx after a statement that aborted the transaction (PostgreSQL):
+// the handler's writes went with it.
 func (in *Inbox) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(in.o.Header)
@@ -255,6 +257,14 @@ func (in *Inbox) run(ctx context.Context, c *claim, handle func() int, answer fu
 	err := in.record(c, status, headers, body)
 	if err != nil && in.d.aborted != nil && in.d.aborted(err) {
 		c.rollback()
+		if !appliesNothing(status) {
+			// The handler's writes before the failed statement are gone
+			// with the transaction: recording its 2xx would acknowledge
+			// an event none of whose effects applied.
+			in.o.Logger.Error("inbox: the handler answered success after a failed statement aborted its transaction; rolled back, answered 503",
+				"key", c.key, "status", status, "err", err)
+			return nil, false
+		}
 		if replay, err = in.recordAlone(ctx, c.key, status, headers, body); err == nil {
 			return replay, true
 		}
@@ -271,12 +281,16 @@ func (in *Inbox) run(ctx context.Context, c *claim, handle func() int, answer fu
 	return nil, true
 }
 
-// recordAlone records key with a final answer in a statement of its own,
-// after PostgreSQL aborted the handler's transaction (a statement of it
-// failed, and the handler answered all the same): none of the handler's
-// writes apply, as on MySQL and SQLite none of its failed ones do. A key
-// another copy recorded meanwhile gives that copy's answer, as a repeat
-// would get.
+// appliesNothing reports whether a final answer with this status says
+// the event was refused rather than applied (not 2xx): such an answer
+// stands without the handler's writes.
+func appliesNothing(status int) bool { return status < 200 || status > 299 }
+
+// recordAlone records key with a final answer that applies nothing (see
+// appliesNothing) in a statement of its own, after PostgreSQL aborted the
+// handler's transaction (a statement of it failed, and the handler
+// refused the event): none of the handler's writes apply. A key another
+// copy recorded meanwhile gives that copy's answer, as a repeat would get.
 func (in *Inbox) recordAlone(ctx context.Context, key string, status int, headers string, body []byte) (*answer, error) {
 	if body == nil {
 		body = []byte{}

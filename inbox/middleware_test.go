@@ -262,6 +262,61 @@ func TestMiddlewareFinalAnswerAfterAFailedStatement(t *testing.T) {
 	})
 }
 
+// A handler that books the payment, then meets a failed statement it
+// takes for "already there" and answers 200, applied the event on every
+// database but PostgreSQL, where the failure aborted the transaction and
+// the booking with it: the 200 was recorded alone, and every retry was
+// replayed 200 with no payment ever booked. Such a 2xx is now answered
+// 503 (not final), with nothing committed, so that the sender retries;
+// a handler that goes on after a failed statement wraps it in a
+// savepoint, and its 200 is recorded with the booking.
+func TestMiddlewareSuccessAfterAnAbortedTransaction(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		notify func(tx *gorm.DB, key string) // the statement that fails: the notice was sent before
+		want   []int                         // the two copies' statuses
+		runs   int32
+		booked int64 // payments and inbox rows of the key
+	}{
+		{"statement alone", func(tx *gorm.DB, key string) {
+			_ = tx.Exec("INSERT INTO notices VALUES (?)", key).Error
+		}, []int{http.StatusServiceUnavailable, http.StatusServiceUnavailable}, 2, 0},
+		{"in a savepoint", func(tx *gorm.DB, key string) {
+			tx.SavePoint("notice")
+			if tx.Exec("INSERT INTO notices VALUES (?)", key).Error != nil {
+				tx.RollbackTo("notice")
+			}
+		}, []int{http.StatusOK, http.StatusOK}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := backends[0].open(t) // postgres
+			mustExec(t, db, "CREATE TABLE notices (event_id TEXT PRIMARY KEY)")
+			mustExec(t, db, "INSERT INTO notices VALUES ('evt_15')")
+			var runs atomic.Int32
+			srv := httptest.NewServer(newInbox(t, db, inbox.Options{}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				tx, key := inbox.Tx(r.Context()), r.Header.Get("Idempotency-Key")
+				if err := book(tx, key); err != nil {
+					http.Error(w, "try again", http.StatusServiceUnavailable)
+					return
+				}
+				tc.notify(tx, key)
+				w.WriteHeader(http.StatusOK)
+			})))
+			defer srv.Close()
+			for i, want := range tc.want {
+				if a := post(t, srv.URL, "evt_15"); a.status != want {
+					t.Fatalf("copy %d: %d %q, want %d", i+1, a.status, a.body, want)
+				}
+			}
+			if n := runs.Load(); n != tc.runs {
+				t.Errorf("the handler ran %d times, want %d", n, tc.runs)
+			}
+			wantCounts(t, db, inbox.DefaultTable, "evt_15", tc.booked, tc.booked)
+		})
+	}
+}
+
 // A panicking handler rolls back and the panic goes on to the server.
 func TestMiddlewarePanicRollsBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, db *gorm.DB) {
