@@ -23,8 +23,15 @@ type dialect struct {
 	// nil where the DDL is safe against itself.
 	lock, unlock func(table string) string
 	// widenKey returns the statements that widen a narrower key column
-	// to MaxKeyLen bytes, in a transaction.
-	widenKey func(table string, quote func(string) string) []string
+	// to MaxKeyLen bytes, in a transaction, waiting no more than two
+	// seconds for the transactions holding keys (every insert queues
+	// behind the waiting ALTER); and those that restore the session's
+	// settings after, whatever happened.
+	widenKey func(table string, quote func(string) string) (widen, restore []string)
+	// widenCopies: widening copies the table, holding up its writes
+	// meanwhile (MySQL/MariaDB: no in-place change of a key column's
+	// type).
+	widenCopies bool
 	// createTable and createIndex create them when missing; createIndex
 	// is nil where createTable declares the index.
 	createTable, createIndex func(table string, quote func(string) string) string
@@ -130,9 +137,9 @@ var postgresDialect = dialect{
 	// Widening a varchar rewrites nothing, but takes the table's
 	// exclusive lock, queued behind every transaction holding a key and
 	// ahead of every insert: the wait is bounded.
-	widenKey: func(table string, q func(string) string) []string {
+	widenKey: func(table string, q func(string) string) (widen, restore []string) {
 		return []string{"SET LOCAL lock_timeout = '2s'",
-			"ALTER TABLE " + q(table) + ` ALTER COLUMN "key" TYPE VARCHAR(2048)`}
+			"ALTER TABLE " + q(table) + ` ALTER COLUMN "key" TYPE VARCHAR(2048)`}, nil
 	},
 	sweepSQL: func(table string, q func(string) string) string {
 		// SKIP LOCKED: a row a live transaction is writing is left for the
@@ -172,9 +179,18 @@ var mysqlDialect = dialect{
 	// explicitly, before the connection goes back to the pool.
 	lock:   func(string) string { return "DO GET_LOCK('hookstamp_inbox_migrate', 600)" },
 	unlock: func(string) string { return "DO RELEASE_LOCK('hookstamp_inbox_migrate')" },
-	widenKey: func(table string, q func(string) string) []string {
-		return []string{"ALTER TABLE " + q(table) + " MODIFY `key` VARBINARY(2048) NOT NULL"}
+	// lock_wait_timeout (a day by default) bounds the ALTER's wait for
+	// the metadata lock; a session setting, as neither MySQL's SET_VAR
+	// hint nor MariaDB's SET STATEMENT and WAIT are on both, restored
+	// before the connection goes back to the pool. ALGORITHM=INPLACE is
+	// refused ("Cannot change column type"): the copy goes on under
+	// LOCK=SHARED, reads allowed, writes held up.
+	widenKey: func(table string, q func(string) string) (widen, restore []string) {
+		return []string{"SET @hookstamp_lock_wait = @@SESSION.lock_wait_timeout, SESSION lock_wait_timeout = 2",
+				"ALTER TABLE " + q(table) + " MODIFY `key` VARBINARY(2048) NOT NULL, ALGORITHM=COPY, LOCK=SHARED"},
+			[]string{"SET SESSION lock_wait_timeout = @hookstamp_lock_wait, @hookstamp_lock_wait = NULL"}
 	},
+	widenCopies: true,
 	createTable: func(table string, q func(string) string) string {
 		// The index is declared inside CREATE TABLE: MySQL has no CREATE
 		// INDEX IF NOT EXISTS. The key is binary because every _bin

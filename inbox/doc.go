@@ -90,5 +90,8 @@
 // New creates the table and its index when they are missing (Migrate).
 // Once they exist it only looks them up, so the application's database
 // user needs no privilege to create tables: a migration role may create
-// them first, by calling New or Migrate.
+// them first, by calling New or Migrate. A table of an earlier version,
+// whose key column holds 255 bytes, is widened by New on PostgreSQL; on
+// MySQL/MariaDB, where widening copies the table, only when it is empty:
+// call Migrate at a quiet moment (until then longer keys are refused).
 package inbox

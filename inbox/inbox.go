@@ -147,7 +147,7 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 	in.heldSQL = "SELECT count(*) FROM " + t + " WHERE consumer = ? AND " + k + " = ? AND headers = ?"
 	in.selectSQL = "SELECT status, headers, body FROM " + t + " WHERE consumer = ? AND " + k + " = ?"
 	in.keyLimit = MaxKeyLen
-	if err := in.Migrate(context.Background()); err != nil {
+	if err := in.migrate(context.Background(), false); err != nil {
 		// A table of an earlier version that this user may not widen
 		// still serves the keys it holds; a longer one gets an error
 		// (503 in the middlewares: the sender retries until it is).
@@ -170,17 +170,23 @@ func New(db *gorm.DB, o Options) (*Inbox, error) {
 // privilege to create or alter tables (a migration role may run New or
 // Migrate first).
 //
-// Widening takes the table's lock: on PostgreSQL for a moment (no more
-// than two seconds' wait for the transactions holding keys, or Migrate
-// fails); on MySQL/MariaDB for as long as it copies the table, holding up
-// every key's insert meanwhile.
-func (in *Inbox) Migrate(ctx context.Context) error {
+// Widening takes the table's lock, after waiting no more than two
+// seconds for the transactions holding keys (or Migrate fails): on
+// PostgreSQL for a moment; on MySQL/MariaDB for as long as it copies the
+// table, holding up every key's insert meanwhile. New therefore widens a
+// MySQL/MariaDB table only when it is empty, and leaves one holding keys
+// to Migrate, called at a quiet moment.
+func (in *Inbox) Migrate(ctx context.Context) error { return in.migrate(ctx, true) }
+
+// migrate is Migrate; with copyRows false it leaves a table that widening
+// would copy narrow when it holds rows.
+func (in *Inbox) migrate(ctx context.Context, copyRows bool) error {
 	db := in.db.WithContext(ctx)
 	s, err := in.exists(db)
 	if err == nil && !s.ready() {
 		// Read committed, so that the check after the lock sees what the
 		// lock's holder committed.
-		err = db.Transaction(func(tx *gorm.DB) error { return in.create(tx, s) },
+		err = db.Transaction(func(tx *gorm.DB) error { return in.create(tx, s, copyRows) },
 			&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	}
 	if err != nil {
@@ -199,8 +205,8 @@ func (s found) narrow() bool { return s.keyWidth > 0 && s.keyWidth < MaxKeyLen }
 func (s found) ready() bool  { return s.table && s.index && !s.narrow() }
 
 // create creates the table and the index, those of them found missing,
-// and widens the key column, in tx.
-func (in *Inbox) create(tx *gorm.DB, s found) (err error) {
+// and widens the key column (see migrate for copyRows), in tx.
+func (in *Inbox) create(tx *gorm.DB, s found, copyRows bool) (err error) {
 	if in.d.lock != nil {
 		if err := tx.Exec(in.d.lock(in.o.Table)).Error; err != nil {
 			return err
@@ -224,10 +230,38 @@ func (in *Inbox) create(tx *gorm.DB, s found) (err error) {
 		}
 	}
 	if s.table && s.narrow() {
-		for _, stmt := range in.d.widenKey(in.o.Table, in.quote) {
-			if err := tx.Exec(stmt).Error; err != nil {
-				return fmt.Errorf("widen the key column (%d bytes) to %d: %w", s.keyWidth, MaxKeyLen, err)
-			}
+		if err := in.widen(tx, copyRows); err != nil {
+			return fmt.Errorf("widen the key column (%d bytes) to %d: %w", s.keyWidth, MaxKeyLen, err)
+		}
+	}
+	return nil
+}
+
+// errWidenCopies: New left a table with rows narrow, as widening it would
+// copy it.
+var errWidenCopies = errors.New("widening copies the table, holding up its writes meanwhile: call Migrate at a quiet moment")
+
+// widen widens the key column in tx; one whose widening copies the table
+// only when it is empty, unless copyRows.
+func (in *Inbox) widen(tx *gorm.DB, copyRows bool) (err error) {
+	if in.d.widenCopies && !copyRows {
+		var rows bool
+		if err := tx.Raw("SELECT EXISTS (SELECT 1 FROM " + in.quote(in.o.Table) + ")").Row().Scan(&rows); err != nil {
+			return err
+		}
+		if rows {
+			return errWidenCopies
+		}
+	}
+	stmts, restore := in.d.widenKey(in.o.Table, in.quote)
+	defer func() {
+		for _, stmt := range restore {
+			err = errors.Join(err, tx.Exec(stmt).Error)
+		}
+	}()
+	for _, stmt := range stmts {
+		if err := tx.Exec(stmt).Error; err != nil {
+			return err
 		}
 	}
 	return nil

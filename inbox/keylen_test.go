@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
@@ -63,8 +65,10 @@ var oldTable = map[string]string{
 		" INDEX hookstamp_inbox_expires_at (expires_at)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
 }
 
-// Replicas starting together on a table of an earlier version widen its
-// key column once between them, and the keys it held are still honoured.
+// Replicas starting together on a table of an earlier version, and each
+// migrating it (New does on PostgreSQL; on MariaDB, where widening copies
+// a table holding keys, Migrate does), widen its key column once between
+// them, and the keys it held are still honoured.
 func TestNewWidensAnOldTable(t *testing.T) {
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
@@ -83,7 +87,10 @@ func TestNewWidensAnOldTable(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := inbox.New(r, inbox.Options{})
+					ib, err := inbox.New(r, inbox.Options{})
+					if err == nil {
+						err = ib.Migrate(context.Background())
+					}
 					errs <- err
 				}()
 			}
@@ -144,4 +151,82 @@ func TestNewOnAnOldTableItMayNotWiden(t *testing.T) {
 		t.Errorf("300-byte key once widened: %d %q, want 201", a.status, a.body)
 	}
 	wantCounts(t, owner, inbox.DefaultTable, long, 1, 1)
+}
+
+// oldMariaDB is a MariaDB database holding the inbox table of an earlier
+// version.
+func oldMariaDB(tb testing.TB) *gorm.DB {
+	tb.Helper()
+	db := openDB(tb, mysql.Open(testenv.MySQL(tb)))
+	mustExec(tb, db, oldTable["mysql"])
+	return db
+}
+
+// New on MariaDB leaves a table holding keys narrow: widening copies it,
+// holding up every key's insert meanwhile, and an application's start is
+// no moment for that. Longer keys are refused (503 in the middlewares)
+// until Migrate, called at a quiet moment, widens it.
+func TestNewLeavesAMariaDBTableWithKeysToMigrate(t *testing.T) {
+	db := oldMariaDB(t)
+	mustExec(t, db, "INSERT INTO hookstamp_inbox VALUES ('default', 'evt_62', 201, '{}', 'booked', '2026-01-01', '2099-01-01')")
+	ib := newInbox(t, db, inbox.Options{})
+	ctx := context.Background()
+	long := keyOf(300)
+	pay := func(tx *gorm.DB) error { return book(tx, long) }
+	if ran, err := ib.Once(ctx, long, pay); ran || !errors.Is(err, inbox.ErrKeyTooLong) {
+		t.Fatalf("300-byte key after New: ran=%v err=%v, want ErrKeyTooLong", ran, err)
+	}
+	pool, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.SetMaxOpenConns(1) // Migrate's connection is the one asked next
+	if err := ib.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var wait int
+	if err := db.Raw("SELECT @@SESSION.lock_wait_timeout = @@GLOBAL.lock_wait_timeout").Scan(&wait).Error; err != nil || wait != 1 {
+		t.Errorf("the pooled connection's lock_wait_timeout after Migrate: restored=%d err=%v, want its own again", wait, err)
+	}
+	if ran, err := newInbox(t, db, inbox.Options{}).Once(ctx, long, pay); !ran || err != nil {
+		t.Fatalf("300-byte key after Migrate: ran=%v err=%v, want true, nil", ran, err)
+	}
+	wantCounts(t, db, inbox.DefaultTable, long, 1, 1)
+}
+
+// A replica starting on an empty table of an earlier version while an old
+// replica's handler holds a key (uncommitted, so the table looks empty)
+// waits no more than two seconds for it, and neither does any other key's
+// insert, queued behind the ALTER meanwhile: the ALTER waited up to
+// lock_wait_timeout, a day by default, and the whole inbox with it. New
+// then starts with the narrow column.
+func TestNewOnMariaDBWhileAnOldReplicaHoldsAKey(t *testing.T) {
+	db := oldMariaDB(t)
+	holder := db.Begin()
+	t.Cleanup(func() { holder.Rollback() })
+	mustExec(t, holder, "INSERT INTO hookstamp_inbox VALUES ('default', 'evt_63', 0, '', '', NOW(6), NOW(6) + INTERVAL 1 DAY)")
+
+	started := make(chan error, 1)
+	go func() {
+		_, err := inbox.New(db.Session(&gorm.Session{NewDB: true}), inbox.Options{})
+		started <- err
+	}()
+	waitFor(t, "New's ALTER to wait for the held key", func() bool {
+		var n int64
+		db.Raw("SELECT count(*) FROM information_schema.processlist WHERE info LIKE 'ALTER TABLE%' AND state LIKE 'Waiting for table metadata lock' AND db = DATABASE()").Scan(&n)
+		return n > 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.WithContext(ctx).Exec("INSERT INTO hookstamp_inbox VALUES ('default', 'evt_64', 0, '', '', NOW(6), NOW(6) + INTERVAL 1 DAY)").Error; err != nil {
+		t.Errorf("another key's insert while New widened: %v", err)
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("New still waiting for the held key")
+	}
 }
