@@ -1,9 +1,11 @@
 package inbox
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
@@ -18,10 +20,11 @@ type dialect struct {
 	// EXISTS, may need privileges the application's user lacks, and take
 	// locks. nil where it needs neither (SQLite).
 	exists func(db *gorm.DB, table string) (found, error)
-	// lock returns the statement that serialises the processes creating
-	// the table, until the transaction ends (or unlock, when not nil);
-	// nil where the DDL is safe against itself.
-	lock, unlock func(table string) string
+	// lock serialises the processes creating the table, until the
+	// transaction ends (or unlock, when not nil), or fails; nil where the
+	// DDL is safe against itself.
+	lock   func(tx *gorm.DB, table string) error
+	unlock func(table string) string
 	// widenKey returns the statements that widen a narrower key column
 	// to MaxKeyLen bytes, in a transaction, waiting no more than two
 	// seconds for the transactions holding keys (every insert queues
@@ -56,6 +59,10 @@ type dialect struct {
 	// failed statement leaves the transaction going.
 	aborted func(error) bool
 }
+
+// migrateLockWait is how long Migrate waits for another process's
+// migration on MySQL/MariaDB: one copying a large table.
+var migrateLockWait = 600 * time.Second
 
 func dialectOf(db *gorm.DB) (*dialect, error) {
 	switch name := db.Dialector.Name(); name {
@@ -113,12 +120,12 @@ var postgresDialect = dialect{
 	// one with the schema it is created in. current_schema() is NULL when
 	// the search_path names no existing schema, and a NULL key takes no
 	// lock.
-	lock: func(table string) string {
+	lock: func(tx *gorm.DB, table string) error {
 		key := "coalesce(current_schema(), '') || '." + table + "'"
 		if schema, _ := splitTable(table); schema != "" {
 			key = "'" + table + "'"
 		}
-		return "SELECT pg_advisory_xact_lock(hashtext(" + key + "))"
+		return tx.Exec("SELECT pg_advisory_xact_lock(hashtext(" + key + "))").Error
 	},
 	createTable: func(table string, q func(string) string) string {
 		return "CREATE TABLE IF NOT EXISTS " + q(table) + ` (
@@ -176,8 +183,19 @@ var mysqlDialect = dialect{
 	},
 	// ALTER TABLE is safe against itself, but a second one would copy the
 	// table again. A named lock is the session's: it is released
-	// explicitly, before the connection goes back to the pool.
-	lock:   func(string) string { return "DO GET_LOCK('hookstamp_inbox_migrate', 600)" },
+	// explicitly, before the connection goes back to the pool. GET_LOCK
+	// gives up after its wait (0) or on an error (NULL), and the
+	// migration must not then run without it.
+	lock: func(tx *gorm.DB, _ string) error {
+		var got sql.NullInt64
+		if err := tx.Raw("SELECT GET_LOCK('hookstamp_inbox_migrate', ?)", migrateLockWait.Seconds()).Row().Scan(&got); err != nil {
+			return err
+		}
+		if got.Int64 != 1 {
+			return fmt.Errorf("lock hookstamp_inbox_migrate not taken in %v (another process migrating)", migrateLockWait)
+		}
+		return nil
+	},
 	unlock: func(string) string { return "DO RELEASE_LOCK('hookstamp_inbox_migrate')" },
 	// lock_wait_timeout (a day by default) bounds the ALTER's wait for
 	// the metadata lock; a session setting, as neither MySQL's SET_VAR

@@ -208,7 +208,7 @@ func (s found) ready() bool  { return s.table && s.index && !s.narrow() }
 // and widens the key column (see migrate for copyRows), in tx.
 func (in *Inbox) create(tx *gorm.DB, s found, copyRows bool) (err error) {
 	if in.d.lock != nil {
-		if err := tx.Exec(in.d.lock(in.o.Table)).Error; err != nil {
+		if err := in.d.lock(tx, in.o.Table); err != nil {
 			return err
 		}
 		if in.d.unlock != nil {

@@ -230,3 +230,40 @@ func TestNewOnMariaDBWhileAnOldReplicaHoldsAKey(t *testing.T) {
 		t.Fatal("New still waiting for the held key")
 	}
 }
+
+// Migrate on MariaDB fails when another process's migration holds the
+// lock past the wait: it ran anyway, GET_LOCK's timeout ignored, and two
+// processes could copy the table at once.
+func TestMigrateWithoutTheLockFails(t *testing.T) {
+	db := oldMariaDB(t)
+	mustExec(t, db, "INSERT INTO hookstamp_inbox VALUES ('default', 'evt_65', 201, '{}', 'booked', '2026-01-01', '2099-01-01')")
+	pool, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	other, err := pool.Conn(ctx) // another process migrating
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := other.QueryRowContext(ctx, "SELECT GET_LOCK('hookstamp_inbox_migrate', 10)").Scan(&got); err != nil || got != 1 {
+		t.Fatalf("take the migration lock: %d, %v", got, err)
+	}
+	t.Cleanup(func() {
+		_, _ = other.ExecContext(ctx, "DO RELEASE_LOCK('hookstamp_inbox_migrate')")
+		other.Close()
+	})
+	inbox.SetMigrateLockWait(t, time.Second)
+
+	if err := newInbox(t, db, inbox.Options{}).Migrate(ctx); err == nil {
+		t.Error("Migrate without the lock: nil error")
+	}
+	var width int
+	if err := db.Raw("SELECT character_maximum_length FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'hookstamp_inbox' AND column_name = 'key'").Scan(&width).Error; err != nil {
+		t.Fatal(err)
+	}
+	if width != 255 {
+		t.Errorf("key column: %d bytes, want 255 (widened without the lock)", width)
+	}
+}
