@@ -464,6 +464,9 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 	if ev.Key != "" {
 		attrs = append(attrs, "key", ev.Key)
 	}
+	if ev.Result.Would != "" {
+		attrs = append(attrs, "would", string(ev.Result.Would))
+	}
 	if ev.Result.Status != 0 {
 		attrs = append(attrs, "status", ev.Result.Status)
 	} else if ev.Result.Upstream != nil {

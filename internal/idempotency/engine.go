@@ -242,7 +242,7 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			gone = true // the screen was cleared: claim afresh
 		case Held, InFlight:
 			if p.Shadow {
-				return e.shadow(ctx, fwd)
+				return e.shadow(ctx, fwd, shadowClaimed(p, d, &c))
 			}
 			if !d.matches(c.Fingerprint) && !p.ReplayOnMismatch {
 				// A screen claim can be a refused copy's that landed late,
@@ -266,6 +266,21 @@ func (e *Engine) Handle(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			return e.unavailable(fmt.Errorf("claim %q: unexpected status %v", d.Key, c.Status))
 		}
 	}
+}
+
+// shadowClaimed is what enforce mode answers a repeat whose claim found
+// its key held or in flight, as the claim shows it (enforce may also ask
+// the ledger, or wait for the first delivery: shadow does neither).
+func shadowClaimed(p *Policy, d Delivery, c *claim) Outcome {
+	switch {
+	case !d.matches(c.Fingerprint) && !p.ReplayOnMismatch:
+		return Mismatch
+	case c.Status == Held && acknowledged(p, c.Entry):
+		return Replayed
+	case c.Status == Held:
+		return HeldKey
+	}
+	return Conflict
 }
 
 // withRequest makes d's stored request if the route stores one and it is

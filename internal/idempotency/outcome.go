@@ -36,6 +36,12 @@ const (
 var Outcomes = []Outcome{Forwarded, Replayed, Released, Conflict, Mismatch, MissingKey,
 	InvalidKey, Unverified, TooLarge, Passthrough, Shadowed, HeldKey, Unavailable, Challenge, Accepted}
 
+// ShadowWould lists what enforce mode answers a repeat that shadow mode
+// forwards (Result.Would), for metrics initialisation: a repeat of a
+// recorded delivery is replayed, of a different one under its key a
+// mismatch, of one in flight a conflict, of a held key held.
+var ShadowWould = []Outcome{Replayed, Mismatch, Conflict, HeldKey}
+
 // IsDuplicate reports whether the outcome is a repeat intercepted (or, in
 // shadow mode, one that would have been).
 func (o Outcome) IsDuplicate() bool {
@@ -78,6 +84,9 @@ type Result struct {
 	OriginalTraceID string
 	OriginalSpanID  string
 	TakenOver       bool
+	// Would is, for Shadowed, the outcome enforce mode would have
+	// answered: one of ShadowWould.
+	Would Outcome
 	// Err is the underlying failure, for logs (never sent to the provider).
 	Err error
 }

@@ -42,7 +42,11 @@ func (e *Engine) keep(p *Policy, d Delivery, ent *Entry) {
 // dropped and the caller claims afresh, since the ledger is the truth.
 func (e *Engine) replay(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, ent *Entry) (Result, bool) {
 	if p.Shadow {
-		return e.shadow(ctx, fwd), true
+		would := Replayed
+		if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
+			would = Mismatch
+		}
+		return e.shadow(ctx, fwd, would), true
 	}
 	if !d.matches(ent.Fingerprint) && !p.ReplayOnMismatch {
 		return e.mismatch(ent), true
@@ -94,8 +98,12 @@ func replayable(status int) bool { return status >= 100 && status <= 999 }
 // (done, queued or dead): as replay does, without reading it again.
 func (e *Engine) replayRecord(ctx context.Context, p *Policy, d Delivery, fwd ForwardFunc, rec *Record) (Result, bool) {
 	ent := EntryOf(rec)
-	if ent.Async && p.Ack == nil && !p.Shadow {
-		return e.unanswered(p, d, rec), true
+	if ent.Async && p.Ack == nil {
+		r := e.unanswered(p, d, rec)
+		if p.Shadow {
+			return e.shadow(ctx, fwd, r.Outcome), true
+		}
+		return r, true
 	}
 	return e.replay(ctx, p, d, fwd, ent)
 }

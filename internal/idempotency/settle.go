@@ -216,9 +216,12 @@ func (e *Engine) Passthrough(ctx context.Context, fwd ForwardFunc) Result {
 	return e.forwardUnclaimed(ctx, Passthrough, fwd)
 }
 
-// shadow forwards a repeat that enforce mode would have intercepted.
-func (e *Engine) shadow(ctx context.Context, fwd ForwardFunc) Result {
-	return e.forwardUnclaimed(ctx, Shadowed, fwd)
+// shadow forwards a repeat that enforce mode would have intercepted with
+// outcome would.
+func (e *Engine) shadow(ctx context.Context, fwd ForwardFunc, would Outcome) Result {
+	r := e.forwardUnclaimed(ctx, Shadowed, fwd)
+	r.Would = would
+	return r
 }
 
 // forwardUnclaimed forwards without holding a claim and without recording.

@@ -24,6 +24,7 @@ const (
 	metricRequestDuration  = "hookstamp.request.duration"
 	metricUpstreamDuration = "hookstamp.upstream.duration"
 	metricDuplicates       = "hookstamp.duplicates"
+	metricShadow           = "hookstamp.shadow"
 	metricTakeovers        = "hookstamp.takeovers"
 	metricCommitFailures   = "hookstamp.commit_failures"
 	metricHeldKeys         = "hookstamp.held_keys"
@@ -71,6 +72,7 @@ type metrics struct {
 	// repeat's CPU for the two (make bench, B2).
 	requests       metric.Int64Counter
 	duplicates     metric.Int64Counter
+	shadow         metric.Int64Counter // shadowed repeats by what enforce would answer
 	duration       metric.Float64Histogram
 	upstream       metric.Float64Histogram
 	takeovers      metric.Int64Counter
@@ -81,7 +83,7 @@ type metrics struct {
 	// byOutcome and bySource cache the attribute sets of (route, outcome)
 	// and (route, source): building one sorts and copies its attributes,
 	// per request otherwise.
-	byOutcome, bySource attrCache
+	byOutcome, bySource, byWould attrCache
 
 	mu         sync.Mutex
 	routes     map[string]*routeState
@@ -142,6 +144,7 @@ func newMetrics(m metric.Meter, log *slog.Logger, exemplars bool) (*metrics, err
 	ms.duration = histogram(metricRequestDuration, "Time from the request's arrival to its answer, by outcome.")
 	ms.upstream = histogram(metricUpstreamDuration, "Time of each forward to the upstream, answer read, failures included.")
 	ms.duplicates = hot(metricDuplicates, "Repeats intercepted (replayed, conflict, mismatch; shadowed in shadow mode), by sender.", &ms.bySource)
+	ms.shadow = counter(metricShadow, "Repeats forwarded in shadow mode, by the outcome enforce mode would have answered.")
 	ms.takeovers = counter(metricTakeovers, "Claims taken over after their owner's lease expired.")
 	ms.commitFailures = counter(metricCommitFailures, "Deliveries forwarded with a final answer whose ledger commit failed.")
 	ms.depErrors = counter(metricDependencyErrors, "Calls to the screen or the ledger that failed to reach it.")
@@ -161,7 +164,8 @@ func newMetrics(m metric.Meter, log *slog.Logger, exemplars bool) (*metrics, err
 }
 
 // Init creates every series of the configured routes at zero (requests by
-// outcome, takeovers, commit failures, held keys) and the dependency error
+// outcome, shadowed repeats by what enforce would answer, takeovers,
+// commit failures, held keys) and the dependency error
 // series of the named dependencies ("ledger", "screen"), so that rate() and
 // increase() see the first event of each.
 func (t *Telemetry) Init(routes []string, dependencies ...string) {
@@ -170,6 +174,9 @@ func (t *Telemetry) Init(routes []string, dependencies ...string) {
 	for _, r := range routes {
 		for _, o := range idempotency.Outcomes {
 			m.count(ctx, m.requests, m.byOutcome.get(r, string(o), outcomeAttrSet), 0)
+		}
+		for _, w := range idempotency.ShadowWould {
+			m.shadow.Add(ctx, 0, m.byWould.get(r, string(w), wouldAttrSet).add...)
 		}
 		m.takeovers.Add(ctx, 0, routeAttrs(r))
 		m.commitFailures.Add(ctx, 0, routeAttrs(r))
@@ -199,6 +206,9 @@ func (t *Telemetry) Observe(ctx context.Context, ev *ingress.Event) {
 	}
 	if o.IsDuplicate() {
 		m.count(ctx, m.duplicates, m.bySource.get(ev.Route, m.sourceLabel(ev.Route, ev.Source), sourceAttrSet), 1)
+	}
+	if w := ev.Result.Would; o == idempotency.Shadowed && w != "" {
+		m.shadow.Add(ctx, 1, m.byWould.get(ev.Route, string(w), wouldAttrSet).add...)
 	}
 }
 
@@ -386,6 +396,10 @@ func outcomeAttrSet(route, outcome string) attribute.Set {
 
 func sourceAttrSet(route, source string) attribute.Set {
 	return attribute.NewSet(attribute.String("route", route), attribute.String("source", source))
+}
+
+func wouldAttrSet(route, would string) attribute.Set {
+	return attribute.NewSet(attribute.String("route", route), attribute.String("would", would))
 }
 
 func depAttrs(dependency, op string) metric.MeasurementOption {

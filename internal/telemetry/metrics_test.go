@@ -166,6 +166,7 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		"hookstamp_request_duration_seconds":  {dto.MetricType_HISTOGRAM, []string{"outcome", "route"}},
 		"hookstamp_upstream_duration_seconds": {dto.MetricType_HISTOGRAM, []string{"route"}},
 		"hookstamp_duplicates_total":          {dto.MetricType_COUNTER, []string{"route", "source"}},
+		"hookstamp_shadow_total":              {dto.MetricType_COUNTER, []string{"route", "would"}},
 		"hookstamp_takeovers_total":           {dto.MetricType_COUNTER, []string{"route"}},
 		"hookstamp_commit_failures_total":     {dto.MetricType_COUNTER, []string{"route"}},
 		"hookstamp_held_keys":                 {dto.MetricType_GAUGE, []string{"route"}},

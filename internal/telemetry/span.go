@@ -15,7 +15,7 @@ import (
 const maxKeyAttr = 2048
 
 // annotateSpan adds route, key and outcome to the request's server span
-// (SPEC §7), and links a replay, or a mismatch, to the span of the original
+// (SPEC §7), and a shadowed repeat's hookstamp.would, and links a replay, or a mismatch, to the span of the original
 // delivery whose record answered it.
 func annotateSpan(ctx context.Context, ev *ingress.Event) {
 	span := trace.SpanFromContext(ctx)
@@ -30,6 +30,9 @@ func annotateSpan(ctx context.Context, ev *ingress.Event) {
 		attrs = append(attrs, attribute.String("hookstamp.key", truncateUTF8(ev.Key, maxKeyAttr)))
 	}
 	r := ev.Result
+	if r.Would != "" {
+		attrs = append(attrs, attribute.String("hookstamp.would", string(r.Would)))
+	}
 	if r.OriginalTraceID != "" {
 		attrs = append(attrs, attribute.String("hookstamp.original_trace_id", r.OriginalTraceID))
 		tid, terr := trace.TraceIDFromHex(r.OriginalTraceID)
