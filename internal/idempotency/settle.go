@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -239,8 +241,20 @@ func (e *Engine) call(ctx context.Context, fwd ForwardFunc) (*Upstream, error) {
 	fctx, span := e.o.Tracer.Start(ctx, "hookstamp.forward", trace.WithSpanKind(trace.SpanKindClient))
 	up, err := fwd(fctx)
 	if err == nil {
-		span.SetAttributes(attribute.Int("http.response.status_code", up.Status))
+		AnswerOnSpan(span, up.Status)
 	}
 	endSpan(span, err)
 	return up, err
+}
+
+// AnswerOnSpan puts the upstream's answer status on span, the client span
+// of a forward, as OpenTelemetry's HTTP conventions have it: the status
+// code, and for a 4xx or 5xx answer an Error status with error.type the
+// code (the description left empty: the code says it).
+func AnswerOnSpan(span trace.Span, status int) {
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	if status >= 400 {
+		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)))
+		span.SetStatus(codes.Error, "")
+	}
 }

@@ -116,9 +116,17 @@ func (q *Queue) attempt(ctx context.Context, job *river.Job[Args]) error {
 		return unsent{err}
 	}
 	a := idempotency.Attempt{Ref: ref, Attempt: st.Attempts + recorded + 1, StartedAt: q.o.Now(), Replica: q.o.Replica}
-	up, ferr := q.send(ctx, r, st, &a)
+	sctx, span := q.attemptSpan(ctx, r, st, &a)
+	// Ended once settled, so that it says what became of the attempt.
+	defer span.End()
+	up, ferr := q.send(sctx, r, st, &a)
 	a.Duration = q.o.Now().Sub(a.StartedAt)
-	return q.finish(ctx, &sentAttempt{job: job, route: r, st: st, a: a, up: up, err: ferr, run: run, horizon: horizon})
+	sent := &sentAttempt{job: job, route: r, st: st, a: a, up: up, err: ferr, run: run, horizon: horizon}
+	err = q.finish(ctx, sent)
+	if sent.result != "" {
+		span.SetAttributes(attribute.String("hookstamp.attempt.result", sent.result))
+	}
+	return err
 }
 
 // finish settles a sent attempt: it ends the job or snoozes it until the
@@ -146,6 +154,7 @@ type sentAttempt struct {
 	err     error
 	run     int // the job's run, snoozes included
 	horizon time.Time
+	result  string // what became of it (Hooks.Attempt's result), once settled
 }
 
 // settlement is the attempt's record, numbered by the ledger: a concurrent
@@ -177,7 +186,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if wrote && st.State == idempotency.StateDone && q.o.Hooks.Replaced != nil {
 			q.o.Hooks.Replaced(sctx, ref)
 		}
-		q.hookResult(ref.Route, "delivered")
+		q.settled(sent, "delivered")
 		if q.o.Hooks.Lag != nil && st.State == idempotency.StateQueued {
 			q.o.Hooks.Lag(ref.Route, q.o.Now().Sub(queued))
 		}
@@ -188,7 +197,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("record the last redelivery of %q: %w", ref.Key, err)
 		}
-		q.hookResult(ref.Route, "gave_up")
+		q.settled(sent, "gave_up")
 		q.o.Logger.WarnContext(ctx, "redelivery gave up; the record keeps its earlier answer",
 			"route", ref.Route, "key", ref.Key, "status", a.Status, "err", a.Error)
 	case hold:
@@ -199,7 +208,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if st.State == idempotency.StateQueued && q.o.Hooks.HeldChanged != nil {
 			q.o.Hooks.HeldChanged(ref.Route, 1)
 		}
-		q.hookResult(ref.Route, "held")
+		q.settled(sent, "held")
 		q.o.Logger.WarnContext(ctx, "async delivery held after an ambiguous upstream result; resolve it through the admin API",
 			"route", ref.Route, "key", ref.Key, "err", sent.err)
 	case spent:
@@ -207,7 +216,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 		if _, err := q.settle(sctx, s, sent.horizon, nil); err != nil {
 			return true, fmt.Errorf("give up delivery %q: %w", ref.Key, err)
 		}
-		q.hookResult(ref.Route, "dead")
+		q.settled(sent, "dead")
 		q.o.Logger.WarnContext(ctx, "async delivery is dead: out of attempts or age; redrive it through the admin API",
 			"route", ref.Route, "key", ref.Key, "attempts", a.Attempt, "status", a.Status, "err", a.Error)
 	default:
@@ -254,7 +263,7 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 	case err != nil:
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
-	q.hookResult(ref.Route, "retried")
+	q.settled(sent, "retried")
 	return river.JobSnooze(snooze)
 }
 
@@ -389,16 +398,21 @@ func (q *Queue) settle(ctx context.Context, s *sqlledger.Settlement, until time.
 	}
 }
 
-// send forwards st's request for attempt a, in a span linked to the
-// intake's, and notes its status or error in a.
-func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *idempotency.Attempt) (*idempotency.Upstream, error) {
+// attemptSpan starts the client span of attempt a, linked to the
+// intake's; the caller ends it.
+func (q *Queue) attemptSpan(ctx context.Context, r *Route, st *sqlledger.Stored, a *idempotency.Attempt) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("hookstamp.route", r.Name), attribute.String("hookstamp.key", a.Key), attribute.Int("hookstamp.attempt", a.Attempt))}
 	if link, ok := intakeLink(st); ok {
 		opts = append(opts, trace.WithLinks(link))
 	}
-	ctx, span := q.o.Tracer.Start(ctx, "hookstamp.attempt", opts...)
-	defer span.End()
+	return q.o.Tracer.Start(ctx, "hookstamp.attempt", opts...)
+}
+
+// send forwards st's request for attempt a, notes its status or error in
+// a and on ctx's span (attemptSpan's).
+func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *idempotency.Attempt) (*idempotency.Upstream, error) {
+	span := trace.SpanFromContext(ctx)
 	stored := forward.Stored{Method: st.Request.Method, Path: st.Request.Path, Header: st.Request.Headers, Body: st.Request.Body}
 	req := stored.Request(r.UpstreamURL, r.KeyHeader, a.Key)
 	req.Timeout = r.Timeout
@@ -410,7 +424,7 @@ func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *ide
 	}
 	if forward.HeadOnly(resp, err) {
 		a.Status = resp.Status
-		span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+		idempotency.AnswerOnSpan(span, resp.Status)
 		return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, BodyOmitted: true}, nil
 	}
 	if err != nil {
@@ -420,7 +434,7 @@ func (q *Queue) send(ctx context.Context, r *Route, st *sqlledger.Stored, a *ide
 		return nil, err
 	}
 	a.Status = resp.Status
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+	idempotency.AnswerOnSpan(span, resp.Status)
 	return &idempotency.Upstream{Status: resp.Status, Header: resp.Header, Body: resp.Body}, nil
 }
 
@@ -440,8 +454,11 @@ func (q *Queue) hook(f func(string), route string) {
 	}
 }
 
-func (q *Queue) hookResult(route, result string) {
+// settled notes what became of sent (delivered, retried, held, dead,
+// gave_up), for its span and Hooks.Attempt.
+func (q *Queue) settled(sent *sentAttempt, result string) {
+	sent.result = result
 	if q.o.Hooks.Attempt != nil {
-		q.o.Hooks.Attempt(route, result)
+		q.o.Hooks.Attempt(sent.a.Route, result)
 	}
 }
