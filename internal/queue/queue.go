@@ -174,7 +174,7 @@ func New(o Options) (*Queue, error) {
 		FetchCooldown:        fetchCooldown,
 		JobTimeout:           o.RescueMargin / 2,
 		RescueStuckJobsAfter: o.RescueMargin,
-		Logger:               o.Logger.With("component", "river"),
+		Logger:               riverLogger(o.Logger),
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			EnableTracePropagation: true,
 			TracerProvider:         o.TracerProvider,
@@ -756,4 +756,33 @@ func parseDBTime(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("unreadable time %q", s)
+}
+
+// riverLogger is log for River, which says at INFO what hookstamp's own
+// metrics and logs say better ("Producer job counts" every 5 s per
+// queue, each maintenance run): only its WARN and above are kept.
+func riverLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(warnAndAbove{log.Handler()}).With("component", "river")
+}
+
+// warnAndAbove passes on the records of its handler at WARN and above.
+type warnAndAbove struct{ slog.Handler }
+
+func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnAndAbove) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnAndAbove{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warnAndAbove) WithGroup(name string) slog.Handler {
+	return warnAndAbove{h.Handler.WithGroup(name)}
 }

@@ -9,8 +9,21 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/hookstamp/hookstamp/internal/gateway"
 	"github.com/hookstamp/hookstamp/internal/testenv"
 )
+
+// startAsyncGateway starts a gateway whose route hooks (oneRoute) is
+// async, retried within milliseconds, its queue polled every 20 ms.
+func startAsyncGateway(tb testing.TB, up *upstream, o gateway.Options) *gateway.Gateway {
+	tb.Helper()
+	o.QueuePollInterval, o.RescueMargin = 20*time.Millisecond, time.Second
+	route := strings.TrimRight(oneRoute, "\n") + `
+    delivery: async
+    async: {max_attempts: 5, backoff: {initial: 5ms, max: 50ms}}
+`
+	return startGateway(tb, gatewayConfig(tb, up.URL, route, ""), o)
+}
 
 // spansNamed are the exported spans named name, in the order they ended.
 func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanStub {
@@ -89,12 +102,7 @@ func TestAttemptSpanSaysStatusAndResult(t *testing.T) {
 		w.WriteHeader(200)
 	}
 	exp, o := spanRecorder()
-	o.QueuePollInterval, o.RescueMargin = 20*time.Millisecond, time.Second
-	route := strings.TrimRight(oneRoute, "\n") + `
-    delivery: async
-    async: {max_attempts: 5, backoff: {initial: 5ms, max: 50ms}}
-`
-	g := startGateway(t, gatewayConfig(t, up.URL, route, ""), o)
+	g := startAsyncGateway(t, up, o)
 	wantOutcome(t, send(t, g, "/hooks", `{}`, "X-Event-Id", "evt_q"), 202, "accepted")
 	testenv.Eventually(t, 20*time.Second, "two attempt spans", func() bool {
 		return len(spansNamed(exp, "hookstamp.attempt")) == 2
