@@ -460,17 +460,24 @@ func (g *Gateway) observe(ctx context.Context, ev *ingress.Event) {
 	case idempotency.Unavailable, idempotency.HeldKey:
 		level = slog.LevelWarn
 	}
-	attrs := []any{"route", ev.Route, "outcome", string(o), "method", ev.Method, "source", ev.Source}
+	source := ev.Source
+	if source == "" {
+		source = "unknown" // as the source label of hookstamp_duplicates_total
+	}
+	attrs := []any{"route", ev.Route, "outcome", string(o), "method", ev.Method, "source", source}
 	if ev.Key != "" {
 		attrs = append(attrs, "key", ev.Key)
 	}
 	if ev.Result.Would != "" {
 		attrs = append(attrs, "would", string(ev.Result.Would))
 	}
-	if ev.Result.Status != 0 {
-		attrs = append(attrs, "status", ev.Result.Status)
-	} else if ev.Result.Upstream != nil {
-		attrs = append(attrs, "status", ev.Result.Upstream.Status)
+	switch r := ev.Result; {
+	case r.Status != 0:
+		attrs = append(attrs, "status", r.Status)
+	case r.Upstream != nil:
+		attrs = append(attrs, "status", r.Upstream.Status)
+	case r.Ack != nil:
+		attrs = append(attrs, "status", r.Ack.Status)
 	}
 	if ev.Result.Err != nil {
 		attrs = append(attrs, "err", ev.Result.Err.Error())

@@ -299,13 +299,14 @@ func (s *Server) decide(ctx context.Context, c *fiber.Ctx, route *Route, rest st
 	fwd := func(ctx context.Context) (*idempotency.Upstream, error) {
 		return s.forward(ctx, c, route, rest, ev.Key)
 	}
+	// The sender is known first, so that every log line names it: a
+	// forgery's, a passthrough's.
+	ev.Source = s.source(c, route)
 	dedups := route.dedups(c.Method())
 	if !dedups && route.Verifier == nil {
 		return s.o.Engine.Passthrough(ctx, fwd)
 	}
 	req := newFastRequest(c)
-	// The sender is known first, so that a forgery's log line names it.
-	ev.Source = s.source(c, route)
 	if res := s.challenge(route, req, ev); res != nil {
 		return *res
 	}
@@ -688,7 +689,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if route != nil && outcome != "" {
 		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
-		ev := Event{Route: route.Name, Method: method, Result: &res}
+		ev := Event{Route: route.Name, Method: method, Source: s.source(c, route), Result: &res}
 		if outcome == idempotency.TooLarge {
 			// Named from its headers and query (SPEC §7), so that the event
 			// can be resent once the limit is raised.
