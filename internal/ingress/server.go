@@ -686,8 +686,13 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if outcome != "" {
 		status, detail, retryAfter = refusal.Status, refusal.Detail, refusal.RetryAfter
 	}
+	if route != nil {
+		// Names the span, outcome or not: a body that stalled past
+		// read_timeout (408) or could not be framed (400) is no delivery
+		// (SPEC §2), and its span is where it shows by route.
+		c.Locals(routeLocal{}, route)
+	}
 	if route != nil && outcome != "" {
-		c.Locals(routeLocal{}, route) // names the span
 		res := idempotency.Result{Outcome: outcome, Status: status}
 		ev := Event{Route: route.Name, Method: method, Source: s.source(c, route), Result: &res}
 		if outcome == idempotency.TooLarge {
