@@ -135,7 +135,7 @@ func TestQueueStartedAfterItsStopStops(t *testing.T) {
 	cfg.Store.Driver, cfg.Store.DSN, cfg.Store.AutoMigrate = config.StorePostgres, dsn, false
 	logs := &testenv.Buffer{}
 	o := asyncOptions(t)
-	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})) // River says it stopped at DEBUG
 	g := startGatewayWith(t, cfg, o)
 	testenv.Eventually(t, 5*time.Second, "the queue's start to wait for the lock", func() bool {
 		var n int

@@ -760,29 +760,35 @@ func parseDBTime(s string) (time.Time, error) {
 
 // riverLogger is log for River, which says at INFO what hookstamp's own
 // metrics and logs say better ("Producer job counts" every 5 s per
-// queue, each maintenance run): only its WARN and above are kept.
+// queue, each maintenance run): its lines below WARN are logged at
+// DEBUG, shown only when telemetry.log.level asks for them.
 func riverLogger(log *slog.Logger) *slog.Logger {
-	return slog.New(warnAndAbove{log.Handler()}).With("component", "river")
+	return slog.New(quietInfo{log.Handler()}).With("component", "river")
 }
 
-// warnAndAbove passes on the records of its handler at WARN and above.
-type warnAndAbove struct{ slog.Handler }
+// quietInfo logs its handler's records below WARN at DEBUG.
+type quietInfo struct{ slog.Handler }
 
-func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+func (h quietInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, quieted(l))
 }
 
-func (h warnAndAbove) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn {
-		return nil
-	}
+func (h quietInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = quieted(r.Level)
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return warnAndAbove{h.Handler.WithAttrs(attrs)}
+func (h quietInfo) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietInfo{h.Handler.WithAttrs(attrs)}
 }
 
-func (h warnAndAbove) WithGroup(name string) slog.Handler {
-	return warnAndAbove{h.Handler.WithGroup(name)}
+func (h quietInfo) WithGroup(name string) slog.Handler {
+	return quietInfo{h.Handler.WithGroup(name)}
+}
+
+func quieted(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return min(l, slog.LevelDebug)
+	}
+	return l
 }

@@ -14,6 +14,7 @@ import (
 // River's INFO lines ("River client started", "Producer job counts" every
 // 5 s per queue) do not reach a log at level info: only River's WARN and
 // above do, with component river; hookstamp's own INFO lines still do.
+// At level debug River's lines are there, at DEBUG.
 func TestRiverLogsOnlyWarnings(t *testing.T) {
 	up := newUpstream(t)
 	var buf testenv.Buffer
@@ -41,4 +42,16 @@ func TestRiverLogsOnlyWarnings(t *testing.T) {
 	if info == 0 {
 		t.Errorf("no INFO line of hookstamp's own: the log level was raised for everything:\n%s", buf.String())
 	}
+
+	var debug testenv.Buffer
+	o.Logger = telemetry.NewLogger(config.Log{Level: "debug", Format: "json"}, &debug)
+	startAsyncGateway(t, up, o)
+	testenv.Eventually(t, 10*time.Second, "River's client started, at DEBUG", func() bool {
+		for l := range strings.SplitSeq(debug.String(), "\n") {
+			if strings.Contains(l, `"component":"river"`) && strings.Contains(l, "River client started") {
+				return strings.Contains(l, `"level":"DEBUG"`)
+			}
+		}
+		return false
+	})
 }
