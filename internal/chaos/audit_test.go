@@ -167,7 +167,7 @@ func (f *fixture) releasedLate(rel, retry time.Duration, screenFailed bool) {
 		Start: f.at(-10 * time.Millisecond), End: f.at(rel), Answered: true, Status: 504, Outcome: "released"})
 	if screenFailed {
 		f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(rel), Level: "WARN", Route: ev.Route, Key: ev.Key,
-			Msg: "release failed; the claim expires with its lease", Err: "redisscreen: release: dependency unavailable: context deadline exceeded"})
+			Msg: "release failed; a claim it left in place expires with its lease", Err: "redisscreen: release: dependency unavailable: context deadline exceeded"})
 	}
 	f.in.Logs["g1.1"] = append(f.in.Logs["g1.1"], LogLine{Time: f.at(rel), Msg: "delivery", Route: ev.Route, Key: ev.Key,
 		Outcome: "released", Err: "upstream timed out after sending"})

@@ -72,7 +72,7 @@ func (c *claim) release(ctx context.Context) {
 	if screenErr != nil {
 		e.depError("screen", "release", screenErr)
 	}
-	e.o.Logger.WarnContext(ctx, "release failed; the claim expires with its lease",
+	e.o.Logger.WarnContext(ctx, "release failed; a claim it left in place expires with its lease",
 		"route", c.ref.Route, "key", c.ref.Key, "err", err)
 }
 
