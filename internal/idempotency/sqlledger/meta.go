@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"gorm.io/gorm"
 )
@@ -84,9 +83,11 @@ func (l *Ledger) Deployment(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("%w: %w", ErrNoDeployment, err)
 }
 
-// probeSize is the probe row's value: larger than a page, so that it is
-// written to pages the database must find room for, as a delivery's
-// record is; an update in place of a small row fits where it was.
+// probeSize is the probe row's value, random hex: larger than a page and
+// incompressible (PostgreSQL compresses a long value in place), so that
+// it is written to pages the database must find room for, as a
+// delivery's record is; an update in place of a small row fits where it
+// was.
 const probeSize = 8 << 10
 
 // ProbeWrite inserts a row of hookstamp_meta the size of a delivery's
@@ -103,15 +104,16 @@ func (l *Ledger) ProbeWrite(ctx context.Context) error {
 	if err != nil {
 		return l.fail("probe write", err)
 	}
-	b := make([]byte, 8)
+	b := make([]byte, probeSize/2)
 	_, _ = rand.Read(b)
-	name := "write-probe:" + hex.EncodeToString(b)
+	value := hex.EncodeToString(b)
+	name := "write-probe:" + value[:16]
 	tx, err := sdb.BeginTx(ctx, nil)
 	if err != nil {
 		return l.fail("probe write", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, l.d.rebind("INSERT INTO "+MetaTable+" (name, value) VALUES (?, ?)"), name, strings.Repeat("x", probeSize)); err != nil {
+	if _, err := tx.ExecContext(ctx, l.d.rebind("INSERT INTO "+MetaTable+" (name, value) VALUES (?, ?)"), name, value); err != nil {
 		return l.fail("probe write", err)
 	}
 	if _, err := tx.ExecContext(ctx, l.d.rebind("DELETE FROM "+MetaTable+" WHERE name = ?"), name); err != nil {
