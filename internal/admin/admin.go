@@ -246,14 +246,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
+	if s.admit(w, r, path) {
+		s.adminAPI(w, r, strings.TrimPrefix(path, "/admin"))
+	}
+}
+
+// admit reports whether r may call the admin API, and answers it when not:
+// the API is on, a browser calls it under a known host and from its own
+// origin, and r carries the token from an address not made to wait.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, path string) bool {
 	if s.o.Token == "" {
 		problem(w, http.StatusNotFound, "the admin API is off: admin.token is not set")
-		return
+		return false
 	}
 	if fromBrowser(r) && !s.hosts.Known(r.Host) {
 		s.o.Logger.WarnContext(r.Context(), "admin: a browser's request for an unknown host name refused", "host", r.Host, "remote", r.RemoteAddr)
 		problem(w, http.StatusMisdirectedRequest, "a browser may call the admin API only under the admin listener's address, localhost, or a name in admin.console_hosts")
-		return
+		return false
 	}
 	if crossOrigin(r) {
 		// A page of another site can make the operator's browser call
@@ -261,20 +270,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// keeps for the listener (a proxy's Basic authentication).
 		s.o.Logger.WarnContext(r.Context(), "admin: a browser's request from another origin refused", "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
 		problem(w, http.StatusForbidden, "a browser may call the admin API only from the admin listener's own origin")
-		return
+		return false
 	}
 	if len(r.Header.Values("Authorization")) > 1 {
 		// Which one a proxy in front checked, and which one the gateway
 		// would, is not known: net/http's Get reads the first.
 		problem(w, http.StatusBadRequest, "the request has more than one Authorization field")
-		return
+		return false
 	}
 	// An address made to wait is refused whatever its token, so that its
 	// guesses meanwhile tell it nothing.
 	if wait := s.wrong.Wait(r.RemoteAddr); wait > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later")
-		return
+		return false
 	}
 	if !s.authorized(r) {
 		if r.Header.Get("Authorization") == "" {
@@ -288,9 +297,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookstamp admin"`)
 		problem(w, http.StatusUnauthorized, "a valid bearer token is required")
-		return
+		return false
 	}
-	s.adminAPI(w, r, strings.TrimPrefix(path, "/admin"))
+	return true
 }
 
 // adminAPI serves /admin/*, path being the escaped path after "/admin".
