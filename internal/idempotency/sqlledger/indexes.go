@@ -189,11 +189,14 @@ const indexStatesSQL = `SELECT c.relname, COALESCE(i.indisvalid, false), EXISTS 
 // the table's lock lets only one through. PostgreSQL ends the deadlock by
 // failing one, which leaves its index invalid, for the next round to
 // rebuild. Two starting the same build together: the other made its
-// catalog entry first.
+// catalog entry first. Two dropping the same invalid index together: the
+// other changed its catalog row first, which PostgreSQL reports only as an
+// internal error (XX000, "tuple concurrently updated").
 func (l *Ledger) concurrently(ctx context.Context, stmt string, busy *bool) error {
 	err := l.w.WithContext(ctx).Exec(stmt).Error
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "42P07" || pe.Code == "23505") {
+	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "42P07" || pe.Code == "23505" ||
+		pe.Code == "XX000" && pe.Message == "tuple concurrently updated") {
 		*busy = true
 		return nil
 	}
