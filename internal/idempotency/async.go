@@ -53,7 +53,7 @@ func (e *Engine) intake(ctx context.Context, p *Policy, d Delivery, fwd ForwardF
 			return e.unavailable(fmt.Errorf("enqueue %q: %w", d.Key, err)), true
 		case held == nil:
 			if takenOver {
-				e.hook(e.o.Hooks.Takeover, d.Route)
+				e.tookOver(ctx, d.Ref)
 			}
 			return Result{Outcome: Accepted, Ack: p.ackCopy(), TakenOver: takenOver}, true
 		case held.State == StatePending:

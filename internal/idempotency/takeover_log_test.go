@@ -54,22 +54,57 @@ func TestTakeoverIsLoggedWithItsKey(t *testing.T) {
 			if r := e.Handle(ctx, racePolicy, d, fwd); r.Outcome != idempotency.Forwarded {
 				t.Fatalf("retry after the lease: %s (%v), want forwarded", r.Outcome, r.Err)
 			}
-			if n := takeovers.Load(); n != 1 {
-				t.Fatalf("%d takeovers counted, want 1", n)
-			}
-			var found bool
-			for line := range strings.Lines(logs.String()) {
-				var l map[string]any
-				if err := json.Unmarshal([]byte(line), &l); err != nil {
-					t.Fatalf("log line %q: %v", line, err)
-				}
-				if strings.Contains(l["msg"].(string), "taken over") {
-					found = l["level"] == "WARN" && l["route"] == "r" && l["key"] == key
-				}
-			}
-			if !found {
-				t.Errorf("no WARN naming route r and key %q:\n%s", key, logs.String())
-			}
+			wantTakeoverLogged(t, &logs, &takeovers, key)
 		})
+	}
+}
+
+// The same on an async route: the dead replica's claim was made while
+// the route was synchronous, and its forward may have reached the
+// upstream before the queue delivers the retry's stored copy.
+func TestAsyncTakeoverIsLoggedWithItsKey(t *testing.T) {
+	ctx := context.Background()
+	var logs testenv.Buffer
+	l := sqliteLedger(t)
+	l.UseJobs(&countedJobs{})
+	var takeovers atomic.Int64
+	o := idempotency.Options{Ledger: l, Queue: l, Lease: time.Second,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	o.Hooks.Takeover = func(string) { takeovers.Add(1) }
+	e := newEngine(t, o)
+	t.Cleanup(e.Close)
+	key := "evt_async\ntaken_over"
+	ref := idempotency.Ref{Route: "r", Key: key}
+	dead := idempotency.ClaimRequest{Ref: ref, Owner: "dead-replica", Lease: time.Millisecond}
+	if _, err := l.Claim(ctx, dead, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	p := *racePolicy
+	p.Ack = &idempotency.Response{Status: 202}
+	d := idempotency.Delivery{Ref: ref, Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}
+	var forwards atomic.Int64
+	if r := e.Handle(ctx, &p, d, fwdCount(&forwards)); r.Outcome != idempotency.Accepted || !r.TakenOver {
+		t.Fatalf("retry after the lease: %s (taken over %v, %v), want accepted over the dead claim", r.Outcome, r.TakenOver, r.Err)
+	}
+	wantTakeoverLogged(t, &logs, &takeovers, key)
+}
+
+func wantTakeoverLogged(t *testing.T, logs *testenv.Buffer, takeovers *atomic.Int64, key string) {
+	t.Helper()
+	if n := takeovers.Load(); n != 1 {
+		t.Fatalf("%d takeovers counted, want 1", n)
+	}
+	var found bool
+	for line := range strings.Lines(logs.String()) {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if strings.Contains(l["msg"].(string), "taken over") {
+			found = l["level"] == "WARN" && l["route"] == "r" && l["key"] == key
+		}
+	}
+	if !found {
+		t.Errorf("no WARN naming route r and key %q:\n%s", key, logs.String())
 	}
 }
