@@ -89,7 +89,7 @@ const hubspotKey = "json:#.subscriptionId,json:#.eventId,json:#.portalId,json:#.
 
 // presetTable is in SPEC order. Retentions: window + ≥ 1 day, min 72h.
 var presetTable = []Preset{
-	{Name: "standard-webhooks", Key: src(SourceHeader, "webhook-id"), Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
+	{Name: "standard-webhooks", Key: standardKey, Scheme: SchemeStandardWebhooks, Retention: 3 * day, RetryWindow: "~27 h"},
 	{Name: "stripe", Key: src(SourceJSON, "id"), Scheme: SchemeStripe, Retention: 4 * day, RetryWindow: "3 days"},
 	// GitHub never retries on its own; deliveries can be redelivered by hand
 	// for 3 days.
@@ -201,6 +201,10 @@ var adyenVerify = Verify{
 		"{json:" + adyenItem + "amount.value}:{json:" + adyenItem + "amount.currency}:" +
 		"{json:" + adyenItem + "eventCode}:{json:" + adyenItem + "success}",
 }
+
+// standardKey is the message id of a Standard Webhooks sender: webhook-id,
+// or svix-id from Svix itself, which sends its own header names.
+var standardKey = []KeySource{{Kind: SourceHeader, Arg: "webhook-id"}, {Kind: SourceHeader, Arg: "svix-id"}}
 
 // svixKey is the message id of a Svix sender: svix-id, or webhook-id
 // should it send the specification's names.

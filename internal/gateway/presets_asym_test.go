@@ -249,6 +249,36 @@ func TestPublicKeyPresetsRefuseForgeries(t *testing.T) {
 	}
 }
 
+// Svix itself sends the Standard Webhooks signature under its own header
+// names (svix-id, svix-timestamp, svix-signature): the standard-webhooks
+// preset keys such a delivery on svix-id, the id its signature covers,
+// instead of refusing it as keyless, which Svix would retry until it gave
+// the event up.
+func TestStandardWebhooksPresetTakesSvixHeaderNames(t *testing.T) {
+	up := newUpstream(t)
+	routes := fmt.Sprintf("  - name: svix\n    path: /svix\n    preset: standard-webhooks\n    upstream: {url: '%s/svix'}\n"+
+		"    verify: {secrets: ['%s']}\n", up.URL, swhSecret)
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, nil))
+	const id = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"
+	body := []byte(`{"type":"invoice.paid","data":{"invoice_id":"inv_8f2a","amount":4200}}`)
+	deliver := func() reply {
+		h, err := verifytest.Svix(swhSecret, id, body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Get("webhook-id") != "" {
+			t.Fatalf("the Svix delivery carries webhook-id: %v", h)
+		}
+		return post(t, g, "/svix", body, h)
+	}
+	first := deliver()
+	wantOutcome(t, first, 200, "forwarded")
+	wantOutcome(t, deliver(), 200, "replayed")
+	if n := up.count(id); n != 1 {
+		t.Fatalf("the upstream received %d deliveries keyed %s, want 1", n, id)
+	}
+}
+
 // Discord's PING (type 1) is forwarded like every interaction, and the
 // application's {"type":1} goes back to Discord; the PING's id keys it,
 // so a repeat is answered from the record.
@@ -302,5 +332,21 @@ func TestSendGridBatchKey(t *testing.T) {
 	wantOutcome(t, post(t, g, "/events", rebatched, sign(rebatched, time.Now())), 200, "forwarded")
 	if a, b := up.count(bodyHash(sendgridBatch)), up.count(bodyHash(rebatched)); a != 1 || b != 1 {
 		t.Fatalf("upstream received the batch %d and the rebatched one %d times, want 1 and 1", a, b)
+	}
+}
+
+// A secret stored with a trailing newline (a Kubernetes Secret made from a
+// file written by echo) verifies as the secret it is: no provider signs
+// with whitespace at either end, and each delivery refused 401 would be
+// retried by the provider until it gave the event up.
+func TestSecretWithSurroundingWhitespaceVerifies(t *testing.T) {
+	up := newUpstream(t)
+	routes := fmt.Sprintf("  - name: github\n    path: /github\n    preset: github\n    upstream: {url: '%s/github'}\n"+
+		"    verify: {secrets: ['${GITHUB_WEBHOOK_SECRET}']}\n", up.URL)
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", routes, []string{"GITHUB_WEBHOOK_SECRET= " + githubSecret + "\n"}))
+	body := []byte(`{"action":"opened","number":7}`)
+	wantOutcome(t, post(t, g, "/github", body, merged(verifytest.GitHub(githubSecret, body), headers("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958", "X-GitHub-Event", "pull_request"))), 200, "forwarded")
+	if n := up.total.Load(); n != 1 {
+		t.Fatalf("the upstream received %d deliveries, want 1", n)
 	}
 }
