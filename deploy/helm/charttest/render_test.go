@@ -58,13 +58,22 @@ type rendered struct {
 	// Labels are the labels of every manifest, and of its pod template,
 	// by "Kind/name" (and "Kind/name pods").
 	Labels map[string]map[string]string
-	Notes  string
+	// Names are the metadata.name of every manifest, hooks included, by
+	// "Kind/name".
+	Names map[string]string
+	Notes string
 }
 
 // renderChart runs what `helm template` runs on the chart with vals (the
 // user's values, merged over values.yaml by Helm) and returns the error
 // Helm gives, the chart's own `fail`s included.
 func renderChart(tb testing.TB, vals map[string]any) (*release.Release, error) {
+	tb.Helper()
+	return renderRelease(tb, releaseName, vals)
+}
+
+// renderRelease is renderChart for a release of another name.
+func renderRelease(tb testing.TB, name string, vals map[string]any) (*release.Release, error) {
 	tb.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
@@ -73,7 +82,7 @@ func renderChart(tb testing.TB, vals map[string]any) (*release.Release, error) {
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true
-	install.ReleaseName = releaseName
+	install.ReleaseName = name
 	install.Namespace = namespace
 	install.KubeVersion = parseKubeVersion(tb)
 	rel, err := install.RunWithContext(context.Background(), ch, vals)
@@ -90,11 +99,17 @@ func renderChart(tb testing.TB, vals map[string]any) (*release.Release, error) {
 // mustRender renders and decodes, failing the test on any error.
 func mustRender(tb testing.TB, vals map[string]any) *rendered {
 	tb.Helper()
-	rel, err := renderChart(tb, vals)
+	return mustRenderRelease(tb, releaseName, vals)
+}
+
+// mustRenderRelease is mustRender for a release of another name.
+func mustRenderRelease(tb testing.TB, name string, vals map[string]any) *rendered {
+	tb.Helper()
+	rel, err := renderRelease(tb, name, vals)
 	if err != nil {
 		tb.Fatalf("render: %v", err)
 	}
-	out := &rendered{Hooks: map[string]*release.Hook{}, Labels: map[string]map[string]string{}, Notes: rel.Info.Notes}
+	out := &rendered{Hooks: map[string]*release.Hook{}, Labels: map[string]map[string]string{}, Names: map[string]string{}, Notes: rel.Info.Notes}
 	for name, doc := range util.SplitManifests(rel.Manifest) {
 		if err := out.decode(doc); err != nil {
 			tb.Fatalf("manifest %s: %v\n%s", name, err, doc)
@@ -135,6 +150,7 @@ func (r *rendered) decode(doc string) error {
 	}
 	id := head.Kind + "/" + head.Metadata.Name
 	r.Labels[id] = head.Metadata.Labels
+	r.Names[id] = head.Metadata.Name
 	if l := head.Spec.Template.Metadata.Labels; l != nil {
 		r.Labels[id+" pods"] = l
 	}

@@ -16,6 +16,17 @@
 {{- end }}
 {{- end }}
 
+{{/*
+hookstamp.suffixedName: "<fullname>-SUFFIX", the fullname cut short enough
+for the whole to fit the 63 characters of a name (and of the label
+Kubernetes copies some names into). Called with (list $ "SUFFIX").
+*/}}
+{{- define "hookstamp.suffixedName" -}}
+{{- $suffix := index . 1 }}
+{{- $base := include "hookstamp.fullname" (index . 0) | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base $suffix }}
+{{- end }}
+
 {{- define "hookstamp.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "hookstamp.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -409,7 +420,7 @@ read back from the cluster on upgrade, so it does not change.
 {{- define "hookstamp.tlsDir" -}}/etc/hookstamp-tls{{- end }}
 
 {{- define "hookstamp.dataClaim" -}}
-{{- .Values.persistence.existingClaim | default (printf "%s-data" (include "hookstamp.fullname" .)) }}
+{{- .Values.persistence.existingClaim | default (include "hookstamp.suffixedName" (list . "data")) }}
 {{- end }}
 
 {{/* Called with (dict "ctx" $ "configMap" NAME). */}}
