@@ -115,3 +115,43 @@ func TestImageDigest(t *testing.T) {
 		t.Errorf("a digest with its \"@\": render error %v, want one naming image.digest", err)
 	}
 }
+
+// image.tag is a string: a tag YAML read as a number (20240601, 1.10) is
+// refused, since 1.10 is already 1.1 by then, rather than rendered as
+// "2.0240601e+07" or "1.1". An empty tag is the chart's appVersion.
+func TestImageTagIsAString(t *testing.T) {
+	accepted := []struct {
+		name, vals           string
+		wantImage, wantLabel string
+	}{
+		{"quoted date", `image: {tag: "20240601"}`, "hookstamp:20240601", "20240601"},
+		{"quoted version", `image: {tag: "1.10"}`, "hookstamp:1.10", "1.10"},
+		{"empty", `image: {tag: ""}`, "hookstamp:dev", "dev"},
+		{"null", `image: {tag: null}`, "hookstamp:dev", "dev"},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			var vals map[string]any
+			if err := yamlUnmarshal(tt.vals, &vals); err != nil {
+				t.Fatal(err)
+			}
+			d := mustRender(t, vals).deployment(t)
+			if got := gatewayContainer(t, d).Image; got != tt.wantImage {
+				t.Errorf("gateway image %q, want %q", got, tt.wantImage)
+			}
+			if got := d.Labels["app.kubernetes.io/version"]; got != tt.wantLabel {
+				t.Errorf("app.kubernetes.io/version %q, want %q", got, tt.wantLabel)
+			}
+		})
+	}
+	checkRefused(t, "", []refusal{
+		{"date", `image: {tag: 20240601}`, `image.tag must be a string; this one was read as a float64`},
+		{"version", `image: {tag: 1.10}`, `Quote it (tag: "1.10")`},
+		{"bool", `image: {tag: true}`, `image.tag must be a string; this one was read as a bool`},
+		{"number digest", `image: {digest: 1234567890}`, `is not a digest (sha256:`},
+	})
+	// --set image.tag=20240601 gives Helm an int64.
+	if _, err := renderChart(t, map[string]any{"image": map[string]any{"tag": int64(20240601)}}); err == nil || !strings.Contains(err.Error(), "--set-string image.tag") {
+		t.Errorf("image.tag int64: render error %v, want one asking for --set-string", err)
+	}
+}

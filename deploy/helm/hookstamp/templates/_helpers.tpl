@@ -72,13 +72,27 @@ only a label), else repository:tag.
 */}}
 {{- define "hookstamp.image" -}}
 {{- with .Values.image.digest }}
-{{- if not (regexMatch "^[a-z0-9]+([+._-][a-z0-9]+)*:[A-Za-z0-9=_-]{32,}$" .) }}
-{{- fail (printf "image.digest: %q is not a digest (sha256:<64 hex digits>, without the \"@\")" .) }}
+{{- $digest := toString . }}
+{{- if not (regexMatch "^[a-z0-9]+([+._-][a-z0-9]+)*:[A-Za-z0-9=_-]{32,}$" $digest) }}
+{{- fail (printf "image.digest: %q is not a digest (sha256:<64 hex digits>, without the \"@\")" $digest) }}
 {{- end }}
-{{- printf "%s@%s" $.Values.image.repository . }}
+{{- printf "%s@%s" $.Values.image.repository $digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" .Values.image.repository (include "hookstamp.tag" .) }}
 {{- end }}
+{{- end }}
+
+{{/*
+hookstamp.tag: image.tag, or the chart's appVersion when it is empty. A
+tag YAML read as a number (20240601, 1.10) is refused: the number cannot
+be turned back into the tag (1.10 is 1.1 by then).
+*/}}
+{{- define "hookstamp.tag" -}}
+{{- $tag := .Values.image.tag }}
+{{- if not (or (kindIs "string" $tag) (kindIs "invalid" $tag)) }}
+{{- fail (printf "image.tag must be a string; this one was read as a %s (%v): YAML reads an unquoted tag such as 20240601 or 1.10 as a number (1.10 becomes 1.1), which cannot be turned back into the tag. Quote it (tag: \"1.10\"), or pass it with --set-string image.tag=…" (kindOf $tag) $tag) }}
+{{- end }}
+{{- $tag | default .Chart.AppVersion }}
 {{- end }}
 
 {{/*
@@ -87,7 +101,7 @@ written into the tag ("v0.1.0@sha256:…") left out, characters a label may
 not hold replaced by "_", at most 63 characters, alphanumeric at both ends.
 */}}
 {{- define "hookstamp.versionLabel" -}}
-{{- $v := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- $v := include "hookstamp.tag" . }}
 {{- $v = regexReplaceAll "@.*$" $v "" }}
 {{- $v = regexReplaceAll "[^A-Za-z0-9._-]" $v "_" | trunc 63 }}
 {{- regexReplaceAll "^[^A-Za-z0-9]+|[^A-Za-z0-9]+$" $v "" }}
