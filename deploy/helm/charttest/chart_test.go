@@ -238,6 +238,7 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"both passed through", `config: {store: {on_unavailable: pass}, screen: {on_unavailable: pass}}`, 5 + 15 + 10},
 		{"ledger passed through, no screen", `config: {store: {on_unavailable: pass}, screen: {driver: none}}`, 5 + 15 + 10},
 		{"upstream password from the Secret", `{secrets: {env: {UP_PASS: pw}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
+		{"upstream token and query from the Secret", `{secrets: {env: {UP_TOKEN: ghp_0123456789, TENANT: acme}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://${UP_TOKEN}@app.internal/hooks?token=${UP_TOKEN}&tenant=${TENANT}&empty=&flag"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
 		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, persistence: {enabled: true}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}
 	for _, tt := range tests {
@@ -317,6 +318,12 @@ func TestRefusedValues(t *testing.T) {
 		{"literal signing secret", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: [whsec_x]}}]}`, "config.routes[0].verify.secrets[0] holds a literal value"},
 		{"literal challenge token", `config: {routes: [{name: m, path: /m, preset: meta, upstream: {url: "http://a:1/"}, verify: {secrets: ["${META_APP_SECRET}"], challenge_token: my-verify-token}}]}`, "config.routes[0].verify.challenge_token holds a literal value"},
 		{"literal password in an upstream URL", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:Sup3rS3cret@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value"},
+		{"token as an upstream URL's user", `config: {routes: [{name: u, path: /u, upstream: {url: "https://ghp_TOKEN@app.internal/hook"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's user information holds a literal value"},
+		{"password holding an @", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:p@ss@app.internal/hook"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value"},
+		{"literal query value in an upstream URL", `config: {routes: [{name: u, path: /u, upstream: {url: "http://app:9000/hook?tenant=${TENANT}&api_key=sk_live_x"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's query parameter api_key holds a literal value"},
+		{"query value's default", `config: {routes: [{name: u, path: /u, upstream: {url: "http://app:9000/hook?api_key=${API_KEY:-sk_live_x}"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's query parameter api_key holds a literal value, the default of ${API_KEY:-…}"},
+		{"Redis URL with a password", `config: {screen: {redis: {addrs: ["redis://:hunter2@redis:6379"]}}}`, "config.screen.redis.addrs[0] holds user information"},
+		{"Redis URL with a referenced password", `config: {screen: {redis: {addrs: ["redis:6379", "redis://:${REDIS_PASSWORD}@redis-1:6379"]}}}`, "config.screen.redis.addrs[1] holds user information"},
 		{"secret variable not set", `config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}`, "config references ${STRIPE_SECRET}"},
 		{"secret variable set in extraEnv of another name", `{extraEnv: [{name: STRIPE_SECRET_2, value: x}], config: {routes: [{name: s, path: /s, preset: stripe, upstream: {url: "http://a:1/"}, verify: {secrets: ["${STRIPE_SECRET}"]}}]}}`, "config references ${STRIPE_SECRET}"},
 		{"memory screen on 3 replicas", `config: {screen: {driver: memory}}`, "config.screen.driver: redis"},

@@ -218,11 +218,35 @@ is a literal secret.
 {{- end }}
 {{- with .challenge_token }}{{ $checks = append $checks (list (printf "routes[%d].verify.challenge_token" $i) .) }}{{ end }}
 {{- end }}
-{{- /* The password of an upstream URL's user information. */}}
+{{- /*
+What the gateway itself hides of an upstream URL (config.RedactURL): the
+user information (the password of user:password; the whole of it without
+one, often a token alone) and the value of every query parameter.
+*/}}
 {{- $url := toString (dig "upstream" "url" "" $r) }}
-{{- $userinfo := "^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@" }}
-{{- if regexMatch $userinfo $url }}
-{{- $checks = append $checks (list (printf "routes[%d].upstream.url's password" $i) (regexReplaceAll (printf "%s.*$" $userinfo) $url "${1}")) }}
+{{- $rest := regexReplaceAll "^[A-Za-z][A-Za-z0-9+.-]*://" $url "" }}
+{{- $authority := regexFind "^[^/?#]*" $rest }}
+{{- if contains "@" $authority }}
+{{- $userinfo := regexReplaceAll "@[^@]*$" $authority "" }}
+{{- if contains ":" $userinfo }}
+{{- $checks = append $checks (list (printf "routes[%d].upstream.url's password" $i) (regexReplaceAll "^[^:]*:" $userinfo "")) }}
+{{- else }}
+{{- $checks = append $checks (list (printf "routes[%d].upstream.url's user information" $i) $userinfo) }}
+{{- end }}
+{{- end }}
+{{- with regexFind "\\?.*$" (trimPrefix $authority $rest) }}
+{{- range splitList "&" (trimPrefix "?" .) }}
+{{- if contains "=" . }}
+{{- $checks = append $checks (list (printf "routes[%d].upstream.url's query parameter %s" $i (regexReplaceAll "=.*$" . "")) (regexReplaceAll "^[^=]*=" . "")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* The gateway wants host:port there: user information is a Redis URL's password. */}}
+{{- $addrs := dig "screen" "redis" "addrs" list $c }}
+{{- range $i, $a := (kindIs "slice" $addrs | ternary $addrs (list $addrs)) }}
+{{- if contains "@" (toString $a) }}
+{{- fail (printf "config.screen.redis.addrs[%d] holds user information, a password in the ConfigMap, which is not secret. Write host:port there and screen.redis.password: \"${REDIS_PASSWORD}\", and put REDIS_PASSWORD in secrets.env (or in secrets.existingSecret)" $i) }}
 {{- end }}
 {{- end }}
 {{- range $checks }}
