@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,6 +13,7 @@ import (
 var (
 	specMetricRE = regexp.MustCompile("`(hookstamp_[a-z_]+)\\{([a-z_,]*)\\}")
 	metricRE     = regexp.MustCompile(`hookstamp_[a-z_]+`)
+	selectorRE   = regexp.MustCompile(`hookstamp_[a-z_]+(\{[^}]*\})?`)
 )
 
 // specMetrics are the metrics docs/SPEC.md names ("`hookstamp_x{a,b}`"),
@@ -45,15 +47,21 @@ func exprMetrics(expr string) []string {
 	return out
 }
 
-// dashboardExprs returns every PromQL query of the dashboard.
-func dashboardExprs(t *testing.T) []string {
+// dashboardJSON is the dashboard file.
+func dashboardJSON(t *testing.T) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy/grafana/hookstamp-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// dashboardExprs returns every PromQL query of the dashboard.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
 	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
+	if err := json.Unmarshal(dashboardJSON(t), &doc); err != nil {
 		t.Fatal(err)
 	}
 	var exprs []string
@@ -96,6 +104,63 @@ func TestDashboardQueriesWhatTheSpecNames(t *testing.T) {
 		if strings.Contains(e, `outcome=~\"forwarded`) || strings.Contains(e, `outcome=~"forwarded`) {
 			if !strings.Contains(e, "accepted") {
 				t.Errorf("a duplicate rate without async routes' first deliveries (accepted): %s", e)
+			}
+		}
+	}
+}
+
+// One Grafana shows several releases (staging and production, two
+// namespaces, two scrape jobs): every query is filtered by the Namespace
+// and Job variables, as the Route variable's values are, and their "All"
+// is the regex .*, which a series without the label matches too (a plain
+// Prometheus that adds no namespace still shows data).
+func TestDashboardSeparatesReleases(t *testing.T) {
+	var doc struct {
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Definition string `json:"definition"`
+				IncludeAll bool   `json:"includeAll"`
+				AllValue   string `json:"allValue"`
+				Current    struct {
+					Value []string `json:"value"`
+				} `json:"current"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(dashboardJSON(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, v := range doc.Templating.List {
+		order = append(order, v.Name)
+		if v.Type != "query" {
+			continue
+		}
+		if !v.IncludeAll || v.AllValue != ".*" || len(v.Current.Value) != 1 || v.Current.Value[0] != "$__all" {
+			t.Errorf("variable %s: includeAll %v, allValue %q, current %v: want All, as .*, by default", v.Name, v.IncludeAll, v.AllValue, v.Current.Value)
+		}
+	}
+	if got := strings.Join(order, ","); got != "datasource,namespace,job,route" {
+		t.Errorf("variables %s, want datasource,namespace,job,route (each query filtered by those before it)", got)
+	}
+	matchers := []string{`namespace=~"$namespace"`, `job=~"$job"`}
+	for _, v := range doc.Templating.List {
+		if v.Name == "job" || v.Name == "route" {
+			for _, m := range matchers[:slices.Index(order, v.Name)-1] {
+				if !strings.Contains(v.Definition, m) {
+					t.Errorf("variable %s: %s, want it filtered by %s", v.Name, v.Definition, m)
+				}
+			}
+		}
+	}
+	for _, e := range dashboardExprs(t) {
+		for _, sel := range selectorRE.FindAllString(e, -1) {
+			for _, m := range matchers {
+				if !strings.Contains(sel, m) {
+					t.Errorf("%s lacks %s: %s", sel, m, e)
+				}
 			}
 		}
 	}
