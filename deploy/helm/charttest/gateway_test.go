@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -153,6 +155,8 @@ func podEnviron(tb testing.TB, c *corev1.Container, secrets map[string]map[strin
 				tb.Fatalf("env %s: Secret %q has no key %q", e.Name, ref.Name, ref.Key)
 			}
 			env[e.Name] = v
+		case e.ValueFrom.ResourceFieldRef != nil:
+			env[e.Name] = resourceField(tb, c, e.ValueFrom.ResourceFieldRef)
 		default:
 			tb.Fatalf("env %s: unexpected source %+v", e.Name, e.ValueFrom)
 		}
@@ -162,4 +166,30 @@ func podEnviron(tb testing.TB, c *corev1.Container, secrets map[string]map[strin
 		environ = append(environ, k+"="+v)
 	}
 	return environ
+}
+
+// resourceField is the value the kubelet gives a resourceFieldRef to c's
+// memory: the quantity over the divisor (1 unless set), rounded up.
+func resourceField(tb testing.TB, c *corev1.Container, ref *corev1.ResourceFieldSelector) string {
+	tb.Helper()
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		tb.Fatalf("resourceFieldRef to container %q, from container %q", ref.ContainerName, c.Name)
+	}
+	var q resource.Quantity
+	switch ref.Resource {
+	case "limits.memory":
+		q = c.Resources.Limits[corev1.ResourceMemory]
+	case "requests.memory":
+		q = c.Resources.Requests[corev1.ResourceMemory]
+	default:
+		tb.Fatalf("resourceFieldRef %q: only memory is expected", ref.Resource)
+	}
+	if q.IsZero() {
+		tb.Fatalf("resourceFieldRef %q: container %s sets none", ref.Resource, c.Name)
+	}
+	divisor := int64(1)
+	if !ref.Divisor.IsZero() {
+		divisor = ref.Divisor.Value()
+	}
+	return strconv.FormatInt((q.Value()+divisor-1)/divisor, 10)
 }

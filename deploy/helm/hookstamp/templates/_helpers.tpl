@@ -419,6 +419,23 @@ read back from the cluster on upgrade, so it does not change.
 {{- end }}
 {{- end }}
 
+{{/*
+GOMEMLIMIT from the container's memory limit, in bytes, unless extraEnv
+sets it: without it the GC lets the heap grow to twice what is live
+(GOGC), past the limit, before collecting.
+*/}}
+{{- define "hookstamp.goMemLimit" -}}
+{{- $set := false }}
+{{- range (.Values.extraEnv | default list) }}{{ if eq (.name | default "") "GOMEMLIMIT" }}{{ $set = true }}{{ end }}{{ end }}
+{{- if and (dig "limits" "memory" "" (.Values.resources | default dict)) (not $set) }}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: gateway
+      resource: limits.memory
+{{- end }}
+{{- end }}
+
 {{- define "hookstamp.affinity" -}}
 {{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "hookstamp.selectorLabels" . | fromYaml)) }}
 {{- $anti := dict }}
