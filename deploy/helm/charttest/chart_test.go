@@ -23,9 +23,9 @@ func TestDefaultValues(t *testing.T) {
 	if got := *r.deployment(t).Spec.Replicas; got != 3 {
 		t.Errorf("replicas %d, want 3", got)
 	}
-	if len(r.ServiceMonitors) != 0 || len(r.PrometheusRules) != 0 || len(r.Jobs) != 0 || len(r.Hooks) != 0 {
-		t.Errorf("ServiceMonitor, PrometheusRule, migration Job and hooks are opt-in; got %d, %d, %d, %d",
-			len(r.ServiceMonitors), len(r.PrometheusRules), len(r.Jobs), len(r.Hooks))
+	if len(r.ServiceMonitors) != 0 || len(r.PrometheusRules) != 0 || len(r.Jobs) != 0 || len(r.Hooks) != 0 || len(r.HPAs) != 0 {
+		t.Errorf("ServiceMonitor, PrometheusRule, migration Job, hooks and autoscaler are opt-in; got %d, %d, %d, %d, %d",
+			len(r.ServiceMonitors), len(r.PrometheusRules), len(r.Jobs), len(r.Hooks), len(r.HPAs))
 	}
 	token := r.secret(releaseName + "-hookstamp").Data["HOOKSTAMP_ADMIN_TOKEN"]
 	if len(token) != 32 {

@@ -76,7 +76,11 @@ func checkInvariants(t *testing.T, r *rendered, existing map[string]map[string]s
 	}
 
 	checkSecurity(t, pod.Spec.SecurityContext, c.SecurityContext)
-	checkSpread(t, r, d.Spec.Replicas, pod.Labels, pod.Spec.Affinity)
+	replicas := d.Spec.Replicas
+	if len(r.HPAs) == 1 && replicas == nil {
+		replicas = r.HPAs[0].Spec.MinReplicas
+	}
+	checkSpread(t, r, replicas, pod.Labels, pod.Spec.Affinity)
 	checkNoSecretOutsideSecrets(t, r, secrets)
 	checkLabels(t, r)
 	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {

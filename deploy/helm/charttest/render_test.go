@@ -16,6 +16,7 @@ import (
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/release/v1/util"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -53,6 +54,7 @@ type rendered struct {
 	ServiceMonitors []*monitoringv1.ServiceMonitor
 	PVCs            []*corev1.PersistentVolumeClaim
 	PrometheusRules []*monitoringv1.PrometheusRule
+	HPAs            []*autoscalingv2.HorizontalPodAutoscaler
 	// Hooks are the hook manifests by "Kind/name", with their events.
 	Hooks map[string]*release.Hook
 	// Labels are the labels of every manifest, and of its pod template,
@@ -175,6 +177,8 @@ func (r *rendered) decode(doc string) error {
 		return strictAppend(doc, &r.PVCs)
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		return strictAppend(doc, &r.PrometheusRules)
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return strictAppend(doc, &r.HPAs)
 	}
 	return fmt.Errorf("unexpected %s %s", head.APIVersion, head.Kind)
 }

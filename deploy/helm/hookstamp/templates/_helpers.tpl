@@ -284,12 +284,19 @@ extraEnv's variables (a secretKeyRef to a Secret of the operator's).
 {{- $c := .Values.config }}
 {{- $store := $c.store | default dict }}
 {{- $screen := $c.screen | default dict }}
-{{- if gt (int .Values.replicaCount) 1 }}
+{{- $replicas := int .Values.replicaCount }}
+{{- $what := "replicaCount > 1" }}
+{{- if .Values.autoscaling.enabled }}
+{{- include "hookstamp.checkAutoscaling" . }}
+{{- $replicas = int .Values.autoscaling.maxReplicas }}
+{{- $what = "autoscaling.maxReplicas > 1" }}
+{{- end }}
+{{- if gt $replicas 1 }}
 {{- if ne ($store.driver | default "sqlite") "postgres" }}
-{{- fail "replicaCount > 1 needs config.store.driver: postgres (a SQLite file is one replica's)" }}
+{{- fail (printf "%s needs config.store.driver: postgres (a SQLite file is one replica's)" $what) }}
 {{- end }}
 {{- if eq ($screen.driver | default "memory") "memory" }}
-{{- fail "replicaCount > 1 needs config.screen.driver: redis (or none): a memory screen is one process's" }}
+{{- fail (printf "%s needs config.screen.driver: redis (or none): a memory screen is one process's" $what) }}
 {{- end }}
 {{- end }}
 {{- if eq ($store.driver | default "sqlite") "sqlite" }}
@@ -305,6 +312,16 @@ extraEnv's variables (a secretKeyRef to a Secret of the operator's).
 {{- end }}
 {{- if and .Values.serviceMonitor.enabled (not (dig "telemetry" "metrics" "prometheus" true $c)) }}
 {{- fail "serviceMonitor.enabled needs config.telemetry.metrics.prometheus: true" }}
+{{- end }}
+{{- end }}
+
+{{- define "hookstamp.checkAutoscaling" -}}
+{{- $a := .Values.autoscaling }}
+{{- if or (lt (int $a.minReplicas) 1) (lt (int $a.maxReplicas) (int $a.minReplicas)) }}
+{{- fail (printf "autoscaling: minReplicas (%v) must be at least 1 and maxReplicas (%v) at least minReplicas" $a.minReplicas $a.maxReplicas) }}
+{{- end }}
+{{- if not (dig "requests" "cpu" "" (.Values.resources | default dict)) }}
+{{- fail "autoscaling.targetCPUUtilizationPercentage is a share of resources.requests.cpu, which is not set" }}
 {{- end }}
 {{- end }}
 
