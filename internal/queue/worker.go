@@ -264,7 +264,16 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 		return fmt.Errorf("record attempt of %q: %w", ref.Key, err)
 	}
 	q.settled(sent, "retried")
-	return river.JobSnooze(snooze)
+	// River schedules the next run at its own clock's now plus the
+	// snooze, and fetches it once the database's clock gets there: the
+	// snooze is shifted onto the database's clock, or a replica behind it
+	// would cut every wait short by its lag. A replica ahead cannot snooze
+	// less than nothing: a wait shorter than its lead lasts its lead.
+	offset, err := q.o.Ledger.Offset(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("schedule the next attempt of %q: %w", ref.Key, err)
+	}
+	return river.JobSnooze(max(snooze+offset, 0))
 }
 
 // horizon is when a run that starts now stops settling. A run still

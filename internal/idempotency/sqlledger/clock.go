@@ -3,6 +3,7 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,6 +234,24 @@ func (c *dbClock) close() {
 	c.bgMu.Unlock()
 	c.cancel()
 	c.bg.Wait()
+}
+
+// Offset is the database's clock less Options.Now: what the ledger adds
+// to the times it binds (zero on SQLite). It is for times that the
+// database compares and that the ledger does not bind, as River's
+// scheduled_at, which River takes from the replica's own clock. Like any
+// ledger call, it measures the offset first when the clock stepped.
+func (l *Ledger) Offset(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return 0, fmt.Errorf("clock offset: %w", err)
+	}
+	shift, err := l.clock.shift(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("clock offset: %w", l.fail("clock", err))
+	}
+	return shift, nil
 }
 
 // Times on the replica's clock in, and out.
