@@ -5,22 +5,14 @@ import "time"
 // Args is a delivery job: the record whose stored request it delivers.
 // Created is that record's (sqlledger.Delivery); zero in a job queued
 // before jobs carried it, which takes any record of the key for its own.
-// Requeued is when an operator queued the record again; the route's
-// max_age counts from it, else from the record's intake.
+// Requeued is when an operator queued the record again, on the
+// database's clock; the route's max_age counts from it, else from the
+// record's intake (sqlledger.Stored.QueuedAt).
 type Args struct {
 	Route    string    `json:"route"`
 	Key      string    `json:"key"`
 	Created  time.Time `json:"created,omitzero"`
 	Requeued time.Time `json:"requeued,omitzero"`
-}
-
-// queuedAt is when job's delivery was queued: its record's intake, or
-// an operator's requeue since.
-func (a Args) queuedAt(intake time.Time) time.Time {
-	if a.Requeued.After(intake) {
-		return a.Requeued
-	}
-	return intake
 }
 
 // of reports whether a is a job of the record whose created_at, as the

@@ -174,7 +174,7 @@ func (q *Queue) end(ctx context.Context, sent *sentAttempt) (ended bool, err err
 	s := sent.settlement()
 	s.Job = sent.job.ID
 	hold := sent.up == nil && forward.Ambiguous(sent.err) && r.Policy.HoldAmbiguous
-	queued := sent.job.Args.queuedAt(st.CreatedAt)
+	queued := st.QueuedAt(sent.job.Args.Requeued)
 	spent := sentRuns(sent.job, sent.run) >= r.MaxAttempts || q.o.Now().Sub(queued) >= r.MaxAge
 	switch {
 	case sent.up != nil && r.Policy.Settles(sent.up):
@@ -249,7 +249,7 @@ func (q *Queue) retry(ctx context.Context, sent *sentAttempt) error {
 	snooze := sent.route.Backoff.next(sent.run, wait)
 	// The last attempt goes out by max_age: if it fails, the delivery is
 	// then past max_age and dead.
-	deadline := sent.job.Args.queuedAt(sent.st.CreatedAt).Add(sent.route.MaxAge)
+	deadline := sent.st.QueuedAt(sent.job.Args.Requeued).Add(sent.route.MaxAge)
 	snooze = max(min(snooze, deadline.Sub(q.o.Now())), 0)
 	s := sent.settlement()
 	if sent.st.State == idempotency.StateDone {

@@ -101,3 +101,71 @@ type noJobs struct{}
 
 func (noJobs) InsertTx(context.Context, *sql.Tx, []sqlledger.Delivery) error     { return nil }
 func (noJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) { return false, nil }
+
+// A redelivery's time is stored on the database's clock, as created_at
+// is, and read back on the reader's: a done record an hour-slow replica
+// redelivers reads, on an hour-fast replica, as queued a moment ago, for
+// its worker's max_age and for the queue's oldest-waiting gauge, not two
+// hours ago.
+func TestRequeuedIsOnTheDatabaseClock(t *testing.T) {
+	ls, clocks := skewedReplicas(t, -time.Hour, time.Hour)
+	behind, ahead := ls[0], ls[1]
+	behind.UseJobs(noJobs{})
+	ctx := context.Background()
+	r := idempotency.Ref{Route: "r", Key: "evt_redelivered"}
+	long := clocks[0]().Add(-2 * time.Hour)
+	rec := &idempotency.Record{Ref: r, State: idempotency.StateQueued, ExpiresAt: long.Add(3 * time.Hour),
+		Request: &idempotency.Request{Method: "POST", Path: "/hooks", Body: []byte("{}")}}
+	if _, err := behind.Enqueue(ctx, rec, "", long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := behind.Settle(ctx, &sqlledger.Settlement{Ref: r, State: idempotency.StateDone, Response: idempotency.Response{Status: 200},
+		Attempt: idempotency.Attempt{Ref: r, StartedAt: long, Status: 200, Replica: "behind"}}, long, nil); err != nil {
+		t.Fatal(err)
+	}
+	jobs := &waitingJobs{}
+	behind.UseJobs(jobs)
+	if queued, err := behind.Requeue(ctx, r, false, clocks[0]().Add(time.Hour)); err != nil || !queued {
+		t.Fatalf("redeliver: %v, %v", queued, err)
+	}
+	if len(jobs.ds) != 1 {
+		t.Fatalf("%d jobs inserted, want the redelivery's", len(jobs.ds))
+	}
+
+	st, err := ahead.Stored(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := clocks[1]().Sub(st.QueuedAt(jobs.ds[0].Requeued)); age < 0 || age > time.Minute {
+		t.Errorf("the fast replica reads the redelivery as queued %v ago, want a moment", age)
+	}
+	ahead.UseJobs(jobs)
+	stats, err := ahead.QueueStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := clocks[1]().Sub(stats["r"].OldestQueued); stats["r"].Queued != 1 || age < 0 || age > time.Minute {
+		t.Errorf("the fast replica's queue stats: %+v, the oldest queued %v ago; want one, a moment ago", stats["r"], age)
+	}
+}
+
+// waitingJobs keeps the delivery jobs inserted, and answers them all as
+// waiting.
+type waitingJobs struct{ ds []sqlledger.Delivery }
+
+func (j *waitingJobs) InsertTx(_ context.Context, _ *sql.Tx, ds []sqlledger.Delivery) error {
+	j.ds = append(j.ds, ds...)
+	return nil
+}
+
+func (*waitingJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error) {
+	return false, nil
+}
+
+func (j *waitingJobs) Waiting(context.Context, *sql.DB) ([]sqlledger.WaitingJob, error) {
+	out := make([]sqlledger.WaitingJob, len(j.ds))
+	for i, d := range j.ds {
+		out[i] = sqlledger.WaitingJob{Ref: d.Ref, State: idempotency.StateDone, Created: d.Created, Requeued: d.Requeued}
+	}
+	return out, nil
+}

@@ -22,8 +22,10 @@ type Stored struct {
 	CreatedAt time.Time
 	// createdInDB is CreatedAt as the database holds it (Is).
 	createdInDB time.Time
-	TraceID     string
-	SpanID      string
+	// shift maps the database's clock onto the replica's (QueuedAt).
+	shift   time.Duration
+	TraceID string
+	SpanID  string
 	// Attempts is the highest attempt number recorded so far.
 	Attempts int
 }
@@ -61,7 +63,7 @@ func (l *Ledger) Stored(ctx context.Context, r idempotency.Ref) (*Stored, error)
 	if err != nil {
 		return nil, l.fail("read stored "+ref(r), err)
 	}
-	s.createdInDB = s.CreatedAt
+	s.createdInDB, s.shift = s.CreatedAt, shift
 	s.State, s.CreatedAt = idempotency.State(state), s.CreatedAt.UTC().Add(-shift) // max_age and the lag are on the replica's clock
 	if method.Valid {
 		h, err := decodeRequestHeaders(hdrs.String)
@@ -108,6 +110,16 @@ type Settlement struct {
 // own.
 func (s *Stored) Is(created time.Time) bool {
 	return created.IsZero() || s.createdInDB.Equal(created)
+}
+
+// QueuedAt is when the delivery was last queued, on the replica's clock:
+// its intake, or requeued (Delivery.Requeued) when an operator queued it
+// again since.
+func (s *Stored) QueuedAt(requeued time.Time) time.Time {
+	if at := requeued.Add(-s.shift); at.After(s.CreatedAt) {
+		return at
+	}
+	return s.CreatedAt
 }
 
 // createdRange bounds the created_at of the record created names (Is):
@@ -386,7 +398,7 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 			return idempotency.ErrNotOwner
 		}
 		queued = true
-		return l.jobs.InsertTx(ctx, tx, []Delivery{{Ref: r, Created: created, Requeued: l.now()}})
+		return l.jobs.InsertTx(ctx, tx, []Delivery{{Ref: r, Created: created, Requeued: toDB(l.now(), shift)}})
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, ErrNoRequest), errors.Is(err, idempotency.ErrNotOwner):
@@ -429,7 +441,7 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep 
 			return err
 		}
 		var ds []Delivery
-		now := l.now()
+		now := toDB(l.now(), shift)
 		for rows.Next() {
 			d := Delivery{Ref: idempotency.Ref{Route: route}, Requeued: now}
 			if err := rows.Scan(&d.Key, &d.Created); err != nil {
@@ -486,7 +498,8 @@ type WaitingJob struct {
 	// State is the record's: queued, or done for a redelivery.
 	State idempotency.State
 	// Created is the record's created_at, as the database holds it;
-	// Requeued is the job's Delivery.Requeued.
+	// Requeued is the job's Delivery.Requeued, on the database's clock
+	// too.
 	Created, Requeued time.Time
 }
 
@@ -552,8 +565,8 @@ func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
 			s.Queued++
 		}
 		at := j.Created.UTC().Add(-shift)
-		if j.Requeued.After(at) {
-			at = j.Requeued
+		if r := j.Requeued.Add(-shift); r.After(at) {
+			at = r
 		}
 		if o, ok := since[j.Route]; !ok || at.Before(o) {
 			since[j.Route] = at

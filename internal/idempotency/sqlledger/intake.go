@@ -26,8 +26,9 @@ type Jobs interface {
 // record's created_at as the database holds it: a record of the key
 // stored again after this one was deleted has another, and is not the
 // job's (Stored.Is). Requeued is when an operator queued the record
-// again (redeliver, redrive, release), on the replica's clock; zero for
-// its intake.
+// again (redeliver, redrive, release), on the database's clock as
+// created_at is, for any replica to read (Stored.QueuedAt); zero for its
+// intake.
 type Delivery struct {
 	idempotency.Ref
 	Created  time.Time
