@@ -45,3 +45,21 @@ func BenchmarkVerifyGitHub1KiB(b *testing.B) {
 	benchmarkVerify(b, verify.Options{Scheme: verify.SchemeGitHub, Secrets: []string{secret("old")}},
 		"X-Hub-Signature-256", verifytest.GitHub(secret("old"), kib).Get("X-Hub-Signature-256"), kib)
 }
+
+// BenchmarkVerifyAdyen verifies Adyen's published vector: eight signed
+// fields and the signature read from the body by their paths.
+func BenchmarkVerifyAdyen(b *testing.B) {
+	v := newVerifier(b, adyenOptions())
+	body := []byte(`{"live":"false","notificationItems":[` + adyenItem + `]}`)
+	r := &preparedRequest{body: body}
+	if err := v.Verify(r); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := v.Verify(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

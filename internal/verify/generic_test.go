@@ -149,23 +149,32 @@ func TestGenericSignatureInTheBody(t *testing.T) {
 	}
 }
 
-func TestGenericHexSecretAndSingleItem(t *testing.T) {
-	// Adyen's published key (adyen-go's tests, PROVIDERS.md).
-	const key = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00"
-	item := `{"NotificationRequestItem":{"additionalData":{"hmacSignature":"ipnxGCaUZ4l8TUW75a71/ghd2Fe5ffvX0pV4TLTntIc="},` +
+// adyenHMACKey is Adyen's published HMAC key (adyen-go's tests,
+// PROVIDERS.md); adyenItem is the notification item it signs there.
+const (
+	adyenHMACKey = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00"
+	adyenItem    = `{"NotificationRequestItem":{"additionalData":{"hmacSignature":"ipnxGCaUZ4l8TUW75a71/ghd2Fe5ffvX0pV4TLTntIc="},` +
 		`"amount":{"currency":"EUR","value":1000},"eventCode":"EVENT","merchantAccountCode":"merchantAccount",` +
 		`"merchantReference":"reference","originalReference":"originalReference","pspReference":"pspReference","success":"true"}}`
+)
+
+// adyenOptions are the adyen preset's verify settings.
+func adyenOptions() verify.Options {
 	const p = "notificationItems.0.NotificationRequestItem."
-	v := newVerifier(t, verify.Options{Scheme: verify.SchemeHMAC, Secrets: []string{key}, SecretEncoding: "hex", Encoding: "base64",
+	return verify.Options{Scheme: verify.SchemeHMAC, Secrets: []string{adyenHMACKey}, SecretEncoding: "hex", Encoding: "base64",
 		JSON: p + "additionalData.hmacSignature", Single: []string{"notificationItems"},
 		Template: "{json:" + p + "pspReference}:{json:" + p + "originalReference}:{json:" + p + "merchantAccountCode}:" +
 			"{json:" + p + "merchantReference}:{json:" + p + "amount.value}:{json:" + p + "amount.currency}:" +
-			"{json:" + p + "eventCode}:{json:" + p + "success}"})
-	one := `{"live":"false","notificationItems":[` + item + `]}`
+			"{json:" + p + "eventCode}:{json:" + p + "success}"}
+}
+
+func TestGenericHexSecretAndSingleItem(t *testing.T) {
+	v := newVerifier(t, adyenOptions())
+	one := `{"live":"false","notificationItems":[` + adyenItem + `]}`
 	if err := v.Verify(req(nil, []byte(one))); err != nil {
 		t.Fatalf("Adyen's vector: Verify = %v", err)
 	}
-	two := `{"live":"false","notificationItems":[` + item + `,` + item + `]}`
+	two := `{"live":"false","notificationItems":[` + adyenItem + `,` + adyenItem + `]}`
 	wantUnverified(t, v.Verify(req(nil, []byte(two))), "exactly one element")
 	wantUnverified(t, v.Verify(req(nil, []byte(strings.Replace(one, `"value":1000`, `"value":9000`, 1)))), "no signature matched")
 }
