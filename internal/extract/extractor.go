@@ -107,8 +107,8 @@ func compileSource(s Source) (compiledSource, error) {
 //     ErrKeyTooLong, ErrKeyNotUTF8 or ErrKeyControl (all match
 //     ErrInvalidKey). The key is there to be logged, escaped; for
 //     ErrKeyTooLong it is cut at the maximum length. It must not be used as
-//     an identity. A JSON source whose path names a member twice is
-//     ErrDuplicateMember, and a header, query or form source given more
+//     an identity. A JSON source whose path names a member twice, or in
+//     another case, is ErrDuplicateMember, and a header, query or form source given more
 //     than once ErrDuplicateField (both match ErrInvalidKey), its first
 //     value absent or not.
 //
@@ -117,7 +117,7 @@ func compileSource(s Source) (compiledSource, error) {
 // under a domain of its own, so that no such key equals a fingerprint. It
 // yields nothing when none of its fields has a value (each is absent, an
 // empty string, null, [] or {}); a JSON field whose path names a member
-// twice is ErrDuplicateMember, and a header, query or form field given
+// twice, or in another case, is ErrDuplicateMember, and a header, query or form field given
 // more than once ErrDuplicateField, as for the sources of those kinds.
 //
 // Key does not allocate for header, query, json (unless the JSON string has

@@ -119,6 +119,16 @@ func TestKey(t *testing.T) {
 		{"json duplicate object", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"c":1},"a":{"b":"second"}}`), "", extract.ErrDuplicateMember},
 		{"json nested duplicate", []extract.Source{jsonPath("a.b")}, jsonReq(`{"a":{"b":"first","b":"second"}}`), "first", extract.ErrDuplicateMember},
 		{"json duplicate in a template", []extract.Source{tmpl("{json:a}-{json:b}")}, jsonReq(`{"a":"x","b":"y","b":"z"}`), "x-y", extract.ErrDuplicateMember},
+		// Go's encoding/json and Json.NET read a member spelled in another
+		// case as the same, the last one winning.
+		{"json duplicate in another case", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","ID":"second"}`), "first", extract.ErrDuplicateMember},
+		{"json duplicate in another case, before", []extract.Source{jsonPath("id")}, jsonReq(`{"Id":"first","id":"second"}`), "second", extract.ErrDuplicateMember},
+		{"json duplicate with a long s", []extract.Source{jsonPath("status")}, jsonReq(`{"status":"paid","ſtatus":"failed"}`), "paid", extract.ErrDuplicateMember},
+		{"json duplicate with a Kelvin sign, escaped", []extract.Source{jsonPath("key")}, jsonReq(`{"key":"first","Key":"second"}`), "first", extract.ErrDuplicateMember},
+		{"json duplicate in another case on the path", []extract.Source{jsonPath("data.id")}, jsonReq(`{"data":{"id":"first"},"DATA":{"id":"second"}}`), "first", extract.ErrDuplicateMember},
+		{"json member only in another case", []extract.Source{jsonPath("id"), header("X-Id")}, withHeaders(jsonReq(`{"ID":"second"}`), "X-Id", "h"), "", extract.ErrDuplicateMember},
+		{"json names sharing a prefix", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","idx":1,"Id2":2,"i":3,"ids":[4]}`), "first", nil},
+		{"json duplicate in another case off the path", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","x":1,"X":2}`), "first", nil},
 		{"json duplicate off the path", []extract.Source{jsonPath("id")}, jsonReq(`{"id":"first","x":1,"x":2}`), "first", nil},
 		{"json duplicate behind a key from a header", []extract.Source{header("X-Id"), jsonPath("id")}, withHeaders(jsonReq(`{"id":"a","id":"b"}`), "X-Id", "h"), "h", nil},
 		{"json path into an array element", []extract.Source{jsonPath("data.items.1.id")}, jsonReq(`{"data":{"items":[{"id":"a"},{"id":"b"}]}}`), "b", nil},

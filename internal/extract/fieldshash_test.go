@@ -122,7 +122,8 @@ func TestFieldsHashAbsent(t *testing.T) {
 
 func TestFieldsHashRefusals(t *testing.T) {
 	e := newExtractor(t, "r", fieldsHash("json:a,json:#.id"))
-	for _, body := range []string{`{"a":1,"a":2}`, `{"a":1,"b":{"c":1,"c":1}}`, `{"a":null,"a":2}`} {
+	for _, body := range []string{`{"a":1,"a":2}`, `{"a":1,"b":{"c":1,"c":1}}`, `{"a":null,"a":2}`,
+		`{"a":1,"A":2}`, `{"a":1,"b":{"c":1,"C":1}}`, `[{"id":1,"ID":2}]`, `[{"kind":1,"\u212aind":2}]`} {
 		if k, err := e.Key(jsonReq(body), nil); !errors.Is(err, extract.ErrDuplicateMember) {
 			t.Errorf("Key(%s) = %q, %v; want ErrDuplicateMember", body, k, err)
 		}

@@ -11,7 +11,9 @@ import (
 // The duplicate scan and tree encoding as they were up to 2026-12: one
 // gjson ForEach per level, so each level re-read its whole subtree. They
 // are kept as the reference the one-pass versions must agree with: the
-// encoding is in users' ledgers (fingerprints, fields_hash keys).
+// encoding is in users' ledgers (fingerprints, fields_hash keys). The
+// scan compares names by refFoldName since names that differ only in
+// case count as duplicates.
 
 func gjsonDuplicateIn(res gjson.Result, depth int) bool {
 	if depth == 0 || !res.IsObject() && !res.IsArray() {
@@ -24,20 +26,21 @@ func gjsonDuplicateIn(res gjson.Result, depth int) bool {
 	var seen map[string]struct{}
 	res.ForEach(func(k, v gjson.Result) bool {
 		if object {
+			name := refFoldName(k.Str)
 			switch {
 			case seen != nil:
-				_, dup = seen[k.Str]
-				seen[k.Str] = struct{}{}
-			case slices.Contains(names, k.Str):
+				_, dup = seen[name]
+				seen[name] = struct{}{}
+			case slices.Contains(names, name):
 				dup = true
 			case len(names) < len(small):
-				names = append(names, k.Str)
+				names = append(names, name)
 			default:
 				seen = make(map[string]struct{}, 2*len(small))
 				for _, n := range names {
 					seen[n] = struct{}{}
 				}
-				seen[k.Str] = struct{}{}
+				seen[name] = struct{}{}
 			}
 			if dup {
 				return false

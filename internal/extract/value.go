@@ -119,7 +119,7 @@ const (
 	absent                  // absent or empty: nothing appended
 	tooLong                 // the key would pass its limit: appended up to it
 	notUTF8                 // appended, but the value is not valid Unicode
-	duplicate               // a JSON member on the path is named twice: appended (the first), for logging only
+	duplicate               // a JSON member on the path is named twice or in another case: appended (the first), for logging only
 	repeated                // a header, query parameter or form field is given more than once: appended (the first), for logging only
 )
 

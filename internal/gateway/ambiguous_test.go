@@ -24,6 +24,8 @@ func TestDuplicateKeyMemberIsRefused(t *testing.T) {
 			`{"id":"evt_A","id":"evt_B"}`,
 			`{"id":"evt_A","amount":1,"\u0069d":"evt_B"}`, // the same name, escaped
 			`{"id":null,"id":"evt_B"}`,                    // the first is no key, the last is
+			`{"id":"evt_A","ID":"evt_B"}`,                 // another case: Go's encoding/json reads it
+			`{"ID":"evt_B"}`,                              // read as the key by Go, not by GJSON
 		} {
 			r := send(t, g, "/hooks", body)
 			p := wantProblem(t, r, http.StatusBadRequest, "invalid_key")
@@ -70,6 +72,8 @@ func TestDuplicateFingerprintMemberIsRefused(t *testing.T) {
 			`{"id":"evt_fp","amount":1,"data":{"a":1},"amount":2}`,
 			`{"id":"evt_fp","amount":1,"data":{"a":1,"a":2}}`,
 			`{"id":"evt_new","amount":1,"amount":2}`,
+			`{"id":"evt_fp","amount":1,"data":{"a":1},"Amount":2}`,
+			`{"id":"evt_fp","amount":1,"data":{"a":1,"A":2}}`,
 		} {
 			p := wantProblem(t, send(t, g, "/hooks", body), http.StatusBadRequest, "invalid_key")
 			if !strings.Contains(p.Detail, "more than once") || !strings.Contains(p.Detail, "json:") {

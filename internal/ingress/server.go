@@ -398,7 +398,7 @@ func fingerprint(route *Route, req fastRequest, d *idempotency.Delivery) *idempo
 		// Digested by its first member and read by the application by
 		// its last, the field would hide a change from the fingerprint.
 		r := refuse(idempotency.InvalidKey, "the JSON body names a member on the path of fingerprint field "+spec+
-			" more than once: which one the application reads is not known, so the delivery is not deduplicated",
+			" more than once, or in another case: which one the application reads is not known, so the delivery is not deduplicated",
 			extract.ErrDuplicateMember)
 		return &r
 	}
