@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -127,6 +128,74 @@ func TestAdyenPresetKnownAnswer(t *testing.T) {
 	if n := up.count("pspReference:EVENT:true"); n != 1 {
 		t.Fatalf("upstream received the vector %d times, want 1", n)
 	}
+}
+
+// A genuine Adyen notification with a member added in another case, which
+// Go's encoding/json (and Json.NET) reads in place of the signed one, is
+// refused, and names that merely share a prefix with signed ones are not.
+func TestAdyenPresetRefusesCaseVariants(t *testing.T) {
+	up := newUpstream(t)
+	adyen := presetCase{preset: "adyen", verify: `secrets: ["${ADYEN_HMAC_KEY}"]`}
+	g := startGateway(t, routesConfig(t, dbPath(t), "", "", presetRoutes(up.URL, []presetCase{adyen}), waveTwoEnv))
+	const psp, key = "9914073381342284", "9914073381342284:AUTHORISATION:true"
+	genuine := adyenNotification(t, adyenHMACKey, psp, 1000, 1)
+	item := genuine[bytes.IndexByte(genuine, '[')+1 : bytes.LastIndexByte(genuine, ']')]
+	insert := func(member string) []byte {
+		return bytes.Replace(genuine, []byte(`"success":"true"`), []byte(`"success":"true",`+member), 1)
+	}
+	forged := `{"NotificationRequestItem":{"pspReference":"FORGED","success":"true","amount":{"currency":"EUR","value":99999999}}}`
+	for _, tc := range []struct {
+		name string
+		body []byte
+		read string // what a Go application reads from it
+	}{
+		{"items in another case", []byte(`{"notificationItems":[` + string(item) + `],"NotificationItems":[` + forged + `]}`), "FORGED 99999999 true "},
+		{"amount in another case", insert(`"Amount":{"currency":"EUR","value":99999999}`), psp + " 99999999 true "},
+		{"success with a long s", insert(`"ſuccess":"false"`), psp + " 1000 false "},
+		{"absent signed field in another case", insert(`"OriginalReference":"8313842560770001"`), psp + " 1000 true 8313842560770001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := adyenAppReads(t, tc.body); got != tc.read {
+				t.Fatalf("a Go application reads %q, want %q: the body does not test what it says", got, tc.read)
+			}
+			before := up.total.Load()
+			wantProblem(t, post(t, g, "/webhooks/adyen", tc.body, nil), 401, "unverified")
+			if n := up.total.Load() - before; n != 0 {
+				t.Fatalf("upstream received %d requests, want none", n)
+			}
+			wantNoRecord(t, g, "adyen", key)
+		})
+	}
+	near := insert(`"amountDetails":{"value":1},"successful":"false","pspReferences":["x"]`)
+	near = bytes.Replace(near, []byte(`{"live"`), []byte(`{"notificationItemsCount":1,"live"`), 1)
+	wantOutcome(t, post(t, g, "/webhooks/adyen", near, nil), 200, "forwarded")
+	if n := up.count(key); n != 1 {
+		t.Fatalf("upstream received the notification %d times, want 1", n)
+	}
+}
+
+// adyenAppReads is what a Go application that unmarshals an Adyen
+// notification into structs reads of its first item: pspReference, amount,
+// success and originalReference.
+func adyenAppReads(tb testing.TB, body []byte) string {
+	tb.Helper()
+	var n struct {
+		NotificationItems []struct {
+			NotificationRequestItem struct {
+				PSPReference string `json:"pspReference"`
+				Success      string `json:"success"`
+				Original     string `json:"originalReference"`
+				Amount       struct {
+					Value int64 `json:"value"`
+				} `json:"amount"`
+			}
+		} `json:"notificationItems"`
+	}
+	if err := json.Unmarshal(body, &n); err != nil || len(n.NotificationItems) == 0 {
+		tb.Fatalf("json.Unmarshal: %v, %d items", err, len(n.NotificationItems))
+	}
+	it := n.NotificationItems[0].NotificationRequestItem
+	return it.PSPReference + " " + strconv.FormatInt(it.Amount.Value, 10) + " " + it.Success + " " + it.Original
 }
 
 // Zoom's endpoint.url_validation and Lark's url_verification are

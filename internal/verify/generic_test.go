@@ -179,6 +179,34 @@ func TestGenericHexSecretAndSingleItem(t *testing.T) {
 	wantUnverified(t, v.Verify(req(nil, []byte(strings.Replace(one, `"value":1000`, `"value":9000`, 1)))), "no signature matched")
 }
 
+// A member that the application's parser may read in place of a signed
+// one, being spelled in another case (Go's encoding/json and Json.NET
+// match names so, the last member winning), is refused, wherever it is on
+// the signed path; one merely sharing a prefix is not.
+func TestAdyenCaseVariantsUnverified(t *testing.T) {
+	v := newVerifier(t, adyenOptions())
+	forged := `{"NotificationRequestItem":{"pspReference":"FORGED","success":"true","amount":{"currency":"EUR","value":99999999}}}`
+	insert := func(member string) string {
+		return `{"live":"false","notificationItems":[` + strings.Replace(adyenItem, `"success":"true"`, `"success":"true",`+member, 1) + `]}`
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"items in another case", `{"live":"false","notificationItems":[` + adyenItem + `],"NotificationItems":[` + forged + `]}`},
+		{"amount in another case", insert(`"Amount":{"currency":"EUR","value":99999999}`)},
+		{"success with a long s", insert(`"ſuccess":"false"`)},
+		{"value in another case, escaped", strings.Replace(insert(`"x":0`), `"value":1000`, `"value":1000,"\u0076ALUE":1`, 1)},
+		{"signature in another case", insert(`"AdditionalData":{}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantUnverified(t, v.Verify(req(nil, []byte(tc.body))), "more than once, or in another case")
+		})
+	}
+	near := insert(`"amountDetails":{"value":1},"successful":"false","pspReferences":["x"],"Notes":"n"`)
+	near = strings.Replace(near, `{"live"`, `{"notificationItemsCount":1,"live"`, 1)
+	if err := v.Verify(req(nil, []byte(near))); err != nil {
+		t.Fatalf("names sharing a prefix with signed ones: Verify = %v", err)
+	}
+}
+
 func TestToken(t *testing.T) {
 	hv := newVerifier(t, verify.Options{Scheme: verify.SchemeToken, Secrets: []string{"old-token", "new-token"}, Header: "X-Gitlab-Token"})
 	jv := newVerifier(t, verify.Options{Scheme: verify.SchemeToken, Secrets: []string{"tok"}, JSON: "header.token"})
@@ -292,6 +320,8 @@ func FuzzBodySignature(f *testing.F) {
 	f.Add(mailgunBody("k", now, "ev1"))
 	f.Add([]byte(`{"signature":{"timestamp":"1","token":"t","signature":"zz"}}`))
 	f.Add([]byte(`{"signature":{"timestamp":1,"token":["t"],"signature":"00"},"signature":{}}`))
+	f.Add([]byte(`{"signature":{"timestamp":"1","token":"t","Token":"u","signature":"zz"}}`))
+	f.Add([]byte(`{"signature":{"timestamp":"1","token":"t","signature":"zz"},"ſignature":{}}`))
 	v := newVerifier(f, verify.Options{Scheme: verify.SchemeHMAC, Secrets: []string{"k"}, JSON: "signature.signature",
 		Template: "{json:signature.timestamp}{json:signature.token}"})
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -52,13 +52,13 @@ func (s sigSource) read(r Request) ([]byte, error) {
 }
 
 // jsonAt returns the value at path in body, refusing a body that is not
-// JSON or names a member on the path twice.
+// JSON or names a member on the path twice, or in another case.
 func jsonAt(body []byte, path string) (gjson.Result, error) {
 	if !extract.ValidJSON(body) {
 		return gjson.Result{}, reject("body is not valid JSON or nests deeper than %d", extract.MaxJSONDepth)
 	}
 	if DuplicateOnPath(body, path) {
-		return gjson.Result{}, reject("body names a member on %s more than once", path)
+		return gjson.Result{}, reject("body names a member on %s more than once, or in another case", path)
 	}
 	return gjson.GetBytes(body, path), nil
 }

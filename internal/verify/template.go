@@ -6,6 +6,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/hookstamp/hookstamp/internal/extract"
 )
 
 // Placeholders of a signed-content template.
@@ -171,10 +173,11 @@ func (t *Template) Uses(kind string) bool {
 // Render appends to dst the content r's provider signed. It fails with a
 // rejection (an *Error) when r lacks what the template reads or holds it
 // ambiguously: a header missing or repeated, a body that is not valid JSON
-// or names a member on a {json:…} path twice, a {json:…} value that is an
-// object or array, a form body that does not parse or repeats a parameter.
-// A {json:…} path that leads nowhere, or to null, writes nothing, as
-// providers sign an absent field as empty (Adyen's originalReference).
+// or names a member on a {json:…} path twice or in another case, a
+// {json:…} value that is an object or array, a form body that does not
+// parse or repeats a parameter. A {json:…} path that leads nowhere, or to
+// null, writes nothing, as providers sign an absent field as empty
+// (Adyen's originalReference).
 func (t *Template) Render(dst []byte, r Request, in Inputs) ([]byte, error) {
 	var body *bodyView
 	for _, p := range t.parts {
@@ -259,23 +262,16 @@ func (b *bodyView) json(path string) ([]byte, error) {
 }
 
 // DuplicateOnPath reports whether body, valid JSON, names a member of an
-// object on the plain path more than once ({"id":1,"id":2}). GJSON reads
-// the first, most application parsers the last: what was verified would
+// object on the plain path more than once ({"id":1,"id":2}), or in
+// another case ({"id":1,"ID":2}, or {"ID":2} alone: see
+// extract.Ambiguous). GJSON reads the first exact name, most application
+// parsers the last, and some of them any case: what was verified would
 // not be what the application reads.
 func DuplicateOnPath(body []byte, path string) bool {
 	res := gjson.ParseBytes(body)
 	for _, seg := range strings.Split(path, ".") {
-		if res.IsObject() {
-			n := 0
-			res.ForEach(func(k, _ gjson.Result) bool {
-				if k.Str == seg {
-					n++
-				}
-				return n < 2
-			})
-			if n > 1 {
-				return true
-			}
+		if res.IsObject() && extract.Ambiguous(res, seg) {
+			return true
 		}
 		if res = res.Get(seg); !res.Exists() {
 			return false
