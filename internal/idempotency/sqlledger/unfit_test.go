@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +84,9 @@ func TestPostgresReadOnlySessionsAreNotReused(t *testing.T) {
 // again the next write succeeds; it failed with SQLITE_READONLY until a
 // restart.
 func TestSQLiteWriterReopensWhenTheFileIsWritableAgain(t *testing.T) {
+	if rerunAsNobody(t) {
+		return
+	}
 	o := sqliteOptions(t)
 	before := openLedger(t, o)
 	mustCommit(t, before, doneRecord(ref("before"), t0, t0.Add(time.Hour)), "o", t0)
@@ -116,18 +121,24 @@ func TestSQLiteWriterReopensWhenTheFileIsWritableAgain(t *testing.T) {
 }
 
 // readOnlyFile makes path unwritable, for root too (whom file modes do not
-// stop): chattr +i, skipping the test where the file system or the
-// container refuses it. It returns the undo, which also runs at cleanup.
+// stop): chattr +i (rerunAsNobody has made sure it works). It returns the
+// undo, which also runs at cleanup.
 func readOnlyFile(t *testing.T, path string) (undo func()) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if err := os.Chmod(path, 0o444); err != nil {
 			t.Fatalf("chmod: %v", err)
 		}
-		undo = func() { _ = os.Chmod(path, 0o644) }
+		// SQLite makes the -wal and -shm files it creates with the
+		// database file's mode: read-only ones, while the file was.
+		undo = func() {
+			for _, f := range []string{path, path + "-wal", path + "-shm"} {
+				_ = os.Chmod(f, 0o644)
+			}
+		}
 	} else {
 		if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
-			t.Skipf("cannot make %s read-only for root: chattr +i: %v %s", path, err, out)
+			t.Fatalf("cannot make %s read-only for root: chattr +i: %v %s", path, err, out)
 		}
 		undo = func() { _ = exec.Command("chattr", "-i", path).Run() }
 	}
@@ -172,4 +183,53 @@ func TestProbeWriteFailsWhereAClaimCannotBeWritten(t *testing.T) {
 	}
 	wantUnavailable(t, "a claim once the ledger is full", claimErr)
 	wantUnavailable(t, "ProbeWrite once the ledger is full", full.ProbeWrite(t.Context()))
+}
+
+// rerunAsNobody runs t alone in a copy of this test binary as the user
+// nobody, and reports true once it has (t passes or fails as the copy
+// did), when t runs as root where chattr +i is refused (a container
+// without CAP_LINUX_IMMUTABLE): a file mode then makes the file read-only.
+func rerunAsNobody(t *testing.T) bool {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return false
+	}
+	probe := filepath.Join(t.TempDir(), "probe")
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if exec.Command("chattr", "+i", probe).Run() == nil {
+		_ = exec.Command("chattr", "-i", probe).Run()
+		return false
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hs-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	copied := filepath.Join(dir, "sqlledger.test")
+	if err := os.WriteFile(copied, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(copied, "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "TMPDIR="+os.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	t.Logf("chattr +i is refused here: %s ran as nobody:\n%s", t.Name(), out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("as nobody: %v", err)
+	}
+	return true
 }
