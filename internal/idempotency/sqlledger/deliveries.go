@@ -409,10 +409,48 @@ func (l *Ledger) Requeue(ctx context.Context, r idempotency.Ref, held bool, keep
 	return queued, nil
 }
 
-// Redrive queues every dead row of route again (or those of keys, when
-// given), in one transaction with their jobs, and returns how many. Each
-// is kept at least until keep, as Requeue keeps one.
+// Redrive queues dead rows of route again, with their jobs, and returns
+// how many it queued. Each is kept at least until keep, as Requeue keeps
+// one. The rows of keys, when given, are queued in one transaction.
+// Every dead row of the route (keys nil) is queued in batches of
+// Options.RedriveBatch, oldest first, each a transaction with its own
+// OpTimeout, however many there are. A failed batch ends the redrive:
+// the batches before it stay committed, their count returned with the
+// error, and the rows left are still dead, for the next redrive. The
+// batches take each row once, and no row created after the newest one
+// dead at the start: one that dies again meanwhile waits for the next
+// redrive, rather than keep this one going.
 func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep time.Time) (int, error) {
+	if keys != nil {
+		if len(keys) == 0 {
+			return 0, nil
+		}
+		args := make([]any, len(keys))
+		for i, k := range keys {
+			args[i] = k
+		}
+		where := ` AND "key" IN (?` + repeat(",?", len(keys)-1) + `)`
+		return l.redriveTx(ctx, route, keep, func(context.Context, *sql.Tx) (string, []any, error) { return where, args, nil })
+	}
+	w, err := l.walkDead(ctx, route)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for !w.done {
+		m, err := l.redriveTx(ctx, route, keep, w.pick)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		w.advance()
+	}
+	return n, nil
+}
+
+// redriveTx queues again, in one transaction, the dead rows of route that
+// pick's condition (" AND …", with its arguments) selects.
+func (l *Ledger) redriveTx(ctx context.Context, route string, keep time.Time, pick func(context.Context, *sql.Tx) (string, []any, error)) (int, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	if err := l.check(); err != nil {
@@ -425,17 +463,12 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep 
 	kept := toDB(keep, shift)
 	n := 0
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, acked = true, ` + keptSQL + `WHERE route = ? AND state = 'dead'`
-		args := []any{kept, kept, route}
-		if keys != nil {
-			if len(keys) == 0 {
-				return nil
-			}
-			q += ` AND "key" IN (?` + repeat(",?", len(keys)-1) + `)`
-			for _, k := range keys {
-				args = append(args, k)
-			}
+		where, picked, err := pick(ctx, tx)
+		if err != nil {
+			return err
 		}
+		q := `UPDATE hookstamp_records SET state = 'queued', completed_at = NULL, acked = true, ` + keptSQL + `WHERE route = ? AND state = 'dead'` + where
+		args := append([]any{kept, kept, route}, picked...)
 		rows, err := tx.QueryContext(ctx, l.d.rebind(q+` RETURNING "key", created_at`), args...)
 		if err != nil {
 			return err
@@ -464,6 +497,86 @@ func (l *Ledger) Redrive(ctx context.Context, route string, keys []string, keep 
 		return 0, l.fail(fmt.Sprintf("redrive %q", route), err)
 	}
 	return n, nil
+}
+
+// position is a row's place in a route's rows ordered by (created_at,
+// key), created_at as read from the database: written back unchanged, it
+// compares equal to the row's own (a row written with a finer time than
+// Ledger writes has one).
+type position struct {
+	at  time.Time
+	key string
+}
+
+// deadWalk is a redrive of every dead row of a route, batch by batch, in
+// position order: after is the last place the committed batches reached,
+// last the newest row dead when the walk began.
+type deadWalk struct {
+	route  string
+	batch  int
+	rebind func(string) string
+	after  position
+	last   position
+	// end is where the batch pick made ends; nil: at last, the walk's
+	// final batch.
+	end  *position
+	done bool
+}
+
+// walkDead starts a walk of route's dead rows, done at once when there
+// are none.
+func (l *Ledger) walkDead(ctx context.Context, route string) (*deadWalk, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	if err := l.check(); err != nil {
+		return nil, fmt.Errorf("redrive %q: %w", route, err)
+	}
+	w := &deadWalk{route: route, batch: l.redriveBatch, rebind: l.d.rebind,
+		after: position{at: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	db, err := l.w.DB()
+	if err != nil {
+		return nil, l.fail(fmt.Sprintf("redrive %q", route), err)
+	}
+	err = db.QueryRowContext(ctx, l.d.rebind(`SELECT created_at, "key" FROM hookstamp_records WHERE route = ? AND state = 'dead' `+
+		`ORDER BY created_at DESC, "key" DESC LIMIT 1`), route).Scan(&w.last.at, &w.last.key)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		w.done = true
+	case err != nil:
+		return nil, l.fail(fmt.Sprintf("redrive %q", route), err)
+	}
+	return w, nil
+}
+
+// deadBetweenSQL selects a route's dead rows after one position and up
+// to another.
+const deadBetweenSQL = ` AND (created_at, "key") > (?, ?) AND (created_at, "key") <= (?, ?)`
+
+// pick is redriveTx's condition for the walk's next batch: the rows after
+// the batches committed, up to the batch's last row.
+func (w *deadWalk) pick(ctx context.Context, tx *sql.Tx) (string, []any, error) {
+	between := func(upto position) []any { return []any{w.after.at, w.after.key, upto.at, upto.key} }
+	var end position
+	err := tx.QueryRowContext(ctx, w.rebind(`SELECT created_at, "key" FROM hookstamp_records WHERE route = ? AND state = 'dead'`+
+		deadBetweenSQL+` ORDER BY created_at, "key" LIMIT 1 OFFSET ?`), append(append([]any{w.route}, between(w.last)...), w.batch-1)...).Scan(&end.at, &end.key)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		w.end = nil
+		return deadBetweenSQL, between(w.last), nil
+	case err != nil:
+		return "", nil, err
+	}
+	w.end = &end
+	return deadBetweenSQL, between(end), nil
+}
+
+// advance moves the walk past the batch pick made, once it is committed.
+func (w *deadWalk) advance() {
+	if w.end == nil {
+		w.done = true
+		return
+	}
+	w.after = *w.end
 }
 
 func repeat(s string, n int) string {

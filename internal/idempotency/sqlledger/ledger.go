@@ -44,6 +44,8 @@ const (
 	DefaultSweepBatch = 1000
 	// DefaultHeldLimit is used by Held when limit <= 0.
 	DefaultHeldLimit = 1000
+	// DefaultRedriveBatch is Options.RedriveBatch's default.
+	DefaultRedriveBatch = 1000
 )
 
 // Options configure Open.
@@ -90,6 +92,9 @@ type Options struct {
 	// LookupWorkers is how many lookup batches may run at once
 	// (DefaultLookupWorkers).
 	LookupWorkers int
+	// RedriveBatch is the most dead rows a redrive of a whole route
+	// queues again in one transaction (DefaultRedriveBatch).
+	RedriveBatch int
 }
 
 // Group commit defaults: batches form only under concurrency, so these
@@ -113,6 +118,8 @@ type Ledger struct {
 	closed    atomic.Bool
 	// rest is SweepAll's pause between batches (tests observe it).
 	rest func(ctx context.Context, d time.Duration)
+	// redriveBatch is Options.RedriveBatch.
+	redriveBatch int
 	// Batchers (batch.go); nil when off.
 	commits *batcher[*commitJob]
 	claims  *batcher[*claimJob] // PostgreSQL only
@@ -147,7 +154,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.DSN == "" {
 		return nil, errors.New("sqlledger: empty DSN")
 	}
-	l := &Ledger{opTimeout: o.OpTimeout, now: o.Now, log: o.Logger, rest: sleepCtx}
+	l := &Ledger{opTimeout: o.OpTimeout, redriveBatch: o.RedriveBatch, now: o.Now, log: o.Logger, rest: sleepCtx}
 	if err := l.openPools(o); err != nil {
 		return nil, err
 	}
@@ -194,6 +201,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.LookupWorkers <= 0 {
 		o.LookupWorkers = DefaultLookupWorkers
+	}
+	if o.RedriveBatch <= 0 {
+		o.RedriveBatch = DefaultRedriveBatch
 	}
 }
 
