@@ -146,6 +146,9 @@ type Options struct {
 	Now func() time.Time
 }
 
+// writeTimeout is how long the listener gives a request to be answered.
+const writeTimeout = 60 * time.Second
+
 // Server is the admin listener's HTTP handler and server.
 type Server struct {
 	o      Options
@@ -188,7 +191,7 @@ func New(o Options) *Server {
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}

@@ -19,7 +19,8 @@ import (
 type Redeliverer interface {
 	// Requeue queues ref's stored request again (see sqlledger).
 	Requeue(ctx context.Context, ref idempotency.Ref, held bool, keep time.Time) (bool, error)
-	// Redrive queues route's dead records again, or those of keys (see
+	// Redrive queues route's dead records again, or those of keys, and
+	// returns how many; with an error, how many it queued before it (see
 	// sqlledger).
 	Redrive(ctx context.Context, route string, keys []string, keep time.Time) (int, error)
 }
@@ -127,7 +128,10 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, route string) {
 }
 
 // Redrive queues route's dead records again (keys nil: every one) and
-// returns how many were.
+// returns how many were. A redrive of every one goes in batches
+// (sqlledger): one that fails midway returns the count of those queued
+// before it, which stay queued, with a 503 saying so; a retry queues the
+// rest.
 func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int, error) {
 	if err := s.checkRoute(route); err != nil {
 		return 0, err
@@ -143,13 +147,30 @@ func (s *Server) Redrive(ctx context.Context, route string, keys []string) (int,
 		// NUL or invalid UTF-8 fails the statement like an outage.
 		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !recordable(k) })
 	}
-	n, err := s.o.Redeliver.Redrive(ctx, route, keys, s.keep(route))
-	if err != nil {
-		return 0, s.unavailable(ctx, "redrive", idempotency.Ref{Route: route}, err)
+	rctx, cancel := context.WithTimeout(ctx, redriveTime)
+	defer cancel()
+	n, err := s.o.Redeliver.Redrive(rctx, route, keys, s.keep(route))
+	if n > 0 {
+		s.o.Logger.InfoContext(ctx, "admin: dead deliveries redriven", "route", route, "requeued", n)
 	}
-	s.o.Logger.InfoContext(ctx, "admin: dead deliveries redriven", "route", route, "requeued", n)
-	return n, nil
+	switch {
+	case err == nil:
+		return n, nil
+	case rctx.Err() != nil && ctx.Err() == nil:
+		s.o.Logger.WarnContext(ctx, "admin: redrive stopped at its time limit: the rest of the dead deliveries stay dead", "route", route, "requeued", n)
+		return n, &OpError{Status: http.StatusServiceUnavailable, Err: err,
+			Detail: fmt.Sprintf("%d dead deliveries were queued again, but queuing the rest would outlast the request: redrive again to queue them", n)}
+	case n > 0:
+		s.logLedgerFailure(ctx, "redrive", idempotency.Ref{Route: route}, err)
+		return n, &OpError{Status: http.StatusServiceUnavailable, Err: err,
+			Detail: fmt.Sprintf("the ledger did not answer; retry later: %d dead deliveries were queued again before it failed, and stay queued; a retry queues the rest", n)}
+	}
+	return 0, s.unavailable(ctx, "redrive", idempotency.Ref{Route: route}, err)
 }
+
+// redriveTime bounds a redrive, so that its answer, the count, is written
+// before the listener's writeTimeout cuts it.
+const redriveTime = writeTimeout * 3 / 4
 
 // releaseAcked releases a held record whose provider was acknowledged by
 // delivering it again through the queue: the provider will not send it
