@@ -26,6 +26,9 @@ type action struct {
 	// run does it and returns the notice to show (notices), "" for the
 	// action's own.
 	run func(ctx context.Context, c *Console, ref idempotency.Ref, form url.Values) (string, error)
+	// redrive, set instead of run, queues deliveries of the route again
+	// and returns how many, which the notice tells.
+	redrive func(ctx context.Context, c *Console, route string) (int, error)
 	// back is where the browser goes after the action.
 	back func(ref idempotency.Ref) string
 }
@@ -95,12 +98,12 @@ var actions = map[string]action{
 		Explain: "Every dead delivery of this route gets a fresh set of attempts. Fix what made the upstream refuse them first, or they will die again.",
 		Button:  "Redrive all",
 		Route:   true,
-		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
-			n, err := c.queue().Redrive(ctx, ref.Route, nil)
+		redrive: func(ctx context.Context, c *Console, route string) (int, error) {
+			n, err := c.queue().Redrive(ctx, route, nil)
 			if err == nil && n == 0 {
-				return "", errNoneDead
+				return 0, errNoneDead
 			}
-			return "", err
+			return n, err
 		},
 		back: deadPage,
 	},
@@ -212,7 +215,14 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	ref := idempotency.Ref{Route: d.Route, Key: d.Key}
-	done, err := d.Action.run(r.Context(), c, ref, r.PostForm)
+	var done string
+	var queued int
+	var err error
+	if d.Action.redrive != nil {
+		queued, err = d.Action.redrive(r.Context(), c, ref.Route)
+	} else {
+		done, err = d.Action.run(r.Context(), c, ref, r.PostForm)
+	}
 	if err != nil {
 		d.Error = detail(err)
 		d.Status, d.ContentType, d.Body = r.PostForm.Get("status"), r.PostForm.Get("content_type"), r.PostForm.Get("body")
@@ -223,6 +233,9 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 	back, _ := url.Parse(d.Back)
 	q := back.Query()
 	q.Set("done", cmp.Or(done, d.Do))
+	if d.Action.redrive != nil {
+		q.Set("queued", strconv.Itoa(queued))
+	}
 	back.RawQuery = q.Encode()
 	http.Redirect(w, r, back.String(), http.StatusSeeOther)
 }

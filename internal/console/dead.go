@@ -1,7 +1,10 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
@@ -56,5 +59,18 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Routes = append(d.Routes, rd)
 	}
 	c.render(w, r, http.StatusOK, "dead", page{Title: "Dead", Nav: "dead", CSRF: s.csrf,
-		Notice: notices[r.URL.Query().Get("done")], Data: d})
+		Notice: deadNotice(r.URL.Query()), Data: d})
+}
+
+// deadNotice is the line shown after an action (notices); after a redrive
+// of a whole route, with how many it queued.
+func deadNotice(q url.Values) string {
+	n, err := strconv.Atoi(q.Get("queued"))
+	switch {
+	case q.Get("done") != "redrive-all" || err != nil || n < 1:
+		return notices[q.Get("done")]
+	case n == 1:
+		return "Queued again: the route's one dead delivery gets a fresh set of attempts."
+	}
+	return fmt.Sprintf("Queued again: the route's %d dead deliveries get a fresh set of attempts.", n)
 }
