@@ -43,6 +43,9 @@ type Ledger interface {
 	Delete(ctx context.Context, ref idempotency.Ref) error
 	// Held lists route's held records, oldest first, at most limit.
 	Held(ctx context.Context, route string, limit int) ([]idempotency.Record, error)
+	// CountHeldByRoute counts the held records of every route that has
+	// some.
+	CountHeldByRoute(ctx context.Context) (map[string]int, error)
 	// Resolve settles a held record: nil deletes it, otherwise it becomes
 	// done with rec's response. ErrNotFound when ref is not held.
 	Resolve(ctx context.Context, ref idempotency.Ref, rec *idempotency.Record) error

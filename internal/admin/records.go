@@ -140,6 +140,16 @@ func (s *Server) held(w http.ResponseWriter, r *http.Request, route string) {
 	writeJSON(w, http.StatusOK, heldList{Route: route, Held: recs, Truncated: truncated})
 }
 
+// HeldCounts are the numbers of held records of every route that has
+// some, in one query.
+func (s *Server) HeldCounts(ctx context.Context) (map[string]int, error) {
+	n, err := s.o.Ledger.CountHeldByRoute(ctx)
+	if err != nil {
+		return nil, s.unavailable(ctx, "count held", idempotency.Ref{}, err)
+	}
+	return n, nil
+}
+
 // bodyFits says why an answer of status cannot be recorded with body, or
 // "". A 304 answers a conditional request, which no delivery is, and has
 // no body; 204 and 205 have none either (RFC 9110 §15.3.5, §15.3.6,

@@ -30,6 +30,7 @@ import (
 type Admin interface {
 	Stats(ctx context.Context, window time.Duration, topN int) (admin.StatsAnswer, error)
 	HeldRecords(ctx context.Context, route string, limit int) ([]admin.Record, bool, error)
+	HeldCounts(ctx context.Context) (map[string]int, error)
 	Resolve(ctx context.Context, ref idempotency.Ref, req admin.ResolveRequest) (admin.Record, error)
 	Delete(ctx context.Context, ref idempotency.Ref) error
 }

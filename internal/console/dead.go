@@ -1,11 +1,13 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"github.com/hookstamp/hookstamp/internal/admin"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
 
@@ -35,10 +37,15 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, http.StatusNotFound, "No route of that name is configured.")
 		return
 	}
+	lq, cancel := c.ledgerQueries(r)
+	defer cancel()
 	// A route switched from async keeps its dead deliveries (SPEC §10).
 	var depths map[string]Depth
 	if c.o.Depths != nil {
-		depths, _ = c.o.Depths(r.Context()) // unknown: async routes only
+		_ = lq.ask(func(ctx context.Context) (err error) { // unknown: async routes only
+			depths, err = c.o.Depths(ctx)
+			return err
+		})
 	}
 	d := deadData{Filter: filter, NoAsync: true}
 	for _, rt := range c.o.Routes {
@@ -47,7 +54,11 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		d.NoAsync = false
 		rd := routeDead{Name: rt.Name, Redrivable: rt.StoresRequests}
-		page, err := c.o.EventLog.EventList(r.Context(), idempotency.ListQuery{Route: rt.Name, State: idempotency.StateDead, Limit: deadListed})
+		var page admin.RecordList
+		err := lq.ask(func(ctx context.Context) (err error) {
+			page, err = c.o.EventLog.EventList(ctx, idempotency.ListQuery{Route: rt.Name, State: idempotency.StateDead, Limit: deadListed})
+			return err
+		})
 		if err != nil {
 			rd.Error = detail(err)
 		}
@@ -58,8 +69,8 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		rd.More = page.NextCursor != nil
 		d.Routes = append(d.Routes, rd)
 	}
-	c.render(w, r, http.StatusOK, "dead", page{Title: "Dead", Nav: "dead", CSRF: s.csrf,
-		Notice: deadNotice(r.URL.Query()), Data: d})
+	c.render(w, r, lq.status(), "dead", page{Title: "Dead", Nav: "dead", CSRF: s.csrf,
+		Notice: deadNotice(r.URL.Query()), Alert: lq.alert(), Data: d})
 }
 
 // deadNotice is the line shown after an action (notices); after a redrive

@@ -1,7 +1,10 @@
 package console
 
 import (
+	"context"
 	"net/http"
+
+	"github.com/hookstamp/hookstamp/internal/admin"
 )
 
 // heldListed bounds each route's held list on the page.
@@ -32,11 +35,18 @@ func (c *Console) held(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	var data heldData
 	data.Filter = filter
+	lq, cancel := c.ledgerQueries(r)
+	defer cancel()
 	for _, rt := range c.o.Routes {
 		if filter != "" && rt.Name != filter {
 			continue
 		}
-		recs, more, err := c.o.Admin.HeldRecords(r.Context(), rt.Name, heldListed)
+		var recs []admin.Record
+		var more bool
+		err := lq.ask(func(ctx context.Context) (err error) {
+			recs, more, err = c.o.Admin.HeldRecords(ctx, rt.Name, heldListed)
+			return err
+		})
 		rh := routeHeld{Name: rt.Name, Truncated: more}
 		if err != nil {
 			rh.Error = detail(err)
@@ -46,6 +56,6 @@ func (c *Console) held(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		data.Routes = append(data.Routes, rh)
 	}
-	c.render(w, r, http.StatusOK, "held", page{Title: "Held", Nav: "held", CSRF: s.csrf,
-		Notice: notices[r.URL.Query().Get("done")], Data: data})
+	c.render(w, r, lq.status(), "held", page{Title: "Held", Nav: "held", CSRF: s.csrf,
+		Notice: notices[r.URL.Query().Get("done")], Alert: lq.alert(), Data: data})
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -18,9 +19,6 @@ const defaultWindow = "1h"
 // topN is how many duplicate keys and sources the overview lists.
 const topN = 5
 
-// heldShown bounds the held keys counted on the overview (more: "100+").
-const heldShown = 100
-
 type overviewData struct {
 	Window  string
 	Windows []string
@@ -35,10 +33,9 @@ type routeOverview struct {
 	Route
 	Stats *admin.RouteStats
 	Chart chart
-	// Held is the count of held keys, HeldMore when there are more than
-	// it; HeldError when the ledger did not answer.
+	// Held is the count of held keys; HeldError when the ledger did not
+	// answer.
 	Held      int
-	HeldMore  bool
 	HeldError bool
 	// Queue: the route is async, or was and still has deliveries queued
 	// or dead (SPEC §10). Depth is its queue; nil when unknown
@@ -64,11 +61,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		data.StatsError = detail(err)
 	}
 	data.ReplicaOnly = st.Scope == string(stats.ScopeReplica)
+	lq, cancel := c.ledgerQueries(r)
+	defer cancel()
 	var depths map[string]Depth
 	var depthErr error
 	if c.o.Depths != nil {
-		depths, depthErr = c.o.Depths(r.Context())
+		depthErr = lq.ask(func(ctx context.Context) (err error) {
+			depths, err = c.o.Depths(ctx)
+			return err
+		})
 	}
+	var held map[string]int
+	heldErr := lq.ask(func(ctx context.Context) (err error) {
+		held, err = c.o.Admin.HeldCounts(ctx)
+		return err
+	})
 	now := c.o.Now()
 	for _, rt := range c.o.Routes {
 		d, has := depths[rt.Name] // absent: nothing queued or dead
@@ -82,13 +89,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		if rs := st.Routes[rt.Name]; rs != nil {
 			ro.Stats, ro.Chart = rs, outcomeChart(rs.Outcomes)
 		}
-		held, more, err := c.o.Admin.HeldRecords(r.Context(), rt.Name, heldShown)
-		ro.Held, ro.HeldMore, ro.HeldError = len(held), more, err != nil
+		ro.Held, ro.HeldError = held[rt.Name], heldErr != nil
 		data.Routes = append(data.Routes, ro)
 	}
-	c.render(w, r, http.StatusOK, "overview", page{
+	c.render(w, r, lq.status(), "overview", page{
 		Title: "Overview", Nav: "overview", CSRF: s.csrf, Refresh: int(c.o.Refresh / time.Second),
-		Notice: notices[r.URL.Query().Get("done")], Data: data,
+		Notice: notices[r.URL.Query().Get("done")], Alert: lq.alert(), Data: data,
 	})
 }
 

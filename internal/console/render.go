@@ -52,7 +52,9 @@ type page struct {
 	Refresh int
 	// Notice is a line to show on top (an action's result).
 	Notice string
-	Data   any
+	// Alert is a problem with the page as a whole, shown on top.
+	Alert string
+	Data  any
 }
 
 // pages are the parsed templates by name, each with the layout.
