@@ -87,6 +87,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add(string(encodeEntry(nil, &idempotency.Entry{Response: idempotency.Response{
 		Status: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: []byte("ok"),
 	}, TraceID: "a", SpanID: "b"}, true)))
+	f.Add(string(encodeEntry(nil, &idempotency.Entry{Response: idempotency.Response{Status: 202}, Async: true, AckUnknown: true}, false)))
 	f.Add("\x01\x02\x00\x00\x00\x00")
 	f.Fuzz(func(t *testing.T, in string) {
 		e, err := decodeEntry(in)
@@ -99,6 +100,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		if again.Status != e.Status || !maps.Equal(again.Headers, e.Headers) || !bytes.Equal(again.Body, e.Body) ||
 			again.BodyCached != e.BodyCached || again.BodyOmitted != e.BodyOmitted ||
+			again.Async != e.Async || again.AckUnknown != e.AckUnknown ||
 			again.TraceID != e.TraceID || again.SpanID != e.SpanID {
 			t.Fatalf("round trip changed %+v into %+v", e, again)
 		}
