@@ -156,7 +156,21 @@ func (s *Server) HeldRecords(ctx context.Context, route string, limit int) (held
 // cleared even when the ledger has no row — a done entry can outlive a
 // failed commit — and no row is not an error (SPEC §8): the key is
 // forgotten, and a DELETE repeated by a script is not a failure.
+//
+// It refuses (409) a record whose deletion would lose its event
+// (Record.LosesEvent): the provider will not send it again. Discard
+// deletes it all the same.
 func (s *Server) Delete(ctx context.Context, ref idempotency.Ref) error {
+	return s.delete(ctx, ref, false)
+}
+
+// Discard is Delete that also deletes a record whose event is then lost
+// (DELETE ...?discard=true): the operator said so.
+func (s *Server) Discard(ctx context.Context, ref idempotency.Ref) error {
+	return s.delete(ctx, ref, true)
+}
+
+func (s *Server) delete(ctx context.Context, ref idempotency.Ref, discard bool) error {
 	none, err := s.checkRef(ref)
 	if err != nil || none {
 		return err
@@ -165,6 +179,9 @@ func (s *Server) Delete(ctx context.Context, ref idempotency.Ref) error {
 		s.o.Deleting(ref)
 	}
 	rec, err := s.o.Ledger.Lookup(ctx, ref)
+	if err == nil && !discard && RecordOf(rec).LosesEvent() {
+		return errLosesEvent(rec.State)
+	}
 	if err == nil {
 		err = s.o.Ledger.Delete(ctx, ref)
 	}
@@ -178,7 +195,7 @@ func (s *Server) Delete(ctx context.Context, ref idempotency.Ref) error {
 		if rec.State == idempotency.StateHeld {
 			s.heldChanged(ref.Route, -1)
 		}
-		s.o.Logger.InfoContext(ctx, "admin: record deleted", "route", ref.Route, "key", ref.Key, "state", string(rec.State))
+		s.o.Logger.InfoContext(ctx, "admin: record deleted", "route", ref.Route, "key", ref.Key, "state", string(rec.State), "discard", discard)
 	}
 	if err := s.forget(ctx, ref); err != nil {
 		s.o.Logger.ErrorContext(ctx, "admin: the screen did not forget a deleted key", "route", ref.Route, "key", ref.Key, "err", err)
@@ -186,6 +203,21 @@ func (s *Server) Delete(ctx context.Context, ref idempotency.Ref) error {
 			Detail: "the ledger holds no record for this key, but the screen did not answer: repeats may still be replayed from it; retry the DELETE"}
 	}
 	return nil
+}
+
+// errLosesEvent refuses to delete a record in state whose provider was
+// acknowledged and whose upstream has not taken it, and says what to do
+// instead.
+func errLosesEvent(state idempotency.State) error {
+	instead := "Wait for the queue to deliver it (its next attempt is the record's next_attempt_at)."
+	switch state {
+	case idempotency.StateDead:
+		instead = "To have it delivered, redrive it (POST .../dead/redrive) once the upstream takes it."
+	case idempotency.StateHeld:
+		instead = `To have it delivered again, resolve it with {"action":"release"}; if the upstream acted on it, with {"action":"record",...}.`
+	}
+	return refused(http.StatusConflict, "The delivery is "+string(state)+": its provider was acknowledged and will not send it again, "+
+		"so deleting the record loses the event, which the upstream would never receive. "+instead+" To lose it knowingly, DELETE with ?discard=true")
 }
 
 // EventList is a page of route's event log (GET .../records): q as

@@ -203,7 +203,7 @@ func (s *Server) releaseAcked(ctx context.Context, rec *idempotency.Record) (Rec
 var (
 	errAckedNoRequest = refused(http.StatusConflict, "the held delivery was acknowledged to its provider, which will not send it again, "+
 		"but no request is stored for it: it cannot be delivered again, and releasing it would lose it. "+
-		`If the upstream acted on it, resolve it with {"action":"record",...}; otherwise delete the record knowingly`)
+		`If the upstream acted on it, resolve it with {"action":"record",...}; otherwise discard it knowingly (DELETE ...?discard=true)`)
 	errAckedNoQueue = refused(http.StatusConflict, "the held delivery was acknowledged to its provider, which will not send it again, "+
 		"and this gateway runs no delivery queue to deliver it: releasing it would lose it")
 )

@@ -35,6 +35,21 @@ type Record struct {
 	ExpiresAt   *time.Time `json:"expires_at"`
 	// LeaseUntil is set for pending claims only.
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	// Acked: its provider got the route's acknowledgement (an async
+	// intake, SPEC §5), not the upstream's answer. Queued and dead
+	// records always are.
+	Acked bool `json:"acked"`
+}
+
+// LosesEvent reports whether deleting the record loses its event: its
+// provider was acknowledged, so it will not send the event again, and
+// the upstream has not taken it (queued, dead, or held).
+func (r Record) LosesEvent() bool {
+	switch idempotency.State(r.State) {
+	case idempotency.StateQueued, idempotency.StateDead, idempotency.StateHeld:
+		return r.Acked
+	}
+	return false
 }
 
 // RecordOf converts a ledger row; times are UTC, zero times null.
@@ -44,6 +59,7 @@ func RecordOf(rec *idempotency.Record) Record {
 		Headers: map[string]string{}, BodyBase64: base64.StdEncoding.EncodeToString(rec.Body),
 		BodyOmitted: rec.BodyOmitted, TraceID: rec.TraceID, SpanID: rec.SpanID, Source: rec.Source,
 		CreatedAt: timeOrNull(rec.CreatedAt), CompletedAt: timeOrNull(rec.CompletedAt), ExpiresAt: timeOrNull(rec.ExpiresAt),
+		Acked: rec.Acked || rec.State == idempotency.StateQueued || rec.State == idempotency.StateDead,
 	}
 	for k, v := range rec.Headers {
 		out.Headers[k] = v
@@ -86,10 +102,19 @@ func (s *Server) getRecord(w http.ResponseWriter, r *http.Request, ref idempoten
 	}
 }
 
-// deleteRecord forgets a key (Delete): 204 whether or not there was a
-// row.
+// deleteRecord forgets a key (Delete; Discard with ?discard=true): 204
+// whether or not there was a row.
 func (s *Server) deleteRecord(w http.ResponseWriter, r *http.Request, ref idempotency.Ref) {
-	if err := s.Delete(r.Context(), ref); err != nil {
+	del := s.Delete
+	switch r.URL.Query().Get("discard") {
+	case "", "false":
+	case "true":
+		del = s.Discard
+	default:
+		problem(w, http.StatusBadRequest, "discard must be true or false")
+		return
+	}
+	if err := del(r.Context(), ref); err != nil {
 		s.fail(w, r, err)
 		return
 	}

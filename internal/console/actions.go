@@ -71,6 +71,17 @@ var actions = map[string]action{
 		},
 		back: eventsPage,
 	},
+	// delete, of a record whose event it loses (admin.Record.LosesEvent):
+	// the confirmation of a delete becomes this one.
+	"discard": {
+		Title:   "Discard the event",
+		Explain: "Its provider was acknowledged and will not send it again: once the record is deleted, the upstream will never receive this event.",
+		Button:  "Discard",
+		run: func(ctx context.Context, c *Console, ref idempotency.Ref, _ url.Values) (string, error) {
+			return "", c.o.Admin.Discard(ctx, ref)
+		},
+		back: eventsPage,
+	},
 	"redeliver": {
 		Title:   "Deliver the stored request again",
 		Explain: "The stored request is queued and delivered to the upstream again, with the same idempotency key header; its new final answer is recorded and replayed to repeats from then on.",
@@ -114,6 +125,7 @@ var notices = map[string]string{
 	"release":     "Released: the next delivery of that key is forwarded.",
 	"record":      "Recorded: repeats of that key now get the answer you gave.",
 	"delete":      "Deleted: the next delivery of that key is forwarded as new.",
+	"discard":     "Discarded: the record is deleted, and the upstream will not receive that event.",
 	"redeliver":   "Queued: the stored request is delivered to the upstream again.",
 	"redrive":     "Queued again: the dead delivery gets a fresh set of attempts.",
 	"redrive-all": "Queued again: every dead delivery of the route gets a fresh set of attempts.",
@@ -175,10 +187,20 @@ func recordRequest(form url.Values) (admin.ResolveRequest, error) {
 	return req, nil
 }
 
+// discardInstead is what to do rather than discard an event, by its
+// record's state.
+var discardInstead = map[idempotency.State]string{
+	idempotency.StateQueued: "It is still being delivered: to have the upstream receive it, wait for the queue (the event page shows its next attempt).",
+	idempotency.StateDead:   "To have the upstream receive it, redrive it instead, once the upstream takes it.",
+	idempotency.StateHeld:   "To have it delivered again, release it instead; if the upstream acted on it, record an answer.",
+}
+
 type confirmData struct {
 	Do, Route, Key string
 	Action         action
 	Back           string
+	// Instead is what to do rather than discard the event.
+	Instead string
 	// The record form's values, kept when it is refused.
 	Status, ContentType, Body string
 	Error                     string
@@ -192,8 +214,28 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, http.StatusNotFound, "There is no such action, or no route of that name.")
 		return
 	}
+	if !d.Action.Route {
+		ev, err := c.o.EventLog.EventDetail(r.Context(), idempotency.Ref{Route: d.Route, Key: d.Key})
+		if err != nil {
+			c.failRecord(w, r, s, err)
+			return
+		}
+		if d.Do == "delete" || d.Do == "discard" {
+			d.deletes(ev.Record)
+		}
+	}
 	d.Status, d.ContentType = "200", "application/json"
 	c.render(w, r, http.StatusOK, "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
+}
+
+// deletes makes d the confirmation of deleting rec: a discard when that
+// loses its event.
+func (d *confirmData) deletes(rec admin.Record) {
+	d.Do = "delete"
+	if rec.LosesEvent() {
+		d.Do, d.Instead = "discard", discardInstead[idempotency.State(rec.State)]
+	}
+	d.Action = actions[d.Do]
 }
 
 func (c *Console) confirmData(v url.Values) (confirmData, bool) {

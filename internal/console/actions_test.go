@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
 )
@@ -106,6 +107,56 @@ func TestDeleteARecord(t *testing.T) {
 	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"ship"}, "key": {"gone"}})
 	if p.status != http.StatusSeeOther || e.lookup(t, ref) != nil {
 		t.Fatalf("delete: %d, record %v", p.status, e.lookup(t, ref))
+	}
+}
+
+// Deleting a queued or dead record of an async route loses its event:
+// its provider was acknowledged and will not send it again. The
+// confirmation says so, and what to do instead; a done record's is the
+// ordinary one. The delete itself is refused; the discard deletes it.
+func TestDeleteOfAnAcknowledgedDeliveryAsksToDiscardIt(t *testing.T) {
+	e := newEnv(t, envOptions{requeue: true})
+	e.enqueue(t, idempotency.Ref{Route: "pay", Key: "evt_queued"})
+	e.enqueue(t, idempotency.Ref{Route: "pay", Key: "evt_dead"})
+	e.setState(t, idempotency.Ref{Route: "pay", Key: "evt_dead"}, idempotency.StateDead)
+	e.done(t, "evt_done", time.Now())
+	b := e.browser(t)
+	tok := b.mustSignIn()
+	tests := []struct {
+		key, do string
+		want    []string
+	}{
+		{"evt_queued", "discard", []string{"<h1>Discard the event</h1>", "will never receive this event", "wait for the queue"}},
+		{"evt_dead", "discard", []string{"<h1>Discard the event</h1>", "will never receive this event", "redrive it instead"}},
+		{"evt_done", "delete", []string{"<h1>Delete the record</h1>", "forwarded to the upstream as a new event"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			ev := b.get("/ui/event?" + url.Values{"route": {"pay"}, "key": {tc.key}}.Encode())
+			if link := "/ui/confirm?do=" + tc.do + "&amp;route=pay&amp;key=" + tc.key; !strings.Contains(ev.body, link) {
+				t.Errorf("the event page has no link %s", link)
+			}
+			conf := b.get("/ui/confirm?" + url.Values{"do": {"delete"}, "route": {"pay"}, "key": {tc.key}}.Encode())
+			for _, want := range append(tc.want, `name="do" value="`+tc.do+`"`) {
+				if !strings.Contains(conf.body, want) {
+					t.Errorf("the confirmation lacks %q:\n%s", want, conf.body)
+				}
+			}
+			if tc.do == "delete" && strings.Contains(conf.body, "Discard") {
+				t.Errorf("the confirmation of deleting a done record speaks of a discard:\n%s", conf.body)
+			}
+		})
+	}
+	ref := idempotency.Ref{Route: "pay", Key: "evt_queued"}
+	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"pay"}, "key": {ref.Key}}); p.status != http.StatusConflict || e.lookup(t, ref) == nil {
+		t.Fatalf("delete of a queued record: %d, record %v; want 409, kept", p.status, e.lookup(t, ref))
+	}
+	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"discard"}, "route": {"pay"}, "key": {ref.Key}})
+	if p.status != http.StatusSeeOther || e.lookup(t, ref) != nil {
+		t.Fatalf("discard: %d, record %v", p.status, e.lookup(t, ref))
+	}
+	if after := b.get(p.header.Get("Location")); !strings.Contains(after.body, "Discarded") {
+		t.Errorf("no notice after the discard:\n%s", after.body)
 	}
 }
 

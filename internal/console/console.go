@@ -33,6 +33,7 @@ type Admin interface {
 	HeldCounts(ctx context.Context) (map[string]int, error)
 	Resolve(ctx context.Context, ref idempotency.Ref, req admin.ResolveRequest) (admin.Record, error)
 	Delete(ctx context.Context, ref idempotency.Ref) error
+	Discard(ctx context.Context, ref idempotency.Ref) error
 }
 
 // Route is what the console shows of a configured route.

@@ -33,8 +33,9 @@ type eventData struct {
 	Repeats      int64
 	RepeatsKnown bool
 	RepeatsNote  string
-	// The actions that apply.
-	CanRedeliver, CanResolve, CanRedrive bool
+	// The actions that apply. Discard: deleting the record loses its
+	// event.
+	CanRedeliver, CanResolve, CanRedrive, Discard bool
 }
 
 type requestView struct {
@@ -60,12 +61,8 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ref := idempotency.Ref{Route: rt.Name, Key: q.Get("key")}
 	ev, err := c.o.EventLog.EventDetail(r.Context(), ref)
-	if statusOf(err) == http.StatusNotFound {
-		c.fail(w, r, s, http.StatusNotFound, "No record for this key on this route: it was never delivered, or it expired or was deleted.")
-		return
-	}
 	if err != nil {
-		c.fail(w, r, s, statusOf(err), detail(err))
+		c.failRecord(w, r, s, err)
 		return
 	}
 	d := eventData{Route: rt, Rec: ev.Record, Answer: recordedBody(ev.Record), AnswerHdrs: sortedHeaders(single(ev.Headers))}
@@ -88,8 +85,18 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	d.CanRedeliver = c.o.Queue != nil && ev.Request != nil && (state == idempotency.StateDone || state == idempotency.StateDead)
 	d.CanResolve = state == idempotency.StateHeld
 	d.CanRedrive = c.o.Queue != nil && state == idempotency.StateDead
+	d.Discard = ev.LosesEvent()
 	c.render(w, r, http.StatusOK, "event", page{Title: "Event " + ref.Key, Nav: "events", CSRF: s.csrf,
 		Notice: notices[q.Get("done")], Data: d})
+}
+
+// failRecord shows why a record could not be read.
+func (c *Console) failRecord(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	if statusOf(err) == http.StatusNotFound {
+		c.fail(w, r, s, http.StatusNotFound, "No record for this key on this route: it was never delivered, or it expired or was deleted.")
+		return
+	}
+	c.fail(w, r, s, statusOf(err), detail(err))
 }
 
 // repeats finds ref's key among the keys repeated most over the last day.

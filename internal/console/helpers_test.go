@@ -217,13 +217,33 @@ func (noJobs) PendingTx(context.Context, *sql.Tx, idempotency.Ref) (bool, error)
 func (e *env) holdAcked(tb testing.TB, ref idempotency.Ref) {
 	tb.Helper()
 	ctx, now := context.Background(), time.Now()
-	if _, err := e.ledger.Enqueue(ctx, &idempotency.Record{Ref: ref, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
-		Request: &idempotency.Request{Method: "POST", Path: "/pay", Body: []byte("{}")}}, "", now); err != nil {
-		tb.Fatalf("enqueue: %v", err)
-	}
+	e.enqueue(tb, ref)
 	if _, err := e.ledger.Settle(ctx, &sqlledger.Settlement{Ref: ref, State: idempotency.StateHeld, KeepUntil: now.Add(time.Hour),
 		Attempt: idempotency.Attempt{Ref: ref, StartedAt: now, Replica: "a"}}, now, nil); err != nil {
 		tb.Fatalf("hold: %v", err)
+	}
+}
+
+// enqueue stores ref as an async intake does: queued, its provider
+// acknowledged. The env needs requeue.
+func (e *env) enqueue(tb testing.TB, ref idempotency.Ref) {
+	tb.Helper()
+	now := time.Now()
+	if _, err := e.ledger.Enqueue(context.Background(), &idempotency.Record{Ref: ref, State: idempotency.StateQueued, ExpiresAt: now.Add(time.Hour),
+		Request: &idempotency.Request{Method: "POST", Path: "/pay", Body: []byte("{}")}}, "", now); err != nil {
+		tb.Fatalf("enqueue: %v", err)
+	}
+}
+
+// setState writes ref's state as the queue does (dead, say).
+func (e *env) setState(tb testing.TB, ref idempotency.Ref, state idempotency.State) {
+	tb.Helper()
+	db, err := e.ledger.DB()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := db.ExecContext(context.Background(), `UPDATE hookstamp_records SET state = ? WHERE route = ? AND "key" = ?`, string(state), ref.Route, ref.Key); err != nil {
+		tb.Fatal(err)
 	}
 }
 

@@ -605,7 +605,7 @@ func TestJobOfADeletedRecordDoesNotHoldUpItsSuccessor(t *testing.T) {
 				next := detailOf(t, g, "evt_stale").NextAttemptAt
 				return up.count("evt_stale") == 1 && next != nil && next.After(time.Now().Add(30*time.Minute))
 			})
-			if status, body := adminCall(t, g, http.MethodDelete, record, ""); status != http.StatusNoContent {
+			if status, body := adminCall(t, g, http.MethodDelete, record+"?discard=true", ""); status != http.StatusNoContent {
 				t.Fatalf("delete = %d %s, want 204", status, body)
 			}
 			down.Store(false)
