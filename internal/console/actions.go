@@ -3,10 +3,14 @@ package console
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hookstamp/hookstamp/internal/admin"
 	"github.com/hookstamp/hookstamp/internal/idempotency"
@@ -201,6 +205,8 @@ type confirmData struct {
 	Back           string
 	// Instead is what to do rather than discard the event.
 	Instead string
+	// Version is the record's as the page showed it (recordVersion).
+	Version string
 	// The record form's values, kept when it is refused.
 	Status, ContentType, Body string
 	Error                     string
@@ -223,9 +229,29 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 		if d.Do == "delete" || d.Do == "discard" {
 			d.deletes(ev.Record)
 		}
+		d.Version = recordVersion(ev)
 	}
 	d.Status, d.ContentType = "200", "application/json"
 	c.render(w, r, http.StatusOK, "confirm", page{Title: d.Action.Title, CSRF: s.csrf, Data: d})
+}
+
+// recordVersion names the record as a confirmation page shows it. Every
+// action on a record changes it: a redelivery's attempt and answer, a
+// redrive's or release's state, a recorded answer, a delete (and a new
+// delivery of the key after it), so that a confirmation sent again once
+// its action took effect (the Back button, a second tab, a second
+// operator) is refused rather than done twice.
+func recordVersion(ev admin.RecordDetail) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%d", ev.State, unixNano(ev.CreatedAt), unixNano(ev.CompletedAt), len(ev.Attempts), ev.Status)
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+func unixNano(t *time.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // deletes makes d the confirmation of deleting rec: a discard when that
@@ -257,6 +283,21 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	ref := idempotency.Ref{Route: d.Route, Key: d.Key}
+	if !d.Action.Route {
+		ev, err := c.o.EventLog.EventDetail(r.Context(), ref)
+		if err != nil {
+			c.failRecord(w, r, s, err)
+			return
+		}
+		if d.Version = r.PostForm.Get("version"); d.Version != recordVersion(ev) {
+			c.o.Logger.InfoContext(r.Context(), "console: action on a record changed since its confirmation refused", "action", d.Do, "route", ref.Route, "key", ref.Key)
+			c.render(w, r, http.StatusConflict, "error", page{Title: "The event changed", CSRF: s.csrf, Data: errorData{
+				Message: "The event changed since you opened this page (an action on it took effect meanwhile, from this page or another): nothing was done. " +
+					"Look at it as it is now before you act again.",
+				Event: eventPage(ref)}})
+			return
+		}
+	}
 	var done string
 	var queued int
 	var err error

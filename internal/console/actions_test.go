@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hookstamp/hookstamp/internal/idempotency"
+	"github.com/hookstamp/hookstamp/internal/idempotency/sqlledger"
 )
 
 func TestHeldPageListsAndReleases(t *testing.T) {
@@ -34,7 +36,7 @@ func TestHeldPageListsAndReleases(t *testing.T) {
 	if conf.status != http.StatusOK || e.lookup(t, ref) == nil {
 		t.Fatalf("confirmation page %d; record %v", conf.status, e.lookup(t, ref))
 	}
-	p := b.post("/ui/act", url.Values{"csrf": {csrf(t, conf)}, "do": {"release"}, "route": {"pay"}, "key": {ref.Key}})
+	p := b.post("/ui/act", b.confirmForm("release", "pay", ref.Key))
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/held?done=release&route=pay" {
 		t.Fatalf("release: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
 	}
@@ -54,8 +56,8 @@ func TestReleaseOfAnAcknowledgedHeldDeliveryQueuesIt(t *testing.T) {
 	ref := idempotency.Ref{Route: "pay", Key: "evt_acked"}
 	e.holdAcked(t, ref)
 	b := e.browser(t)
-	tok := b.mustSignIn()
-	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"release"}, "route": {"pay"}, "key": {ref.Key}})
+	b.mustSignIn()
+	p := b.post("/ui/act", b.confirmForm("release", "pay", ref.Key))
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/held?done=release-queued&route=pay" {
 		t.Fatalf("release: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
 	}
@@ -72,9 +74,11 @@ func TestRecordAnAnswerForAHeldKey(t *testing.T) {
 	ref := idempotency.Ref{Route: "pay", Key: "k1"}
 	e.hold(t, ref)
 	b := e.browser(t)
-	tok := b.mustSignIn()
-	form := url.Values{"csrf": {tok}, "do": {"record"}, "route": {"pay"}, "key": {"k1"},
-		"status": {"503"}, "content_type": {"application/json"}, "body": {`{"ok":true}`}}
+	b.mustSignIn()
+	form := b.confirmForm("record", "pay", "k1")
+	form.Set("status", "503")
+	form.Set("content_type", "application/json")
+	form.Set("body", `{"ok":true}`)
 
 	p := b.post("/ui/act", form)
 	if p.status != http.StatusBadRequest || !strings.Contains(p.body, "status 503 is never final") || !strings.Contains(p.body, "{&#34;ok&#34;:true}") {
@@ -103,8 +107,8 @@ func TestDeleteARecord(t *testing.T) {
 	ref := idempotency.Ref{Route: "ship", Key: "gone"}
 	e.hold(t, ref)
 	b := e.browser(t)
-	tok := b.mustSignIn()
-	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"ship"}, "key": {"gone"}})
+	b.mustSignIn()
+	p := b.post("/ui/act", b.confirmForm("delete", "ship", "gone"))
 	if p.status != http.StatusSeeOther || e.lookup(t, ref) != nil {
 		t.Fatalf("delete: %d, record %v", p.status, e.lookup(t, ref))
 	}
@@ -121,7 +125,7 @@ func TestDeleteOfAnAcknowledgedDeliveryAsksToDiscardIt(t *testing.T) {
 	e.setState(t, idempotency.Ref{Route: "pay", Key: "evt_dead"}, idempotency.StateDead)
 	e.done(t, "evt_done", time.Now())
 	b := e.browser(t)
-	tok := b.mustSignIn()
+	b.mustSignIn()
 	tests := []struct {
 		key, do string
 		want    []string
@@ -148,10 +152,13 @@ func TestDeleteOfAnAcknowledgedDeliveryAsksToDiscardIt(t *testing.T) {
 		})
 	}
 	ref := idempotency.Ref{Route: "pay", Key: "evt_queued"}
-	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"pay"}, "key": {ref.Key}}); p.status != http.StatusConflict || e.lookup(t, ref) == nil {
+	form := b.confirmForm("delete", "pay", ref.Key)
+	form.Set("do", "delete")
+	if p := b.post("/ui/act", form); p.status != http.StatusConflict || e.lookup(t, ref) == nil {
 		t.Fatalf("delete of a queued record: %d, record %v; want 409, kept", p.status, e.lookup(t, ref))
 	}
-	p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"discard"}, "route": {"pay"}, "key": {ref.Key}})
+	form.Set("do", "discard")
+	p := b.post("/ui/act", form)
 	if p.status != http.StatusSeeOther || e.lookup(t, ref) != nil {
 		t.Fatalf("discard: %d, record %v", p.status, e.lookup(t, ref))
 	}
@@ -225,7 +232,7 @@ func TestUnknownActionOrRoute(t *testing.T) {
 		}
 	}
 	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"release"}, "route": {"pay"}, "key": {"never-held"}}); p.status != http.StatusNotFound ||
-		!strings.Contains(p.body, "no held record for this key") {
+		!strings.Contains(p.body, "No record for this key on this route") {
 		t.Errorf("release of a key that is not held: %d\n%s", p.status, p.body)
 	}
 }
@@ -243,16 +250,68 @@ func (deadGone) Redrive(context.Context, string, []string) (int, error) {
 // form sent twice) says so instead of "Queued again".
 func TestRedriveThatQueuedNothingSaysSo(t *testing.T) {
 	e := newEnv(t, envOptions{queue: deadGone{}})
+	e.done(t, "k", time.Now())
+	e.setState(t, idempotency.Ref{Route: "pay", Key: "k"}, idempotency.StateDead)
 	b := e.browser(t)
-	tok := b.mustSignIn()
+	b.mustSignIn()
 	for do, want := range map[string]string{"redrive": "not dead", "redrive-all": "no dead delivery"} {
-		form := url.Values{"csrf": {tok}, "do": {do}, "route": {"pay"}}
-		if do == "redrive" {
-			form.Set("key", "k")
+		key := "k"
+		if do == "redrive-all" {
+			key = ""
 		}
-		p := b.post("/ui/act", form)
+		p := b.post("/ui/act", b.confirmForm(do, "pay", key))
 		if p.status != http.StatusConflict || !strings.Contains(p.body, want) || !strings.Contains(p.body, "nothing was queued") {
 			t.Fatalf("%s: %d, want 409 saying %q and that nothing was queued; body %s", do, p.status, want, p.body)
 		}
+	}
+}
+
+// deliveringQueue delivers a redelivery at once: the record gets its
+// attempt, as when the queue's delivery ends.
+type deliveringQueue struct {
+	ledger *sqlledger.Ledger
+	sent   atomic.Int32
+}
+
+func (q *deliveringQueue) Redeliver(ctx context.Context, ref idempotency.Ref) error {
+	n := q.sent.Add(1)
+	return q.ledger.AddAttempt(ctx, idempotency.Attempt{Ref: ref, Attempt: int(n) + 1, StartedAt: time.Now(), Status: 200})
+}
+
+func (q *deliveringQueue) Redrive(context.Context, string, []string) (int, error) { return 0, nil }
+
+// A confirmation sent again after its action took effect (the Back
+// button, a second tab, a second operator) is refused: the event changed
+// since the page showed it, and acting again would deliver it again.
+func TestAStaleConfirmationIsRefused(t *testing.T) {
+	q := &deliveringQueue{}
+	e := newEnv(t, envOptions{queue: q})
+	q.ledger = e.ledger
+	e.done(t, "evt_1", time.Now())
+	b := e.browser(t)
+	b.mustSignIn()
+	form := b.confirmForm("redeliver", "pay", "evt_1")
+	if p := b.post("/ui/act", form); p.status != http.StatusSeeOther || q.sent.Load() != 1 {
+		t.Fatalf("redeliver: %d, %d sent; want 303, 1", p.status, q.sent.Load())
+	}
+	p := b.post("/ui/act", form)
+	if p.status != http.StatusConflict || !strings.Contains(p.body, "changed since you opened this page") ||
+		!strings.Contains(p.body, `href="/ui/event?key=evt_1&amp;route=pay"`) {
+		t.Errorf("the same form again: %d, want 409 saying the event changed, with a link to it:\n%s", p.status, p.body)
+	}
+	if n := q.sent.Load(); n != 1 {
+		t.Fatalf("the stale form redelivered: %d sent, want 1", n)
+	}
+	if p := b.post("/ui/act", b.confirmForm("redeliver", "pay", "evt_1")); p.status != http.StatusSeeOther || q.sent.Load() != 2 {
+		t.Errorf("a fresh confirmation: %d, %d sent; want 303, 2", p.status, q.sent.Load())
+	}
+
+	del := b.confirmForm("delete", "pay", "evt_1")
+	if p := b.post("/ui/act", del); p.status != http.StatusSeeOther {
+		t.Fatalf("delete: %d\n%s", p.status, p.body)
+	}
+	e.done(t, "evt_1", time.Now().Add(time.Second)) // the key delivered again
+	if p := b.post("/ui/act", del); p.status != http.StatusConflict || e.lookup(t, idempotency.Ref{Route: "pay", Key: "evt_1"}) == nil {
+		t.Errorf("the delete form again, on the key's new record: %d, want 409 and the record kept", p.status)
 	}
 }

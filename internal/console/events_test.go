@@ -124,8 +124,7 @@ func TestEventShowsRequestAnswerAttemptsAndTrace(t *testing.T) {
 		t.Errorf("an unknown key: %d", p.status)
 	}
 	// Deleting it from its page, confirmed, leaves the ledger without it.
-	tok := csrf(t, p)
-	if p := b.post("/ui/act", url.Values{"csrf": {tok}, "do": {"delete"}, "route": {"pay"}, "key": {"order-1"}}); p.status != http.StatusSeeOther ||
+	if p := b.post("/ui/act", b.confirmForm("delete", "pay", "order-1")); p.status != http.StatusSeeOther ||
 		p.header.Get("Location") != "/ui/events?done=delete&route=pay" {
 		t.Fatalf("delete: %d %q", p.status, p.header.Get("Location"))
 	}

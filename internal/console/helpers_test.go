@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -162,6 +163,29 @@ func csrf(tb testing.TB, p page) string {
 		tb.Fatalf("no csrf field in the page:\n%s", p.body)
 	}
 	return m[1]
+}
+
+var hiddenField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
+// confirmForm opens the confirmation of do on route's key ("" for a
+// route's action) and returns its form's fields as the browser sends
+// them.
+func (b *browser) confirmForm(do, route, key string) url.Values {
+	b.tb.Helper()
+	q := url.Values{"do": {do}, "route": {route}}
+	if key != "" {
+		q.Set("key", key)
+	}
+	p := b.get("/ui/confirm?" + q.Encode())
+	at := strings.Index(p.body, `action="/ui/act"`)
+	if p.status != http.StatusOK || at < 0 {
+		b.tb.Fatalf("confirmation of %s %s %q: %d\n%s", do, route, key, p.status, p.body)
+	}
+	form := url.Values{}
+	for _, m := range hiddenField.FindAllStringSubmatch(p.body[at:], -1) {
+		form.Set(m[1], html.UnescapeString(m[2]))
+	}
+	return form
 }
 
 // signIn signs b in with tok and returns the answer to the sign-in POST.

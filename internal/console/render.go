@@ -96,6 +96,8 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 // errorData is the error page.
 type errorData struct {
 	Message string
+	// Event links the event the message is about ("" = none).
+	Event string
 }
 
 // fail renders the error page with message, which is the console's own
