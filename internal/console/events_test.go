@@ -181,3 +181,25 @@ func TestEventPagesShowHostileKeysAndBodiesAsText(t *testing.T) {
 		t.Logf("event page:\n%s", p.body)
 	}
 }
+
+// A body nested thousands deep is shown as it is: indented, 18 KB of
+// brackets make a page of 162 MB, which the gateway builds in memory for
+// every view.
+func TestEventPageShowsDeeplyNestedJSONAsItIs(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.done(t, "evt_deep", time.Now())
+	body := strings.Repeat("[", 9000) + strings.Repeat("]", 9000)
+	if err := e.ledger.StoreRequest(context.Background(), idempotency.Ref{Route: "pay", Key: "evt_deep"},
+		&idempotency.Request{Method: "POST", Path: "/up", Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/event?route=pay&key=evt_deep")
+	if p.status != http.StatusOK || !strings.Contains(p.body, "<code>"+body+"</code>") || !strings.Contains(p.body, "nested too deeply to indent") {
+		t.Fatalf("event page %d, %d bytes, without the body as it is", p.status, len(p.body))
+	}
+	if len(p.body) > 64<<10 {
+		t.Errorf("the event page is %d bytes for an 18 KB body", len(p.body))
+	}
+}
