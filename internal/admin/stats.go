@@ -27,6 +27,10 @@ type RouteStats struct {
 	DuplicateRate float64          `json:"duplicate_rate"`
 	TopKeys       []KeyCount       `json:"top_keys"`
 	TopSources    []SourceCount    `json:"top_sources"`
+	// TopKeysExact is false when the statistics kept as many keys as they
+	// can in a minute or hour of the window: keys repeated then may be
+	// missing from TopKeys, and the counts shown may be off.
+	TopKeysExact bool `json:"top_keys_exact"`
 }
 
 // KeyCount is a key and the repeats intercepted for it.
@@ -82,7 +86,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 
 func routeStats(rs *stats.RouteStats) *RouteStats {
 	out := &RouteStats{Outcomes: make(map[string]int64, len(idempotency.Outcomes)),
-		TopKeys: []KeyCount{}, TopSources: []SourceCount{}}
+		TopKeys: []KeyCount{}, TopSources: []SourceCount{}, TopKeysExact: rs == nil || !rs.KeysCapped}
 	for _, o := range idempotency.Outcomes {
 		out.Outcomes[string(o)] = 0
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,11 +29,11 @@ type eventData struct {
 	AnswerHdrs []header
 	Attempts   []attemptView
 	NextAt     string
-	// Repeats are the repeats intercepted for the key over the last day;
-	// RepeatsKnown is false when the statistics cannot tell.
-	Repeats      int64
-	RepeatsKnown bool
-	RepeatsNote  string
+	// Repeats are the repeats intercepted for the key over the last day,
+	// as the statistics can tell them: "2", "about 2" or "unknown", with
+	// a note saying why when they are not exact.
+	Repeats     string
+	RepeatsNote string
 	// The actions that apply. Discard: deleting the record loses its
 	// event.
 	CanRedeliver, CanResolve, CanRedrive, Discard bool
@@ -80,7 +81,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	if ev.NextAttemptAt.At != nil {
 		d.NextAt = when(ev.NextAttemptAt.At)
 	}
-	d.Repeats, d.RepeatsKnown, d.RepeatsNote = c.repeats(r, ref)
+	d.Repeats, d.RepeatsNote = c.repeats(r, ref)
 	state := idempotency.State(ev.State)
 	d.CanRedeliver = c.o.Queue != nil && ev.Request != nil && (state == idempotency.StateDone || state == idempotency.StateDead)
 	d.CanResolve = state == idempotency.StateHeld
@@ -100,24 +101,33 @@ func (c *Console) failRecord(w http.ResponseWriter, r *http.Request, s *session,
 }
 
 // repeats finds ref's key among the keys repeated most over the last day.
-func (c *Console) repeats(r *http.Request, ref idempotency.Ref) (n int64, known bool, note string) {
+func (c *Console) repeats(r *http.Request, ref idempotency.Ref) (n, note string) {
+	const capped = "More keys were repeated on this route in a minute or an hour of the last 24 than the statistics keep: " +
+		"those repeated least were left out, and the counts of the others may be off."
 	st, err := c.o.Admin.Stats(r.Context(), repeatsWindow, repeatsTop)
 	if err != nil {
-		return 0, false, "The duplicate statistics did not answer: " + detail(err)
+		return "unknown", "The duplicate statistics did not answer: " + detail(err)
 	}
 	rs := st.Routes[ref.Route]
 	if rs == nil {
-		return 0, true, ""
+		return "0", ""
 	}
 	for _, k := range rs.TopKeys {
-		if k.Key == ref.Key {
-			return k.Count, true, ""
+		switch {
+		case k.Key != ref.Key:
+		case rs.TopKeysExact:
+			return strconv.FormatInt(k.Count, 10), ""
+		default:
+			return "about " + strconv.FormatInt(k.Count, 10), capped
 		}
 	}
-	if len(rs.TopKeys) >= repeatsTop {
-		return 0, false, "Not among the 100 keys repeated most on this route over the last 24 hours."
+	switch {
+	case len(rs.TopKeys) >= repeatsTop:
+		return "unknown", "Not among the 100 keys repeated most on this route over the last 24 hours."
+	case !rs.TopKeysExact:
+		return "unknown", capped
 	}
-	return 0, true, ""
+	return "0", ""
 }
 
 func recordedBody(rec admin.Record) bodyView {

@@ -203,3 +203,25 @@ func TestEventPageShowsDeeplyNestedJSONAsItIs(t *testing.T) {
 		t.Errorf("the event page is %d bytes for an 18 KB body", len(p.body))
 	}
 }
+
+// The statistics keep 64 keys a bucket: with 90 keys repeated once each,
+// some are left out and others counted too high. The event page says so
+// rather than show an exact-looking count (26 of them showed 0).
+func TestEventRepeatsSayWhenTheStatisticsCannotTell(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i := range 90 {
+		e.stats.Record(context.Background(), "pay", idempotency.Replayed, fmt.Sprintf("evt_%02d", i), "10.0.0.9")
+	}
+	b := e.browser(t)
+	b.mustSignIn()
+	repeats := regexp.MustCompile(`<dd class="repeats">([^<]*)</dd>`)
+	for i := 0; i < 90; i += 10 {
+		key := fmt.Sprintf("evt_%02d", i)
+		e.done(t, key, time.Now())
+		p := b.get("/ui/event?route=pay&key=" + key)
+		m := repeats.FindStringSubmatch(p.body)
+		if m == nil || (m[1] != "unknown" && !strings.HasPrefix(m[1], "about ")) || !strings.Contains(p.body, "than the statistics keep") {
+			t.Errorf("%s: repeats %q, want unknown or about N, with a note why", key, m)
+		}
+	}
+}

@@ -549,15 +549,17 @@ func scriptStats(scope string) map[string]any {
 				"duplicate_rate": 0.5,
 				"top_keys":       []any{kc{"key": "k1", "count": 3}, kc{"key": "k2", "count": 1}, kc{"key": "k3", "count": 1}},
 				"top_sources":    []any{kc{"source": "s3", "count": 3}, kc{"source": "s1", "count": 1}, kc{"source": "s2", "count": 1}},
+				"top_keys_exact": true,
 			},
 			"shadow": map[string]any{
 				"outcomes":       outcomes("forwarded", 1, "shadowed", 1),
 				"duplicate_rate": 0,
 				"top_keys":       []any{kc{"key": "z1", "count": 1}},
 				"top_sources":    []any{kc{"source": "s2", "count": 1}},
+				"top_keys_exact": true,
 			},
 			"held": map[string]any{
-				"outcomes": outcomes(), "duplicate_rate": 0, "top_keys": []any{}, "top_sources": []any{},
+				"outcomes": outcomes(), "duplicate_rate": 0, "top_keys": []any{}, "top_sources": []any{}, "top_keys_exact": true,
 			},
 		},
 	}

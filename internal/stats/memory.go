@@ -148,7 +148,7 @@ func (m *Memory) Query(_ context.Context, window time.Duration, topN int) (Snaps
 func (r *memRoute) query(sp span, topN int) *RouteStats {
 	outcomes := make([]int64, len(idempotency.Outcomes))
 	keys, sources := map[string]int64{}, map[string]int64{}
-	seen := false
+	seen, capped := false, false
 	r.mu.Lock()
 	for i := range r.rings[sp.t] {
 		b := &r.rings[sp.t][i]
@@ -161,12 +161,13 @@ func (r *memRoute) query(sp span, topN int) *RouteStats {
 		}
 		b.keys.addTo(keys)
 		b.sources.addTo(sources)
+		capped = capped || b.keys.full()
 	}
 	r.mu.Unlock()
 	if !seen {
 		return nil
 	}
-	rs := &RouteStats{Outcomes: map[idempotency.Outcome]int64{}, TopKeys: top(keys, topN), TopSources: top(sources, topN)}
+	rs := &RouteStats{Outcomes: map[idempotency.Outcome]int64{}, TopKeys: top(keys, topN), TopSources: top(sources, topN), KeysCapped: capped}
 	for j, n := range outcomes {
 		if n > 0 {
 			rs.Outcomes[idempotency.Outcomes[j]] = n

@@ -449,6 +449,7 @@ func (r *Redis) Query(ctx context.Context, window time.Duration, topN int) (Snap
 	type routeCmds struct {
 		outcomes      []*redis.MapStringStringCmd
 		keys, sources *redis.ZSliceCmd
+		keysKept      []*redis.IntCmd // by bucket
 	}
 	cmds := make(map[string]*routeCmds, len(r.routes))
 	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -459,6 +460,7 @@ func (r *Redis) Query(ctx context.Context, window time.Duration, topN int) (Snap
 				rc.outcomes = append(rc.outcomes, p.HGetAll(ctx, r.key(route, "o", sp.t, e)))
 				kk = append(kk, r.key(route, "k", sp.t, e))
 				sk = append(sk, r.key(route, "s", sp.t, e))
+				rc.keysKept = append(rc.keysKept, p.ZCard(ctx, kk[len(kk)-1]))
 			}
 			rc.keys = p.ZUnionWithScores(ctx, redis.ZStore{Keys: kk, Aggregate: "SUM"})
 			rc.sources = p.ZUnionWithScores(ctx, redis.ZStore{Keys: sk, Aggregate: "SUM"})
@@ -483,6 +485,9 @@ func (r *Redis) Query(ctx context.Context, window time.Duration, topN int) (Snap
 			}
 		}
 		rs.TopKeys = top(zcounts(rc.keys.Val()), topN)
+		for _, c := range rc.keysKept {
+			rs.KeysCapped = rs.KeysCapped || c.Val() >= int64(flushKeysPer*r.capacity)
+		}
 		rs.TopSources = top(zcounts(rc.sources.Val()), topN)
 		snap.Routes[route] = rs
 	}

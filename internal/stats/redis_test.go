@@ -256,3 +256,10 @@ func TestRedisTopKeyOfASteadyStorm(t *testing.T) {
 		}
 	}
 }
+
+func TestRedisKeysCapped(t *testing.T) {
+	c, prefix := sharedRedis(t)
+	clk := newClock()
+	r := newRedis(t, c, prefix, clk, func(o *RedisOptions) { o.Capacity = 4 })
+	checkKeysCapped(t, r, flushKeysPer*4, func() { flush(t, r) })
+}

@@ -68,6 +68,10 @@ type RouteStats struct {
 	TopKeys []Item
 	// TopSources are the senders of the most repeats, most first.
 	TopSources []Item
+	// KeysCapped: a bucket in the window kept as many keys as it can,
+	// so keys repeated in it may have been left out, and the counts of
+	// those kept may be too high (topK): TopKeys are approximate.
+	KeysCapped bool
 }
 
 // DuplicateRate is replayed / (forwarded + replayed) (SPEC §7), an async

@@ -415,3 +415,34 @@ func TestDuplicateRateCountsAcceptedAsFirsts(t *testing.T) {
 		t.Errorf("duplicate rate %v, want 2/3", got)
 	}
 }
+
+// checkKeysCapped records keys repeated once each in one bucket, fewer
+// than a bucket keeps and then one more than it does, and wants the
+// query to say when the bucket was full: keys may then be missing from
+// the top, and counts too high.
+func checkKeysCapped(t *testing.T, rec recorder, kept int, flush func()) {
+	ctx := context.Background()
+	for i := range kept - 1 {
+		rec.Record(ctx, "pay", idempotency.Replayed, fmt.Sprintf("k%03d", i), "s")
+	}
+	flush()
+	for _, w := range []time.Duration{time.Minute, 24 * time.Hour} {
+		if snap, err := rec.Query(ctx, w, -1); err != nil || snap.Routes["pay"].KeysCapped {
+			t.Fatalf("%d keys, %v window: capped %v (%v), want exact", kept-1, w, snap.Routes["pay"].KeysCapped, err)
+		}
+	}
+	for i := kept - 1; i <= kept; i++ {
+		rec.Record(ctx, "pay", idempotency.Replayed, fmt.Sprintf("k%03d", i), "s")
+	}
+	flush()
+	for _, w := range []time.Duration{time.Minute, 24 * time.Hour} {
+		if snap, err := rec.Query(ctx, w, -1); err != nil || !snap.Routes["pay"].KeysCapped {
+			t.Errorf("%d keys, %v window: capped %v (%v), want capped", kept+1, w, snap.Routes["pay"].KeysCapped, err)
+		}
+	}
+}
+
+func TestMemoryKeysCapped(t *testing.T) {
+	clk := newClock()
+	checkKeysCapped(t, NewMemory(MemoryOptions{Capacity: 8, Now: clk.Now}), 8, func() {})
+}

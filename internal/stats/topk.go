@@ -45,6 +45,10 @@ func (t *topK) add(name string, n int64) {
 	t.slots[m] = slot{name: name, count: t.slots[m].count + n}
 }
 
+// full reports whether every slot is taken: a name not counted yet
+// replaces another.
+func (t *topK) full() bool { return len(t.slots) >= t.cap }
+
 // reset empties the table for a new bucket, keeping its memory.
 func (t *topK) reset() {
 	clear(t.index)
