@@ -87,7 +87,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	d.CanResolve = state == idempotency.StateHeld
 	d.CanRedrive = c.o.Queue != nil && state == idempotency.StateDead
 	d.Discard = ev.LosesEvent()
-	c.render(w, r, http.StatusOK, "event", page{Title: "Event " + ref.Key, Nav: "events", CSRF: s.csrf,
+	c.render(w, r, http.StatusOK, "event", page{Title: "Event " + keyText(ref.Key), Nav: "events", CSRF: s.csrf,
 		Notice: notices[q.Get("done")], Data: d})
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"golang.org/x/net/html"
 
@@ -34,7 +35,7 @@ func TestOverviewShowsOutcomesAndDuplicates(t *testing.T) {
 		"Deliveries by outcome: forwarded 3, replayed 2.",
 		`class="bar o-forwarded"`, `width="260"`, // the largest count is the longest bar
 		"40.0%", // replayed / (forwarded + replayed)
-		"<code>evt_dup</code>", "10.0.0.7",
+		`<code><bdi class="key">evt_dup</bdi></code>`, "10.0.0.7",
 		`<a href="/ui/held?route=pay">1</a>`,
 		"No deliveries on this route in the last 15m.", // ship
 	} {
@@ -167,7 +168,7 @@ func TestFormerAsyncRouteKeepsItsQueueOnThePages(t *testing.T) {
 		t.Errorf("overview shows a queue for pay, which has none and is not async")
 	}
 	d := b.get("/ui/dead")
-	for _, want := range []string{`<h2 id="dead-ship">ship</h2>`, "<code>d1</code>", "<code>d2</code>", "This route stores no requests now"} {
+	for _, want := range []string{`<h2 id="dead-ship">ship</h2>`, `<code><bdi class="key">d1</bdi></code>`, `<code><bdi class="key">d2</bdi></code>`, "This route stores no requests now"} {
 		if !strings.Contains(d.body, want) {
 			t.Errorf("dead page lacks %q:\n%s", want, d.body)
 		}
@@ -175,4 +176,66 @@ func TestFormerAsyncRouteKeepsItsQueueOnThePages(t *testing.T) {
 	if strings.Contains(d.body, "No route delivers asynchronously") || strings.Contains(d.body, "do=redrive") {
 		t.Errorf("dead page says no route is async, or offers a redrive ship cannot do:\n%s", d.body)
 	}
+}
+
+// A key may hold characters that show nothing or turn the text around:
+// RLI "evt_9" PDI looks like evt_9, RLO reverses what follows it. Every
+// page that shows a key writes them out as their codes, and isolates the
+// key from the text around it.
+func TestKeysShowTheirHiddenCharacters(t *testing.T) {
+	e := newEnv(t, envOptions{depths: map[string]console.Depth{"pay": {Dead: 1}}})
+	const (
+		isolated = "\u2067evt_9\u2069"
+		reversed = "evt_\u202e9_tve"
+		held     = "held\u200b_1"
+		dead     = "dead\u2066_1"
+	)
+	for _, key := range []string{isolated, reversed, dead} {
+		e.done(t, key, time.Now())
+		e.stats.Record(context.Background(), "pay", idempotency.Replayed, key, "10.0.0.9")
+	}
+	e.setState(t, idempotency.Ref{Route: "pay", Key: dead}, idempotency.StateDead)
+	e.hold(t, idempotency.Ref{Route: "pay", Key: held})
+	b := e.browser(t)
+	b.mustSignIn()
+	pages := map[string][]string{
+		"/ui/":                 {`\u2067evt_9\u2069`, `evt_\u202e9_tve`},
+		"/ui/events?route=pay": {`\u2067evt_9\u2069`, `evt_\u202e9_tve`},
+		"/ui/held":             {`held\u200b_1`},
+		"/ui/dead":             {`dead\u2066_1`},
+		"/ui/event?" + url.Values{"route": {"pay"}, "key": {isolated}}.Encode():                     {`Event \u2067evt_9\u2069`, `\u2067evt_9\u2069`},
+		"/ui/confirm?" + url.Values{"do": {"delete"}, "route": {"pay"}, "key": {reversed}}.Encode(): {`evt_\u202e9_tve`},
+	}
+	for path, want := range pages {
+		p := b.get(path)
+		text := visibleText(t, p.body)
+		if i := strings.IndexFunc(text, func(r rune) bool { return unicode.Is(unicode.Cf, r) }); i >= 0 {
+			t.Errorf("%s shows a format character as it is: %+q", path, text[max(0, i-20):min(len(text), i+20)])
+		}
+		for _, w := range want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s does not show %s", path, w)
+			}
+		}
+		if !strings.Contains(p.body, `<bdi class="key">`) || !strings.Contains(p.body, `<span class="hidden-char">`) {
+			t.Errorf("%s does not isolate its keys, or mark their hidden characters", path)
+		}
+	}
+}
+
+// visibleText is the text a page shows but the bodies of events (shown
+// as sent): its text nodes, title included, without attributes.
+func visibleText(tb testing.TB, body string) string {
+	tb.Helper()
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var b strings.Builder
+	for n := range doc.Descendants() {
+		if n.Type == html.TextNode && !(n.Parent.Data == "code" && n.Parent.Parent.Data == "pre") {
+			b.WriteString(n.Data)
+		}
+	}
+	return b.String()
 }

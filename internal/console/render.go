@@ -66,6 +66,7 @@ var funcs = template.FuncMap{
 	"when":     when,
 	"percent":  func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
 	"waitText": waitText,
+	"key":      keyHTML,
 }
 
 // parsed are the templates, parsed once: they are fixed at build time,
