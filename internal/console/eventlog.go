@@ -29,11 +29,19 @@ type Queue interface {
 
 // Depth is an async route's queue.
 type Depth struct {
+	// Queued counts the deliveries waiting: queued records, and done
+	// ones a redelivery waits or runs for (Redelivering of them), which
+	// the event log lists as done.
 	Queued, Dead int
+	Redelivering int
 	// OldestQueued is the creation time of the oldest queued delivery;
 	// zero when none is queued.
 	OldestQueued time.Time
 }
+
+// QueuedRecords are the records in state queued, as the event log lists
+// them.
+func (d Depth) QueuedRecords() int { return d.Queued - d.Redelivering }
 
 // noEventLog stands in for a gateway without an event log.
 type noEventLog struct{}

@@ -239,3 +239,17 @@ func visibleText(tb testing.TB, body string) string {
 	}
 	return b.String()
 }
+
+// A done record whose redelivery waits counts as queued (the queue's
+// depth), but the event log lists it as done: the overview's link to the
+// queued list counts what that list shows, and names the redeliveries
+// apart.
+func TestOverviewQueuedLinkCountsWhatItLists(t *testing.T) {
+	e := newEnv(t, envOptions{depths: map[string]console.Depth{"ship": {Queued: 3, Redelivering: 1}}})
+	b := e.browser(t)
+	b.mustSignIn()
+	p := b.get("/ui/")
+	if want := `<a href="/ui/events?route=ship&amp;state=queued">2</a> + 1 redelivery of done events`; !strings.Contains(p.body, want) {
+		t.Errorf("overview lacks %q:\n%s", want, p.body)
+	}
+}

@@ -259,7 +259,7 @@ func (g *Gateway) queueDepths(ctx context.Context) (map[string]console.Depth, er
 	}
 	out := make(map[string]console.Depth, len(stats))
 	for r, s := range stats {
-		out[r] = console.Depth{Queued: s.Queued, Dead: s.Dead, OldestQueued: s.OldestQueued}
+		out[r] = console.Depth{Queued: s.Queued, Dead: s.Dead, Redelivering: s.Redelivering, OldestQueued: s.OldestQueued}
 	}
 	return out, nil
 }

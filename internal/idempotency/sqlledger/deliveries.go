@@ -592,6 +592,8 @@ type QueueStat struct {
 	// Queued counts the deliveries waiting: queued rows, and done ones
 	// an operator's redelivery waits or runs for.
 	Queued, Dead int
+	// Redelivering counts those done ones, of Queued.
+	Redelivering int
 	// OldestQueued is when the oldest waiting delivery was queued: its
 	// intake, or an operator's redelivery or redrive since; zero when
 	// none waits.
@@ -676,6 +678,7 @@ func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
 		s := out[j.Route]
 		if j.State == idempotency.StateDone {
 			s.Queued++
+			s.Redelivering++
 		}
 		at := j.Created.UTC().Add(-shift)
 		if r := j.Requeued.Add(-shift); r.After(at) {
