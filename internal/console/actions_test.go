@@ -75,6 +75,11 @@ func TestRecordAnAnswerForAHeldKey(t *testing.T) {
 	e.hold(t, ref)
 	b := e.browser(t)
 	b.mustSignIn()
+	// The form takes what the API takes (SPEC §8), so that the API says
+	// why a 5xx cannot be recorded.
+	if conf := b.get("/ui/confirm?do=record&route=pay&key=k1"); !strings.Contains(conf.body, `min="200" max="599"`) {
+		t.Errorf("the status field does not take 200 to 599:\n%s", conf.body)
+	}
 	form := b.confirmForm("record", "pay", "k1")
 	form.Set("status", "503")
 	form.Set("content_type", "application/json")
@@ -198,8 +203,8 @@ func TestActionsNeedCSRF(t *testing.T) {
 			for k, v := range tc.header {
 				req.Header.Set(k, v)
 			}
-			if p := b.do(req); p.status != http.StatusForbidden {
-				t.Errorf("status %d, want 403", p.status)
+			if p := b.do(req); p.status != http.StatusForbidden || !strings.Contains(p.body, `data-page="error"`) {
+				t.Errorf("status %d, want 403 with the console's error page:\n%s", p.status, p.body)
 			}
 			if rec := e.lookup(t, ref); rec == nil || rec.State != idempotency.StateHeld {
 				t.Errorf("the key is %v after a refused POST, want held", rec)

@@ -142,13 +142,18 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session))
 		}
 		h(w, r, s)
 	})
-	return postOnly(inner)
+	return c.postOnly(inner)
 }
 
-// postOnly refuses a POST a browser says comes from another origin, and
-// bounds form bodies.
-func postOnly(h http.Handler) http.Handler {
-	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// postOnly refuses a POST a browser says comes from another origin, with
+// the console's error page, and bounds form bodies.
+func (c *Console) postOnly(h http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.o.Logger.WarnContext(r.Context(), "console: a browser's POST from another origin refused", "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+		c.fail(w, r, nil, http.StatusForbidden, "The form did not come from this console, your browser says: nothing was done. Open the console at its own address and try again.")
+	}))
+	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		}

@@ -149,7 +149,7 @@ func (c *Console) routes() {
 	})
 	m.Handle("GET /ui/static/", staticFiles())
 	m.HandleFunc("GET /ui/login", c.loginPage)
-	m.Handle("POST /ui/login", postOnly(http.HandlerFunc(c.login)))
+	m.Handle("POST /ui/login", c.postOnly(http.HandlerFunc(c.login)))
 	m.Handle("POST /ui/logout", c.signedIn(c.logout))
 	m.Handle("GET /ui/{$}", c.signedIn(c.overview))
 	m.Handle("GET /ui/events", c.signedIn(c.events))
