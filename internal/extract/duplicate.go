@@ -2,6 +2,7 @@ package extract
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -28,12 +29,15 @@ var ErrDuplicateField = fmt.Errorf("%w: the request gives the key's header, quer
 // duplicateOnPath reports whether body, valid JSON, names a member more
 // than once in an object on the GJSON path (Ambiguous), or, below where
 // the path leads, anywhere in the value it selects (a fingerprint field
-// digests the whole of it). For a path that is not plain (wildcards, queries,
-// modifiers) the whole body is looked at: where such a path leads depends
-// on the members it meets.
+// digests the whole of it). Below the path names are compared exactly:
+// the digest covers names differing in case as two members, and what the
+// sender chose there (Mailgun's user-variables, a map to every parser)
+// may well differ only in case. For a path that is not plain (wildcards,
+// queries, modifiers) the whole body is looked at, its names compared as
+// on a path: where such a path leads depends on the members it meets.
 func duplicateOnPath(body, path string) bool {
 	if !plainPath(path) {
-		return duplicateIn(body)
+		return duplicateIn(body, true)
 	}
 	res := gjson.Parse(body)
 	for {
@@ -45,7 +49,7 @@ func duplicateOnPath(body, path string) bool {
 			return false
 		}
 		if !more {
-			return duplicateIn(res.Raw)
+			return duplicateIn(res.Raw, false)
 		}
 		path = rest
 	}
@@ -164,12 +168,17 @@ func duplicateOnPaths(body string, fs []field) bool {
 }
 
 // duplicateIn reports whether an object in raw, a valid JSON value, names
-// a member twice (SameName), in one pass over raw.
-func duplicateIn(raw string) bool {
+// a member twice (SameName when fold, else spelled alike), in one pass
+// over raw.
+func duplicateIn(raw string, fold bool) bool {
 	type frame struct {
 		object bool
 		names  int                 // where the object's names start in names
-		seen   map[string]struct{} // the foldName of each name of an object with many
+		seen   map[string]struct{} // the key of each name of an object with many
+	}
+	key := func(n string) string { return n }
+	if fold {
+		key = foldName
 	}
 	// The names of small objects are compared in place: a map for each
 	// object of a batch of events would cost an allocation apiece.
@@ -188,21 +197,21 @@ func duplicateIn(raw string) bool {
 				n := unquote(raw[i:end])
 				switch {
 				case f.seen != nil:
-					k := foldName(n)
+					k := key(n)
 					if _, dup := f.seen[k]; dup {
 						return true
 					}
 					f.seen[k] = struct{}{}
-				case sameNameIn(names[f.names:], n):
+				case fold && sameNameIn(names[f.names:], n), !fold && slices.Contains(names[f.names:], n):
 					return true
 				case len(names)-f.names < few:
 					names = append(names, n)
 				default:
 					f.seen = make(map[string]struct{}, 2*few)
 					for _, m := range names[f.names:] {
-						f.seen[foldName(m)] = struct{}{}
+						f.seen[key(m)] = struct{}{}
 					}
-					f.seen[foldName(n)] = struct{}{}
+					f.seen[key(n)] = struct{}{}
 				}
 			}
 			i = end - 1

@@ -58,7 +58,7 @@ func TestDuplicateIn(t *testing.T) {
 		{`1`, false},
 	}
 	for _, tt := range tests {
-		if got := duplicateIn(tt.raw); got != tt.want {
+		if got := duplicateIn(tt.raw, true); got != tt.want {
 			t.Errorf("duplicateIn(%.60q) = %v, want %v", tt.raw, got, tt.want)
 		}
 	}

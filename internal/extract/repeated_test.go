@@ -257,3 +257,17 @@ func TestFingerprintRepeatedFields(t *testing.T) {
 		})
 	}
 }
+
+// Below a fingerprint field's path the sender's own names may differ only
+// in case (Mailgun's user-variables, a map to every parser): the digest
+// covers both, and the body is not refused. On the path it is.
+func TestFingerprintCaseVariantsBelowThePath(t *testing.T) {
+	f := newFingerprinter(t, extract.FingerprintFields, "json:event-data")
+	below := jsonReq(`{"event-data":{"id":"ev1","user-variables":{"orderId":"1","OrderID":"2","kullanıcı":"a","kullanici":"b"}}}`)
+	if spec := f.Duplicate(below); spec != "" {
+		t.Errorf("names differing in case below the path refused (%s)", spec)
+	}
+	if spec := f.Duplicate(jsonReq(`{"event-data":{"id":"ev1"},"Event-Data":{"id":"ev2"}}`)); spec == "" {
+		t.Errorf("a case variant of the path's own member accepted")
+	}
+}
