@@ -239,6 +239,7 @@ func TestInvariantsFollowValues(t *testing.T) {
 		{"ledger passed through, no screen", `config: {store: {on_unavailable: pass}, screen: {driver: none}}`, 5 + 15 + 10},
 		{"upstream password from the Secret", `{secrets: {env: {UP_PASS: pw}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://app:${UP_PASS}@app.internal/hooks"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
 		{"upstream token and query from the Secret", `{secrets: {env: {UP_TOKEN: ghp_0123456789, TENANT: acme}}, config: {routes: [{name: u, path: /u, upstream: {url: "https://${UP_TOKEN}@app.internal/hooks?token=${UP_TOKEN}&tenant=${TENANT}&empty=&flag"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
+		{"literal query values not named as credentials", `{secrets: {env: {T: t0k}}, config: {routes: [{name: u, path: /u, upstream: {url: "http://app:9000/hook?tenant=acme&region=eu&token=${T}"}, key: {sources: [{header: X-Id}]}}]}}`, 5 + 15 + 10},
 		{"one replica, embedded", `{replicaCount: 1, podDisruptionBudget: {enabled: false}, persistence: {enabled: true}, config: {store: {driver: sqlite, dsn: data/hookstamp.db}, screen: {driver: memory}}}`, 5 + 15 + 10},
 	}
 	for _, tt := range tests {
@@ -321,6 +322,7 @@ func TestRefusedValues(t *testing.T) {
 		{"token as an upstream URL's user", `config: {routes: [{name: u, path: /u, upstream: {url: "https://ghp_TOKEN@app.internal/hook"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's user information holds a literal value"},
 		{"password holding an @", `config: {routes: [{name: u, path: /u, upstream: {url: "https://app:p@ss@app.internal/hook"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's password holds a literal value"},
 		{"literal query value in an upstream URL", `config: {routes: [{name: u, path: /u, upstream: {url: "http://app:9000/hook?tenant=${TENANT}&api_key=sk_live_x"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's query parameter api_key holds a literal value"},
+		{"literal Azure Functions key", `config: {routes: [{name: u, path: /u, upstream: {url: "https://fn.azurewebsites.net/api/hook?code=abc123"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's query parameter code holds a literal value"},
 		{"query value's default", `config: {routes: [{name: u, path: /u, upstream: {url: "http://app:9000/hook?api_key=${API_KEY:-sk_live_x}"}, key: {sources: [{header: X-Id}]}}]}`, "config.routes[0].upstream.url's query parameter api_key holds a literal value, the default of ${API_KEY:-…}"},
 		{"Redis URL with a password", `config: {screen: {redis: {addrs: ["redis://:hunter2@redis:6379"]}}}`, "config.screen.redis.addrs[0] holds user information"},
 		{"Redis URL with a referenced password", `config: {screen: {redis: {addrs: ["redis:6379", "redis://:${REDIS_PASSWORD}@redis-1:6379"]}}}`, "config.screen.redis.addrs[1] holds user information"},

@@ -221,9 +221,12 @@ is a literal secret.
 {{- /*
 What the gateway itself hides of an upstream URL (config.RedactURL): the
 user information (the password of user:password; the whole of it without
-one, often a token alone) and the value of every query parameter.
+one, often a token alone) and the values of query parameters named as
+credentials are (api_key, token, sig, code: Azure Functions' key).
 */}}
 {{- $url := toString (dig "upstream" "url" "" $r) }}
+{{- /* Names of query parameters that carry credentials; a tenant or a flag may stay in the ConfigMap. */}}
+{{- $credentialName := "(?i)(token|key|secret|pass|pwd|sig|auth|code|credential|session|sas)" }}
 {{- $rest := regexReplaceAll "^[A-Za-z][A-Za-z0-9+.-]*://" $url "" }}
 {{- $authority := regexFind "^[^/?#]*" $rest }}
 {{- if contains "@" $authority }}
@@ -234,9 +237,9 @@ one, often a token alone) and the value of every query parameter.
 {{- $checks = append $checks (list (printf "routes[%d].upstream.url's user information" $i) $userinfo) }}
 {{- end }}
 {{- end }}
-{{- with regexFind "\\?.*$" (trimPrefix $authority $rest) }}
+{{- with regexFind "\\?[^#]*" (trimPrefix $authority $rest) }}
 {{- range splitList "&" (trimPrefix "?" .) }}
-{{- if contains "=" . }}
+{{- if and (contains "=" .) (regexMatch $credentialName (regexReplaceAll "=.*$" . "")) }}
 {{- $checks = append $checks (list (printf "routes[%d].upstream.url's query parameter %s" $i (regexReplaceAll "=.*$" . "")) (regexReplaceAll "^[^=]*=" . "")) }}
 {{- end }}
 {{- end }}
