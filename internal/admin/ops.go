@@ -175,12 +175,12 @@ func (s *Server) delete(ctx context.Context, ref idempotency.Ref, discard bool) 
 	if err != nil || none {
 		return err
 	}
-	if s.o.Deleting != nil {
-		s.o.Deleting(ref)
-	}
 	rec, err := s.o.Ledger.Lookup(ctx, ref)
 	if err == nil && !discard && RecordOf(rec).LosesEvent() {
 		return errLosesEvent(rec.State)
+	}
+	if s.o.Deleting != nil {
+		s.o.Deleting(ref)
 	}
 	if err == nil {
 		err = s.o.Ledger.Delete(ctx, ref)
