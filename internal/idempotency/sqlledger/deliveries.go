@@ -116,10 +116,17 @@ func (s *Stored) Is(created time.Time) bool {
 // its intake, or requeued (Delivery.Requeued) when an operator queued it
 // again since.
 func (s *Stored) QueuedAt(requeued time.Time) time.Time {
-	if at := requeued.Add(-s.shift); at.After(s.CreatedAt) {
+	return queuedAt(s.CreatedAt, requeued, s.shift)
+}
+
+// queuedAt is when a delivery created at intake (on the replica's clock)
+// was last queued, requeued being a job's Delivery.Requeued (on the
+// database's, shift ahead).
+func queuedAt(intake, requeued time.Time, shift time.Duration) time.Time {
+	if at := requeued.Add(-shift); at.After(intake) {
 		return at
 	}
-	return s.CreatedAt
+	return intake
 }
 
 // createdRange bounds the created_at of the record created names (Is):
@@ -680,10 +687,7 @@ func (l *Ledger) QueueStats(ctx context.Context) (map[string]QueueStat, error) {
 			s.Queued++
 			s.Redelivering++
 		}
-		at := j.Created.UTC().Add(-shift)
-		if r := j.Requeued.Add(-shift); r.After(at) {
-			at = r
-		}
+		at := queuedAt(j.Created.UTC().Add(-shift), j.Requeued, shift)
 		if o, ok := since[j.Route]; !ok || at.Before(o) {
 			since[j.Route] = at
 		}
